@@ -1,0 +1,229 @@
+//! Running one capability for one plan node: an `ai` capability is one model call, an `http`
+//! capability one POST to its registered endpoint. Both answers are checked against the
+//! capability's output contract before the node may complete.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::{Capability, Executor};
+use crate::condition::GoalConditionResult;
+use crate::contract::{OutputContract, SchemaViolation};
+use crate::llm::{ChatRequest, LlmClient, LlmError, ResponseShape, parse_json_content};
+
+/// What a node's capability is given (and what an `http` capability receives as its body).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextBundle {
+    pub run_id: String,
+    pub node_id: String,
+    pub capability_id: String,
+    pub objective: String,
+    /// Current values of the node's input facets.
+    pub inputs: Map<String, Value>,
+    /// The planner's instructions for this step, then the caller's special instructions.
+    pub instructions: Vec<String>,
+    /// Outputs of the steps this node depends on, by node id.
+    pub prior_outputs: Map<String, Value>,
+    /// Failed goal conditions on this node's output facets, when it runs again to repair them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repair: Vec<GoalConditionResult>,
+}
+
+/// Why a capability produced no usable output.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CapabilityError {
+    #[error("{0}")]
+    Model(#[from] LlmError),
+    #[error("capability endpoint timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("could not reach the capability endpoint: {0}")]
+    Connection(String),
+    #[error("capability endpoint answered HTTP {status}: {body}")]
+    Status { status: u16, body: String },
+    #[error("capability response is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("capability output is {0}")]
+    NotJson(String),
+    #[error("capability output does not match its output contract ({} problem(s))", .0.len())]
+    Contract(Vec<SchemaViolation>),
+}
+
+impl CapabilityError {
+    /// Stable code for `node_error` frames.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Model(_) => "model_error",
+            Self::Timeout(_) => "capability_timeout",
+            Self::Connection(_) => "capability_unreachable",
+            Self::Status { .. } => "capability_http_error",
+            Self::TooLarge(_) => "capability_response_too_large",
+            Self::NotJson(_) => "capability_output_not_json",
+            Self::Contract(_) => "capability_output_invalid",
+        }
+    }
+}
+
+/// Runs capabilities. One per server; cheap to share.
+#[derive(Clone)]
+pub struct Executors {
+    llm: LlmClient,
+    http: reqwest::Client,
+    http_timeout: Duration,
+    max_response_bytes: usize,
+}
+
+impl Executors {
+    pub fn new(llm: LlmClient, http_timeout: Duration, max_response_bytes: usize) -> Self {
+        // Never follow redirects: only registered URLs are called.
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        Self { llm, http, http_timeout, max_response_bytes }
+    }
+
+    /// Runs `capability` for one node and returns its checked output.
+    pub async fn run(&self, capability: &Capability, bundle: &ContextBundle) -> Result<Value, CapabilityError> {
+        let output = match &capability.executor {
+            Executor::Ai { instructions } => self.run_ai(capability, instructions, bundle).await?,
+            Executor::Http { endpoint } => self.run_http(endpoint, bundle).await?,
+        };
+        check_output(&capability.output_contract, &output)?;
+        Ok(output)
+    }
+
+    async fn run_ai(
+        &self,
+        capability: &Capability,
+        instructions: &str,
+        bundle: &ContextBundle,
+    ) -> Result<Value, CapabilityError> {
+        let (system, user) = ai_prompt(capability, instructions, bundle);
+        let shape = match &capability.output_contract {
+            OutputContract::JsonSchema { schema, .. } => ResponseShape::JsonSchema {
+                name: schema_name(&capability.id),
+                schema: schema.source().clone(),
+            },
+            OutputContract::Facets { .. } => ResponseShape::JsonObject,
+            OutputContract::Freeform { .. } => ResponseShape::Text,
+        };
+        let content = self.llm.complete(ChatRequest { system, user, shape }).await?;
+        match capability.output_contract {
+            OutputContract::Freeform { .. } => Ok(parse_json_content(&content).unwrap_or(Value::String(content))),
+            _ => parse_json_content(&content).map_err(CapabilityError::NotJson),
+        }
+    }
+
+    async fn run_http(&self, endpoint: &reqwest::Url, bundle: &ContextBundle) -> Result<Value, CapabilityError> {
+        let call = async {
+            let response = self.http.post(endpoint.clone()).json(bundle).send().await.map_err(connection)?;
+            let status = response.status();
+            let body = self.read_limited(response).await?;
+            if !status.is_success() {
+                let body = String::from_utf8_lossy(&body).chars().take(500).collect();
+                return Err(CapabilityError::Status { status: status.as_u16(), body });
+            }
+            serde_json::from_slice(&body).map_err(|e| CapabilityError::NotJson(format!("not valid JSON ({e})")))
+        };
+        tokio::time::timeout(self.http_timeout, call).await.map_err(|_| CapabilityError::Timeout(self.http_timeout))?
+    }
+
+    async fn read_limited(&self, response: reqwest::Response) -> Result<Vec<u8>, CapabilityError> {
+        let limit = self.max_response_bytes;
+        if response.content_length().is_some_and(|len| len as usize > limit) {
+            return Err(CapabilityError::TooLarge(limit));
+        }
+        let mut body = Vec::new();
+        let mut chunks = response.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            body.extend_from_slice(&chunk.map_err(connection)?);
+            if body.len() > limit {
+                return Err(CapabilityError::TooLarge(limit));
+            }
+        }
+        Ok(body)
+    }
+}
+
+fn connection(error: reqwest::Error) -> CapabilityError {
+    if error.is_timeout() {
+        CapabilityError::Timeout(Duration::ZERO)
+    } else {
+        CapabilityError::Connection(error.without_url().to_string())
+    }
+}
+
+/// `response_format` names allow `[A-Za-z0-9_-]{1,64}`.
+fn schema_name(capability_id: &str) -> String {
+    capability_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(64).collect()
+}
+
+/// Checks an output against a capability's contract.
+pub fn check_output(contract: &OutputContract, output: &Value) -> Result<(), CapabilityError> {
+    let violations = match contract {
+        OutputContract::JsonSchema { schema, .. } => schema.violations(output),
+        OutputContract::Facets { facets } => facets
+            .iter()
+            .filter(|facet| output.get(facet.as_str()).is_none())
+            .map(|facet| SchemaViolation {
+                instance_path: String::new(),
+                keyword: "required".into(),
+                message: format!("facet \"{facet}\" is missing from the output object"),
+            })
+            .collect(),
+        OutputContract::Freeform { .. } => Vec::new(),
+    };
+    if violations.is_empty() { Ok(()) } else { Err(CapabilityError::Contract(violations)) }
+}
+
+fn ai_prompt(capability: &Capability, instructions: &str, bundle: &ContextBundle) -> (String, String) {
+    let mut system = format!(
+        "{instructions}\n\nYou are executing capability \"{}\" (ID: {}) as one step of a flexrun plan.\n{}\n",
+        capability.display_name, capability.id, capability.summary
+    );
+    system.push_str(match capability.output_contract {
+        OutputContract::Freeform { .. } => "Answer with the requested text only.",
+        _ => "Answer with one JSON object that satisfies the output contract, and nothing else.",
+    });
+    let mut user = format!("### OBJECTIVE\n{}\n\n### STEP\nNode: {}\n", bundle.objective, bundle.node_id);
+    for instruction in &bundle.instructions {
+        let _ = writeln!(user, "- {instruction}");
+    }
+    let _ = write!(user, "\n### INPUTS\n{}\n", Value::Object(bundle.inputs.clone()));
+    if !bundle.prior_outputs.is_empty() {
+        let _ = write!(user, "\n### PRIOR OUTPUTS\n{}\n", Value::Object(bundle.prior_outputs.clone()));
+    }
+    if !bundle.repair.is_empty() {
+        let repair = serde_json::to_string(&bundle.repair).unwrap_or_default();
+        let _ = write!(user, "\n### GOAL CONDITIONS TO REPAIR\nYour output must make these hold:\n{repair}\n");
+    }
+    let contract = serde_json::to_string(&capability.output_contract).unwrap_or_default();
+    let _ = write!(user, "\n### OUTPUT CONTRACT\n{contract}\n");
+    (system, user)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn facets_contract_needs_every_facet() {
+        let contract = OutputContract::parse(&json!({"mode": "facets", "facets": ["a", "b"]}), "").unwrap();
+        assert!(check_output(&contract, &json!({"a": 1, "b": 2})).is_ok());
+        let Err(CapabilityError::Contract(violations)) = check_output(&contract, &json!({"a": 1})) else {
+            panic!("expected contract violation")
+        };
+        assert_eq!(violations.len(), 1);
+        assert!(violations[0].message.contains("\"b\""));
+    }
+
+    #[test]
+    fn schema_names_are_sanitised() {
+        assert_eq!(schema_name("copywriter.draft v2"), "copywriter_draft_v2");
+    }
+}

@@ -1,0 +1,281 @@
+//! Capabilities: the steps a plan may use. A registration (API body or file) is validated into a
+//! [`Capability`]; the [`Registry`] holds the active set; [`Executors`] run one.
+
+mod execute;
+mod registry;
+
+pub use execute::{CapabilityError, ContextBundle, Executors};
+pub use registry::{Capabilities, Registry, RegistryError};
+
+use std::sync::LazyLock;
+
+use reqwest::Url;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::contract::OutputContract;
+use crate::validation::{BodySchema, FieldError};
+
+static SCHEMA: LazyLock<BodySchema> =
+    LazyLock::new(|| BodySchema::builtin(include_str!("registration.schema.json")));
+
+/// The JSON Schema of a registration (served at `GET /api/v1/flex/schemas/capability-registration`).
+pub fn schema() -> &'static Value {
+    SCHEMA.document()
+}
+
+/// The role a capability plays in a plan (shown to the planner).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapabilityKind {
+    Structuring,
+    Execution,
+    Validation,
+    Transformation,
+    Routing,
+}
+
+impl CapabilityKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Structuring => "structuring",
+            Self::Execution => "execution",
+            Self::Validation => "validation",
+            Self::Transformation => "transformation",
+            Self::Routing => "routing",
+        }
+    }
+}
+
+/// How a capability is executed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Executor {
+    /// One Chat Completions call with these instructions as the system prompt.
+    Ai { instructions: String },
+    /// A JSON POST of the node's context bundle to this registered URL.
+    Http { endpoint: Url },
+}
+
+impl Executor {
+    /// The registration's `agentType`.
+    pub fn agent_type(&self) -> &'static str {
+        match self {
+            Self::Ai { .. } => "ai",
+            Self::Http { .. } => "http",
+        }
+    }
+}
+
+/// A validated capability.
+#[derive(Debug, Clone)]
+pub struct Capability {
+    pub id: String,
+    pub version: String,
+    pub display_name: String,
+    pub summary: String,
+    pub kind: CapabilityKind,
+    pub executor: Executor,
+    pub input_facets: Vec<String>,
+    pub output_facets: Vec<String>,
+    pub output_contract: OutputContract,
+    /// The registration as submitted (stored, and returned by `GET /capabilities`).
+    pub registration: Value,
+}
+
+/// What a registration is checked against besides its own shape.
+#[derive(Debug, Clone, Default)]
+pub struct RegistrationPolicy {
+    /// `http` endpoints must start with one of these; empty allows any http(s) URL.
+    pub allowed_url_prefixes: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawRegistration {
+    capability_id: String,
+    version: String,
+    display_name: String,
+    summary: String,
+    kind: CapabilityKind,
+    #[serde(default)]
+    agent_type: Option<String>,
+    endpoint: Option<String>,
+    instructions: Option<String>,
+    #[serde(default)]
+    input_facets: Vec<String>,
+    #[serde(default)]
+    output_facets: Vec<String>,
+}
+
+impl Capability {
+    /// Validates a registration, reporting every problem with its JSON Pointer.
+    pub fn parse(registration: Value, policy: &RegistrationPolicy) -> Result<Self, Vec<FieldError>> {
+        let errors = SCHEMA.check(&registration);
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let raw: RawRegistration = serde_json::from_value(registration.clone())
+            .map_err(|e| vec![FieldError::new("", "invalid", e.to_string())])?;
+        let mut errors = Vec::new();
+        if registration.get("postConditions").is_some() {
+            errors.push(FieldError::new(
+                "/postConditions",
+                "unsupported",
+                "capability post-conditions are not supported by this flexrun version",
+            ));
+        }
+        let executor = executor(&raw, policy).map_err(|e| errors.push(e)).ok();
+        let output_contract = OutputContract::parse(&registration["outputContract"], "/outputContract")
+            .map_err(|e| errors.extend(e))
+            .ok();
+        if let Some(contract) = &output_contract {
+            errors.extend(contract_facets_declared(contract, &raw.output_facets));
+        }
+        if let Some(input) = registration.get("inputContract") {
+            errors.extend(OutputContract::parse(input, "/inputContract").err().unwrap_or_default());
+        }
+        match (executor, output_contract) {
+            (Some(executor), Some(output_contract)) if errors.is_empty() => Ok(Self {
+                id: raw.capability_id,
+                version: raw.version,
+                display_name: raw.display_name,
+                summary: raw.summary,
+                kind: raw.kind,
+                executor,
+                input_facets: raw.input_facets,
+                output_facets: raw.output_facets,
+                output_contract,
+                registration,
+            }),
+            _ => Err(errors),
+        }
+    }
+}
+
+fn executor(raw: &RawRegistration, policy: &RegistrationPolicy) -> Result<Executor, FieldError> {
+    match raw.agent_type.as_deref().unwrap_or("ai") {
+        "ai" => Ok(Executor::Ai {
+            instructions: raw.instructions.clone().unwrap_or_else(|| raw.summary.clone()),
+        }),
+        "http" => {
+            let endpoint = raw.endpoint.as_deref().ok_or_else(|| {
+                FieldError::new("/endpoint", "required", "an `http` capability needs an `endpoint` URL")
+            })?;
+            http_endpoint(endpoint, policy).map(|endpoint| Executor::Http { endpoint })
+        }
+        _ => Err(FieldError::new(
+            "/agentType",
+            "unsupported",
+            "human capabilities are not supported by this flexrun version",
+        )),
+    }
+}
+
+fn http_endpoint(endpoint: &str, policy: &RegistrationPolicy) -> Result<Url, FieldError> {
+    let invalid = |message: String| FieldError::new("/endpoint", "invalid_endpoint", message);
+    let url = Url::parse(endpoint).map_err(|e| invalid(format!("not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid(format!("scheme `{}` is not allowed; use http or https", url.scheme())));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(invalid("credentials in the URL are not allowed".into()));
+    }
+    let allowed = &policy.allowed_url_prefixes;
+    if !allowed.is_empty() && !allowed.iter().any(|prefix| url.as_str().starts_with(prefix.as_str())) {
+        return Err(invalid(format!(
+            "`{url}` is not under an allowed prefix ({}); see `http_capabilities.allowed_url_prefixes`",
+            allowed.join(", ")
+        )));
+    }
+    Ok(url)
+}
+
+/// A facets-mode output contract must only name facets the capability declares it outputs.
+fn contract_facets_declared(contract: &OutputContract, output_facets: &[String]) -> Vec<FieldError> {
+    contract
+        .facets()
+        .iter()
+        .enumerate()
+        .filter(|(_, facet)| !output_facets.contains(facet))
+        .map(|(i, facet)| {
+            FieldError::new(
+                format!("/outputContract/facets/{i}"),
+                "undeclared_facet",
+                format!("facet \"{facet}\" is not listed in `outputFacets`"),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn registration() -> Value {
+        json!({
+            "capabilityId": "copywriter.draft", "version": "1.0", "displayName": "Copywriter",
+            "summary": "Drafts copy", "kind": "execution", "agentType": "ai",
+            "inputFacets": ["brief"], "outputFacets": ["post_copy"],
+            "instructions": "Write.",
+            "outputContract": {"mode": "json_schema", "schema": {"type": "object"}}
+        })
+    }
+
+    fn policy() -> RegistrationPolicy {
+        RegistrationPolicy::default()
+    }
+
+    #[test]
+    fn parses_an_ai_capability() {
+        let c = Capability::parse(registration(), &policy()).unwrap();
+        assert_eq!(c.id, "copywriter.draft");
+        assert_eq!(c.executor, Executor::Ai { instructions: "Write.".into() });
+        assert_eq!(c.output_facets, ["post_copy"]);
+    }
+
+    #[test]
+    fn http_needs_an_allowed_endpoint() {
+        let mut r = registration();
+        r["agentType"] = json!("http");
+        let errors = Capability::parse(r.clone(), &policy()).unwrap_err();
+        assert_eq!(errors[0].path, "/endpoint");
+        r["endpoint"] = json!("http://127.0.0.1:9/score");
+        assert!(Capability::parse(r.clone(), &policy()).is_ok());
+        let strict = RegistrationPolicy { allowed_url_prefixes: vec!["https://tools/".into()] };
+        let errors = Capability::parse(r.clone(), &strict).unwrap_err();
+        assert_eq!(errors[0].code, "invalid_endpoint");
+        r["endpoint"] = json!("file:///etc/passwd");
+        assert_eq!(Capability::parse(r, &policy()).unwrap_err()[0].code, "invalid_endpoint");
+    }
+
+    #[test]
+    fn reports_every_problem() {
+        let mut r = registration();
+        r["kind"] = json!("magic");
+        r["capabilityId"] = json!("bad id");
+        r["outputFacet"] = json!([]);
+        let errors = Capability::parse(r, &policy()).unwrap_err();
+        let paths: Vec<_> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert!(paths.contains(&"/kind") && paths.contains(&"/capabilityId"), "{errors:?}");
+        let unknown = errors.iter().find(|e| e.path == "/outputFacet").unwrap();
+        assert!(unknown.message.contains("outputFacets"), "{unknown:?}");
+    }
+
+    #[test]
+    fn facets_contract_must_match_declared_outputs() {
+        let mut r = registration();
+        r["outputContract"] = json!({"mode": "facets", "facets": ["post_copy", "other"]});
+        let errors = Capability::parse(r, &policy()).unwrap_err();
+        assert_eq!(errors[0].path, "/outputContract/facets/1");
+    }
+
+    #[test]
+    fn unsupported_parts_are_rejected_not_ignored() {
+        let mut r = registration();
+        r["postConditions"] = json!([]);
+        r["agentType"] = json!("human");
+        let codes: Vec<_> = Capability::parse(r, &policy()).unwrap_err().into_iter().map(|e| e.path).collect();
+        assert_eq!(codes, ["/postConditions", "/agentType"]);
+    }
+}

@@ -1,0 +1,117 @@
+//! The registry of active capabilities: loaded from the database and `FLEXRUN_CAPABILITIES_DIR` at
+//! start, extended by the register endpoint, persisted on every change. Readers take a cheap
+//! snapshot, so a run plans and executes against one consistent set.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+
+use super::{Capability, RegistrationPolicy};
+use crate::store::capabilities::{self as rows, CapabilityRow};
+use crate::store::{Store, StoreError};
+use crate::validation::FieldError;
+
+/// The registered capabilities by id.
+pub type Capabilities = BTreeMap<String, Arc<Capability>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("invalid capability registration: {} problem(s)", .0.len())]
+    Invalid(Vec<FieldError>),
+    #[error("capability file {path}: {message}")]
+    File { path: String, message: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Registry {
+    current: RwLock<Arc<Capabilities>>,
+    /// Serialises registrations so the database and the active set change in the same order.
+    registering: tokio::sync::Mutex<()>,
+    store: Store,
+    policy: RegistrationPolicy,
+}
+
+impl Registry {
+    /// Loads stored registrations, then (re-)registers every `*.json` file of `dir`.
+    pub async fn load(store: Store, policy: RegistrationPolicy, dir: Option<&Path>) -> Result<Self, RegistryError> {
+        let stored = store.read(rows::all).await?;
+        let mut capabilities = Capabilities::new();
+        for row in stored {
+            match serde_json::from_str(&row.registration).map_err(|e| vec![FieldError::new("", "json", e.to_string())])
+                .and_then(|value| Capability::parse(value, &policy))
+            {
+                Ok(capability) => {
+                    capabilities.insert(capability.id.clone(), Arc::new(capability));
+                }
+                Err(errors) => tracing::warn!(
+                    capability = %row.capability_id, ?errors,
+                    "stored capability registration is no longer valid; it is not active"
+                ),
+            }
+        }
+        let registry = Self {
+            current: RwLock::new(Arc::new(capabilities)),
+            registering: tokio::sync::Mutex::new(()),
+            store,
+            policy,
+        };
+        if let Some(dir) = dir {
+            registry.load_dir(dir).await?;
+        }
+        Ok(registry)
+    }
+
+    async fn load_dir(&self, dir: &Path) -> Result<(), RegistryError> {
+        let file_error = |path: &Path, message: String| RegistryError::File { path: path.display().to_string(), message };
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| file_error(dir, e.to_string()))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e.to_string()))?;
+            let value: Value = serde_json::from_str(&text).map_err(|e| file_error(&path, e.to_string()))?;
+            let source = format!("file:{}", path.display());
+            self.register(value, &source).await.map_err(|e| match e {
+                RegistryError::Invalid(errors) => file_error(
+                    &path,
+                    errors.iter().map(|e| format!("{}: {}", e.path, e.message)).collect::<Vec<_>>().join("; "),
+                ),
+                other => other,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Validates, persists and activates a registration (replacing one with the same id).
+    pub async fn register(&self, registration: Value, source: &str) -> Result<Arc<Capability>, RegistryError> {
+        let capability = Arc::new(Capability::parse(registration, &self.policy).map_err(RegistryError::Invalid)?);
+        let _registering = self.registering.lock().await;
+        let now = crate::store::now();
+        let row = CapabilityRow {
+            capability_id: capability.id.clone(),
+            version: capability.version.clone(),
+            agent_type: capability.executor.agent_type().to_string(),
+            kind: capability.kind.as_str().to_string(),
+            registration: capability.registration.to_string(),
+            source: source.to_string(),
+            registered_at: now,
+            updated_at: now,
+        };
+        self.store.write(move |conn| rows::save(conn, row)).await?;
+        let mut current = self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut next = Capabilities::clone(&current);
+        next.insert(capability.id.clone(), capability.clone());
+        *current = Arc::new(next);
+        Ok(capability)
+    }
+
+    /// The active capabilities now.
+    pub fn snapshot(&self) -> Arc<Capabilities> {
+        self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+}

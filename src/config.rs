@@ -1,0 +1,251 @@
+//! Settings: the documented defaults in `config/flexrun.toml` (compiled in), an optional file named
+//! by `FLEXRUN_CONFIG`, then the environment variables that are part of flexrun's contract.
+//!
+//! Loading never touches the network; a missing API key is only noticed when a model is called.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The defaults, kept in one place: the same file documents them for operators.
+const DEFAULTS: &str = include_str!("../config/flexrun.toml");
+
+/// Why settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration: {0}")]
+    Load(#[from] config::ConfigError),
+    #[error("configuration: `bind` = {value:?} is not a socket address (e.g. 127.0.0.1:8080)")]
+    Bind { value: String },
+    #[error(
+        "configuration: refusing to listen on {bind} without API keys; set FLEXRUN_API_KEYS / \
+         FLEXRUN_OPERATOR_KEYS, or `auth.allow_anonymous = true` if the network is trusted"
+    )]
+    AnonymousPublic { bind: SocketAddr },
+}
+
+/// A secret string (API keys): deserialises like a string, never prints its value.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    /// The value, for the one place that must send it (an Authorization header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"[redacted]\"" })
+    }
+}
+
+/// All of flexrun's settings. See `config/flexrun.toml` for what each key means.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub bind: String,
+    pub database_url: String,
+    pub capabilities_dir: String,
+    pub llm: LlmSettings,
+    pub replan: ReplanSettings,
+    pub limits: Limits,
+    pub auth: AuthSettings,
+    pub http_capabilities: HttpCapabilitySettings,
+    #[serde(default)]
+    pub facets: BTreeMap<String, FacetDefinition>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSettings {
+    pub base_url: String,
+    pub api_key: Secret,
+    pub model: String,
+    pub timeout_secs: u64,
+    pub planner_response_format: PlannerResponseFormat,
+}
+
+/// How the planner asks the model for JSON; not every OpenAI-compatible server supports every form.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PlannerResponseFormat {
+    JsonSchema,
+    JsonObject,
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplanSettings {
+    pub enabled: bool,
+    pub max_goal_condition_replans: u32,
+    pub max_replans: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_concurrent_nodes: usize,
+    pub capability_timeout_secs: u64,
+    pub max_capability_response_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    pub api_keys: Vec<Secret>,
+    pub operator_keys: Vec<Secret>,
+    pub allow_anonymous: bool,
+}
+
+impl AuthSettings {
+    /// Whether any key is configured; without keys every request is an anonymous operator.
+    pub fn enabled(&self) -> bool {
+        self.api_keys.iter().chain(&self.operator_keys).any(|k| !k.is_empty())
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpCapabilitySettings {
+    pub allowed_url_prefixes: Vec<String>,
+}
+
+/// One entry of the optional facet catalog.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FacetDefinition {
+    pub description: Option<String>,
+    pub schema: Option<Value>,
+}
+
+/// Environment variables that override a setting, in order of preference.
+const ENV_OVERRIDES: &[(&str, &[&str])] = &[
+    ("bind", &["FLEXRUN_BIND"]),
+    ("database_url", &["FLEXRUN_DATABASE_URL"]),
+    ("capabilities_dir", &["FLEXRUN_CAPABILITIES_DIR"]),
+    ("llm.base_url", &["FLEXRUN_LLM_BASE_URL", "OPENAI_BASE_URL"]),
+    ("llm.api_key", &["FLEXRUN_LLM_API_KEY", "OPENAI_API_KEY"]),
+    ("llm.model", &["FLEXRUN_LLM_MODEL"]),
+    ("replan.max_goal_condition_replans", &["FLEXRUN_GOAL_CONDITION_REPLAN_LIMIT"]),
+];
+
+/// Comma-separated list variables.
+const ENV_LIST_OVERRIDES: &[(&str, &str)] =
+    &[("auth.api_keys", "FLEXRUN_API_KEYS"), ("auth.operator_keys", "FLEXRUN_OPERATOR_KEYS")];
+
+impl Settings {
+    /// Loads the settings from the defaults, `FLEXRUN_CONFIG` and the process environment.
+    pub fn load() -> Result<Self, ConfigError> {
+        Self::load_from(|name| std::env::var(name).ok())
+    }
+
+    /// Loads the settings with `env` standing in for the process environment (tests, the demo).
+    pub fn load_from(env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
+        if let Some(path) = env("FLEXRUN_CONFIG").filter(|p| !p.is_empty()) {
+            builder = builder.add_source(config::File::new(&path, config::FileFormat::Toml));
+        }
+        for (key, names) in ENV_OVERRIDES {
+            let value = names.iter().find_map(|name| env(name).filter(|v| !v.is_empty()));
+            builder = builder.set_override_option(*key, value)?;
+        }
+        for (key, name) in ENV_LIST_OVERRIDES {
+            if let Some(list) = env(name) {
+                let items: Vec<String> =
+                    list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+                builder = builder.set_override(*key, items)?;
+            }
+        }
+        let settings: Settings = builder.build()?.try_deserialize()?;
+        settings.check()?;
+        Ok(settings)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let bind = self.bind_addr()?;
+        if !self.auth.enabled() && !self.auth.allow_anonymous && !bind.ip().is_loopback() {
+            return Err(ConfigError::AnonymousPublic { bind });
+        }
+        Ok(())
+    }
+
+    /// The listen address.
+    pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.bind.parse().map_err(|_| ConfigError::Bind { value: self.bind.clone() })
+    }
+
+    /// The capability registration directory, if one is configured.
+    pub fn capabilities_dir(&self) -> Option<PathBuf> {
+        (!self.capabilities_dir.is_empty()).then(|| PathBuf::from(&self.capabilities_dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let map: HashMap<String, String> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Settings::load_from(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let s = load(&[]).unwrap();
+        assert_eq!(s.bind, "127.0.0.1:8080");
+        assert_eq!(s.database_url, "sqlite://flexrun.db");
+        assert_eq!(s.replan.max_goal_condition_replans, 2);
+        assert_eq!(s.replan.max_replans, 4);
+        assert!(!s.auth.enabled());
+        assert!(s.capabilities_dir().is_none());
+    }
+
+    #[test]
+    fn contract_environment_variables_override() {
+        let s = load(&[
+            ("FLEXRUN_BIND", "127.0.0.1:9999"),
+            ("OPENAI_BASE_URL", "http://fallback/v1"),
+            ("FLEXRUN_LLM_API_KEY", "sk-test"),
+            ("OPENAI_API_KEY", "sk-other"),
+            ("FLEXRUN_GOAL_CONDITION_REPLAN_LIMIT", "5"),
+            ("FLEXRUN_API_KEYS", "a, b,"),
+        ])
+        .unwrap();
+        assert_eq!(s.bind, "127.0.0.1:9999");
+        assert_eq!(s.llm.base_url, "http://fallback/v1");
+        assert_eq!(s.llm.api_key.expose(), "sk-test");
+        assert_eq!(s.replan.max_goal_condition_replans, 5);
+        assert_eq!(s.auth.api_keys, vec![Secret::new("a"), Secret::new("b")]);
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let s = load(&[("FLEXRUN_LLM_API_KEY", "sk-very-secret")]).unwrap();
+        assert!(!format!("{s:?}").contains("sk-very-secret"));
+    }
+
+    #[test]
+    fn public_bind_without_keys_is_refused() {
+        let err = load(&[("FLEXRUN_BIND", "0.0.0.0:8080")]).unwrap_err();
+        assert!(matches!(err, ConfigError::AnonymousPublic { .. }), "{err}");
+        assert!(load(&[("FLEXRUN_BIND", "0.0.0.0:8080"), ("FLEXRUN_API_KEYS", "k")]).is_ok());
+    }
+}

@@ -1,0 +1,183 @@
+//! Payloads of each frame type, with the anchor's field names (spec §4).
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::condition::GoalConditionResult;
+use crate::contract::SchemaViolation;
+pub use crate::plan::Phase;
+use crate::plan::{Edge, Plan, PlanNode};
+use crate::planner::Diagnostic;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Start {
+    pub run_id: String,
+    pub thread_id: Option<String>,
+    pub correlation_id: String,
+}
+
+/// Why a run is replanned, carried by every frame of a replan round.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplanInfo {
+    pub reason: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_goal_conditions: Vec<GoalConditionResult>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilitySummary {
+    pub capability_id: String,
+    pub display_name: String,
+    pub status: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanRequested {
+    pub attempt: u32,
+    pub phase: Phase,
+    pub capabilities: Vec<CapabilitySummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replan: Option<ReplanInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanRejected {
+    pub attempt: u32,
+    pub phase: Phase,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// The plan as frames show it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanView {
+    pub run_id: String,
+    #[serde(flatten)]
+    pub plan: Plan,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanGenerated {
+    pub plan: PlanView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replan: Option<ReplanInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Trigger {
+    pub reason: String,
+    pub details: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanUpdated {
+    pub previous_version: u32,
+    pub version: u32,
+    pub trigger: Trigger,
+    pub replan: ReplanInfo,
+    pub nodes: Vec<PlanNode>,
+    pub edges: Vec<Edge>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Facets {
+    pub input: Vec<String>,
+    pub output: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStart {
+    #[serde(skip)]
+    pub node_id: String,
+    pub capability_id: String,
+    pub label: String,
+    pub kind: String,
+    pub started_at: String,
+    pub executor_type: &'static str,
+    pub facets: Facets,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeComplete {
+    #[serde(skip)]
+    pub node_id: String,
+    pub capability_id: String,
+    pub label: String,
+    pub completed_at: String,
+    pub output: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorInfo {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeError {
+    #[serde(skip)]
+    pub node_id: String,
+    pub capability_id: String,
+    pub label: String,
+    pub error: ErrorInfo,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidationError {
+    #[serde(skip)]
+    pub node_id: Option<String>,
+    /// `capability_output` or `final_output`.
+    pub scope: &'static str,
+    pub errors: Vec<SchemaViolation>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GoalConditionFailed {
+    pub run_id: String,
+    pub trigger: Trigger,
+    pub failed_goal_conditions: Vec<GoalConditionResult>,
+    pub attempt: u32,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Log {
+    pub severity: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompleteStatus {
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Complete {
+    pub status: CompleteStatus,
+    pub output: Value,
+    #[serde(rename = "goal_condition_results", skip_serializing_if = "Option::is_none")]
+    pub goal_condition_results: Option<Vec<GoalConditionResult>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}

@@ -1,0 +1,27 @@
+//! flexrun runs LLM-planned agent runs and replans until the caller's goal conditions hold.
+//!
+//! A caller posts a [`envelope::TaskEnvelope`]; the [`planner`] turns it into a [`plan::Plan`] of
+//! [`capability`] steps; the [`run`] coordinator executes it, evaluates every goal [`condition`]
+//! and, when one fails, asks for a corrective plan. Every step is a frame ([`events`]) committed to
+//! the [`store`] before it is streamed over SSE by the [`http`] server.
+//!
+//! Pure logic (conditions, contracts, plans, drafts, the status state machine, the replan budget)
+//! does no I/O and is tested on its own; `services` wires the I/O parts together.
+
+pub mod capability;
+
+pub mod condition;
+pub mod config;
+pub mod contract;
+pub mod envelope;
+pub mod events;
+pub mod facet;
+
+pub mod llm;
+pub mod plan;
+pub mod planner;
+pub mod run;
+pub mod services;
+
+pub mod store;
+pub mod validation;

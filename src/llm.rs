@@ -1,0 +1,194 @@
+//! The model client: one Chat Completions call against any OpenAI-compatible endpoint, through
+//! async-openai. Used by the planner and by `ai` capabilities.
+//!
+//! async-openai's own retry layer is replaced by a plain transport, so a call here is exactly one
+//! HTTP request: retry decisions belong to flexrun, which records them, and hidden retries would
+//! multiply the attempts a caller configured.
+
+use std::time::Duration;
+
+use async_openai::Client;
+use async_openai::config::OpenAIConfig;
+use async_openai::error::OpenAIError;
+use async_openai::middleware::ReqwestService;
+use async_openai::types::chat::{
+    ChatCompletionRequestMessage, ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
+    CreateChatCompletionRequestArgs, ResponseFormat, ResponseFormatJsonSchema,
+};
+use serde_json::Value;
+
+use crate::config::LlmSettings;
+
+/// Why a model call failed. [`LlmError::is_transient`] separates failures worth retrying from
+/// ones that will not change on a second try.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    #[error("model call timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("could not reach the model endpoint: {0}")]
+    Connection(String),
+    #[error("model endpoint answered {status}: {message}")]
+    Status { status: u16, message: String },
+    #[error("model endpoint sent a response that is not a chat completion: {0}")]
+    Protocol(String),
+    #[error("model returned no content{0}")]
+    Empty(String),
+    #[error("invalid model request: {0}")]
+    Request(String),
+}
+
+impl LlmError {
+    /// Timeouts, connection errors, 408, 429 and 5xx: the same call may succeed later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Timeout(_) | Self::Connection(_) => true,
+            Self::Status { status, .. } => matches!(status, 408 | 429) || *status >= 500,
+            Self::Protocol(_) | Self::Empty(_) | Self::Request(_) => false,
+        }
+    }
+}
+
+/// The shape the answer must have.
+#[derive(Debug, Clone)]
+pub enum ResponseShape {
+    /// Plain text.
+    Text,
+    /// Any JSON object (`response_format: json_object`).
+    JsonObject,
+    /// JSON matching `schema` (`response_format: json_schema`, non-strict: flexrun validates).
+    JsonSchema { name: String, schema: Value },
+}
+
+/// One system + user exchange.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub system: String,
+    pub user: String,
+    pub shape: ResponseShape,
+}
+
+/// A configured model client. Creating it makes no network call.
+#[derive(Clone)]
+pub struct LlmClient {
+    client: Client<OpenAIConfig>,
+    model: String,
+    timeout: Duration,
+}
+
+impl LlmClient {
+    pub fn new(settings: &LlmSettings) -> Self {
+        let config = OpenAIConfig::new()
+            .with_api_base(settings.base_url.trim_end_matches('/'))
+            .with_api_key(settings.api_key.expose());
+        let transport = ReqwestService::new(reqwest::Client::new());
+        let client = Client::with_config(config).with_http_service(transport);
+        Self { client, model: settings.model.clone(), timeout: Duration::from_secs(settings.timeout_secs) }
+    }
+
+    /// The model name sent with every request.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Sends one request and returns the assistant message content.
+    pub async fn complete(&self, request: ChatRequest) -> Result<String, LlmError> {
+        let messages: Vec<ChatCompletionRequestMessage> = vec![
+            ChatCompletionRequestSystemMessage::from(request.system).into(),
+            ChatCompletionRequestUserMessage::from(request.user).into(),
+        ];
+        let mut args = CreateChatCompletionRequestArgs::default();
+        args.model(&self.model).messages(messages);
+        match request.shape {
+            ResponseShape::Text => {}
+            ResponseShape::JsonObject => {
+                args.response_format(ResponseFormat::JsonObject);
+            }
+            ResponseShape::JsonSchema { name, schema } => {
+                args.response_format(ResponseFormat::JsonSchema {
+                    json_schema: ResponseFormatJsonSchema {
+                        description: None,
+                        name,
+                        schema,
+                        strict: Some(false),
+                    },
+                });
+            }
+        }
+        let body = args.build().map_err(|e| LlmError::Request(e.to_string()))?;
+        let response = tokio::time::timeout(self.timeout, self.client.chat().create(body))
+            .await
+            .map_err(|_| LlmError::Timeout(self.timeout))?
+            .map_err(classify)?;
+        let choice = response.choices.into_iter().next();
+        let finish = choice.as_ref().and_then(|c| c.finish_reason).map(|r| format!(" (finish reason {r:?})"));
+        choice
+            .and_then(|c| c.message.content)
+            .filter(|content| !content.trim().is_empty())
+            .ok_or_else(|| LlmError::Empty(finish.unwrap_or_default()))
+    }
+}
+
+fn classify(error: OpenAIError) -> LlmError {
+    match error {
+        OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Timeout(Duration::ZERO),
+        OpenAIError::Reqwest(e) => LlmError::Connection(without_url(e)),
+        OpenAIError::ApiError(api) => {
+            LlmError::Status { status: api.status_code.as_u16(), message: api.api_error.message }
+        }
+        OpenAIError::JSONDeserialize(e, _) => LlmError::Protocol(e.to_string()),
+        OpenAIError::StreamError(e) => LlmError::Protocol(e.to_string()),
+        other => LlmError::Request(other.to_string()),
+    }
+}
+
+/// reqwest errors name the URL, which may carry credentials in a query string; keep the cause only.
+fn without_url(error: reqwest::Error) -> String {
+    use std::error::Error as _;
+    let error = error.without_url();
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+/// Reads a JSON value from model output, tolerating a fenced ```json block around it.
+pub fn parse_json_content(content: &str) -> Result<Value, String> {
+    let trimmed = content.trim();
+    let inner = trimmed
+        .strip_prefix("```")
+        .map(|rest| {
+            let rest = rest.strip_prefix("json").or_else(|| rest.strip_prefix("JSON")).unwrap_or(rest);
+            rest.trim_end().strip_suffix("```").unwrap_or(rest)
+        })
+        .unwrap_or(trimmed);
+    serde_json::from_str(inner.trim()).map_err(|e| format!("not valid JSON ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_plain_and_fenced_json() {
+        assert_eq!(parse_json_content(" {\"a\":1} ").unwrap(), json!({"a": 1}));
+        assert_eq!(parse_json_content("```json\n{\"a\":1}\n```").unwrap(), json!({"a": 1}));
+        assert_eq!(parse_json_content("```\n[1]\n```\n").unwrap(), json!([1]));
+        assert!(parse_json_content("Sure! Here is the plan").unwrap_err().contains("not valid JSON"));
+    }
+
+    #[test]
+    fn transient_classification() {
+        let status = |status| LlmError::Status { status, message: String::new() };
+        assert!(status(429).is_transient());
+        assert!(status(503).is_transient());
+        assert!(!status(401).is_transient());
+        assert!(!status(400).is_transient());
+        assert!(LlmError::Timeout(Duration::ZERO).is_transient());
+        assert!(!LlmError::Protocol("x".into()).is_transient());
+    }
+}

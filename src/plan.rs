@@ -1,0 +1,190 @@
+//! Plans: a versioned DAG of capability steps. Pure data and graph logic (readiness, cycles);
+//! the planner builds plans, the run coordinator walks them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+/// The state of one node within a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatus {
+    Pending,
+    Running,
+    Completed,
+    Failed,
+}
+
+impl NodeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanNode {
+    /// Stable across plan versions: derived from the planner's `stage`.
+    pub id: String,
+    pub stage: String,
+    pub label: String,
+    pub capability_id: String,
+    pub kind: String,
+    pub input_facets: Vec<String>,
+    pub output_facets: Vec<String>,
+    pub rationale: Vec<String>,
+    pub instructions: Vec<String>,
+    /// `completed` for a node whose earlier completion carries into this version, else `pending`.
+    pub status: NodeStatus,
+}
+
+/// `to` may start only after `from` completed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edge {
+    pub from: String,
+    pub to: String,
+    /// `depends_on` (explicit in the draft) or `facet:<name>` (derived from who produces a facet).
+    pub reason: String,
+}
+
+/// A plan version of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub version: u32,
+    pub nodes: Vec<PlanNode>,
+    pub edges: Vec<Edge>,
+    pub metadata: PlanMetadata,
+}
+
+/// `initial` for the first plan of a run, `replan` afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Initial,
+    Replan,
+}
+
+/// How a plan came to be.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanMetadata {
+    pub planner_model: String,
+    /// The run-wide planner attempt that produced this plan.
+    pub planner_attempt: u32,
+    pub phase: Phase,
+    pub draft_node_count: usize,
+}
+
+impl Plan {
+    pub fn node(&self, id: &str) -> Option<&PlanNode> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    /// Nodes that may start now: not started, and every predecessor completed. In plan order.
+    pub fn ready<'a>(&'a self, status: &HashMap<String, NodeStatus>) -> Vec<&'a PlanNode> {
+        let is = |id: &str, wanted| status.get(id).copied().unwrap_or(NodeStatus::Pending) == wanted;
+        self.nodes
+            .iter()
+            .filter(|node| is(&node.id, NodeStatus::Pending))
+            .filter(|node| {
+                self.edges.iter().filter(|e| e.to == node.id).all(|e| is(&e.from, NodeStatus::Completed))
+            })
+            .collect()
+    }
+
+    /// The ids of direct predecessors of `id`.
+    pub fn predecessors<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.edges.iter().filter(move |e| e.to == id).map(|e| e.from.as_str())
+    }
+}
+
+/// Nodes that can never start because they lie on a cycle of `edges` or after one (empty for a
+/// DAG), sorted.
+pub fn blocked_by_cycles(node_ids: &[String], edges: &[Edge]) -> Vec<String> {
+    // Kahn's algorithm: whatever cannot be removed lies on, or behind, a cycle.
+    let mut incoming: BTreeMap<&str, usize> = node_ids.iter().map(|id| (id.as_str(), 0)).collect();
+    for edge in edges {
+        if let Some(count) = incoming.get_mut(edge.to.as_str()) {
+            *count += 1;
+        }
+    }
+    let mut ready: Vec<&str> = incoming.iter().filter(|(_, n)| **n == 0).map(|(id, _)| *id).collect();
+    let mut removed: HashSet<&str> = HashSet::new();
+    while let Some(id) = ready.pop() {
+        removed.insert(id);
+        for edge in edges.iter().filter(|e| e.from == id) {
+            if let Some(count) = incoming.get_mut(edge.to.as_str()) {
+                *count -= 1;
+                if *count == 0 {
+                    ready.push(edge.to.as_str());
+                }
+            }
+        }
+    }
+    incoming.keys().filter(|id| !removed.contains(*id)).map(|id| id.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str) -> PlanNode {
+        PlanNode {
+            id: id.into(),
+            stage: id.into(),
+            label: id.into(),
+            capability_id: "cap".into(),
+            kind: "execution".into(),
+            input_facets: vec![],
+            output_facets: vec![],
+            rationale: vec![],
+            instructions: vec![],
+            status: NodeStatus::Pending,
+        }
+    }
+
+    fn edge(from: &str, to: &str) -> Edge {
+        Edge { from: from.into(), to: to.into(), reason: "depends_on".into() }
+    }
+
+    fn plan(ids: &[&str], edges: Vec<Edge>) -> Plan {
+        Plan {
+            version: 1,
+            nodes: ids.iter().map(|id| node(id)).collect(),
+            edges,
+            metadata: PlanMetadata {
+                planner_model: "m".into(),
+                planner_attempt: 1,
+                phase: Phase::Initial,
+                draft_node_count: ids.len(),
+            },
+        }
+    }
+
+    #[test]
+    fn independent_nodes_are_ready_together() {
+        let p = plan(&["a", "b", "c"], vec![edge("a", "c"), edge("b", "c")]);
+        let ids = |nodes: Vec<&PlanNode>| nodes.iter().map(|n| n.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(p.ready(&HashMap::new())), ["a", "b"]);
+        let mut status = HashMap::from([("a".to_string(), NodeStatus::Completed)]);
+        assert_eq!(ids(p.ready(&status)), ["b"]);
+        status.insert("b".into(), NodeStatus::Running);
+        assert!(p.ready(&status).is_empty());
+        status.insert("b".into(), NodeStatus::Completed);
+        assert_eq!(ids(p.ready(&status)), ["c"]);
+    }
+
+    #[test]
+    fn cycles_are_found() {
+        let ids: Vec<String> = ["a", "b", "c", "d"].map(String::from).into();
+        assert!(blocked_by_cycles(&ids, &[edge("a", "b"), edge("b", "c")]).is_empty());
+        let cyclic = blocked_by_cycles(&ids, &[edge("a", "b"), edge("b", "c"), edge("c", "b"), edge("c", "d")]);
+        assert_eq!(cyclic, ["b", "c", "d"]);
+    }
+}

@@ -1,0 +1,57 @@
+//! The planner: asks an OpenAI-compatible model for a plan draft and checks what comes back.
+//!
+//! [`prompt`] builds the request from named sections, [`draft`] validates and compiles the answer.
+//! The attempt loop (one retry with the diagnostics of a rejected draft) and the frames it emits
+//! belong to the run coordinator.
+
+pub mod draft;
+pub mod prompt;
+
+use std::sync::LazyLock;
+
+use serde_json::Value;
+
+use crate::config::PlannerResponseFormat;
+use crate::llm::{ChatRequest, LlmClient, LlmError, ResponseShape, parse_json_content};
+
+pub use draft::{Diagnostic, DraftContext, RequiredFacet};
+pub use prompt::{CompletedWork, PromptInput, Replan};
+
+/// Planning rounds get this many drafts: the first, and one more that sees the first one's problems.
+pub const DRAFT_ATTEMPTS: u32 = 2;
+
+static DRAFT_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
+    serde_json::from_str(include_str!("plan-draft.schema.json")).expect("built-in draft schema is JSON")
+});
+
+/// The planner model client.
+#[derive(Clone)]
+pub struct Planner {
+    llm: LlmClient,
+    format: PlannerResponseFormat,
+}
+
+impl Planner {
+    pub fn new(llm: LlmClient, format: PlannerResponseFormat) -> Self {
+        Self { llm, format }
+    }
+
+    pub fn model(&self) -> &str {
+        self.llm.model()
+    }
+
+    /// Asks for one draft. The outer error is a failed call; the inner one a reply that is not JSON
+    /// (a content problem, handled like any other rejected draft).
+    pub async fn draft(&self, input: &PromptInput<'_>) -> Result<Result<Value, Diagnostic>, LlmError> {
+        let (system, user) = prompt::build(input);
+        let shape = match self.format {
+            PlannerResponseFormat::JsonSchema => {
+                ResponseShape::JsonSchema { name: "plan_draft".into(), schema: DRAFT_SCHEMA.clone() }
+            }
+            PlannerResponseFormat::JsonObject => ResponseShape::JsonObject,
+            PlannerResponseFormat::None => ResponseShape::Text,
+        };
+        let content = self.llm.complete(ChatRequest { system, user, shape }).await?;
+        Ok(parse_json_content(&content).map_err(|problem| Diagnostic::not_json(&problem)))
+    }
+}

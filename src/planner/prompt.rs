@@ -1,0 +1,353 @@
+//! The planner prompt, built from named sections so each part can be read, tested and changed on
+//! its own. Long values are truncated so a prompt stays bounded whatever a run produced.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::draft::Diagnostic;
+use crate::capability::Capability;
+use crate::condition::GoalConditionResult;
+use crate::config::FacetDefinition;
+use crate::envelope::TaskEnvelope;
+use crate::plan::Plan;
+
+/// Longest rendering of one JSON value in a prompt, in characters.
+const MAX_VALUE_CHARS: usize = 2000;
+
+/// A node that completed earlier in the run, with what it produced.
+#[derive(Debug, Clone)]
+pub struct CompletedWork {
+    pub node_id: String,
+    pub stage: String,
+    pub capability_id: String,
+    pub output_facets: Vec<String>,
+    pub output: Value,
+}
+
+/// Why a new plan is requested after an earlier one.
+#[derive(Debug, Clone)]
+pub struct Replan<'a> {
+    /// `goal_condition_failed`, or another trigger's reason.
+    pub reason: &'a str,
+    pub failed_goal_conditions: &'a [GoalConditionResult],
+    pub completed: &'a [CompletedWork],
+    pub previous_plan: &'a Plan,
+}
+
+/// Everything the planner prompt is built from.
+pub struct PromptInput<'a> {
+    pub envelope: &'a TaskEnvelope,
+    pub capabilities: &'a [Arc<Capability>],
+    pub facet_catalog: &'a BTreeMap<String, FacetDefinition>,
+    pub replan: Option<Replan<'a>>,
+    /// Problems of the previous draft in this planning round, if it was rejected.
+    pub rejected_draft: &'a [Diagnostic],
+}
+
+/// The system and user messages.
+pub fn build(input: &PromptInput<'_>) -> (String, String) {
+    (system(), user(input))
+}
+
+fn system() -> String {
+    let mut s = String::from(
+        "You are the flexrun planner. Turn a task envelope into a minimal plan of capability steps. \
+         Answer with one JSON object (a PlanDraft) and nothing else: no markdown, no commentary.\n\n",
+    );
+    s.push_str("### PLAN DRAFT SCHEMA\n");
+    s.push_str(
+        "{\"nodes\": [{\"stage\": string (unique step name; it becomes the node id),\n\
+         \"capabilityId\": string (one of the listed capabilities),\n\
+         \"kind\"?: string, \"label\"?: string,\n\
+         \"inputFacets\"?: string[], \"outputFacets\"?: string[] (a subset of the capability's output facets),\n\
+         \"rationale\"?: string, \"instructions\"?: string[],\n\
+         \"dependsOn\"?: string[] (stages that must complete first; without it, a step waits for the \
+         earlier steps producing the facets it reads),\n\
+         \"status\"?: \"pending\" | \"completed\"}]}\n\n",
+    );
+    s.push_str("### PLANNER RULES\n");
+    for (i, rule) in [
+        "Use only capability ids from the CAPABILITIES table, with their facet names spelt exactly.",
+        "Every facet a step reads must be an input or be produced by an earlier step.",
+        "Produce every facet named by the output contract and by the goal conditions.",
+        "Use the fewest steps that satisfy the objective, the output contract and every goal condition.",
+        "Give each step a rationale and concrete instructions for the capability.",
+        "When replanning: keep every completed step you still need under its exact stage name; it is \
+         not run again. Completed work and the current run context outweigh the old plan. Mark a \
+         completed step \"status\": \"pending\" only if it must run again.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let _ = writeln!(s, "{}. {rule}", i + 1);
+    }
+    s
+}
+
+fn user(input: &PromptInput<'_>) -> String {
+    let envelope = input.envelope;
+    let mut s = String::new();
+    section(&mut s, "OBJECTIVE", &envelope.objective);
+    section(&mut s, "INPUTS", &facet_values(envelope.inputs.iter()));
+    section(&mut s, "OUTPUT CONTRACT", &json(&serde_json::to_value(&envelope.output_contract).unwrap_or_default()));
+    if !envelope.goal_conditions.is_empty() {
+        let mut goals = String::from("Every condition must hold before the run can finish:\n");
+        for g in &envelope.goal_conditions {
+            let _ = writeln!(goals, "- facet \"{}\" @ path \"{}\": {}", g.facet, g.path, g.expression());
+        }
+        section(&mut s, "GOAL CONDITIONS", &goals);
+    }
+    section(&mut s, "CAPABILITIES", &capability_table(input.capabilities));
+    if !input.facet_catalog.is_empty() {
+        section(&mut s, "FACET CATALOG", &facet_catalog(input.facet_catalog));
+    }
+    if !envelope.special_instructions.is_empty() {
+        section(&mut s, "SPECIAL INSTRUCTIONS", &bullets(&envelope.special_instructions));
+    }
+    if let Some(planner) = &envelope.planner_policy {
+        section(&mut s, "POLICIES", &json(planner));
+    }
+    if let Some(replan) = &input.replan {
+        replan_sections(&mut s, replan);
+    }
+    if !input.rejected_draft.is_empty() {
+        let mut text = String::from("Your previous draft was rejected. Fix every problem:\n");
+        for d in input.rejected_draft {
+            let _ = writeln!(text, "- [{}] {}", d.code, d.message);
+        }
+        section(&mut s, "PREVIOUS DRAFT DIAGNOSTICS", &text);
+    }
+    section(&mut s, "OUTPUT FORMAT", "Return only the PlanDraft JSON object.");
+    s
+}
+
+fn replan_sections(s: &mut String, replan: &Replan<'_>) {
+    section(s, "REPLAN REASON", replan.reason);
+    let mut completed = String::new();
+    if replan.completed.is_empty() {
+        completed.push_str("No step has completed yet.\n");
+    }
+    for work in replan.completed {
+        let _ = writeln!(
+            completed,
+            "- stage \"{}\" (node {}) → capability {} | output facets: {}\n  output: {}",
+            work.stage,
+            work.node_id,
+            work.capability_id,
+            work.output_facets.join(", "),
+            truncate(&work.output.to_string())
+        );
+    }
+    section(s, "COMPLETED NODES", &completed);
+    let snapshot: Vec<Value> = replan
+        .previous_plan
+        .nodes
+        .iter()
+        .map(|n| serde_json::json!({"stage": n.stage, "capabilityId": n.capability_id, "nodeId": n.id}))
+        .collect();
+    section(
+        s,
+        "PREVIOUS PLAN",
+        &format!("Version {}: {}", replan.previous_plan.version, Value::Array(snapshot)),
+    );
+    if !replan.failed_goal_conditions.is_empty() {
+        section(s, "GOAL CONDITION REPAIR", &goal_condition_repair(replan.failed_goal_conditions));
+    }
+}
+
+/// The repair section: each failed condition with what was observed, and the rule that all must
+/// hold before the run may finish.
+pub fn goal_condition_repair(failed: &[GoalConditionResult]) -> String {
+    let mut s = String::from(
+        "The following goal conditions must evaluate `true` before completion. Replan nodes to \
+         gather the needed data or transformations that satisfy every predicate:\n",
+    );
+    for (i, r) in failed.iter().enumerate() {
+        let _ = writeln!(s, "\n{}. Facet \"{}\" @ path \"{}\"", i + 1, r.facet, r.path);
+        let _ = writeln!(s, "  Expression:\n  {}", r.expression);
+        if let Some(dsl) = r.dsl.as_ref().filter(|dsl| **dsl != r.expression) {
+            let _ = writeln!(s, "  Original DSL:\n  {dsl}");
+        }
+        if let Some(logic) = &r.json_logic {
+            let _ = writeln!(s, "  JSON Logic:\n  {logic}");
+        }
+        if let Some(observed) = &r.observed_value {
+            let _ = writeln!(s, "  Observed value:\n  {}", truncate(&observed.to_string()));
+        }
+        match &r.error {
+            Some(error) => {
+                let _ = writeln!(s, "  Evaluator error: {error}");
+            }
+            None => s.push_str("  Result: FAILED (satisfied=false)\n"),
+        }
+    }
+    s
+}
+
+fn capability_table(capabilities: &[Arc<Capability>]) -> String {
+    let mut s = String::from("| Capability ID | Name | Kind | Input facets | Output facets | Summary |\n|---|---|---|---|---|---|\n");
+    for c in capabilities {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            c.id,
+            c.display_name,
+            c.kind.as_str(),
+            or_dash(&c.input_facets.join(", ")),
+            or_dash(&c.output_facets.join(", ")),
+            c.summary.replace('\n', " ")
+        );
+    }
+    s
+}
+
+fn facet_catalog(catalog: &BTreeMap<String, FacetDefinition>) -> String {
+    let mut s = String::new();
+    for (name, facet) in catalog {
+        let _ = write!(s, "- {name}");
+        if let Some(description) = &facet.description {
+            let _ = write!(s, ": {description}");
+        }
+        if let Some(schema) = &facet.schema {
+            let _ = write!(s, " (schema: {})", truncate(&schema.to_string()));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn facet_values<'a>(values: impl Iterator<Item = (&'a String, &'a Value)>) -> String {
+    let mut s = String::new();
+    for (name, value) in values {
+        let _ = writeln!(s, "- {name}: {}", truncate(&value.to_string()));
+    }
+    if s.is_empty() { "none".to_string() } else { s }
+}
+
+fn bullets(items: &[String]) -> String {
+    items.iter().map(|i| format!("- {i}\n")).collect()
+}
+
+fn json(value: &Value) -> String {
+    truncate(&value.to_string())
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() { "—" } else { s }
+}
+
+fn section(out: &mut String, title: &str, body: &str) {
+    let _ = write!(out, "### {title}\n{}\n\n", body.trim_end());
+}
+
+fn truncate(text: &str) -> String {
+    match text.char_indices().nth(MAX_VALUE_CHARS) {
+        Some((cut, _)) => format!("{}… (truncated)", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope;
+    use crate::plan::PlanMetadata;
+    use serde_json::json;
+
+    fn envelope() -> TaskEnvelope {
+        envelope::from_value(json!({
+            "objective": "Write a post",
+            "inputs": {"brief": {"topic": "flexrun"}},
+            "outputContract": {"mode": "facets", "facets": ["post_copy"]},
+            "goal_condition": [{"facet": "post_copy", "path": "/quality_score",
+                                "condition": {"jsonLogic": {">=": [{"var": "quality_score"}, 0.8]}}}],
+            "specialInstructions": ["Mention Rust"]
+        }))
+        .unwrap()
+    }
+
+    fn failed() -> GoalConditionResult {
+        GoalConditionResult {
+            facet: "post_copy".into(),
+            path: "/quality_score".into(),
+            expression: "{\">=\":[{\"var\":\"quality_score\"},0.8]}".into(),
+            satisfied: false,
+            dsl: None,
+            json_logic: Some(json!({">=": [{"var": "quality_score"}, 0.8]})),
+            observed_value: Some(json!(0.6)),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn initial_prompt_has_its_sections() {
+        let envelope = envelope();
+        let input = PromptInput {
+            envelope: &envelope,
+            capabilities: &[],
+            facet_catalog: &BTreeMap::new(),
+            replan: None,
+            rejected_draft: &[],
+        };
+        let (system, user) = build(&input);
+        assert!(system.contains("### PLAN DRAFT SCHEMA") && system.contains("### PLANNER RULES"));
+        for title in ["OBJECTIVE", "INPUTS", "OUTPUT CONTRACT", "GOAL CONDITIONS", "CAPABILITIES", "SPECIAL INSTRUCTIONS"] {
+            assert!(user.contains(&format!("### {title}\n")), "{title}: {user}");
+        }
+        assert!(!user.contains("GOAL CONDITION REPAIR"));
+        assert!(user.contains("- brief: {\"topic\":\"flexrun\"}"));
+    }
+
+    #[test]
+    fn replan_prompt_carries_completed_work_and_repair() {
+        let envelope = envelope();
+        let previous = Plan {
+            version: 1,
+            nodes: vec![],
+            edges: vec![],
+            metadata: PlanMetadata {
+                planner_model: "m".into(),
+                planner_attempt: 1,
+                phase: crate::plan::Phase::Initial,
+                draft_node_count: 0,
+            },
+        };
+        let completed = [CompletedWork {
+            node_id: "draft".into(),
+            stage: "draft".into(),
+            capability_id: "writer".into(),
+            output_facets: vec!["post_copy".into()],
+            output: json!({"quality_score": 0.6}),
+        }];
+        let failed = [failed()];
+        let input = PromptInput {
+            envelope: &envelope,
+            capabilities: &[],
+            facet_catalog: &BTreeMap::new(),
+            replan: Some(Replan {
+                reason: "goal_condition_failed",
+                failed_goal_conditions: &failed,
+                completed: &completed,
+                previous_plan: &previous,
+            }),
+            rejected_draft: &[],
+        };
+        let (_, user) = build(&input);
+        let repair = user.split("### GOAL CONDITION REPAIR\n").nth(1).expect("repair section");
+        assert!(repair.contains("Facet \"post_copy\" @ path \"/quality_score\""));
+        assert!(repair.contains("Observed value:\n  0.6"));
+        assert!(repair.contains("must evaluate `true` before completion"));
+        assert!(user.contains("stage \"draft\" (node draft) → capability writer"));
+        assert!(user.contains("### REPLAN REASON\ngoal_condition_failed"));
+    }
+
+    #[test]
+    fn long_values_are_truncated() {
+        let long = "x".repeat(MAX_VALUE_CHARS + 10);
+        assert!(truncate(&long).ends_with("… (truncated)"));
+        assert_eq!(truncate("short"), "short");
+    }
+}

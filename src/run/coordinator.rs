@@ -1,0 +1,646 @@
+//! The run coordinator: drives one run from its first plan to `complete`.
+//!
+//! plan → execute the DAG (independent nodes concurrently) → compose the output → evaluate goal
+//! conditions → on failure replan with a `GOAL CONDITION REPAIR` section, within the budget.
+//! Every state change is committed together with the frame that reports it (see [`Recorder`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{SecondsFormat, Utc};
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use serde_json::{Map, Value, json};
+
+use super::budget::{ReplanBudget, ReplanLimits};
+use super::context::RunContext;
+use super::recorder::Recorder;
+use super::status::RunStatus;
+use crate::capability::{Capabilities, CapabilityError, ContextBundle};
+use crate::condition::{self, GoalConditionResult};
+use crate::contract::{OutputContract, SchemaViolation};
+use crate::envelope::TaskEnvelope;
+use crate::events::Event;
+use crate::events::payload::*;
+use crate::plan::{NodeStatus, Plan, PlanMetadata, PlanNode};
+use crate::planner::{self, CompletedWork, Diagnostic, DraftContext, PromptInput, RequiredFacet};
+use crate::services::Services;
+use crate::store::plans::{self, NodeChange, PlanNodeRow, PlanVersionRow, RunOutputRow};
+use crate::store::runs::{self, RunChange};
+use crate::store::{DbConn, StoreError};
+
+/// How a run that cannot go on ends.
+struct Failure {
+    code: &'static str,
+    message: String,
+    details: Map<String, Value>,
+    output: Value,
+    goal_condition_results: Option<Vec<GoalConditionResult>>,
+}
+
+impl Failure {
+    fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), details: Map::new(), output: Value::Null, goal_condition_results: None }
+    }
+
+    fn detail(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.details.insert(key.to_string(), value.into());
+        self
+    }
+
+    fn error_json(&self) -> Value {
+        let mut error = Map::from_iter([("code".to_string(), json!(self.code)), ("message".to_string(), json!(self.message))]);
+        error.extend(self.details.clone());
+        Value::Object(error)
+    }
+}
+
+/// What a phase of the run came to.
+enum Step<T> {
+    Continue(T),
+    /// The run reached a terminal status; its `complete` frame is committed.
+    Ended,
+}
+
+type NodeRun = BoxFuture<'static, (String, Result<Value, CapabilityError>)>;
+
+pub(super) struct Coordinator {
+    services: Arc<Services>,
+    envelope: Arc<TaskEnvelope>,
+    recorder: Recorder,
+    status: RunStatus,
+    context: RunContext,
+    budget: ReplanBudget,
+    planner_attempts: u32,
+    capabilities: Arc<Capabilities>,
+    plan: Option<Arc<Plan>>,
+    nodes: HashMap<String, NodeStatus>,
+    /// Work completed in any plan version of this run, by node id, in completion order.
+    completed: Vec<CompletedWork>,
+    /// Goal conditions that failed last, given to nodes re-run to repair them.
+    repair: Vec<GoalConditionResult>,
+}
+
+impl Coordinator {
+    /// A coordinator for a run just created (status `pending`, `start` frame committed).
+    pub(super) fn new(services: Arc<Services>, envelope: Arc<TaskEnvelope>, recorder: Recorder) -> Self {
+        let limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
+        Self {
+            context: RunContext::seeded(&envelope.inputs),
+            capabilities: services.registry.snapshot(),
+            services,
+            envelope,
+            recorder,
+            status: RunStatus::Pending,
+            budget: ReplanBudget::new(limits),
+            planner_attempts: 0,
+            plan: None,
+            nodes: HashMap::new(),
+            completed: Vec::new(),
+            repair: Vec::new(),
+        }
+    }
+
+    fn run_id(&self) -> String {
+        self.recorder.run_id().to_string()
+    }
+
+    /// Runs to the end. A database failure stops the coordinator where it is: the run keeps its
+    /// last committed state.
+    pub(super) async fn drive(mut self) {
+        if let Err(error) = self.run().await {
+            tracing::error!(run_id = %self.run_id(), %error, "run coordinator stopped on a database error");
+        }
+        self.recorder.settle();
+    }
+
+    async fn run(&mut self) -> Result<(), StoreError> {
+        let mut replan = None;
+        loop {
+            if let Step::Ended = self.plan_round(replan.take()).await? {
+                return Ok(());
+            }
+            if let Step::Ended = self.execute().await? {
+                return Ok(());
+            }
+            match self.evaluate_goals().await? {
+                Step::Continue(next) => replan = Some(next),
+                Step::Ended => return Ok(()),
+            }
+        }
+    }
+
+    /// Commits `events` together with a status transition (if `to` is given), the run columns in
+    /// `change` and whatever `write` does.
+    async fn commit<F>(&mut self, events: Vec<Event>, to: Option<RunStatus>, change: RunChange, write: F) -> Result<(), StoreError>
+    where
+        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static,
+    {
+        let (run_id, from) = (self.run_id(), self.status);
+        self.recorder
+            .record(events, move |conn| {
+                match to {
+                    Some(to) => runs::transition(conn, &run_id, from, to, &change)?,
+                    None if change != RunChange::default() => runs::update(conn, &run_id, &change)?,
+                    None => {}
+                }
+                write(conn)
+            })
+            .await?;
+        if let Some(to) = to {
+            self.status = to;
+        }
+        Ok(())
+    }
+
+    // ----- planning -----------------------------------------------------------------------------
+
+    /// One planning round: up to [`planner::DRAFT_ATTEMPTS`] drafts, the later ones told what was
+    /// wrong with the earlier. Installs the first valid plan.
+    async fn plan_round(&mut self, replan: Option<ReplanInfo>) -> Result<Step<()>, StoreError> {
+        let phase = if replan.is_some() { Phase::Replan } else { Phase::Initial };
+        self.capabilities = self.services.registry.snapshot();
+        let mut rejected: Vec<Diagnostic> = Vec::new();
+        for _ in 0..planner::DRAFT_ATTEMPTS {
+            self.planner_attempts += 1;
+            let attempt = self.planner_attempts;
+            let requested = Event::PlanRequested(PlanRequested {
+                attempt,
+                phase,
+                capabilities: self.capability_summaries(),
+                replan: replan.clone(),
+            });
+            let to = (self.status == RunStatus::Pending).then_some(RunStatus::Planning);
+            let change = RunChange { planner_attempts: Some(attempt as i32), ..Default::default() };
+            self.commit(vec![requested], to, change, |_| Ok(())).await?;
+
+            let draft = match self.ask_planner(&replan, &rejected).await {
+                Ok(draft) => draft,
+                Err(error) => {
+                    let failure = Failure::new("planner_error", format!("The planner call failed: {error}"))
+                        .detail("attempt", attempt);
+                    return self.fail(failure, vec![]).await.map(|_| Step::Ended);
+                }
+            };
+            let compiled = draft.map_err(|d| vec![d]).and_then(|draft| self.compile(&draft, attempt, phase));
+            match compiled {
+                Ok(plan) => {
+                    self.install(plan, replan).await?;
+                    return Ok(Step::Continue(()));
+                }
+                Err(diagnostics) => {
+                    rejected = diagnostics.clone();
+                    self.commit(vec![Event::PlanRejected(PlanRejected { attempt, phase, diagnostics })], None, RunChange::default(), |_| Ok(()))
+                        .await?;
+                }
+            }
+        }
+        let failure = Failure::new(
+            "plan_rejected",
+            format!("The planner produced no valid plan in {} attempts", planner::DRAFT_ATTEMPTS),
+        )
+        .detail("diagnostics", serde_json::to_value(&rejected).unwrap_or_default());
+        self.fail(failure, vec![]).await.map(|_| Step::Ended)
+    }
+
+    fn capability_summaries(&self) -> Vec<CapabilitySummary> {
+        self.capabilities
+            .values()
+            .map(|c| CapabilitySummary { capability_id: c.id.clone(), display_name: c.display_name.clone(), status: "active" })
+            .collect()
+    }
+
+    async fn ask_planner(
+        &self,
+        replan: &Option<ReplanInfo>,
+        rejected: &[Diagnostic],
+    ) -> Result<Result<Value, Diagnostic>, crate::llm::LlmError> {
+        let capabilities: Vec<_> = self.capabilities.values().cloned().collect();
+        let previous = self.plan.clone();
+        let input = PromptInput {
+            envelope: &self.envelope,
+            capabilities: &capabilities,
+            facet_catalog: self.services.facets.definitions(),
+            replan: match (replan, previous.as_deref()) {
+                (Some(info), Some(previous_plan)) => Some(planner::Replan {
+                    reason: &info.reason,
+                    failed_goal_conditions: &info.failed_goal_conditions,
+                    completed: &self.completed,
+                    previous_plan,
+                }),
+                _ => None,
+            },
+            rejected_draft: rejected,
+        };
+        self.services.planner.draft(&input).await
+    }
+
+    fn compile(&self, draft: &Value, attempt: u32, phase: Phase) -> Result<Plan, Vec<Diagnostic>> {
+        let mut required: Vec<RequiredFacet> = self
+            .envelope
+            .output_contract
+            .facets()
+            .iter()
+            .map(|facet| RequiredFacet { facet: facet.clone(), because: "output_contract" })
+            .collect();
+        for goal in &self.envelope.goal_conditions {
+            required.push(RequiredFacet { facet: goal.facet.clone(), because: "goal_condition" });
+        }
+        let available = self.context.facet_names().cloned().collect();
+        let completed = self.completed.iter().map(|w| (w.node_id.clone(), w.capability_id.clone())).collect();
+        let cx = DraftContext {
+            capabilities: &self.capabilities,
+            available_facets: &available,
+            required_facets: &required,
+            completed: &completed,
+            version: self.plan.as_ref().map_or(1, |p| p.version + 1),
+            metadata: PlanMetadata {
+                planner_model: self.services.planner.model().to_string(),
+                planner_attempt: attempt,
+                phase,
+                draft_node_count: draft.get("nodes").and_then(Value::as_array).map_or(0, Vec::len),
+            },
+        };
+        planner::draft::compile(draft, &cx)
+    }
+
+    /// Stores a new plan version and announces it (`plan_generated`, and `plan_updated` on a replan).
+    async fn install(&mut self, plan: Plan, replan: Option<ReplanInfo>) -> Result<(), StoreError> {
+        let previous_version = self.plan.as_ref().map(|p| p.version);
+        let version = plan.version;
+        self.recorder.set_plan_version(version);
+        let mut events = vec![Event::PlanGenerated(PlanGenerated {
+            plan: PlanView { run_id: self.run_id(), plan: plan.clone() },
+            replan: replan.clone(),
+        })];
+        if let (Some(previous_version), Some(info)) = (previous_version, replan) {
+            events.push(Event::PlanUpdated(PlanUpdated {
+                previous_version,
+                version,
+                trigger: Trigger {
+                    reason: info.reason.clone(),
+                    details: json!({"failedGoalConditions": info.failed_goal_conditions}),
+                },
+                replan: info,
+                nodes: plan.nodes.clone(),
+                edges: plan.edges.clone(),
+            }));
+        }
+        let rows = self.plan_rows(&plan)?;
+        let change = RunChange { plan_version: Some(version as i32), replans: Some(self.budget.replans as i32), ..Default::default() };
+        self.commit(events, Some(RunStatus::Running), change, move |conn| plans::insert_version(conn, &rows.0, &rows.1))
+            .await?;
+        self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
+        self.plan = Some(Arc::new(plan));
+        Ok(())
+    }
+
+    fn plan_rows(&self, plan: &Plan) -> Result<(PlanVersionRow, Vec<PlanNodeRow>), StoreError> {
+        let run_id = self.run_id();
+        let now = crate::store::now();
+        let version = PlanVersionRow {
+            run_id: run_id.clone(),
+            version: plan.version as i32,
+            plan: serde_json::to_string(plan)?,
+            replan_trigger: None,
+            created_at: now,
+        };
+        let nodes = plan
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(position, node)| {
+                let carried = self.completed.iter().find(|w| w.node_id == node.id && node.status == NodeStatus::Completed);
+                PlanNodeRow {
+                    run_id: run_id.clone(),
+                    plan_version: plan.version as i32,
+                    node_id: node.id.clone(),
+                    position: position as i32,
+                    capability_id: node.capability_id.clone(),
+                    status: node.status.as_str().to_string(),
+                    output: carried.map(|w| w.output.to_string()),
+                    error: None,
+                    started_at: None,
+                    completed_at: carried.map(|_| now),
+                }
+            })
+            .collect();
+        Ok((version, nodes))
+    }
+
+    // ----- execution ----------------------------------------------------------------------------
+
+    /// Runs every pending node of the current plan, independent ones concurrently. After a node
+    /// fails no new node starts; the ones in flight finish and are recorded, then the run fails.
+    async fn execute(&mut self) -> Result<Step<()>, StoreError> {
+        let Some(plan) = self.plan.clone() else {
+            return self.fail(Failure::new("internal_error", "no plan to execute"), vec![]).await.map(|_| Step::Ended);
+        };
+        let max_running = self.services.settings.limits.max_concurrent_nodes.max(1);
+        let mut running: FuturesUnordered<NodeRun> = FuturesUnordered::new();
+        let mut first_failure: Option<Failure> = None;
+        loop {
+            if first_failure.is_none() {
+                let capacity = max_running - running.len();
+                let ready: Vec<PlanNode> = plan.ready(&self.nodes).into_iter().take(capacity).cloned().collect();
+                for node in ready {
+                    let node_run = self.start_node(&node).await?;
+                    running.push(node_run);
+                }
+            }
+            let Some((node_id, result)) = running.next().await else { break };
+            let Some(node) = plan.node(&node_id).cloned() else { continue };
+            let outcome = match result {
+                Ok(output) => self.complete_node(&node, output).await?,
+                Err(error) => Some(self.node_failed(&node, error).await?),
+            };
+            if first_failure.is_none() {
+                first_failure = outcome;
+            }
+        }
+        if let Some(failure) = first_failure {
+            return self.fail(failure, vec![]).await.map(|_| Step::Ended);
+        }
+        let unfinished: Vec<&str> =
+            plan.nodes.iter().filter(|n| self.nodes.get(&n.id) != Some(&NodeStatus::Completed)).map(|n| n.id.as_str()).collect();
+        if !unfinished.is_empty() {
+            let failure = Failure::new("plan_deadlock", format!("no node can start; unfinished: {}", unfinished.join(", ")));
+            return self.fail(failure, vec![]).await.map(|_| Step::Ended);
+        }
+        Ok(Step::Continue(()))
+    }
+
+    /// Commits `node_start` and returns the future that runs the node's capability.
+    async fn start_node(&mut self, node: &PlanNode) -> Result<NodeRun, StoreError> {
+        let capability = self.capabilities.get(&node.capability_id).cloned();
+        let executor_type = capability.as_ref().map_or("ai", |c| c.executor.agent_type());
+        let started_at = Utc::now();
+        let event = Event::NodeStart(NodeStart {
+            node_id: node.id.clone(),
+            capability_id: node.capability_id.clone(),
+            label: node.label.clone(),
+            kind: node.kind.clone(),
+            started_at: started_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+            executor_type,
+            facets: Facets { input: node.input_facets.clone(), output: node.output_facets.clone() },
+        });
+        let change = NodeChange {
+            status: Some(NodeStatus::Running.as_str().into()),
+            started_at: Some(started_at.naive_utc()),
+            ..Default::default()
+        };
+        let write = self.node_write(node, change);
+        self.commit(vec![event], None, RunChange::default(), write).await?;
+        self.nodes.insert(node.id.clone(), NodeStatus::Running);
+
+        let bundle = self.bundle(node);
+        let executors = self.services.executors.clone();
+        let node_id = node.id.clone();
+        Ok(Box::pin(async move {
+            let result = match capability {
+                Some(capability) => executors.run(&capability, &bundle).await,
+                None => Err(CapabilityError::NotJson(format!("capability {} is not registered", bundle.capability_id))),
+            };
+            (node_id, result)
+        }))
+    }
+
+    fn node_write(&self, node: &PlanNode, change: NodeChange) -> impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static {
+        let (run_id, node_id) = (self.run_id(), node.id.clone());
+        let version = self.plan.as_ref().map_or(0, |p| p.version as i32);
+        move |conn| plans::update_node(conn, &run_id, version, &node_id, &change)
+    }
+
+    fn bundle(&self, node: &PlanNode) -> ContextBundle {
+        use crate::condition::FacetSource;
+        let inputs: Map<String, Value> = node
+            .input_facets
+            .iter()
+            .filter_map(|facet| self.context.facet_value(facet).map(|v| (facet.clone(), v.clone())))
+            .collect();
+        let plan = self.plan.as_deref();
+        let prior_outputs: Map<String, Value> = plan
+            .into_iter()
+            .flat_map(|plan| plan.predecessors(&node.id))
+            .filter_map(|id| self.completed.iter().rev().find(|w| w.node_id == id).map(|w| (id.to_string(), w.output.clone())))
+            .collect();
+        let rerun = self.completed.iter().any(|w| w.node_id == node.id);
+        let repair = if rerun {
+            self.repair.iter().filter(|r| node.output_facets.contains(&r.facet)).cloned().collect()
+        } else {
+            Vec::new()
+        };
+        let mut instructions = node.instructions.clone();
+        instructions.extend(node.rationale.iter().map(|r| format!("Planner rationale: {r}")));
+        instructions.extend(self.envelope.special_instructions.iter().cloned());
+        ContextBundle {
+            run_id: self.run_id(),
+            node_id: node.id.clone(),
+            capability_id: node.capability_id.clone(),
+            objective: self.envelope.objective.clone(),
+            inputs,
+            instructions,
+            prior_outputs,
+            repair,
+        }
+    }
+
+    /// Records a node's output. Returns the failure if a value breaks the facet catalog.
+    async fn complete_node(&mut self, node: &PlanNode, output: Value) -> Result<Option<Failure>, StoreError> {
+        let violations: Vec<SchemaViolation> = RunContext::facet_writes(node, &output)
+            .into_iter()
+            .flat_map(|(facet, value)| {
+                self.services.facets.violations(&facet, value).into_iter().map(move |mut v| {
+                    v.instance_path = format!("/{facet}{}", v.instance_path);
+                    v
+                })
+            })
+            .collect();
+        if !violations.is_empty() {
+            return self.node_failed(node, CapabilityError::Contract(violations)).await.map(Some);
+        }
+        let version = self.plan.as_ref().map_or(0, |p| p.version);
+        self.context.record_output(node, version, &output);
+        let completed_at = Utc::now();
+        let event = Event::NodeComplete(NodeComplete {
+            node_id: node.id.clone(),
+            capability_id: node.capability_id.clone(),
+            label: node.label.clone(),
+            completed_at: completed_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+            output: output.clone(),
+        });
+        let change = NodeChange {
+            status: Some(NodeStatus::Completed.as_str().into()),
+            output: Some(output.to_string()),
+            completed_at: Some(completed_at.naive_utc()),
+            ..Default::default()
+        };
+        let write = self.node_write(node, change);
+        let run_change = RunChange { context: Some(self.context.to_json()), ..Default::default() };
+        self.commit(vec![event], None, run_change, write).await?;
+        self.nodes.insert(node.id.clone(), NodeStatus::Completed);
+        self.completed.retain(|w| w.node_id != node.id);
+        self.completed.push(CompletedWork {
+            node_id: node.id.clone(),
+            stage: node.stage.clone(),
+            capability_id: node.capability_id.clone(),
+            output_facets: node.output_facets.clone(),
+            output,
+        });
+        Ok(None)
+    }
+
+    /// Records a node's failure (`validation_error` first for contract violations, then
+    /// `node_error`) and returns how the run fails because of it.
+    async fn node_failed(&mut self, node: &PlanNode, error: CapabilityError) -> Result<Failure, StoreError> {
+        let mut events = Vec::new();
+        if let CapabilityError::Contract(violations) = &error {
+            events.push(Event::ValidationError(ValidationError {
+                node_id: Some(node.id.clone()),
+                scope: "capability_output",
+                errors: violations.clone(),
+            }));
+        }
+        let info = ErrorInfo { code: error.code().to_string(), message: error.to_string() };
+        events.push(Event::NodeError(NodeError {
+            node_id: node.id.clone(),
+            capability_id: node.capability_id.clone(),
+            label: node.label.clone(),
+            error: info.clone(),
+        }));
+        let change = NodeChange {
+            status: Some(NodeStatus::Failed.as_str().into()),
+            error: Some(serde_json::to_string(&json!({"code": info.code, "message": info.message}))?),
+            completed_at: Some(crate::store::now()),
+            ..Default::default()
+        };
+        let write = self.node_write(node, change);
+        self.commit(events, None, RunChange::default(), write).await?;
+        self.nodes.insert(node.id.clone(), NodeStatus::Failed);
+        Ok(Failure::new("node_failed", format!("Node \"{}\" failed: {}", node.id, info.message))
+            .detail("nodeId", node.id.clone())
+            .detail("capabilityId", node.capability_id.clone())
+            .detail("cause", info.code))
+    }
+
+    // ----- goals and completion -----------------------------------------------------------------
+
+    /// Composes the output, checks the output contract and the goal conditions; completes the run,
+    /// or asks for a repair replan, or fails when the budget is spent.
+    async fn evaluate_goals(&mut self) -> Result<Step<ReplanInfo>, StoreError> {
+        let output = self.compose_output();
+        if let Some(schema) = self.envelope.output_contract.schema() {
+            let violations = schema.violations(&output);
+            if !violations.is_empty() {
+                let prelude = vec![Event::ValidationError(ValidationError { node_id: None, scope: "final_output", errors: violations })];
+                let mut failure = Failure::new("final_output_invalid", "The composed output does not match the output contract");
+                failure.output = output;
+                return self.fail(failure, prelude).await.map(|_| Step::Ended);
+            }
+        }
+        let results = condition::evaluate_all(&self.envelope.goal_conditions, &self.context);
+        let satisfied = condition::all_satisfied(&results);
+        let record = self.output_row(&output, &results, satisfied)?;
+        let write = move |conn: &mut DbConn| plans::record_output(conn, &record);
+        if satisfied {
+            let complete = Event::Complete(Complete {
+                status: CompleteStatus::Completed,
+                output: output.clone(),
+                goal_condition_results: (!results.is_empty()).then_some(results),
+                error: None,
+            });
+            let change = RunChange { result: Some(output.to_string()), ..Default::default() };
+            self.commit(vec![complete], Some(RunStatus::Completed), change, write).await?;
+            return Ok(Step::Ended);
+        }
+        let failed: Vec<GoalConditionResult> = results.iter().filter(|r| !r.satisfied).cloned().collect();
+        match self.budget.grant_goal_condition_replan() {
+            Ok(attempt) => {
+                let event = Event::GoalConditionFailed(GoalConditionFailed {
+                    run_id: self.run_id(),
+                    trigger: Trigger {
+                        reason: "goal_condition_failed".into(),
+                        details: json!({"failedGoalConditions": failed}),
+                    },
+                    failed_goal_conditions: failed.clone(),
+                    attempt,
+                    limit: self.budget.limits.max_goal_condition_replans,
+                });
+                let change = RunChange {
+                    goal_condition_replans: Some(self.budget.goal_condition_replans as i32),
+                    replans: Some(self.budget.replans as i32),
+                    ..Default::default()
+                };
+                self.commit(vec![event], Some(RunStatus::Planning), change, write).await?;
+                self.repair = failed.clone();
+                Ok(Step::Continue(ReplanInfo { reason: "goal_condition_failed".into(), failed_goal_conditions: failed }))
+            }
+            Err(refused) => {
+                let mut failure = Failure::new(refused.code(), refused.message())
+                    .detail("attempts", self.budget.goal_condition_replans)
+                    .detail("limit", self.budget.limits.max_goal_condition_replans);
+                failure.output = output;
+                failure.goal_condition_results = Some(results);
+                self.finish_failed(failure, vec![], write).await.map(|_| Step::Ended)
+            }
+        }
+    }
+
+    fn output_row(&self, output: &Value, results: &[GoalConditionResult], satisfied: bool) -> Result<RunOutputRow, StoreError> {
+        Ok(RunOutputRow {
+            run_id: self.run_id(),
+            plan_version: self.plan.as_ref().map_or(0, |p| p.version as i32),
+            status: if satisfied { "satisfied" } else { "unsatisfied" }.into(),
+            output: output.to_string(),
+            goal_condition_results: serde_json::to_string(results)?,
+            recorded_at: crate::store::now(),
+        })
+    }
+
+    /// The run's output per its contract: the listed facets (facets mode), the schema's top-level
+    /// properties found as facets (json_schema mode), else the last plan node's output.
+    fn compose_output(&self) -> Value {
+        use crate::condition::FacetSource;
+        let from_facets = |names: &mut dyn Iterator<Item = &String>| -> Map<String, Value> {
+            names.filter_map(|name| self.context.facet_value(name).map(|v| (name.clone(), v.clone()))).collect()
+        };
+        let last_output = || {
+            let plan = self.plan.as_deref();
+            plan.and_then(|p| p.nodes.last())
+                .and_then(|last| self.completed.iter().rev().find(|w| w.node_id == last.id))
+                .map(|w| w.output.clone())
+                .unwrap_or(Value::Null)
+        };
+        match &self.envelope.output_contract {
+            OutputContract::Facets { facets } => Value::Object(from_facets(&mut facets.iter())),
+            OutputContract::JsonSchema { schema, .. } => {
+                let properties = schema.source().get("properties").and_then(Value::as_object);
+                let picked = properties.map(|p| from_facets(&mut p.keys())).unwrap_or_default();
+                if picked.is_empty() { last_output() } else { Value::Object(picked) }
+            }
+            OutputContract::Freeform { .. } => last_output(),
+        }
+    }
+
+    /// Ends the run as failed: optional `prelude` frames, then `complete {status:"failed"}`.
+    async fn fail(&mut self, failure: Failure, prelude: Vec<Event>) -> Result<(), StoreError> {
+        self.finish_failed(failure, prelude, |_| Ok(())).await
+    }
+
+    /// [`Self::fail`], committing `write` in the same transaction.
+    async fn finish_failed<F>(&mut self, failure: Failure, mut events: Vec<Event>, write: F) -> Result<(), StoreError>
+    where
+        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static,
+    {
+        tracing::info!(run_id = %self.run_id(), code = failure.code, message = %failure.message, "run failed");
+        let error = failure.error_json();
+        events.push(Event::Complete(Complete {
+            status: CompleteStatus::Failed,
+            output: failure.output,
+            goal_condition_results: failure.goal_condition_results,
+            error: Some(error.clone()),
+        }));
+        let change = RunChange { error: Some(error.to_string()), ..Default::default() };
+        self.commit(events, Some(RunStatus::Failed), change, write).await
+    }
+}

@@ -1,0 +1,80 @@
+//! Runs: their status state machine, context, replan budget, and the coordinator that drives each
+//! run from its first plan to `complete`.
+
+pub mod budget;
+pub mod context;
+mod coordinator;
+mod recorder;
+pub mod status;
+
+pub use status::{RunStatus, UnknownStatus};
+
+use std::sync::Arc;
+
+use uuid::Uuid;
+
+use crate::envelope::TaskEnvelope;
+use crate::events::payload::Start;
+use crate::events::{Event, Frame, FrameHeader};
+use crate::services::Services;
+use crate::store::runs::{self, RunRow};
+use crate::store::{StoreError, events};
+use context::RunContext;
+use coordinator::Coordinator;
+use recorder::Recorder;
+
+/// Creates a run for a validated envelope and starts its coordinator in the background.
+///
+/// Returns the run id once the run row and its `start` frame (seq 1) are committed together; the
+/// run then proceeds whether or not anyone follows its stream.
+pub async fn start(
+    services: &Arc<Services>,
+    envelope: TaskEnvelope,
+    correlation_id: Option<String>,
+) -> Result<String, StoreError> {
+    let run_id = Uuid::now_v7().to_string();
+    let correlation_id = correlation_id
+        .or_else(|| envelope.correlation_id.clone())
+        .unwrap_or_else(|| Uuid::now_v7().to_string());
+    let header = FrameHeader { run_id: run_id.as_str().into(), correlation_id: correlation_id.as_str().into(), plan_version: None };
+    let start = Frame::encode(
+        &header,
+        1,
+        &Event::Start(Start {
+            run_id: run_id.clone(),
+            thread_id: envelope.thread_id.clone(),
+            correlation_id: correlation_id.clone(),
+        }),
+    );
+    let now = crate::store::now();
+    let row = RunRow {
+        run_id: run_id.clone(),
+        status: RunStatus::Pending.as_str().to_string(),
+        objective: envelope.objective.clone(),
+        envelope: envelope.raw.to_string(),
+        thread_id: envelope.thread_id.clone(),
+        correlation_id,
+        plan_version: 0,
+        planner_attempts: 0,
+        goal_condition_replans: 0,
+        replans: 0,
+        context: RunContext::seeded(&envelope.inputs).to_json(),
+        result: None,
+        error: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let id = run_id.clone();
+    services
+        .store
+        .write(move |conn| {
+            runs::insert(conn, &row)?;
+            events::append(conn, &id, &[start])
+        })
+        .await?;
+    metrics::counter!("flexrun_runs_started_total").increment(1);
+    let recorder = Recorder::new(header, 1, services.store.clone(), services.bus.clone());
+    let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder);
+    services.runtime.spawn(coordinator.drive());
+    Ok(run_id)
+}

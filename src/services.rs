@@ -1,0 +1,63 @@
+//! The composition root: every long-lived part of a flexrun server, built once at start-up and
+//! shared by the HTTP handlers and the run coordinators.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::capability::{Executors, RegistrationPolicy, Registry, RegistryError};
+use crate::config::Settings;
+use crate::events::Bus;
+use crate::facet::{FacetCatalog, FacetCatalogError};
+use crate::llm::LlmClient;
+use crate::planner::Planner;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    FacetCatalog(#[from] FacetCatalogError),
+}
+
+pub struct Services {
+    pub settings: Settings,
+    pub store: Store,
+    pub bus: Arc<Bus>,
+    pub registry: Registry,
+    pub planner: Planner,
+    pub executors: Executors,
+    pub facets: FacetCatalog,
+    /// The multi-threaded runtime run coordinators are spawned on (the HTTP workers run their own).
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl Services {
+    /// Opens the database (migrating it), loads capabilities and prepares the model clients.
+    /// Makes no network call. Must be called from within the runtime that will drive runs.
+    pub async fn start(settings: Settings) -> Result<Arc<Self>, StartError> {
+        let store = Store::open(&settings.database_url)?;
+        let facets = FacetCatalog::new(settings.facets.clone())?;
+        let policy = RegistrationPolicy { allowed_url_prefixes: settings.http_capabilities.allowed_url_prefixes.clone() };
+        let registry = Registry::load(store.clone(), policy, settings.capabilities_dir().as_deref()).await?;
+        let llm = LlmClient::new(&settings.llm);
+        let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
+        let executors = Executors::new(
+            llm,
+            Duration::from_secs(settings.limits.capability_timeout_secs),
+            settings.limits.max_capability_response_bytes,
+        );
+        Ok(Arc::new(Self {
+            settings,
+            store,
+            bus: Arc::new(Bus::default()),
+            registry,
+            planner,
+            executors,
+            facets,
+            runtime: tokio::runtime::Handle::current(),
+        }))
+    }
+}

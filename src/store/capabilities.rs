@@ -1,0 +1,39 @@
+//! The `capabilities` table.
+
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+
+use super::schema::capabilities;
+use super::{DbConn, StoreError};
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = capabilities)]
+pub struct CapabilityRow {
+    pub capability_id: String,
+    pub version: String,
+    pub agent_type: String,
+    pub kind: String,
+    pub registration: String,
+    pub source: String,
+    pub registered_at: NaiveDateTime,
+    pub updated_at: NaiveDateTime,
+}
+
+/// Inserts or replaces a registration, keeping the first registration time.
+pub fn save(conn: &mut DbConn, mut row: CapabilityRow) -> Result<(), StoreError> {
+    let first: Option<NaiveDateTime> = capabilities::table
+        .find(&row.capability_id)
+        .select(capabilities::registered_at)
+        .first(conn)
+        .optional()?;
+    if let Some(first) = first {
+        row.registered_at = first;
+        diesel::delete(capabilities::table.find(&row.capability_id)).execute(conn)?;
+    }
+    diesel::insert_into(capabilities::table).values(&row).execute(conn)?;
+    Ok(())
+}
+
+pub fn all(conn: &mut DbConn) -> Result<Vec<CapabilityRow>, StoreError> {
+    Ok(capabilities::table.order(capabilities::capability_id).select(CapabilityRow::as_select()).load(conn)?)
+}

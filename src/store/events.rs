@@ -1,0 +1,66 @@
+//! The `run_events` table: the per-run event log.
+
+use std::sync::Arc;
+
+use diesel::prelude::*;
+
+use super::schema::run_events;
+use super::{DbConn, StoreError};
+use crate::events::Frame;
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = run_events)]
+pub struct EventRow {
+    pub run_id: String,
+    pub seq: i64,
+    pub event_type: String,
+    pub frame: String,
+    pub created_at: chrono::NaiveDateTime,
+}
+
+/// Appends frames; the primary key (run, seq) rejects a duplicate sequence number.
+pub fn append(conn: &mut DbConn, run_id: &str, frames: &[Frame]) -> Result<(), StoreError> {
+    for frame in frames {
+        let row = EventRow {
+            run_id: run_id.to_string(),
+            seq: frame.seq as i64,
+            event_type: frame.kind.as_str().to_string(),
+            frame: frame.json.to_string(),
+            created_at: frame.timestamp.naive_utc(),
+        };
+        diesel::insert_into(run_events::table).values(&row).execute(conn)?;
+    }
+    Ok(())
+}
+
+/// A frame read back from the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedFrame {
+    pub seq: u64,
+    pub event_type: String,
+    pub json: Arc<str>,
+}
+
+/// Up to `limit` frames after `after`, in order.
+pub fn after(conn: &mut DbConn, run_id: &str, after: u64, limit: i64) -> Result<Vec<LoggedFrame>, StoreError> {
+    let rows: Vec<(i64, String, String)> = run_events::table
+        .filter(run_events::run_id.eq(run_id))
+        .filter(run_events::seq.gt(after as i64))
+        .order(run_events::seq)
+        .limit(limit)
+        .select((run_events::seq, run_events::event_type, run_events::frame))
+        .load(conn)?;
+    Ok(rows
+        .into_iter()
+        .map(|(seq, event_type, frame)| LoggedFrame { seq: seq as u64, event_type, json: frame.into() })
+        .collect())
+}
+
+/// The highest sequence number of a run's log (0 when empty).
+pub fn last_seq(conn: &mut DbConn, run_id: &str) -> Result<u64, StoreError> {
+    let max: Option<i64> = run_events::table
+        .filter(run_events::run_id.eq(run_id))
+        .select(diesel::dsl::max(run_events::seq))
+        .first(conn)?;
+    Ok(max.unwrap_or(0) as u64)
+}

@@ -1,0 +1,168 @@
+//! Persistence with diesel: embedded SQLite by default, PostgreSQL with `--features postgres`,
+//! through one [`DbConn`] (`MultiConnection`) so every query is written once.
+//!
+//! Reads use a small connection pool. Writes go through one writer thread that *group-commits*:
+//! it takes every write waiting in its queue, runs each in its own savepoint inside a single
+//! transaction, commits once and only then answers each caller. That is SQLite's single-writer
+//! model made explicit (no `SQLITE_BUSY` between flexrun's own writers) and it amortises the
+//! commit over concurrent runs. A caller is answered only after its write is durable, which is
+//! what "a frame is in the event log before it is sent" relies on.
+
+pub mod capabilities;
+pub mod events;
+pub mod plans;
+pub mod runs;
+pub mod schema;
+mod writer;
+
+use std::time::Duration;
+
+use diesel::Connection;
+use diesel::connection::SimpleConnection;
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
+
+use writer::Writer;
+
+/// The migrations in `migrations/`, compiled in.
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// A connection to either backend.
+#[derive(diesel::MultiConnection)]
+pub enum DbConn {
+    #[cfg(feature = "postgres")]
+    Pg(diesel::PgConnection),
+    /// Last: SQLite accepts any string as a path.
+    Sqlite(diesel::SqliteConnection),
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Db(#[from] diesel::result::Error),
+    #[error("database connection: {0}")]
+    Connection(String),
+    #[error("database migration: {0}")]
+    Migration(String),
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A conditional update found the row in another state than expected.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("stored JSON is unreadable: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("commit failed: {0}")]
+    Commit(String),
+    #[error("the database writer has stopped")]
+    WriterGone,
+    #[error("unsupported database URL `{0}`: use sqlite://<path> or postgres://…")]
+    Url(String),
+}
+
+type DbPool = Pool<ConnectionManager<DbConn>>;
+
+/// Handle to the database. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    reads: DbPool,
+    writer: Writer,
+}
+
+/// Applies SQLite's per-connection settings: WAL (readers never block the writer), a busy timeout
+/// for other processes, foreign keys, and `synchronous=NORMAL` (durable at every WAL checkpoint and
+/// safe against corruption; a power loss can drop the last commits, a process crash cannot).
+#[derive(Debug)]
+struct SqliteSettings;
+
+impl CustomizeConnection<DbConn, diesel::r2d2::Error> for SqliteSettings {
+    fn on_acquire(&self, conn: &mut DbConn) -> Result<(), diesel::r2d2::Error> {
+        configure(conn).map_err(diesel::r2d2::Error::QueryError)
+    }
+}
+
+fn configure(conn: &mut DbConn) -> Result<(), diesel::result::Error> {
+    #[allow(irrefutable_let_patterns)]
+    if let DbConn::Sqlite(sqlite) = conn {
+        sqlite.batch_execute(
+            "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
+             PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;",
+        )?;
+    }
+    Ok(())
+}
+
+/// Turns a configured URL into what diesel expects.
+fn connection_url(url: &str) -> Result<String, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        if cfg!(feature = "postgres") {
+            return Ok(url.to_string());
+        }
+        return Err(StoreError::Url(format!("{url} (this build has no PostgreSQL support; build with --features postgres)")));
+    }
+    let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
+    if path.is_empty() || path.contains(":memory:") || path.contains("://") {
+        return Err(StoreError::Url(url.to_string()));
+    }
+    Ok(path.to_string())
+}
+
+impl Store {
+    /// Opens the database at `url`, applies pending migrations and starts the writer.
+    pub fn open(url: &str) -> Result<Self, StoreError> {
+        let url = connection_url(url)?;
+        let mut conn = DbConn::establish(&url).map_err(|e| StoreError::Connection(e.to_string()))?;
+        configure(&mut conn)?;
+        conn.run_pending_migrations(MIGRATIONS).map_err(|e| StoreError::Migration(e.to_string()))?;
+        let reads = Pool::builder()
+            .max_size(8)
+            .connection_timeout(Duration::from_secs(10))
+            .connection_customizer(Box::new(SqliteSettings))
+            .build(ConnectionManager::new(url))
+            .map_err(|e| StoreError::Connection(e.to_string()))?;
+        Ok(Self { reads, writer: Writer::start(conn) })
+    }
+
+    /// Runs `f` on a pooled connection off the async runtime.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let pool = self.reads.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = pool.get().map_err(|e| StoreError::Connection(e.to_string()))?;
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| StoreError::Connection(format!("read task failed: {e}")))?
+    }
+
+    /// Runs `f` atomically (all of it or none) and returns once it is committed.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.writer.submit(f).await
+    }
+}
+
+/// The current time as stored (UTC, no zone).
+pub fn now() -> chrono::NaiveDateTime {
+    chrono::Utc::now().naive_utc()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(connection_url("sqlite://flexrun.db").unwrap(), "flexrun.db");
+        assert_eq!(connection_url("sqlite:///tmp/x.db").unwrap(), "/tmp/x.db");
+        assert_eq!(connection_url("data/x.db").unwrap(), "data/x.db");
+        assert!(connection_url("sqlite://:memory:").is_err());
+        assert!(connection_url("mysql://x").is_err());
+    }
+}

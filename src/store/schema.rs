@@ -1,0 +1,82 @@
+//! Diesel table definitions, matching `migrations/`.
+
+diesel::table! {
+    capabilities (capability_id) {
+        capability_id -> Text,
+        version -> Text,
+        agent_type -> Text,
+        kind -> Text,
+        registration -> Text,
+        source -> Text,
+        registered_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    runs (run_id) {
+        run_id -> Text,
+        status -> Text,
+        objective -> Text,
+        envelope -> Text,
+        thread_id -> Nullable<Text>,
+        correlation_id -> Text,
+        plan_version -> Integer,
+        planner_attempts -> Integer,
+        goal_condition_replans -> Integer,
+        replans -> Integer,
+        context -> Text,
+        result -> Nullable<Text>,
+        error -> Nullable<Text>,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    plan_versions (run_id, version) {
+        run_id -> Text,
+        version -> Integer,
+        plan -> Text,
+        replan_trigger -> Nullable<Text>,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    plan_nodes (run_id, plan_version, node_id) {
+        run_id -> Text,
+        plan_version -> Integer,
+        node_id -> Text,
+        position -> Integer,
+        capability_id -> Text,
+        status -> Text,
+        output -> Nullable<Text>,
+        error -> Nullable<Text>,
+        started_at -> Nullable<Timestamp>,
+        completed_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    run_outputs (run_id, plan_version) {
+        run_id -> Text,
+        plan_version -> Integer,
+        status -> Text,
+        output -> Text,
+        goal_condition_results -> Text,
+        recorded_at -> Timestamp,
+    }
+}
+
+diesel::table! {
+    run_events (run_id, seq) {
+        run_id -> Text,
+        seq -> BigInt,
+        event_type -> Text,
+        frame -> Text,
+        created_at -> Timestamp,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(capabilities, runs, plan_versions, plan_nodes, run_outputs, run_events);

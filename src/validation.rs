@@ -1,0 +1,164 @@
+//! Boundary validation shared by every request body flexrun accepts (task envelopes, capability
+//! registrations): a JSON Schema check that reports *every* offending field by JSON Pointer, with a
+//! "did you mean" for unknown keys, plus the [`FieldError`] type the HTTP layer turns into a 400.
+
+use jsonschema::error::ValidationErrorKind;
+use serde::Serialize;
+use serde_json::Value;
+
+/// One problem with one field of a request body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// JSON Pointer (RFC 6901) of the offending value in the request body; `""` is the body itself.
+    pub path: String,
+    /// Stable machine-readable code, e.g. `required`, `unknown_field`, `invalid_pointer`.
+    pub code: String,
+    /// What is wrong, for people.
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(path: impl Into<String>, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { path: path.into(), code: code.into(), message: message.into() }
+    }
+}
+
+/// Builds a JSON Pointer from segments, escaping `~` and `/` as RFC 6901 requires.
+pub fn pointer<I, S>(segments: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: ToString,
+{
+    segments.into_iter().fold(String::new(), |mut out, segment| {
+        out.push('/');
+        out.push_str(&segment.to_string().replace('~', "~0").replace('/', "~1"));
+        out
+    })
+}
+
+/// A compiled JSON Schema for a request body.
+pub struct BodySchema {
+    validator: jsonschema::Validator,
+    schema: Value,
+}
+
+impl BodySchema {
+    /// Compiles a schema that ships with flexrun. Panics only if that built-in schema is invalid,
+    /// which the unit tests of each body type rule out.
+    pub fn builtin(schema_json: &str) -> Self {
+        let schema: Value = serde_json::from_str(schema_json).expect("built-in schema is JSON");
+        let validator = jsonschema::validator_for(&schema).expect("built-in schema compiles");
+        Self { validator, schema }
+    }
+
+    /// The schema document itself (served to clients that want to validate before posting).
+    pub fn document(&self) -> &Value {
+        &self.schema
+    }
+
+    /// Every violation in `body`, unknown keys with a suggestion of the closest allowed key.
+    pub fn check(&self, body: &Value) -> Vec<FieldError> {
+        let mut errors: Vec<FieldError> = Vec::new();
+        for error in self.validator.iter_errors(body) {
+            let path = error.instance_path().to_string();
+            match error.kind() {
+                ValidationErrorKind::AdditionalProperties { unexpected } => {
+                    let allowed = self.allowed_keys_at(error.schema_path().to_string().as_str());
+                    for key in unexpected {
+                        errors.push(unknown_field(&path, key, &allowed));
+                    }
+                }
+                ValidationErrorKind::Required { property } => {
+                    let name = property.as_str().unwrap_or_default();
+                    errors.push(FieldError::new(
+                        format!("{path}{}", pointer([name])),
+                        "required",
+                        format!("`{name}` is required"),
+                    ));
+                }
+                kind => {
+                    errors.push(FieldError::new(path, kind.keyword(), error.to_string()));
+                }
+            }
+        }
+        errors.dedup();
+        errors
+    }
+
+    /// The property names the schema allows where an `additionalProperties` check failed.
+    fn allowed_keys_at(&self, schema_path: &str) -> Vec<String> {
+        let object_path = schema_path.strip_suffix("/additionalProperties").unwrap_or(schema_path);
+        self.schema
+            .pointer(&format!("{object_path}/properties"))
+            .and_then(Value::as_object)
+            .map(|props| props.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+fn unknown_field(parent: &str, key: &str, allowed: &[String]) -> FieldError {
+    let mut message = format!("unknown field `{key}`");
+    if let Some(suggestion) = closest(key, allowed.iter().map(String::as_str)) {
+        message.push_str(&format!("; did you mean `{suggestion}`?"));
+    } else if !allowed.is_empty() {
+        message.push_str(&format!("; expected one of: {}", allowed.join(", ")));
+    }
+    FieldError::new(format!("{parent}{}", pointer([key])), "unknown_field", message)
+}
+
+/// The candidate closest to `word`, if one is close enough to be a plausible typo: at most one
+/// edit per three characters (at least one). Case and `_`/`-` are ignored, so `goalConditions`
+/// finds `goal_condition`.
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let normalise = |s: &str| s.to_lowercase().replace(['_', '-'], "");
+    let target = normalise(word);
+    let allowed = (target.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|candidate| (candidate, strsim::damerau_levenshtein(&target, &normalise(candidate))))
+        .filter(|(_, distance)| *distance <= allowed)
+        .min_by_key(|(_, distance)| *distance)
+        .map(|(candidate, _)| candidate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SCHEMA: &str = r#"{
+        "type": "object", "additionalProperties": false, "required": ["objective"],
+        "properties": {
+            "objective": {"type": "string", "minLength": 1},
+            "goal_condition": {"type": "array"},
+            "nested": {"type": "object", "additionalProperties": false,
+                       "properties": {"maxReplans": {"type": "integer"}}}
+        }
+    }"#;
+
+    #[test]
+    fn reports_every_error_with_its_pointer() {
+        let schema = BodySchema::builtin(SCHEMA);
+        let errors = schema.check(&json!({"goalConditions": [], "nested": {"maxReplan": 1}}));
+        let paths: Vec<_> = errors.iter().map(|e| (e.path.as_str(), e.code.as_str())).collect();
+        assert!(paths.contains(&("/objective", "required")), "{errors:?}");
+        assert!(paths.contains(&("/goalConditions", "unknown_field")), "{errors:?}");
+        assert!(paths.contains(&("/nested/maxReplan", "unknown_field")), "{errors:?}");
+        let unknown = errors.iter().find(|e| e.path == "/goalConditions").unwrap();
+        assert!(unknown.message.contains("did you mean `goal_condition`"), "{}", unknown.message);
+        let nested = errors.iter().find(|e| e.path == "/nested/maxReplan").unwrap();
+        assert!(nested.message.contains("`maxReplans`"), "{}", nested.message);
+    }
+
+    #[test]
+    fn pointer_escapes_segments() {
+        assert_eq!(pointer(["a/b", "c~d"]), "/a~1b/c~0d");
+        assert_eq!(pointer(Vec::<String>::new()), "");
+    }
+
+    #[test]
+    fn closest_ignores_far_candidates() {
+        assert_eq!(closest("zzz", ["objective", "inputs"]), None);
+        assert_eq!(closest("objectve", ["objective", "inputs"]), Some("objective"));
+    }
+}
