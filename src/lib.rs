@@ -9,6 +9,7 @@
 //! does no I/O and is tested on its own; `services` wires the I/O parts together.
 
 pub mod capability;
+pub mod cli;
 
 pub mod condition;
 pub mod config;
@@ -16,12 +17,14 @@ pub mod contract;
 pub mod envelope;
 pub mod events;
 pub mod facet;
+pub mod http;
 
 pub mod llm;
 pub mod plan;
 pub mod planner;
 pub mod run;
 pub mod services;
+pub mod standin;
 
 pub mod store;
 pub mod validation;

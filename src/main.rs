@@ -1,1 +1,5 @@
-fn main() {}
+//! The `flexrun` binary; see [`flexrun::cli`].
+
+fn main() -> std::process::ExitCode {
+    flexrun::cli::main()
+}

@@ -138,6 +138,12 @@ impl Store {
         .map_err(|e| StoreError::Connection(format!("read task failed: {e}")))?
     }
 
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        use diesel::RunQueryDsl;
+        self.read(|conn| Ok(diesel::sql_query("SELECT 1").execute(conn).map(drop)?)).await
+    }
+
     /// Runs `f` atomically (all of it or none) and returns once it is committed.
     pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where

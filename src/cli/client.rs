@@ -1,0 +1,133 @@
+//! The HTTP client side of the command line: post an envelope, read the run's frames over SSE,
+//! and re-attach with `Last-Event-ID` when the connection drops.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::Value;
+
+use crate::events::ReceivedFrame;
+
+/// How many times a dropped stream is re-attached before giving up.
+const REATTACH_ATTEMPTS: u32 = 5;
+
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    api_key: Option<String>,
+}
+
+/// How following a run ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The `complete` frame.
+    Complete(ReceivedFrame),
+    /// The stream ended without `complete`: the run waits for an operator.
+    Paused { run_id: String, status: String },
+}
+
+impl Client {
+    pub fn new(base: &str, api_key: Option<String>) -> Self {
+        Self { http: reqwest::Client::new(), base: base.trim_end_matches('/').to_string(), api_key }
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.api_key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    /// Posts `envelope` to `run.stream` and hands every frame (with its raw JSON) to `on_frame`
+    /// until the run completes or pauses.
+    pub async fn run(&self, envelope: Vec<u8>, mut on_frame: impl FnMut(&ReceivedFrame, &str)) -> anyhow::Result<Outcome> {
+        let response = self
+            .request(reqwest::Method::POST, "/api/v1/flex/run.stream")
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .body(envelope)
+            .send()
+            .await
+            .with_context(|| format!("could not reach flexrun at {}", self.base))?;
+        let response = check(response).await?;
+        let run_id = response
+            .headers()
+            .get("x-flexrun-run-id")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+            .context("the server did not name the run (no X-Flexrun-Run-Id header)")?;
+        let mut last_seq = 0;
+        let mut response = Some(response);
+        let mut failures = 0;
+        loop {
+            let stream = match response.take() {
+                Some(response) => response,
+                None => match self.reattach(&run_id, last_seq).await {
+                    Ok(response) => response,
+                    Err(error) if failures < REATTACH_ATTEMPTS => {
+                        failures += 1;
+                        tracing::warn!(%error, attempt = failures, "re-attaching to the run failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(250 * 2u64.pow(failures))).await;
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                },
+            };
+            let mut events = stream.bytes_stream().eventsource();
+            while let Some(event) = events.next().await {
+                let Ok(event) = event else { break };
+                let frame: ReceivedFrame = serde_json::from_str(&event.data)
+                    .with_context(|| format!("unreadable frame from the server: {}", event.data))?;
+                last_seq = frame.seq;
+                failures = 0;
+                on_frame(&frame, &event.data);
+                if frame.kind == "complete" {
+                    return Ok(Outcome::Complete(frame));
+                }
+            }
+            let status = self.status(&run_id).await?;
+            if !matches!(status.as_str(), "pending" | "planning" | "running") {
+                return Ok(Outcome::Paused { run_id, status });
+            }
+            tracing::info!(run_id, last_seq, "stream dropped; re-attaching");
+        }
+    }
+
+    async fn reattach(&self, run_id: &str, last_seq: u64) -> anyhow::Result<reqwest::Response> {
+        let response = self
+            .request(reqwest::Method::GET, &format!("/api/v1/flex/runs/{run_id}/stream"))
+            .header("accept", "text/event-stream")
+            .header("last-event-id", last_seq.to_string())
+            .send()
+            .await?;
+        check(response).await
+    }
+
+    async fn status(&self, run_id: &str) -> anyhow::Result<String> {
+        let response = self.request(reqwest::Method::GET, &format!("/api/v1/flex/runs/{run_id}")).send().await?;
+        let body: Value = check(response).await?.json().await?;
+        Ok(body["run"]["status"].as_str().unwrap_or("unknown").to_string())
+    }
+}
+
+/// Turns an error response into a readable error (the API's `{error: {code, message, details}}`).
+async fn check(response: reqwest::Response) -> anyhow::Result<reqwest::Response> {
+    if response.status().is_success() {
+        return Ok(response);
+    }
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    let error = &body["error"];
+    let mut message = format!("{status}: {}", error["message"].as_str().unwrap_or("request failed"));
+    for detail in error["details"].as_array().into_iter().flatten() {
+        message.push_str(&format!(
+            "\n  {} {}",
+            detail["path"].as_str().map(|p| if p.is_empty() { "(body)" } else { p }).unwrap_or(""),
+            detail["message"].as_str().unwrap_or("")
+        ));
+    }
+    bail!(message)
+}

@@ -1,0 +1,147 @@
+//! `flexrun demo`: the whole job on embedded defaults, with no API key and no server to install.
+//!
+//! It starts flexrun on a temporary SQLite file with the example capabilities, and a scripted
+//! STAND-IN model on loopback (not a real LLM: its answers are fixed below), then posts the example
+//! envelope. The first plan's post scores too low and the editor asks for revisions, so both goal
+//! conditions fail; the repair replan adds a polish step and a final review, and the run completes.
+
+use std::net::TcpListener;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use super::client::{Client, Outcome};
+use super::progress::Progress;
+use crate::config::Settings;
+use crate::services::Services;
+use crate::standin::{self, ChatCall, Reply, StandIn};
+
+/// The example capability registrations, compiled in so the demo runs from any directory.
+const CAPABILITIES: [(&str, &str); 4] = [
+    ("research.audience.json", include_str!("../../config/capabilities/research.audience.json")),
+    ("copywriter.draft.json", include_str!("../../config/capabilities/copywriter.draft.json")),
+    ("copywriter.polish.json", include_str!("../../config/capabilities/copywriter.polish.json")),
+    ("editor.review.json", include_str!("../../config/capabilities/editor.review.json")),
+];
+
+const ENVELOPE: &str = include_str!("../../examples/demo-envelope.json");
+
+pub async fn run() -> anyhow::Result<ExitCode> {
+    println!("flexrun demo");
+    println!("  The model is a scripted STAND-IN on loopback, not a real LLM: set FLEXRUN_LLM_BASE_URL,");
+    println!("  FLEXRUN_LLM_API_KEY and FLEXRUN_LLM_MODEL and use `flexrun serve` + `flexrun run` for a real one.\n");
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let capabilities_dir = dir.path().join("capabilities");
+    std::fs::create_dir(&capabilities_dir)?;
+    for (name, text) in CAPABILITIES {
+        std::fs::write(capabilities_dir.join(name), text)?;
+    }
+    let stand_in = StandIn::start(demo_script())?;
+    let database_url = format!("sqlite://{}", dir.path().join("flexrun.db").display());
+    let settings = Settings::load_from(|name| {
+        let value = match name {
+            "FLEXRUN_DATABASE_URL" => database_url.clone(),
+            "FLEXRUN_CAPABILITIES_DIR" => capabilities_dir.display().to_string(),
+            "FLEXRUN_LLM_BASE_URL" => stand_in.base_url.clone(),
+            "FLEXRUN_LLM_API_KEY" => "stand-in".into(),
+            "FLEXRUN_LLM_MODEL" => "flexrun-stand-in".into(),
+            _ => return None,
+        };
+        Some(value)
+    })?;
+    let services = Services::start(settings).await?;
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let server = crate::http::serve(services, listener)?;
+    let handle = server.handle();
+    tokio::spawn(server);
+
+    let progress = Progress::new(false);
+    let outcome = Client::new(&base, None).run(ENVELOPE.as_bytes().to_vec(), |f, raw| progress.frame(f, raw)).await;
+    progress.finish();
+    let calls = stand_in.calls();
+    let planner_calls = calls.iter().filter(|c| c.is_planner()).count();
+    println!(
+        "\nThe stand-in model answered {} calls: {planner_calls} planner, {} capability.",
+        calls.len(),
+        calls.len() - planner_calls
+    );
+    handle.stop(true).await;
+    stand_in.stop().await;
+    match outcome? {
+        Outcome::Complete(frame) if frame.payload["status"] == "completed" => Ok(ExitCode::SUCCESS),
+        _ => Ok(ExitCode::FAILURE),
+    }
+}
+
+fn demo_script() -> standin::Script {
+    standin::script(|call| {
+        if call.is_planner() {
+            let repair = call.user.contains("### GOAL CONDITION REPAIR");
+            return Reply::json(if repair { repair_plan() } else { first_plan() });
+        }
+        match call.capability_id() {
+            Some("research.audience") => Reply::json(json!({
+                "segments": ["platform engineers", "ML infrastructure leads"],
+                "pains": ["agent runs that silently stop halfway", "no audit trail of what a model planned"],
+                "tone": "direct, technical, no hype"
+            })),
+            Some("copywriter.draft") => Reply::json(json!({
+                "text": "flexrun is out. It runs agent plans. Try it.",
+                "quality_score": 0.62
+            })),
+            Some("copywriter.polish") => Reply::json(json!({
+                "text": "Your agent said it was done. Was it? flexrun checks every run against the goal \
+                         conditions you set, and when one fails it asks the planner for a corrective plan, \
+                         streaming and persisting every step so nothing is lost on a restart.",
+                "quality_score": 0.91
+            })),
+            Some("editor.review") => review(call),
+            other => Reply::error(400, format!("the demo stand-in has no script for capability {other:?}")),
+        }
+    })
+}
+
+/// Approves a post whose self-assessed quality is at least 0.8, asks for revisions otherwise.
+fn review(call: &ChatCall) -> Reply {
+    let score = inputs(call)["post_copy"]["quality_score"].as_f64().unwrap_or(0.0);
+    if score >= 0.8 {
+        Reply::json(json!({"verdict": "approve", "notes": ["Clear hook, concrete benefit, right length."]}))
+    } else {
+        Reply::json(json!({"verdict": "revise", "notes": [
+            "Open with the reader's problem, not the product name.",
+            "Say what happens when a goal condition fails."
+        ]}))
+    }
+}
+
+/// The `### INPUTS` block of a capability prompt.
+fn inputs(call: &ChatCall) -> Value {
+    call.user
+        .split("### INPUTS\n")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .and_then(|line| serde_json::from_str(line).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn first_plan() -> Value {
+    json!({"nodes": [
+        {"stage": "audience", "capabilityId": "research.audience", "rationale": "Know who the post is for."},
+        {"stage": "draft", "capabilityId": "copywriter.draft", "rationale": "Write the post."},
+        {"stage": "review", "capabilityId": "editor.review", "rationale": "Check the post against the brief."}
+    ]})
+}
+
+fn repair_plan() -> Value {
+    json!({"nodes": [
+        {"stage": "audience", "capabilityId": "research.audience"},
+        {"stage": "draft", "capabilityId": "copywriter.draft"},
+        {"stage": "review", "capabilityId": "editor.review"},
+        {"stage": "polish", "capabilityId": "copywriter.polish",
+         "rationale": "quality_score was 0.62 and the editor asked for revisions; address the notes."},
+        {"stage": "final_review", "capabilityId": "editor.review",
+         "rationale": "The review verdict must be approve."}
+    ]})
+}

@@ -1,0 +1,132 @@
+//! The `flexrun` command line (clap): `serve`, `run`, `demo`, `migrate`.
+
+mod client;
+mod demo;
+mod progress;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::Settings;
+use crate::services::Services;
+use crate::store::Store;
+use client::{Client, Outcome};
+use progress::Progress;
+
+#[derive(Debug, Parser)]
+#[command(name = "flexrun", version, about = "Runs LLM-planned agent runs and replans until goal conditions hold")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the server (settings: config/flexrun.toml, FLEXRUN_CONFIG, FLEXRUN_* variables).
+    Serve {
+        /// Log as JSON lines instead of text.
+        #[arg(long)]
+        log_json: bool,
+    },
+    /// Post an envelope to a server and show the run live.
+    Run {
+        /// The task envelope (JSON file).
+        envelope: PathBuf,
+        /// The flexrun server.
+        #[arg(long, env = "FLEXRUN_SERVER", default_value = "http://127.0.0.1:8080")]
+        server: String,
+        /// API key for the server.
+        #[arg(long, env = "FLEXRUN_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// Print every frame as a JSON line instead of the progress display.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The whole job on embedded defaults: a temporary database, example capabilities and a
+    /// scripted stand-in model on loopback. Needs no API key.
+    Demo,
+    /// Apply pending database migrations and exit.
+    Migrate,
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("flexrun: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("flexrun: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve { log_json } => {
+            init_tracing("info", log_json);
+            serve().await
+        }
+        Command::Run { envelope, server, api_key, json } => {
+            init_tracing("warn", false);
+            run(envelope, &server, api_key, json).await
+        }
+        Command::Demo => {
+            init_tracing("warn", false);
+            demo::run().await
+        }
+        Command::Migrate => {
+            init_tracing("info", false);
+            let settings = Settings::load()?;
+            Store::open(&settings.database_url)?;
+            println!("database at {} is up to date", settings.database_url);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn init_tracing(default: &str, json: bool) {
+    let filter = EnvFilter::try_from_env("FLEXRUN_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}
+
+async fn serve() -> anyhow::Result<ExitCode> {
+    let settings = Settings::load()?;
+    let bind = settings.bind_addr()?;
+    let auth = settings.auth.enabled();
+    let services = Services::start(settings).await?;
+    let listener = TcpListener::bind(bind).with_context(|| format!("cannot listen on {bind}"))?;
+    tracing::info!(address = %listener.local_addr()?, auth, "flexrun listening");
+    crate::http::serve(services, listener)?.await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run(envelope: PathBuf, server: &str, api_key: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+    let body = std::fs::read(&envelope).with_context(|| format!("cannot read {}", envelope.display()))?;
+    let progress = Progress::new(json);
+    let outcome = Client::new(server, api_key).run(body, |frame, raw| progress.frame(frame, raw)).await;
+    progress.finish();
+    match outcome? {
+        Outcome::Complete(frame) if frame.payload["status"] == "completed" => Ok(ExitCode::SUCCESS),
+        Outcome::Complete(_) => Ok(ExitCode::FAILURE),
+        Outcome::Paused { run_id, status } => {
+            if !json {
+                println!("⏸ run {run_id} is {status}: it waits for an operator");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

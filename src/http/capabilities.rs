@@ -1,0 +1,40 @@
+//! Capability registration (operators) and listing.
+
+use actix_web::{HttpResponse, get, post, web};
+use serde_json::{Value, json};
+
+use super::auth::{Caller, Operator};
+use super::body::read_body;
+use super::error::ApiError;
+use crate::capability::Capability;
+use crate::services::Services;
+
+fn describe(c: &Capability) -> Value {
+    json!({
+        "capabilityId": c.id, "version": c.version, "displayName": c.display_name, "summary": c.summary,
+        "kind": c.kind, "agentType": c.executor.agent_type(), "inputFacets": c.input_facets,
+        "outputFacets": c.output_facets, "status": "active", "registration": c.registration,
+    })
+}
+
+/// `POST /api/v1/flex/capabilities/register`
+#[post("/capabilities/register")]
+pub async fn register(
+    _operator: Operator,
+    payload: web::Payload,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let body = read_body(payload, services.settings.limits.max_body_bytes).await?;
+    let registration: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?;
+    let capability = services.registry.register(registration, "api").await?;
+    let count = services.registry.snapshot().len();
+    Ok(HttpResponse::Created().json(json!({"ok": true, "capability": describe(&capability), "registry": {"count": count}})))
+}
+
+/// `GET /api/v1/flex/capabilities`
+#[get("/capabilities")]
+pub async fn list(_caller: Caller, services: web::Data<Services>) -> HttpResponse {
+    let capabilities: Vec<Value> = services.registry.snapshot().values().map(|c| describe(c)).collect();
+    HttpResponse::Ok().json(json!({"capabilities": capabilities, "count": capabilities.len()}))
+}

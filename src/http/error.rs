@@ -1,0 +1,127 @@
+//! The one place errors become HTTP responses: `{"error": {"code", "message", "details"}}`.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde_json::{Value, json};
+
+use crate::capability::RegistryError;
+use crate::envelope::EnvelopeError;
+use crate::store::StoreError;
+use crate::validation::FieldError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String, details: Vec<FieldError> },
+    #[error("missing credentials: send `Authorization: Bearer <key>`")]
+    Unauthenticated,
+    #[error("the API key is not valid")]
+    InvalidKey,
+    #[error("this action needs an operator key")]
+    Forbidden,
+    #[error("{what} not found")]
+    NotFound { code: &'static str, what: String },
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("internal error (reference {reference})")]
+    Internal { reference: String },
+}
+
+impl ApiError {
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::BadRequest { code, message: message.into(), details: Vec::new() }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            Self::BadRequest { code, .. } | Self::NotFound { code, .. } => code,
+            Self::Unauthenticated => "unauthenticated",
+            Self::InvalidKey => "invalid_api_key",
+            Self::Forbidden => "forbidden",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::Internal { .. } => "internal_error",
+        }
+    }
+
+    fn details(&self) -> Value {
+        match self {
+            Self::BadRequest { details, .. } => json!(details),
+            _ => json!([]),
+        }
+    }
+
+    /// Logs an unexpected error and hides it behind a reference the operator can find in the log.
+    pub fn internal(error: impl std::fmt::Display) -> Self {
+        let reference = uuid::Uuid::now_v7().to_string();
+        tracing::error!(%reference, %error, "request failed");
+        Self::Internal { reference }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::Unauthenticated | Self::InvalidKey => StatusCode::UNAUTHORIZED,
+            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::NotFound { .. } => StatusCode::NOT_FOUND,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status_code()).json(json!({
+            "error": {"code": self.code(), "message": self.to_string(), "details": self.details()}
+        }))
+    }
+}
+
+impl From<EnvelopeError> for ApiError {
+    fn from(error: EnvelopeError) -> Self {
+        match error {
+            EnvelopeError::NotJson(message) => {
+                Self::bad_request("invalid_json", format!("request body is not valid JSON: {message}"))
+            }
+            EnvelopeError::Invalid(details) => Self::BadRequest {
+                code: "invalid_envelope",
+                message: summary("invalid task envelope", &details),
+                details,
+            },
+        }
+    }
+}
+
+impl From<RegistryError> for ApiError {
+    fn from(error: RegistryError) -> Self {
+        match error {
+            RegistryError::Invalid(details) => Self::BadRequest {
+                code: "invalid_capability",
+                message: summary("invalid capability registration", &details),
+                details,
+            },
+            other => Self::internal(other),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        Self::internal(error)
+    }
+}
+
+/// "invalid task envelope: /objective: `objective` is required (and 2 more)".
+fn summary(what: &str, details: &[FieldError]) -> String {
+    match details {
+        [] => what.to_string(),
+        [only] => format!("{what}: {}: {}", display_path(&only.path), only.message),
+        [first, rest @ ..] => {
+            format!("{what}: {}: {} (and {} more)", display_path(&first.path), first.message, rest.len())
+        }
+    }
+}
+
+fn display_path(path: &str) -> &str {
+    if path.is_empty() { "(body)" } else { path }
+}

@@ -1,0 +1,175 @@
+//! Run endpoints: start a run and stream it, read a run, page or follow its event log.
+
+use std::sync::Arc;
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, Responder, get, post, web};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::Caller;
+use super::body::read_body;
+use super::error::ApiError;
+use super::sse::frame_stream;
+use crate::envelope;
+use crate::events;
+use crate::services::Services;
+use crate::store::{StoreError, events as event_log, plans, runs};
+
+/// `POST /api/v1/flex/run.stream`: validates the envelope, creates the run and streams its frames.
+/// The run goes on if the client disconnects; `Location` says where to re-attach.
+#[post("/run.stream")]
+pub async fn run_stream(
+    req: HttpRequest,
+    _caller: Caller,
+    payload: web::Payload,
+    services: web::Data<Services>,
+) -> Result<impl Responder, ApiError> {
+    let body = read_body(payload, services.settings.limits.max_body_bytes).await?;
+    let envelope = envelope::parse(&body)?;
+    let correlation_id = correlation_id(&req)?;
+    let services: Arc<Services> = services.into_inner();
+    let run_id = crate::run::start(&services, envelope, correlation_id).await?;
+    let frames = events::follow(services.store.clone(), &services.bus, run_id.clone(), 0);
+    Ok(frame_stream(frames)
+        .customize()
+        .insert_header((header::LOCATION, format!("/api/v1/flex/runs/{run_id}/stream")))
+        .insert_header(("x-flexrun-run-id", run_id)))
+}
+
+/// An `X-Correlation-Id` header, if sent: at most 200 visible ASCII characters.
+fn correlation_id(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+    let Some(value) = req.headers().get("x-correlation-id") else { return Ok(None) };
+    match value.to_str() {
+        Ok(id) if !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic()) => Ok(Some(id.to_string())),
+        _ => Err(ApiError::bad_request(
+            "invalid_correlation_id",
+            "X-Correlation-Id must be 1 to 200 visible ASCII characters",
+        )),
+    }
+}
+
+fn not_found(run_id: &str) -> ApiError {
+    ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") }
+}
+
+/// Maps a missing run to 404 and anything else to 500.
+fn run_error(run_id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
+    move |error| match error {
+        StoreError::NotFound(_) => not_found(run_id),
+        other => other.into(),
+    }
+}
+
+/// `GET /api/v1/flex/runs/{id}`: the run with its plan versions, nodes and goal evaluations.
+#[get("/runs/{id}")]
+pub async fn get_run(
+    _caller: Caller,
+    id: web::Path<String>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let run_id = id.into_inner();
+    let lookup = run_id.clone();
+    let (run, versions, nodes, outputs) = services
+        .store
+        .read(move |conn| {
+            let run = runs::get(conn, &lookup)?;
+            Ok((run, plans::versions(conn, &lookup)?, plans::nodes(conn, &lookup)?, plans::outputs(conn, &lookup)?))
+        })
+        .await
+        .map_err(run_error(&run_id))?;
+    let json_or_null = |text: Option<&str>| text.and_then(|t| serde_json::from_str::<Value>(t).ok()).unwrap_or(Value::Null);
+    let body = json!({
+        "run": {
+            "runId": run.run_id, "status": run.status, "objective": run.objective,
+            "threadId": run.thread_id, "correlationId": run.correlation_id,
+            "planVersion": run.plan_version, "plannerAttempts": run.planner_attempts,
+            "replans": {"total": run.replans, "goalCondition": run.goal_condition_replans},
+            "result": json_or_null(run.result.as_deref()), "error": json_or_null(run.error.as_deref()),
+            "createdAt": run.created_at.and_utc(), "updatedAt": run.updated_at.and_utc(),
+        },
+        "envelope": json_or_null(Some(&run.envelope)),
+        "context": json_or_null(Some(&run.context)),
+        "planVersions": versions.iter().map(|v| json!({
+            "version": v.version, "plan": json_or_null(Some(&v.plan)),
+            "trigger": json_or_null(v.replan_trigger.as_deref()), "createdAt": v.created_at.and_utc(),
+        })).collect::<Vec<_>>(),
+        "nodes": nodes.iter().map(|n| json!({
+            "planVersion": n.plan_version, "nodeId": n.node_id, "position": n.position,
+            "capabilityId": n.capability_id, "status": n.status,
+            "output": json_or_null(n.output.as_deref()), "error": json_or_null(n.error.as_deref()),
+            "startedAt": n.started_at.map(|t| t.and_utc()), "completedAt": n.completed_at.map(|t| t.and_utc()),
+        })).collect::<Vec<_>>(),
+        "outputs": outputs.iter().map(|o| json!({
+            "planVersion": o.plan_version, "status": o.status, "output": json_or_null(Some(&o.output)),
+            "goalConditionResults": json_or_null(Some(&o.goal_condition_results)), "recordedAt": o.recorded_at.and_utc(),
+        })).collect::<Vec<_>>(),
+    });
+    Ok(HttpResponse::Ok().json(super::redact::redact(body)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    after: Option<u64>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/v1/flex/runs/{id}/events?after=N&limit=M`: a page of the event log.
+#[get("/runs/{id}/events")]
+pub async fn get_events(
+    _caller: Caller,
+    id: web::Path<String>,
+    query: web::Query<EventsQuery>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let run_id = id.into_inner();
+    let after = query.after.unwrap_or(0);
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let lookup = run_id.clone();
+    let page = services
+        .store
+        .read(move |conn| {
+            runs::get(conn, &lookup)?;
+            event_log::after(conn, &lookup, after, limit + 1)
+        })
+        .await
+        .map_err(run_error(&run_id))?;
+    let has_more = page.len() as i64 > limit;
+    let frames: Vec<Value> =
+        page.iter().take(limit as usize).map(|f| serde_json::from_str(&f.json).unwrap_or(Value::Null)).collect();
+    let next_after = page.iter().take(limit as usize).last().map_or(after, |f| f.seq);
+    Ok(HttpResponse::Ok().json(json!({"runId": run_id, "events": frames, "nextAfter": next_after, "hasMore": has_more})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamQuery {
+    after: Option<u64>,
+}
+
+/// `GET /api/v1/flex/runs/{id}/stream`: replays frames after `Last-Event-ID` (or `?after=`), then
+/// follows the run live until it ends or pauses.
+#[get("/runs/{id}/stream")]
+pub async fn follow_run(
+    req: HttpRequest,
+    _caller: Caller,
+    id: web::Path<String>,
+    query: web::Query<StreamQuery>,
+    services: web::Data<Services>,
+) -> Result<impl Responder, ApiError> {
+    let run_id = id.into_inner();
+    let after = match req.headers().get("last-event-id") {
+        Some(value) => value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be a frame seq number"))?,
+        None => query.after.unwrap_or(0),
+    };
+    let lookup = run_id.clone();
+    services.store.read(move |conn| runs::get(conn, &lookup).map(drop)).await.map_err(run_error(&run_id))?;
+    let frames = events::follow(services.store.clone(), &services.bus, run_id, after);
+    Ok(frame_stream(frames.boxed()))
+}

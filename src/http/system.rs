@@ -1,0 +1,63 @@
+//! Health, Prometheus metrics and the JSON Schemas of request bodies.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use actix_web::{HttpResponse, get, web};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use serde_json::json;
+
+use super::auth::Caller;
+use crate::services::Services;
+
+static STARTED: OnceLock<Instant> = OnceLock::new();
+static METRICS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide metrics recorder (once; later servers in the same process share it).
+pub fn install_metrics() {
+    STARTED.get_or_init(Instant::now);
+    METRICS.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::set_global_recorder(recorder).ok().map(|_| handle)
+    });
+}
+
+/// `GET /api/v1/health`: unauthenticated, reveals no configuration values.
+#[get("/health")]
+pub async fn health(services: web::Data<Services>) -> HttpResponse {
+    let database = services.store.ping().await.is_ok();
+    let status = if database { "healthy" } else { "degraded" };
+    let body = json!({
+        "status": status,
+        "version": env!("CARGO_PKG_VERSION"),
+        "timestamp": chrono::Utc::now(),
+        "uptimeSeconds": STARTED.get().map_or(0, |s| s.elapsed().as_secs()),
+        "services": {
+            "database": {"ok": database},
+            "llm": {"configured": !services.settings.llm.api_key.is_empty(), "model": services.settings.llm.model},
+        },
+    });
+    if database { HttpResponse::Ok().json(body) } else { HttpResponse::ServiceUnavailable().json(body) }
+}
+
+/// `GET /metrics`: Prometheus text format.
+#[get("/metrics")]
+pub async fn metrics_text() -> HttpResponse {
+    let text = METRICS.get().and_then(Option::as_ref).map(PrometheusHandle::render).unwrap_or_default();
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(text)
+}
+
+/// `GET /api/v1/flex/schemas/{name}`: `task-envelope` or `capability-registration`.
+#[get("/schemas/{name}")]
+pub async fn schema(_caller: Caller, name: web::Path<String>) -> HttpResponse {
+    match name.as_str() {
+        "task-envelope" => HttpResponse::Ok().json(crate::envelope::schema()),
+        "capability-registration" => HttpResponse::Ok().json(crate::capability::schema()),
+        other => HttpResponse::NotFound().json(json!({"error": {
+            "code": "schema_not_found",
+            "message": format!("no schema named `{other}`; try task-envelope or capability-registration"),
+            "details": [],
+        }})),
+    }
+}

@@ -1,0 +1,179 @@
+//! A stand-in for an OpenAI-compatible model server, on loopback, answering from a script.
+//!
+//! It is *not* a model: `flexrun demo` uses it so the whole job runs without an API key, and the
+//! integration tests use it to mock the model at its HTTP boundary (recording every request).
+//! It serves `POST /v1/chat/completions` with the response shape real servers use.
+
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use actix_web::{App, HttpResponse, HttpServer, web};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+/// One chat completion request as the stand-in saw it.
+#[derive(Debug, Clone)]
+pub struct ChatCall {
+    pub system: String,
+    pub user: String,
+    pub body: Value,
+}
+
+impl ChatCall {
+    fn from_body(body: Value) -> Self {
+        let text_of = |role: &str| {
+            body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|m| m["role"] == role)
+                .filter_map(|m| m["content"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        Self { system: text_of("system"), user: text_of("user"), body }
+    }
+
+    /// Whether this is a planner request (as opposed to an `ai` capability call).
+    pub fn is_planner(&self) -> bool {
+        self.system.starts_with("You are the flexrun planner")
+    }
+
+    /// The capability an `ai` capability call is for (`(ID: <id>)` in its system prompt).
+    pub fn capability_id(&self) -> Option<&str> {
+        let start = self.system.find("(ID: ")? + 5;
+        let end = self.system[start..].find(')')? + start;
+        Some(&self.system[start..end])
+    }
+}
+
+/// What the stand-in answers, possibly after a delay.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub answer: Answer,
+    pub delay: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// A completion whose assistant message content is this text.
+    Content(String),
+    /// An error response with this status and `{"error": {"message": …}}`.
+    Error { status: u16, message: String },
+}
+
+impl Reply {
+    /// A completion with this content.
+    pub fn content(text: impl Into<String>) -> Self {
+        Self { answer: Answer::Content(text.into()), delay: Duration::ZERO }
+    }
+
+    /// A completion whose content is `value` as JSON text.
+    pub fn json(value: Value) -> Self {
+        Self::content(value.to_string())
+    }
+
+    /// An HTTP error.
+    pub fn error(status: u16, message: impl Into<String>) -> Self {
+        Self { answer: Answer::Error { status, message: message.into() }, delay: Duration::ZERO }
+    }
+
+    /// The same reply, sent after `delay`.
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+/// Decides the reply to each call.
+pub type Script = Arc<dyn Fn(ChatCall) -> BoxFuture<'static, Reply> + Send + Sync>;
+
+/// Wraps a synchronous answer function as a [`Script`].
+pub fn script(answer: impl Fn(&ChatCall) -> Reply + Send + Sync + 'static) -> Script {
+    Arc::new(move |call| {
+        let reply = answer(&call);
+        Box::pin(async move { reply })
+    })
+}
+
+/// A running stand-in server.
+pub struct StandIn {
+    pub base_url: String,
+    calls: Arc<Mutex<Vec<ChatCall>>>,
+    handle: ServerHandle,
+}
+
+impl StandIn {
+    /// Starts on `127.0.0.1` with an ephemeral port. Must be called inside a tokio runtime.
+    pub fn start(script: Script) -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let base_url = format!("http://{}/v1", listener.local_addr()?);
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let state = web::Data::new((script, calls.clone()));
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .app_data(web::JsonConfig::default().limit(16 * 1024 * 1024))
+                .route("/v1/chat/completions", web::post().to(complete))
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)?
+        .run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Ok(Self { base_url, calls, handle })
+    }
+
+    /// Every call received so far, in order.
+    pub fn calls(&self) -> Vec<ChatCall> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub async fn stop(&self) {
+        self.handle.stop(false).await;
+    }
+}
+
+type State = web::Data<(Script, Arc<Mutex<Vec<ChatCall>>>)>;
+
+async fn complete(state: State, body: web::Json<Value>) -> HttpResponse {
+    let call = ChatCall::from_body(body.into_inner());
+    state.1.lock().unwrap_or_else(|p| p.into_inner()).push(call.clone());
+    let reply = (state.0)(call).await;
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    match reply.answer {
+        Answer::Content(content) => HttpResponse::Ok().json(json!({
+            "id": "chatcmpl-standin",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "flexrun-stand-in",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}],
+        })),
+        Answer::Error { status, message } => HttpResponse::build(
+            actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR),
+        )
+        .json(json!({"error": {"message": message, "type": "stand_in_error", "param": null, "code": null}})),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_calls() {
+        let call = ChatCall::from_body(json!({"messages": [
+            {"role": "system", "content": "x\nYou are executing capability \"W\" (ID: copywriter.draft) as one step"},
+            {"role": "user", "content": "hello"}
+        ]}));
+        assert_eq!(call.capability_id(), Some("copywriter.draft"));
+        assert_eq!(call.user, "hello");
+        assert!(!call.is_planner());
+    }
+}
