@@ -156,8 +156,8 @@ impl Settings {
 
     /// Loads the settings with `env` standing in for the process environment (tests, the demo).
     pub fn load_from(env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut builder = config::Config::builder()
-            .add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
+        let mut builder =
+            config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
         if let Some(path) = env("FLEXRUN_CONFIG").filter(|p| !p.is_empty()) {
             builder = builder.add_source(config::File::new(&path, config::FileFormat::Toml));
         }
@@ -202,8 +202,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn load(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let map: HashMap<String, String> =
-            vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Settings::load_from(|name| map.get(name).cloned())
     }
 

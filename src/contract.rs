@@ -95,14 +95,20 @@ pub enum OutputContract {
 #[derive(Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
 enum RawContract {
-    JsonSchema { schema: Value, hints: Option<Value>, example: Option<Value> },
+    JsonSchema {
+        schema: Value,
+        hints: Option<Value>,
+        example: Option<Value>,
+    },
     Freeform {
         instructions: String,
         #[serde(rename = "expectedFormat")]
         expected_format: Option<String>,
         example: Option<Value>,
     },
-    Facets { facets: Vec<String> },
+    Facets {
+        facets: Vec<String>,
+    },
 }
 
 impl OutputContract {
@@ -164,16 +170,14 @@ mod tests {
 
     #[test]
     fn facets_must_be_unique() {
-        let err = OutputContract::parse(&json!({"mode": "facets", "facets": ["a", "b", "a"]}), "/oc")
-            .unwrap_err();
+        let err = OutputContract::parse(&json!({"mode": "facets", "facets": ["a", "b", "a"]}), "/oc").unwrap_err();
         assert_eq!(err[0].path, "/oc/facets/2");
         assert_eq!(err[0].code, "duplicate_facet");
     }
 
     #[test]
     fn invalid_schema_is_reported_at_its_path() {
-        let err = OutputContract::parse(&json!({"mode": "json_schema", "schema": {"type": 12}}), "/oc")
-            .unwrap_err();
+        let err = OutputContract::parse(&json!({"mode": "json_schema", "schema": {"type": 12}}), "/oc").unwrap_err();
         assert_eq!(err[0].path, "/oc/schema");
     }
 

@@ -105,12 +105,7 @@ impl LlmClient {
             }
             ResponseShape::JsonSchema { name, schema } => {
                 args.response_format(ResponseFormat::JsonSchema {
-                    json_schema: ResponseFormatJsonSchema {
-                        description: None,
-                        name,
-                        schema,
-                        strict: Some(false),
-                    },
+                    json_schema: ResponseFormatJsonSchema { description: None, name, schema, strict: Some(false) },
                 });
             }
         }

@@ -92,9 +92,7 @@ impl Plan {
         self.nodes
             .iter()
             .filter(|node| is(&node.id, NodeStatus::Pending))
-            .filter(|node| {
-                self.edges.iter().filter(|e| e.to == node.id).all(|e| is(&e.from, NodeStatus::Completed))
-            })
+            .filter(|node| self.edges.iter().filter(|e| e.to == node.id).all(|e| is(&e.from, NodeStatus::Completed)))
             .collect()
     }
 

@@ -40,7 +40,8 @@ impl Services {
     pub async fn start(settings: Settings) -> Result<Arc<Self>, StartError> {
         let store = Store::open(&settings.database_url)?;
         let facets = FacetCatalog::new(settings.facets.clone())?;
-        let policy = RegistrationPolicy { allowed_url_prefixes: settings.http_capabilities.allowed_url_prefixes.clone() };
+        let policy =
+            RegistrationPolicy { allowed_url_prefixes: settings.http_capabilities.allowed_url_prefixes.clone() };
         let registry = Registry::load(store.clone(), policy, settings.capabilities_dir().as_deref()).await?;
         let llm = LlmClient::new(&settings.llm);
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);

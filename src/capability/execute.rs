@@ -79,10 +79,7 @@ pub struct Executors {
 impl Executors {
     pub fn new(llm: LlmClient, http_timeout: Duration, max_response_bytes: usize) -> Self {
         // Never follow redirects: only registered URLs are called.
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+        let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap_or_default();
         Self { llm, http, http_timeout, max_response_bytes }
     }
 
@@ -104,10 +101,9 @@ impl Executors {
     ) -> Result<Value, CapabilityError> {
         let (system, user) = ai_prompt(capability, instructions, bundle);
         let shape = match &capability.output_contract {
-            OutputContract::JsonSchema { schema, .. } => ResponseShape::JsonSchema {
-                name: schema_name(&capability.id),
-                schema: schema.source().clone(),
-            },
+            OutputContract::JsonSchema { schema, .. } => {
+                ResponseShape::JsonSchema { name: schema_name(&capability.id), schema: schema.source().clone() }
+            }
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
         };

@@ -16,8 +16,7 @@ use serde_json::Value;
 use crate::contract::OutputContract;
 use crate::validation::{BodySchema, FieldError};
 
-static SCHEMA: LazyLock<BodySchema> =
-    LazyLock::new(|| BodySchema::builtin(include_str!("registration.schema.json")));
+static SCHEMA: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("registration.schema.json")));
 
 /// The JSON Schema of a registration (served at `GET /api/v1/flex/schemas/capability-registration`).
 pub fn schema() -> &'static Value {
@@ -154,9 +153,7 @@ impl Capability {
 
 fn executor(raw: &RawRegistration, policy: &RegistrationPolicy) -> Result<Executor, FieldError> {
     match raw.agent_type.as_deref().unwrap_or("ai") {
-        "ai" => Ok(Executor::Ai {
-            instructions: raw.instructions.clone().unwrap_or_else(|| raw.summary.clone()),
-        }),
+        "ai" => Ok(Executor::Ai { instructions: raw.instructions.clone().unwrap_or_else(|| raw.summary.clone()) }),
         "http" => {
             let endpoint = raw.endpoint.as_deref().ok_or_else(|| {
                 FieldError::new("/endpoint", "required", "an `http` capability needs an `endpoint` URL")

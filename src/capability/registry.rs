@@ -40,7 +40,8 @@ impl Registry {
         let stored = store.read(rows::all).await?;
         let mut capabilities = Capabilities::new();
         for row in stored {
-            match serde_json::from_str(&row.registration).map_err(|e| vec![FieldError::new("", "json", e.to_string())])
+            match serde_json::from_str(&row.registration)
+                .map_err(|e| vec![FieldError::new("", "json", e.to_string())])
                 .and_then(|value| Capability::parse(value, &policy))
             {
                 Ok(capability) => {
@@ -65,7 +66,8 @@ impl Registry {
     }
 
     async fn load_dir(&self, dir: &Path) -> Result<(), RegistryError> {
-        let file_error = |path: &Path, message: String| RegistryError::File { path: path.display().to_string(), message };
+        let file_error =
+            |path: &Path, message: String| RegistryError::File { path: path.display().to_string(), message };
         let mut paths: Vec<_> = std::fs::read_dir(dir)
             .map_err(|e| file_error(dir, e.to_string()))?
             .filter_map(|entry| entry.ok().map(|e| e.path()))

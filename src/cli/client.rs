@@ -43,7 +43,11 @@ impl Client {
 
     /// Posts `envelope` to `run.stream` and hands every frame (with its raw JSON) to `on_frame`
     /// until the run completes or pauses.
-    pub async fn run(&self, envelope: Vec<u8>, mut on_frame: impl FnMut(&ReceivedFrame, &str)) -> anyhow::Result<Outcome> {
+    pub async fn run(
+        &self,
+        envelope: Vec<u8>,
+        mut on_frame: impl FnMut(&ReceivedFrame, &str),
+    ) -> anyhow::Result<Outcome> {
         let response = self
             .request(reqwest::Method::POST, "/api/v1/flex/run.stream")
             .header("content-type", "application/json")

@@ -16,7 +16,10 @@ pub struct Progress {
 impl Progress {
     pub fn new(json: bool) -> Self {
         let spinner = if json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
-        spinner.set_style(ProgressStyle::with_template("{spinner} {msg} ({elapsed})").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+        spinner.set_style(
+            ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
         spinner.enable_steady_tick(Duration::from_millis(120));
         Self { json, spinner }
     }
@@ -49,22 +52,29 @@ impl Progress {
             "plan_generated" => self.line(plan_line(&p["plan"])),
             "plan_updated" => self.line(format!(
                 "↻ plan v{} replaces v{} ({})",
-                p["version"], p["previousVersion"], text(&p["trigger"]["reason"])
+                p["version"],
+                p["previousVersion"],
+                text(&p["trigger"]["reason"])
             )),
             "node_start" => self.spinner.set_message(format!(
                 "running {} ({})",
                 frame.node_id.as_deref().unwrap_or("?"),
                 text(&p["capabilityId"])
             )),
-            "node_complete" => self.line(format!(
-                "  ✓ {} — {}",
-                frame.node_id.as_deref().unwrap_or("?"),
-                short(&p["output"])
-            )),
-            "node_error" => self.line(format!("  ✗ {}: {}", frame.node_id.as_deref().unwrap_or("?"), text(&p["error"]["message"]))),
+            "node_complete" => {
+                self.line(format!("  ✓ {} — {}", frame.node_id.as_deref().unwrap_or("?"), short(&p["output"])))
+            }
+            "node_error" => {
+                self.line(format!("  ✗ {}: {}", frame.node_id.as_deref().unwrap_or("?"), text(&p["error"]["message"])))
+            }
             "validation_error" => {
                 for e in items(&p["errors"]) {
-                    self.line(format!("  ✗ {} {}: {}", text(&p["scope"]), text(&e["instancePath"]), text(&e["message"])));
+                    self.line(format!(
+                        "  ✗ {} {}: {}",
+                        text(&p["scope"]),
+                        text(&e["instancePath"]),
+                        text(&e["message"])
+                    ));
                 }
             }
             "goal_condition_failed" => {

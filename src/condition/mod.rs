@@ -61,10 +61,8 @@ pub fn evaluate_all(conditions: &[GoalCondition], context: &impl FacetSource) ->
     conditions
         .iter()
         .map(|condition| {
-            let snapshot = condition
-                .rule
-                .reads_run_context()
-                .then(|| &*snapshot.get_or_insert_with(|| context.snapshot()));
+            let snapshot =
+                condition.rule.reads_run_context().then(|| &*snapshot.get_or_insert_with(|| context.snapshot()));
             evaluate(condition, context, snapshot)
         })
         .collect()
@@ -75,11 +73,7 @@ pub fn all_satisfied(results: &[GoalConditionResult]) -> bool {
     results.iter().all(|r| r.satisfied)
 }
 
-fn evaluate(
-    condition: &GoalCondition,
-    context: &impl FacetSource,
-    snapshot: Option<&Value>,
-) -> GoalConditionResult {
+fn evaluate(condition: &GoalCondition, context: &impl FacetSource, snapshot: Option<&Value>) -> GoalConditionResult {
     let mut result = GoalConditionResult {
         facet: condition.facet.clone(),
         path: condition.path.as_written().to_string(),
@@ -95,10 +89,8 @@ fn evaluate(
         return result;
     };
     let Some(observed) = condition.path.resolve(facet) else {
-        result.error = Some(format!(
-            "Path \"{}\" did not resolve within facet \"{}\".",
-            condition.path, condition.facet
-        ));
+        result.error =
+            Some(format!("Path \"{}\" did not resolve within facet \"{}\".", condition.path, condition.facet));
         return result;
     };
     let data = evaluation_data(&condition.path, observed, snapshot);
@@ -143,8 +135,7 @@ mod tests {
             self.0.get(facet)
         }
         fn snapshot(&self) -> Value {
-            let facets: Map<String, Value> =
-                self.0.iter().map(|(k, v)| (k.clone(), json!({"value": v}))).collect();
+            let facets: Map<String, Value> = self.0.iter().map(|(k, v)| (k.clone(), json!({"value": v}))).collect();
             json!({"facets": facets})
         }
     }
@@ -159,9 +150,10 @@ mod tests {
     }
 
     fn context() -> Facets {
-        Facets(HashMap::from([
-            ("post".to_string(), json!({"quality_score": 0.6, "variants": [{"text": "a"}], "status": "draft"})),
-        ]))
+        Facets(HashMap::from([(
+            "post".to_string(),
+            json!({"quality_score": 0.6, "variants": [{"text": "a"}], "status": "draft"}),
+        )]))
     }
 
     #[test]
@@ -184,10 +176,7 @@ mod tests {
     #[test]
     fn missing_facet_and_unresolved_path_are_errors() {
         let results = evaluate_all(
-            &[
-                condition("nope", "", json!(true)),
-                condition("post", "/variants/3", json!(true)),
-            ],
+            &[condition("nope", "", json!(true)), condition("post", "/variants/3", json!(true))],
             &context(),
         );
         assert_eq!(results[0].error.as_deref(), Some("Facet \"nope\" not found in run context."));

@@ -22,18 +22,15 @@ impl FacetPath {
     /// RFC 6901 pointer; the error says what is wrong.
     pub fn parse(written: &str) -> Result<Self, String> {
         let trimmed = written.strip_prefix('#').unwrap_or(written);
-        let normalised = if trimmed == "/" && written.starts_with('#') {
-            String::new()
-        } else {
-            rewrite_indexes(trimmed)?
-        };
+        let normalised =
+            if trimmed == "/" && written.starts_with('#') { String::new() } else { rewrite_indexes(trimmed)? };
         let pointer = PointerBuf::parse(normalised).map_err(|e| match e.original() {
             jsonptr::ParseError::NoLeadingSlash => {
                 format!("`{written}` is not a JSON Pointer: it must be empty or start with `/`")
             }
-            jsonptr::ParseError::InvalidEncoding { .. } => format!(
-                "`{written}` is not a JSON Pointer: `~` must be followed by `0` (for ~) or `1` (for /)"
-            ),
+            jsonptr::ParseError::InvalidEncoding { .. } => {
+                format!("`{written}` is not a JSON Pointer: `~` must be followed by `0` (for ~) or `1` (for /)")
+            }
         })?;
         Ok(Self { written: written.to_string(), pointer })
     }

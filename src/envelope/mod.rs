@@ -11,8 +11,7 @@ use crate::condition::{FacetPath, GoalCondition, Rule};
 use crate::contract::OutputContract;
 use crate::validation::{BodySchema, FieldError, pointer};
 
-static SCHEMA: LazyLock<BodySchema> =
-    LazyLock::new(|| BodySchema::builtin(include_str!("task-envelope.schema.json")));
+static SCHEMA: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("task-envelope.schema.json")));
 
 /// The JSON Schema of the envelope's shape (served at `GET /api/v1/flex/schemas/task-envelope`).
 pub fn schema() -> &'static Value {
@@ -68,9 +67,8 @@ pub fn from_value(raw: Value) -> Result<TaskEnvelope, EnvelopeError> {
         return Err(EnvelopeError::Invalid(errors));
     }
     errors.extend(unsupported_features(&raw));
-    let output_contract = OutputContract::parse(&raw["outputContract"], "/outputContract")
-        .map_err(|e| errors.extend(e))
-        .ok();
+    let output_contract =
+        OutputContract::parse(&raw["outputContract"], "/outputContract").map_err(|e| errors.extend(e)).ok();
     let goal_conditions = goal_conditions(&raw, &mut errors);
     let (Some(output_contract), true) = (output_contract, errors.is_empty()) else {
         return Err(EnvelopeError::Invalid(errors));

@@ -32,10 +32,10 @@ impl Bus {
 
     pub fn publish(&self, run_id: &str, message: BusMessage) {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(sender) = channels.get(run_id) {
-            if sender.send(message).is_err() {
-                channels.remove(run_id);
-            }
+        if let Some(sender) = channels.get(run_id)
+            && sender.send(message).is_err()
+        {
+            channels.remove(run_id);
         }
     }
 }

@@ -33,10 +33,23 @@ struct Follower {
 
 /// Streams the run's frames with `seq > after`. Subscribes before reading anything, so a frame
 /// committed meanwhile is seen either in the log or live.
-pub fn follow(store: Store, bus: &Bus, run_id: String, after: u64) -> impl Stream<Item = Result<LoggedFrame, FollowError>> + use<> {
+pub fn follow(
+    store: Store,
+    bus: &Bus,
+    run_id: String,
+    after: u64,
+) -> impl Stream<Item = Result<LoggedFrame, FollowError>> + use<> {
     let live = bus.subscribe(&run_id);
-    let follower =
-        Follower { store, run_id, live, last: after, pending: VecDeque::new(), replay: true, settled: None, done: false };
+    let follower = Follower {
+        store,
+        run_id,
+        live,
+        last: after,
+        pending: VecDeque::new(),
+        replay: true,
+        settled: None,
+        done: false,
+    };
     futures::stream::unfold(follower, |mut f| async move {
         match f.next().await {
             Ok(Some(frame)) => Some((Ok(frame), f)),

@@ -29,7 +29,8 @@ pub async fn register(
         .map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?;
     let capability = services.registry.register(registration, "api").await?;
     let count = services.registry.snapshot().len();
-    Ok(HttpResponse::Created().json(json!({"ok": true, "capability": describe(&capability), "registry": {"count": count}})))
+    Ok(HttpResponse::Created()
+        .json(json!({"ok": true, "capability": describe(&capability), "registry": {"count": count}})))
 }
 
 /// `GET /api/v1/flex/capabilities`

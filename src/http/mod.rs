@@ -27,18 +27,16 @@ use crate::services::Services;
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(system::metrics_text)
         .service(
-            web::scope("/api/v1")
-                .service(system::health)
-                .service(
-                    web::scope("/flex")
-                        .service(runs::run_stream)
-                        .service(runs::get_run)
-                        .service(runs::get_events)
-                        .service(runs::follow_run)
-                        .service(capabilities::register)
-                        .service(capabilities::list)
-                        .service(system::schema),
-                ),
+            web::scope("/api/v1").service(system::health).service(
+                web::scope("/flex")
+                    .service(runs::run_stream)
+                    .service(runs::get_run)
+                    .service(runs::get_events)
+                    .service(runs::follow_run)
+                    .service(capabilities::register)
+                    .service(capabilities::list)
+                    .service(system::schema),
+            ),
         )
         .default_service(web::to(not_found));
 }

@@ -42,7 +42,9 @@ pub async fn run_stream(
 fn correlation_id(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     let Some(value) = req.headers().get("x-correlation-id") else { return Ok(None) };
     match value.to_str() {
-        Ok(id) if !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic()) => Ok(Some(id.to_string())),
+        Ok(id) if !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic()) => {
+            Ok(Some(id.to_string()))
+        }
         _ => Err(ApiError::bad_request(
             "invalid_correlation_id",
             "X-Correlation-Id must be 1 to 200 visible ASCII characters",
@@ -79,7 +81,8 @@ pub async fn get_run(
         })
         .await
         .map_err(run_error(&run_id))?;
-    let json_or_null = |text: Option<&str>| text.and_then(|t| serde_json::from_str::<Value>(t).ok()).unwrap_or(Value::Null);
+    let json_or_null =
+        |text: Option<&str>| text.and_then(|t| serde_json::from_str::<Value>(t).ok()).unwrap_or(Value::Null);
     let body = json!({
         "run": {
             "runId": run.run_id, "status": run.status, "objective": run.objective,
@@ -139,8 +142,9 @@ pub async fn get_events(
     let has_more = page.len() as i64 > limit;
     let frames: Vec<Value> =
         page.iter().take(limit as usize).map(|f| serde_json::from_str(&f.json).unwrap_or(Value::Null)).collect();
-    let next_after = page.iter().take(limit as usize).last().map_or(after, |f| f.seq);
-    Ok(HttpResponse::Ok().json(json!({"runId": run_id, "events": frames, "nextAfter": next_after, "hasMore": has_more})))
+    let next_after = page.iter().take(limit as usize).next_back().map_or(after, |f| f.seq);
+    Ok(HttpResponse::Ok()
+        .json(json!({"runId": run_id, "events": frames, "nextAfter": next_after, "hasMore": has_more})))
 }
 
 #[derive(Debug, Deserialize)]
@@ -161,11 +165,9 @@ pub async fn follow_run(
 ) -> Result<impl Responder, ApiError> {
     let run_id = id.into_inner();
     let after = match req.headers().get("last-event-id") {
-        Some(value) => value
-            .to_str()
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .ok_or_else(|| ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be a frame seq number"))?,
+        Some(value) => value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()).ok_or_else(|| {
+            ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be a frame seq number")
+        })?,
         None => query.after.unwrap_or(0),
     };
     let lookup = run_id.clone();

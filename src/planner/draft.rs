@@ -281,7 +281,10 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
                     diagnostics.push(
                         Diagnostic::error(
                             "UNKNOWN_DEPENDENCY",
-                            format!("stage \"{}\" depends on \"{dependency}\", which is not a stage of this plan", node.stage),
+                            format!(
+                                "stage \"{}\" depends on \"{dependency}\", which is not a stage of this plan",
+                                node.stage
+                            ),
                         )
                         .stage(&node.stage),
                     );
@@ -292,14 +295,10 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
         let mut froms = BTreeSet::new();
         for facet in node.input_facets.iter().chain(&node.output_facets) {
             let earlier = nodes[..index].iter().rev().find(|(n, _)| n.output_facets.contains(facet));
-            if let Some((producer, _)) = earlier {
-                if froms.insert(producer.id.clone()) {
-                    edges.push(Edge {
-                        from: producer.id.clone(),
-                        to: node.id.clone(),
-                        reason: format!("facet:{facet}"),
-                    });
-                }
+            if let Some((producer, _)) = earlier
+                && froms.insert(producer.id.clone())
+            {
+                edges.push(Edge { from: producer.id.clone(), to: node.id.clone(), reason: format!("facet:{facet}") });
             }
         }
     }

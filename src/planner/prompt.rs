@@ -148,11 +148,7 @@ fn replan_sections(s: &mut String, replan: &Replan<'_>) {
         .iter()
         .map(|n| serde_json::json!({"stage": n.stage, "capabilityId": n.capability_id, "nodeId": n.id}))
         .collect();
-    section(
-        s,
-        "PREVIOUS PLAN",
-        &format!("Version {}: {}", replan.previous_plan.version, Value::Array(snapshot)),
-    );
+    section(s, "PREVIOUS PLAN", &format!("Version {}: {}", replan.previous_plan.version, Value::Array(snapshot)));
     if !replan.failed_goal_conditions.is_empty() {
         section(s, "GOAL CONDITION REPAIR", &goal_condition_repair(replan.failed_goal_conditions));
     }
@@ -188,7 +184,9 @@ pub fn goal_condition_repair(failed: &[GoalConditionResult]) -> String {
 }
 
 fn capability_table(capabilities: &[Arc<Capability>]) -> String {
-    let mut s = String::from("| Capability ID | Name | Kind | Input facets | Output facets | Summary |\n|---|---|---|---|---|---|\n");
+    let mut s = String::from(
+        "| Capability ID | Name | Kind | Input facets | Output facets | Summary |\n|---|---|---|---|---|---|\n",
+    );
     for c in capabilities {
         let _ = writeln!(
             s,
@@ -294,7 +292,9 @@ mod tests {
         };
         let (system, user) = build(&input);
         assert!(system.contains("### PLAN DRAFT SCHEMA") && system.contains("### PLANNER RULES"));
-        for title in ["OBJECTIVE", "INPUTS", "OUTPUT CONTRACT", "GOAL CONDITIONS", "CAPABILITIES", "SPECIAL INSTRUCTIONS"] {
+        for title in
+            ["OBJECTIVE", "INPUTS", "OUTPUT CONTRACT", "GOAL CONDITIONS", "CAPABILITIES", "SPECIAL INSTRUCTIONS"]
+        {
             assert!(user.contains(&format!("### {title}\n")), "{title}: {user}");
         }
         assert!(!user.contains("GOAL CONDITION REPAIR"));

@@ -46,9 +46,9 @@ impl Refused {
     pub fn message(self) -> String {
         match self {
             Self::Disabled => "Goal conditions failed and replanning is disabled for this run".into(),
-            Self::GoalConditionLimit { limit } => format!(
-                "Automatic goal condition replans exceeded the configured limit ({limit})"
-            ),
+            Self::GoalConditionLimit { limit } => {
+                format!("Automatic goal condition replans exceeded the configured limit ({limit})")
+            }
             Self::TotalLimit { limit } => format!("The run used all {limit} replans it is allowed"),
         }
     }
@@ -108,8 +108,10 @@ mod tests {
         assert_eq!(budget.grant_goal_condition_replan(), Err(Refused::TotalLimit { limit: 1 }));
         let mut off = ReplanBudget::new(limits(false, 5, 5));
         assert_eq!(off.grant_goal_condition_replan(), Err(Refused::Disabled));
-        assert_eq!(ReplanBudget::new(limits(true, 0, 5)).grant_goal_condition_replan().unwrap_err().code(),
-                   "goal_condition_replan_limit");
+        assert_eq!(
+            ReplanBudget::new(limits(true, 0, 5)).grant_goal_condition_replan().unwrap_err().code(),
+            "goal_condition_replan_limit"
+        );
     }
 
     #[test]

@@ -47,12 +47,16 @@ impl RunContext {
     pub fn seeded(inputs: &Map<String, Value>) -> Self {
         let mut context = Self::default();
         for (facet, value) in inputs {
-            context.write(facet, value.clone(), Provenance {
-                node_id: ENVELOPE_INPUT.to_string(),
-                capability_id: None,
-                plan_version: None,
-                timestamp: now(),
-            });
+            context.write(
+                facet,
+                value.clone(),
+                Provenance {
+                    node_id: ENVELOPE_INPUT.to_string(),
+                    capability_id: None,
+                    plan_version: None,
+                    timestamp: now(),
+                },
+            );
         }
         context
     }

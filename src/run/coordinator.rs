@@ -49,7 +49,8 @@ impl Failure {
     }
 
     fn error_json(&self) -> Value {
-        let mut error = Map::from_iter([("code".to_string(), json!(self.code)), ("message".to_string(), json!(self.message))]);
+        let mut error =
+            Map::from_iter([("code".to_string(), json!(self.code)), ("message".to_string(), json!(self.message))]);
         error.extend(self.details.clone());
         Value::Object(error)
     }
@@ -132,7 +133,13 @@ impl Coordinator {
 
     /// Commits `events` together with a status transition (if `to` is given), the run columns in
     /// `change` and whatever `write` does.
-    async fn commit<F>(&mut self, events: Vec<Event>, to: Option<RunStatus>, change: RunChange, write: F) -> Result<(), StoreError>
+    async fn commit<F>(
+        &mut self,
+        events: Vec<Event>,
+        to: Option<RunStatus>,
+        change: RunChange,
+        write: F,
+    ) -> Result<(), StoreError>
     where
         F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static,
     {
@@ -190,8 +197,13 @@ impl Coordinator {
                 }
                 Err(diagnostics) => {
                     rejected = diagnostics.clone();
-                    self.commit(vec![Event::PlanRejected(PlanRejected { attempt, phase, diagnostics })], None, RunChange::default(), |_| Ok(()))
-                        .await?;
+                    self.commit(
+                        vec![Event::PlanRejected(PlanRejected { attempt, phase, diagnostics })],
+                        None,
+                        RunChange::default(),
+                        |_| Ok(()),
+                    )
+                    .await?;
                 }
             }
         }
@@ -206,7 +218,11 @@ impl Coordinator {
     fn capability_summaries(&self) -> Vec<CapabilitySummary> {
         self.capabilities
             .values()
-            .map(|c| CapabilitySummary { capability_id: c.id.clone(), display_name: c.display_name.clone(), status: "active" })
+            .map(|c| CapabilitySummary {
+                capability_id: c.id.clone(),
+                display_name: c.display_name.clone(),
+                status: "active",
+            })
             .collect()
     }
 
@@ -287,9 +303,15 @@ impl Coordinator {
             }));
         }
         let rows = self.plan_rows(&plan)?;
-        let change = RunChange { plan_version: Some(version as i32), replans: Some(self.budget.replans as i32), ..Default::default() };
-        self.commit(events, Some(RunStatus::Running), change, move |conn| plans::insert_version(conn, &rows.0, &rows.1))
-            .await?;
+        let change = RunChange {
+            plan_version: Some(version as i32),
+            replans: Some(self.budget.replans as i32),
+            ..Default::default()
+        };
+        self.commit(events, Some(RunStatus::Running), change, move |conn| {
+            plans::insert_version(conn, &rows.0, &rows.1)
+        })
+        .await?;
         self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
         self.plan = Some(Arc::new(plan));
         Ok(())
@@ -310,7 +332,8 @@ impl Coordinator {
             .iter()
             .enumerate()
             .map(|(position, node)| {
-                let carried = self.completed.iter().find(|w| w.node_id == node.id && node.status == NodeStatus::Completed);
+                let carried =
+                    self.completed.iter().find(|w| w.node_id == node.id && node.status == NodeStatus::Completed);
                 PlanNodeRow {
                     run_id: run_id.clone(),
                     plan_version: plan.version as i32,
@@ -361,10 +384,15 @@ impl Coordinator {
         if let Some(failure) = first_failure {
             return self.fail(failure, vec![]).await.map(|_| Step::Ended);
         }
-        let unfinished: Vec<&str> =
-            plan.nodes.iter().filter(|n| self.nodes.get(&n.id) != Some(&NodeStatus::Completed)).map(|n| n.id.as_str()).collect();
+        let unfinished: Vec<&str> = plan
+            .nodes
+            .iter()
+            .filter(|n| self.nodes.get(&n.id) != Some(&NodeStatus::Completed))
+            .map(|n| n.id.as_str())
+            .collect();
         if !unfinished.is_empty() {
-            let failure = Failure::new("plan_deadlock", format!("no node can start; unfinished: {}", unfinished.join(", ")));
+            let failure =
+                Failure::new("plan_deadlock", format!("no node can start; unfinished: {}", unfinished.join(", ")));
             return self.fail(failure, vec![]).await.map(|_| Step::Ended);
         }
         Ok(Step::Continue(()))
@@ -405,7 +433,11 @@ impl Coordinator {
         }))
     }
 
-    fn node_write(&self, node: &PlanNode, change: NodeChange) -> impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static {
+    fn node_write(
+        &self,
+        node: &PlanNode,
+        change: NodeChange,
+    ) -> impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static {
         let (run_id, node_id) = (self.run_id(), node.id.clone());
         let version = self.plan.as_ref().map_or(0, |p| p.version as i32);
         move |conn| plans::update_node(conn, &run_id, version, &node_id, &change)
@@ -422,7 +454,9 @@ impl Coordinator {
         let prior_outputs: Map<String, Value> = plan
             .into_iter()
             .flat_map(|plan| plan.predecessors(&node.id))
-            .filter_map(|id| self.completed.iter().rev().find(|w| w.node_id == id).map(|w| (id.to_string(), w.output.clone())))
+            .filter_map(|id| {
+                self.completed.iter().rev().find(|w| w.node_id == id).map(|w| (id.to_string(), w.output.clone()))
+            })
             .collect();
         let rerun = self.completed.iter().any(|w| w.node_id == node.id);
         let repair = if rerun {
@@ -532,8 +566,13 @@ impl Coordinator {
         if let Some(schema) = self.envelope.output_contract.schema() {
             let violations = schema.violations(&output);
             if !violations.is_empty() {
-                let prelude = vec![Event::ValidationError(ValidationError { node_id: None, scope: "final_output", errors: violations })];
-                let mut failure = Failure::new("final_output_invalid", "The composed output does not match the output contract");
+                let prelude = vec![Event::ValidationError(ValidationError {
+                    node_id: None,
+                    scope: "final_output",
+                    errors: violations,
+                })];
+                let mut failure =
+                    Failure::new("final_output_invalid", "The composed output does not match the output contract");
                 failure.output = output;
                 return self.fail(failure, prelude).await.map(|_| Step::Ended);
             }
@@ -573,7 +612,10 @@ impl Coordinator {
                 };
                 self.commit(vec![event], Some(RunStatus::Planning), change, write).await?;
                 self.repair = failed.clone();
-                Ok(Step::Continue(ReplanInfo { reason: "goal_condition_failed".into(), failed_goal_conditions: failed }))
+                Ok(Step::Continue(ReplanInfo {
+                    reason: "goal_condition_failed".into(),
+                    failed_goal_conditions: failed,
+                }))
             }
             Err(refused) => {
                 let mut failure = Failure::new(refused.code(), refused.message())
@@ -586,7 +628,12 @@ impl Coordinator {
         }
     }
 
-    fn output_row(&self, output: &Value, results: &[GoalConditionResult], satisfied: bool) -> Result<RunOutputRow, StoreError> {
+    fn output_row(
+        &self,
+        output: &Value,
+        results: &[GoalConditionResult],
+        satisfied: bool,
+    ) -> Result<RunOutputRow, StoreError> {
         Ok(RunOutputRow {
             run_id: self.run_id(),
             plan_version: self.plan.as_ref().map_or(0, |p| p.version as i32),

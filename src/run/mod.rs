@@ -33,10 +33,13 @@ pub async fn start(
     correlation_id: Option<String>,
 ) -> Result<String, StoreError> {
     let run_id = Uuid::now_v7().to_string();
-    let correlation_id = correlation_id
-        .or_else(|| envelope.correlation_id.clone())
-        .unwrap_or_else(|| Uuid::now_v7().to_string());
-    let header = FrameHeader { run_id: run_id.as_str().into(), correlation_id: correlation_id.as_str().into(), plan_version: None };
+    let correlation_id =
+        correlation_id.or_else(|| envelope.correlation_id.clone()).unwrap_or_else(|| Uuid::now_v7().to_string());
+    let header = FrameHeader {
+        run_id: run_id.as_str().into(),
+        correlation_id: correlation_id.as_str().into(),
+        plan_version: None,
+    };
     let start = Frame::encode(
         &header,
         1,

@@ -21,11 +21,8 @@ pub struct CapabilityRow {
 
 /// Inserts or replaces a registration, keeping the first registration time.
 pub fn save(conn: &mut DbConn, mut row: CapabilityRow) -> Result<(), StoreError> {
-    let first: Option<NaiveDateTime> = capabilities::table
-        .find(&row.capability_id)
-        .select(capabilities::registered_at)
-        .first(conn)
-        .optional()?;
+    let first: Option<NaiveDateTime> =
+        capabilities::table.find(&row.capability_id).select(capabilities::registered_at).first(conn).optional()?;
     if let Some(first) = first {
         row.registered_at = first;
         diesel::delete(capabilities::table.find(&row.capability_id)).execute(conn)?;

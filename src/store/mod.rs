@@ -98,7 +98,9 @@ fn connection_url(url: &str) -> Result<String, StoreError> {
         if cfg!(feature = "postgres") {
             return Ok(url.to_string());
         }
-        return Err(StoreError::Url(format!("{url} (this build has no PostgreSQL support; build with --features postgres)")));
+        return Err(StoreError::Url(format!(
+            "{url} (this build has no PostgreSQL support; build with --features postgres)"
+        )));
     }
     let path = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
     if path.is_empty() || path.contains(":memory:") || path.contains("://") {

@@ -63,9 +63,7 @@ pub fn get(conn: &mut DbConn, run_id: &str) -> Result<RunRow, StoreError> {
 
 /// Applies `change` without touching the status.
 pub fn update(conn: &mut DbConn, run_id: &str, change: &RunChange) -> Result<(), StoreError> {
-    diesel::update(runs::table.find(run_id))
-        .set((change, runs::updated_at.eq(super::now())))
-        .execute(conn)?;
+    diesel::update(runs::table.find(run_id)).set((change, runs::updated_at.eq(super::now()))).execute(conn)?;
     Ok(())
 }
 

@@ -1,0 +1,212 @@
+//! Boundary behaviour over real HTTP: envelope validation, capability registration and the `http`
+//! executor, authentication, request limits.
+
+mod support;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use support::*;
+
+fn always_plan(stages: &'static [(&'static str, &'static str)]) -> flexrun::standin::Script {
+    script(move |call| if call.is_planner() { plan(stages) } else { post(0.9) })
+}
+
+async fn error_body(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON error body"))
+}
+
+fn detail_paths(body: &Value) -> Vec<String> {
+    body["error"]["details"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_envelopes_get_400_with_every_problem_and_create_nothing() {
+    let server = TestServer::start(always_plan(&[("draft", "writer")])).await;
+    let mut missing_objective = envelope();
+    missing_objective.as_object_mut().unwrap().remove("objective");
+    let mut unknown_key = envelope();
+    unknown_key["goalConditions"] = unknown_key["goal_condition"].take();
+    unknown_key.as_object_mut().unwrap().remove("goal_condition");
+    let mut bad_contract = envelope();
+    bad_contract["outputContract"] = json!({"mode": "facets", "facets": []});
+    let mut bad_pointer = envelope();
+    bad_pointer["goal_condition"][0]["path"] = json!("quality_score");
+    let mut bad_rule = envelope();
+    bad_rule["goal_condition"][0]["condition"] = json!({"jsonLogic": {">==": [1, 2]}});
+    let mut dsl_only = envelope();
+    dsl_only["goal_condition"][0]["condition"] = json!({"dsl": "quality_score >= 0.8"});
+
+    let cases: [(&str, Value, &str, &str); 6] = [
+        ("missing objective", missing_objective, "/objective", "required"),
+        ("unknown key", unknown_key, "/goalConditions", "unknown_field"),
+        ("bad outputContract", bad_contract, "/outputContract/facets", "minItems"),
+        ("bad pointer", bad_pointer, "/goal_condition/0/path", "invalid_pointer"),
+        ("bad JSON-Logic", bad_rule, "/goal_condition/0/condition/jsonLogic", "invalid_json_logic"),
+        ("DSL-only condition", dsl_only, "/goal_condition/0/condition", "dsl_not_supported"),
+    ];
+    for (name, body, path, code) in cases {
+        let (status, error) = error_body(server.post_run(&body).await).await;
+        assert_eq!(status, 400, "{name}: {error}");
+        assert_eq!(error["error"]["code"], "invalid_envelope", "{name}");
+        let detail = error["error"]["details"].as_array().unwrap().iter().find(|d| d["path"] == path);
+        let detail = detail.unwrap_or_else(|| panic!("{name}: no detail at {path}: {error}"));
+        assert_eq!(detail["code"], code, "{name}: {detail}");
+    }
+    let (_, unknown) = error_body(server.post_run(&json!({"objective": "x", "outputContract": {"mode": "freeform", "instructions": "x"}, "goalConditions": []})).await).await;
+    assert!(unknown["error"]["message"].as_str().unwrap().contains("did you mean `goal_condition`"), "{unknown}");
+
+    let (status, not_json) = error_body(
+        server.http.post(server.url("/api/v1/flex/run.stream")).body("{\"objective\": ").send().await.unwrap(),
+    )
+    .await;
+    assert_eq!((status, not_json["error"]["code"].as_str()), (400, Some("invalid_json")));
+
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "no run for a rejected envelope");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events"), 0);
+    assert!(server.llm_calls().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_problem_of_one_envelope_is_reported() {
+    let server = TestServer::start(always_plan(&[("draft", "writer")])).await;
+    let body = json!({"objective": "", "outputContract": {"mode": "poem"}, "policies": {"replan": {"maxReplans": 500}}, "extra": 1});
+    let (status, error) = error_body(server.post_run(&body).await).await;
+    assert_eq!(status, 400);
+    let paths = detail_paths(&error);
+    for path in ["/objective", "/outputContract/mode", "/policies/replan/maxReplans", "/extra"] {
+        assert!(paths.contains(&path.to_string()), "{path} missing from {paths:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_bodies_get_413() {
+    let server = TestServer::start(always_plan(&[("draft", "writer")])).await;
+    let mut big = envelope();
+    big["inputs"]["blob"] = json!("x".repeat(2 * 1024 * 1024));
+    let (status, error) = error_body(server.post_run(&big).await).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (413, Some("payload_too_large")));
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capabilities_register_list_and_survive_a_restart() {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let options = || Options { dir: Some(dir.clone()), capabilities: vec![], ..Options::default() };
+    let server = TestServer::start_with(always_plan(&[("draft", "writer")]), options()).await;
+    let registration = ai_capability("summariser", &["doc"], &["summary"], json!({"type": "object"}));
+    let response =
+        server.http.post(server.url("/api/v1/flex/capabilities/register")).json(&registration).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    let mut invalid = registration.clone();
+    invalid["kind"] = json!("magic");
+    invalid["endpoint"] = json!(12);
+    let (status, error) = error_body(
+        server.http.post(server.url("/api/v1/flex/capabilities/register")).json(&invalid).send().await.unwrap(),
+    )
+    .await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_capability")));
+    assert_eq!(detail_paths(&error), ["/endpoint", "/kind"]);
+    server.stop().await;
+
+    let restarted = TestServer::start_with(always_plan(&[("draft", "writer")]), options()).await;
+    let list: Value =
+        restarted.http.get(restarted.url("/api/v1/flex/capabilities")).send().await.unwrap().json().await.unwrap();
+    let ids: Vec<&str> =
+        list["capabilities"].as_array().unwrap().iter().map(|c| c["capabilityId"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["summariser"]);
+    assert_eq!(list["capabilities"][0]["outputFacets"], json!(["summary"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_capabilities_receive_the_context_bundle() {
+    let endpoint = HttpCapability::start(200, json!({"text": "from http", "quality_score": 0.85}));
+    let mut http_writer = ai_capability(
+        "http.writer",
+        &["brief"],
+        &["post_copy"],
+        json!({"type": "object", "required": ["quality_score"]}),
+    );
+    http_writer["agentType"] = json!("http");
+    http_writer["endpoint"] = json!(endpoint.url);
+    let server = TestServer::start_with(
+        always_plan(&[("draft", "http.writer")]),
+        Options { capabilities: vec![http_writer], ..Options::default() },
+    )
+    .await;
+    let mut envelope = envelope();
+    envelope["specialInstructions"] = json!(["Be brief"]);
+    let frames = server.run(&envelope).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+    assert_eq!(frames[3].payload["executorType"], "http");
+    let bodies = endpoint.received();
+    assert_eq!(bodies.len(), 1);
+    let bundle = &bodies[0];
+    assert_eq!(bundle["runId"], frames[0].run_id.as_str());
+    assert_eq!(bundle["nodeId"], "draft");
+    assert_eq!(bundle["capabilityId"], "http.writer");
+    assert_eq!(bundle["inputs"]["brief"]["topic"], "flexrun");
+    assert!(bundle["instructions"].as_array().unwrap().contains(&json!("Be brief")));
+    assert_eq!(server.llm_calls().len(), 1, "only the planner used the model");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_capability_errors_fail_the_node() {
+    let endpoint = HttpCapability::start(503, json!({"error": "overloaded"}));
+    let mut http_writer = ai_capability("http.writer", &["brief"], &["post_copy"], json!({"type": "object"}));
+    http_writer["agentType"] = json!("http");
+    http_writer["endpoint"] = json!(endpoint.url);
+    let server = TestServer::start_with(
+        always_plan(&[("draft", "http.writer")]),
+        Options { capabilities: vec![http_writer], ..Options::default() },
+    )
+    .await;
+    let frames = server.run(&envelope()).await;
+    assert_eq!(kinds(&frames)[3..], ["node_start", "node_error", "complete"]);
+    assert_eq!(frames[4].payload["error"]["code"], "capability_http_error");
+    assert!(frames[4].message.as_deref().unwrap().contains("503"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_need_a_key_and_operators_own_registration() {
+    let server = TestServer::start_with(
+        always_plan(&[("draft", "writer")]),
+        Options {
+            env: vec![("FLEXRUN_API_KEYS", "caller-key".into()), ("FLEXRUN_OPERATOR_KEYS", OPERATOR_KEY.into())],
+            ..Options::default()
+        },
+    )
+    .await;
+    let run_stream = server.url("/api/v1/flex/run.stream");
+    let anonymous = server.http.post(&run_stream).json(&envelope()).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let wrong = server.http.post(&run_stream).bearer_auth("guess").json(&envelope()).send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let caller = server.http.post(&run_stream).bearer_auth("caller-key").json(&envelope()).send().await.unwrap();
+    assert_eq!(caller.status(), 200);
+    let frames = read_frames(caller, usize::MAX).await;
+    assert_eq!(frames.last().unwrap().kind, "complete");
+
+    let register = server.url("/api/v1/flex/capabilities/register");
+    let registration = ai_capability("extra", &[], &["x"], json!({"type": "object"}));
+    let as_caller = server.http.post(&register).bearer_auth("caller-key").json(&registration).send().await.unwrap();
+    assert_eq!(as_caller.status(), 403);
+    let as_operator =
+        server.http.post(&register).header("x-api-key", OPERATOR_KEY).json(&registration).send().await.unwrap();
+    assert_eq!(as_operator.status(), 201);
+    let health = server.http.get(server.url("/api/v1/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200, "health needs no key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_metrics() {
+    let server = TestServer::start(always_plan(&[("draft", "writer")])).await;
+    let health: Value = server.http.get(server.url("/api/v1/health")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(health["status"], "healthy");
+    assert_eq!(health["services"]["database"]["ok"], true);
+    assert!(!health.to_string().contains("test-key"), "no secret in health");
+    server.run(&envelope()).await;
+    let metrics = server.http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("flexrun_runs_started_total"), "{metrics}");
+}

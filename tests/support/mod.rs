@@ -1,0 +1,267 @@
+//! Test harness: the real flexrun server on a loopback port with a real SQLite file, a stand-in
+//! model server on loopback, and an SSE client. Only the model (and HTTP capabilities) are mocked,
+//! at their HTTP boundary.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::dev::ServerHandle;
+use diesel::{Connection, QueryableByName, RunQueryDsl};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use flexrun::config::Settings;
+use flexrun::events::ReceivedFrame;
+use flexrun::services::Services;
+use flexrun::standin::{ChatCall, Script, StandIn};
+use flexrun::store::DbConn;
+
+pub use flexrun::standin::{Reply, script};
+
+pub const OPERATOR_KEY: &str = "operator-test-key";
+
+pub struct TestServer {
+    pub base: String,
+    pub llm: StandIn,
+    pub db_path: PathBuf,
+    pub http: reqwest::Client,
+    handle: ServerHandle,
+    pub dir: Arc<tempfile::TempDir>,
+    env: Vec<(String, String)>,
+}
+
+/// Options of a test server.
+pub struct Options {
+    pub env: Vec<(&'static str, String)>,
+    pub capabilities: Vec<Value>,
+    pub dir: Option<Arc<tempfile::TempDir>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { env: Vec::new(), capabilities: default_capabilities(), dir: None }
+    }
+}
+
+impl TestServer {
+    pub async fn start(script: Script) -> Self {
+        Self::start_with(script, Options::default()).await
+    }
+
+    pub async fn start_with(script: Script, options: Options) -> Self {
+        let llm = StandIn::start(script).expect("stand-in model starts");
+        let dir = options.dir.unwrap_or_else(|| Arc::new(tempfile::tempdir().unwrap()));
+        let capabilities_dir = dir.path().join("capabilities");
+        std::fs::create_dir_all(&capabilities_dir).unwrap();
+        for capability in &options.capabilities {
+            let name = format!("{}.json", capability["capabilityId"].as_str().unwrap());
+            std::fs::write(capabilities_dir.join(name), capability.to_string()).unwrap();
+        }
+        let db_path = dir.path().join("flexrun.db");
+        let mut env: Vec<(String, String)> = vec![
+            ("FLEXRUN_DATABASE_URL".into(), format!("sqlite://{}", db_path.display())),
+            ("FLEXRUN_CAPABILITIES_DIR".into(), capabilities_dir.display().to_string()),
+            ("FLEXRUN_LLM_BASE_URL".into(), llm.base_url.clone()),
+            ("FLEXRUN_LLM_API_KEY".into(), "test-key".into()),
+            ("FLEXRUN_LLM_MODEL".into(), "test-model".into()),
+        ];
+        env.extend(options.env.into_iter().map(|(k, v)| (k.to_string(), v)));
+        let lookup = env.clone();
+        let settings = Settings::load_from(|name| lookup.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+            .expect("test settings load");
+        let services = Services::start(settings).await.expect("services start");
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = flexrun::http::serve(services, listener).unwrap();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Self { base, llm, db_path, http: reqwest::Client::new(), handle, dir, env }
+    }
+
+    pub async fn stop(&self) {
+        self.handle.stop(false).await;
+        self.llm.stop().await;
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Posts an envelope to `run.stream` (with the operator key when auth is on).
+    pub async fn post_run(&self, envelope: &Value) -> reqwest::Response {
+        self.http
+            .post(self.url("/api/v1/flex/run.stream"))
+            .bearer_auth(OPERATOR_KEY)
+            .json(envelope)
+            .send()
+            .await
+            .expect("run.stream request")
+    }
+
+    /// Posts an envelope and reads every frame until the stream ends.
+    pub async fn run(&self, envelope: &Value) -> Vec<ReceivedFrame> {
+        let response = self.post_run(envelope).await;
+        assert_eq!(response.status(), 200, "run.stream failed: {:?}", response.text().await);
+        read_frames(response, usize::MAX).await
+    }
+
+    pub fn llm_calls(&self) -> Vec<ChatCall> {
+        self.llm.calls()
+    }
+
+    pub fn planner_calls(&self) -> Vec<ChatCall> {
+        self.llm.calls().into_iter().filter(|c| c.is_planner()).collect()
+    }
+
+    pub fn capability_calls(&self, capability: &str) -> usize {
+        self.llm.calls().iter().filter(|c| c.capability_id() == Some(capability)).count()
+    }
+
+    /// A direct connection to the server's database, for checking what was persisted.
+    pub fn db(&self) -> DbConn {
+        DbConn::establish(self.db_path.to_str().unwrap()).expect("open test database")
+    }
+
+    pub fn count(&self, sql: &str) -> i64 {
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        diesel::sql_query(sql).get_result::<Count>(&mut self.db()).expect(sql).n
+    }
+
+    /// Polls until the run reaches `status` (or panics after 10 s).
+    pub async fn wait_for_status(&self, run_id: &str, status: &str) {
+        for _ in 0..200 {
+            let run = flexrun::store::runs::get(&mut self.db(), run_id).unwrap();
+            if run.status == status {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("run {run_id} never reached {status}");
+    }
+
+    /// The frames of the run's event log, parsed.
+    pub fn event_log(&self, run_id: &str) -> Vec<(u64, String, Value)> {
+        flexrun::store::events::after(&mut self.db(), run_id, 0, 10_000)
+            .unwrap()
+            .into_iter()
+            .map(|f| (f.seq, f.event_type, serde_json::from_str(&f.json).unwrap()))
+            .collect()
+    }
+}
+
+/// Reads up to `max` frames of an SSE response (until it ends).
+pub async fn read_frames(response: reqwest::Response, max: usize) -> Vec<ReceivedFrame> {
+    let mut frames = Vec::new();
+    let mut events = response.bytes_stream().eventsource();
+    let deadline = tokio::time::sleep(Duration::from_secs(30));
+    tokio::pin!(deadline);
+    while frames.len() < max {
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(event)) => {
+                    let frame: ReceivedFrame = serde_json::from_str(&event.data).expect("frame JSON");
+                    assert_eq!(event.id, frame.seq.to_string(), "SSE id is the frame seq");
+                    assert_eq!(event.event, frame.kind, "SSE event is the frame type");
+                    frames.push(frame);
+                }
+                Some(Err(error)) => panic!("SSE error: {error}"),
+                None => break,
+            },
+            _ = &mut deadline => panic!("stream did not end within 30 s; got {:?}", kinds(&frames)),
+        }
+    }
+    frames
+}
+
+pub fn kinds(frames: &[ReceivedFrame]) -> Vec<&str> {
+    frames.iter().map(|f| f.kind.as_str()).collect()
+}
+
+/// An `ai` capability with a JSON Schema output.
+pub fn ai_capability(id: &str, inputs: &[&str], outputs: &[&str], schema: Value) -> Value {
+    json!({
+        "capabilityId": id, "version": "1.0", "displayName": id, "summary": format!("{id} capability"),
+        "kind": "execution", "agentType": "ai", "inputFacets": inputs, "outputFacets": outputs,
+        "instructions": format!("You are {id}."),
+        "outputContract": {"mode": "json_schema", "schema": schema}
+    })
+}
+
+/// writer: brief → post_copy {text, quality_score}; editor: post_copy → post_copy; tagger: brief → tags.
+pub fn default_capabilities() -> Vec<Value> {
+    let post = json!({"type": "object", "required": ["text", "quality_score"],
+                      "properties": {"text": {"type": "string"}, "quality_score": {"type": "number"}}});
+    vec![
+        ai_capability("writer", &["brief"], &["post_copy"], post.clone()),
+        ai_capability("editor", &["post_copy"], &["post_copy"], post),
+        ai_capability("tagger", &["brief"], &["tags"], json!({"type": "object", "required": ["tags"]})),
+    ]
+}
+
+/// An envelope asking for `post_copy` with `quality_score >= 0.8`.
+pub fn envelope() -> Value {
+    json!({
+        "objective": "Write a post about flexrun",
+        "inputs": {"brief": {"topic": "flexrun"}},
+        "outputContract": {"mode": "facets", "facets": ["post_copy"]},
+        "goal_condition": [{"facet": "post_copy", "path": "/quality_score",
+                            "condition": {"jsonLogic": {">=": [{"var": "quality_score"}, 0.8]}}}]
+    })
+}
+
+pub fn plan(stages: &[(&str, &str)]) -> Reply {
+    let nodes: Vec<Value> = stages.iter().map(|(stage, cap)| json!({"stage": stage, "capabilityId": cap})).collect();
+    Reply::json(json!({"nodes": nodes}))
+}
+
+pub fn post(score: f64) -> Reply {
+    Reply::json(json!({"text": format!("post scored {score}"), "quality_score": score}))
+}
+
+type EndpointState = actix_web::web::Data<(Arc<Mutex<Vec<Value>>>, u16, Value)>;
+
+/// A scripted HTTP capability endpoint on loopback that records the bodies it receives.
+pub struct HttpCapability {
+    pub url: String,
+    pub bodies: Arc<Mutex<Vec<Value>>>,
+    handle: ServerHandle,
+}
+
+impl HttpCapability {
+    pub fn start(status: u16, response: Value) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/capability", listener.local_addr().unwrap());
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let state = actix_web::web::Data::new((bodies.clone(), status, response));
+        let server = actix_web::HttpServer::new(move || {
+            actix_web::App::new().app_data(state.clone()).route(
+                "/capability",
+                actix_web::web::post().to(|state: EndpointState, body: actix_web::web::Json<Value>| async move {
+                    state.0.lock().unwrap().push(body.into_inner());
+                    actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(state.1).unwrap())
+                        .json(&state.2)
+                }),
+            )
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .unwrap()
+        .run();
+        let handle = server.handle();
+        tokio::spawn(server);
+        Self { url, bodies, handle }
+    }
+
+    pub fn received(&self) -> Vec<Value> {
+        self.bodies.lock().unwrap().clone()
+    }
+}
