@@ -119,6 +119,7 @@ impl StandIn {
                 .route("/v1/chat/completions", web::post().to(complete))
         })
         .workers(1)
+        .tcp_nodelay(true)
         .disable_signals()
         .listen(listener)?
         .run();

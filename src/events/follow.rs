@@ -26,13 +26,15 @@ struct Follower {
     pending: VecDeque<LoggedFrame>,
     /// Read the log before listening (at start, after a gap or lag, when the run settles).
     replay: bool,
-    /// The run is no longer active: finish once the log is exhausted.
+    /// The last log read returned everything there was.
+    caught_up: bool,
+    /// Whether the run is no longer active (`None` until known).
     settled: Option<bool>,
     done: bool,
 }
 
-/// Streams the run's frames with `seq > after`. Subscribes before reading anything, so a frame
-/// committed meanwhile is seen either in the log or live.
+/// Streams the frames of an existing run with `seq > after`. Subscribes before reading anything,
+/// so a frame committed meanwhile is seen either in the log or live.
 pub fn follow(
     store: Store,
     bus: &Bus,
@@ -40,16 +42,41 @@ pub fn follow(
     after: u64,
 ) -> impl Stream<Item = Result<LoggedFrame, FollowError>> + use<> {
     let live = bus.subscribe(&run_id);
-    let follower = Follower {
+    stream(Follower {
         store,
         run_id,
         live,
         last: after,
         pending: VecDeque::new(),
         replay: true,
+        caught_up: false,
         settled: None,
         done: false,
-    };
+    })
+}
+
+/// Streams a run that was just created: `live` was subscribed before its coordinator started and
+/// `start` is its only committed frame, so nothing needs to be read back from the log.
+pub fn follow_new(
+    store: Store,
+    live: broadcast::Receiver<BusMessage>,
+    run_id: String,
+    start: LoggedFrame,
+) -> impl Stream<Item = Result<LoggedFrame, FollowError>> + use<> {
+    stream(Follower {
+        store,
+        run_id,
+        live,
+        last: 0,
+        pending: VecDeque::from([start]),
+        replay: false,
+        caught_up: true,
+        settled: Some(false),
+        done: false,
+    })
+}
+
+fn stream(follower: Follower) -> impl Stream<Item = Result<LoggedFrame, FollowError>> {
     futures::stream::unfold(follower, |mut f| async move {
         match f.next().await {
             Ok(Some(frame)) => Some((Ok(frame), f)),
@@ -70,25 +97,11 @@ impl Follower {
                 self.done = frame.event_type == FrameKind::Complete.as_str();
                 return Ok(Some(frame));
             }
-            if self.done {
+            if self.done || (self.caught_up && self.settled == Some(true)) {
                 return Ok(None);
             }
-            if self.settled.is_none() {
-                let (store, id) = (self.store.clone(), self.run_id.clone());
-                let status = store.read(move |conn| runs::get(conn, &id)?.status()).await?;
-                self.settled = Some(!status.is_active());
-            }
             if self.replay {
-                let (store, id, last) = (self.store.clone(), self.run_id.clone(), self.last);
-                let page = store.read(move |conn| events::after(conn, &id, last, PAGE)).await?;
-                if page.is_empty() {
-                    self.replay = false;
-                    if self.settled == Some(true) {
-                        return Ok(None);
-                    }
-                } else {
-                    self.pending.extend(page);
-                }
+                self.read_log().await?;
                 continue;
             }
             match self.live.recv().await {
@@ -98,12 +111,36 @@ impl Follower {
                     event_type: frame.kind.as_str().to_string(),
                     json: frame.json,
                 }),
-                Ok(BusMessage::Frame(_)) | Err(RecvError::Lagged(_)) => self.replay = true,
+                Ok(BusMessage::Frame(_)) | Err(RecvError::Lagged(_)) => self.replay_log(),
                 Ok(BusMessage::Settled) | Err(RecvError::Closed) => {
                     self.settled = Some(true);
-                    self.replay = true;
+                    self.replay_log();
                 }
             }
         }
+    }
+
+    fn replay_log(&mut self) {
+        self.replay = true;
+        self.caught_up = false;
+    }
+
+    /// One read: the run's status (the first time) and the next page of its log.
+    async fn read_log(&mut self) -> Result<(), FollowError> {
+        let (store, id, last, check_status) =
+            (self.store.clone(), self.run_id.clone(), self.last, self.settled.is_none());
+        let (status, page) = store
+            .read(move |conn| {
+                let status = if check_status { Some(runs::get(conn, &id)?.status()?) } else { None };
+                Ok((status, events::after(conn, &id, last, PAGE)?))
+            })
+            .await?;
+        if let Some(status) = status {
+            self.settled = Some(!status.is_active());
+        }
+        self.caught_up = page.len() < PAGE as usize;
+        self.replay = !self.caught_up;
+        self.pending.extend(page);
+        Ok(())
     }
 }

@@ -8,5 +8,5 @@ mod frame;
 pub mod payload;
 
 pub use bus::{Bus, BusMessage};
-pub use follow::{FollowError, follow};
+pub use follow::{FollowError, follow, follow_new};
 pub use frame::{Event, Frame, FrameHeader, FrameKind, ReceivedFrame};

@@ -62,6 +62,9 @@ pub fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::Result<
             .wrap(TracingLogger::default())
             .configure(routes)
     })
+    // Frames are small writes that must leave at once; Nagle's algorithm would hold them back
+    // until the previous segment is acknowledged (about 40 ms with delayed ACKs).
+    .tcp_nodelay(true)
     .listen(listener)?
     .shutdown_timeout(5)
     .run())

@@ -30,8 +30,7 @@ pub async fn run_stream(
     let envelope = envelope::parse(&body)?;
     let correlation_id = correlation_id(&req)?;
     let services: Arc<Services> = services.into_inner();
-    let run_id = crate::run::start(&services, envelope, correlation_id).await?;
-    let frames = events::follow(services.store.clone(), &services.bus, run_id.clone(), 0);
+    let crate::run::StartedRun { run_id, frames } = crate::run::start(&services, envelope, correlation_id).await?;
     Ok(frame_stream(frames)
         .customize()
         .insert_header((header::LOCATION, format!("/api/v1/flex/runs/{run_id}/stream")))

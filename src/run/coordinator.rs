@@ -25,8 +25,8 @@ use crate::events::payload::*;
 use crate::plan::{NodeStatus, Plan, PlanMetadata, PlanNode};
 use crate::planner::{self, CompletedWork, Diagnostic, DraftContext, PromptInput, RequiredFacet};
 use crate::services::Services;
-use crate::store::plans::{self, NodeChange, PlanNodeRow, PlanVersionRow, RunOutputRow};
-use crate::store::runs::{self, RunChange};
+use crate::store::plans::{self, PlanNodeRow, PlanVersionRow, RunOutputRow};
+use crate::store::runs::{self, Progress};
 use crate::store::{DbConn, StoreError};
 
 /// How a run that cannot go on ends.
@@ -131,25 +131,17 @@ impl Coordinator {
         }
     }
 
-    /// Commits `events` together with a status transition (if `to` is given), the run columns in
-    /// `change` and whatever `write` does.
-    async fn commit<F>(
-        &mut self,
-        events: Vec<Event>,
-        to: Option<RunStatus>,
-        change: RunChange,
-        write: F,
-    ) -> Result<(), StoreError>
+    /// Commits `events` together with a status transition (if `to` is given) and whatever `write`
+    /// does, in one transaction.
+    async fn commit<F>(&mut self, events: Vec<Event>, to: Option<RunStatus>, write: F) -> Result<(), StoreError>
     where
         F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static,
     {
         let (run_id, from) = (self.run_id(), self.status);
         self.recorder
             .record(events, move |conn| {
-                match to {
-                    Some(to) => runs::transition(conn, &run_id, from, to, &change)?,
-                    None if change != RunChange::default() => runs::update(conn, &run_id, &change)?,
-                    None => {}
+                if let Some(to) = to {
+                    runs::transition(conn, &run_id, from, to)?;
                 }
                 write(conn)
             })
@@ -158,6 +150,18 @@ impl Coordinator {
             self.status = to;
         }
         Ok(())
+    }
+
+    /// A write that saves the run's counters and plan version as they are now.
+    fn save_progress(&self) -> impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static {
+        let run_id = self.run_id();
+        let progress = Progress {
+            plan_version: self.plan.as_ref().map_or(0, |p| p.version as i32),
+            planner_attempts: self.planner_attempts as i32,
+            goal_condition_replans: self.budget.goal_condition_replans as i32,
+            replans: self.budget.replans as i32,
+        };
+        move |conn| runs::save_progress(conn, &run_id, &progress)
     }
 
     // ----- planning -----------------------------------------------------------------------------
@@ -178,8 +182,8 @@ impl Coordinator {
                 replan: replan.clone(),
             });
             let to = (self.status == RunStatus::Pending).then_some(RunStatus::Planning);
-            let change = RunChange { planner_attempts: Some(attempt as i32), ..Default::default() };
-            self.commit(vec![requested], to, change, |_| Ok(())).await?;
+            let save = self.save_progress();
+            self.commit(vec![requested], to, save).await?;
 
             let draft = match self.ask_planner(&replan, &rejected).await {
                 Ok(draft) => draft,
@@ -197,13 +201,8 @@ impl Coordinator {
                 }
                 Err(diagnostics) => {
                     rejected = diagnostics.clone();
-                    self.commit(
-                        vec![Event::PlanRejected(PlanRejected { attempt, phase, diagnostics })],
-                        None,
-                        RunChange::default(),
-                        |_| Ok(()),
-                    )
-                    .await?;
+                    let rejected_event = Event::PlanRejected(PlanRejected { attempt, phase, diagnostics });
+                    self.commit(vec![rejected_event], None, |_| Ok(())).await?;
                 }
             }
         }
@@ -302,19 +301,15 @@ impl Coordinator {
                 edges: plan.edges.clone(),
             }));
         }
-        let rows = self.plan_rows(&plan)?;
-        let change = RunChange {
-            plan_version: Some(version as i32),
-            replans: Some(self.budget.replans as i32),
-            ..Default::default()
-        };
-        self.commit(events, Some(RunStatus::Running), change, move |conn| {
-            plans::insert_version(conn, &rows.0, &rows.1)
-        })
-        .await?;
+        let (version_row, node_rows) = self.plan_rows(&plan)?;
         self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
         self.plan = Some(Arc::new(plan));
-        Ok(())
+        let save = self.save_progress();
+        self.commit(events, Some(RunStatus::Running), move |conn| {
+            plans::insert_version(conn, &version_row, &node_rows)?;
+            save(conn)
+        })
+        .await
     }
 
     fn plan_rows(&self, plan: &Plan) -> Result<(PlanVersionRow, Vec<PlanNodeRow>), StoreError> {
@@ -412,13 +407,9 @@ impl Coordinator {
             executor_type,
             facets: Facets { input: node.input_facets.clone(), output: node.output_facets.clone() },
         });
-        let change = NodeChange {
-            status: Some(NodeStatus::Running.as_str().into()),
-            started_at: Some(started_at.naive_utc()),
-            ..Default::default()
-        };
-        let write = self.node_write(node, change);
-        self.commit(vec![event], None, RunChange::default(), write).await?;
+        let (run_id, version, node_id) = self.node_key(node);
+        let at = started_at.naive_utc();
+        self.commit(vec![event], None, move |conn| plans::node_started(conn, (&run_id, version, &node_id), at)).await?;
         self.nodes.insert(node.id.clone(), NodeStatus::Running);
 
         let bundle = self.bundle(node);
@@ -433,14 +424,9 @@ impl Coordinator {
         }))
     }
 
-    fn node_write(
-        &self,
-        node: &PlanNode,
-        change: NodeChange,
-    ) -> impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static {
-        let (run_id, node_id) = (self.run_id(), node.id.clone());
-        let version = self.plan.as_ref().map_or(0, |p| p.version as i32);
-        move |conn| plans::update_node(conn, &run_id, version, &node_id, &change)
+    /// (run id, plan version, node id): the key of a node's row in the current plan version.
+    fn node_key(&self, node: &PlanNode) -> (String, i32, String) {
+        (self.run_id(), self.plan.as_ref().map_or(0, |p| p.version as i32), node.id.clone())
     }
 
     fn bundle(&self, node: &PlanNode) -> ContextBundle {
@@ -503,15 +489,13 @@ impl Coordinator {
             completed_at: completed_at.to_rfc3339_opts(SecondsFormat::Millis, true),
             output: output.clone(),
         });
-        let change = NodeChange {
-            status: Some(NodeStatus::Completed.as_str().into()),
-            output: Some(output.to_string()),
-            completed_at: Some(completed_at.naive_utc()),
-            ..Default::default()
-        };
-        let write = self.node_write(node, change);
-        let run_change = RunChange { context: Some(self.context.to_json()), ..Default::default() };
-        self.commit(vec![event], None, run_change, write).await?;
+        let (run_id, version, node_id) = self.node_key(node);
+        let (output_json, context, at) = (output.to_string(), self.context.to_json(), completed_at.naive_utc());
+        self.commit(vec![event], None, move |conn| {
+            plans::node_finished(conn, (&run_id, version, &node_id), "completed", Some(&output_json), None, at)?;
+            runs::save_context(conn, &run_id, &context)
+        })
+        .await?;
         self.nodes.insert(node.id.clone(), NodeStatus::Completed);
         self.completed.retain(|w| w.node_id != node.id);
         self.completed.push(CompletedWork {
@@ -542,14 +526,13 @@ impl Coordinator {
             label: node.label.clone(),
             error: info.clone(),
         }));
-        let change = NodeChange {
-            status: Some(NodeStatus::Failed.as_str().into()),
-            error: Some(serde_json::to_string(&json!({"code": info.code, "message": info.message}))?),
-            completed_at: Some(crate::store::now()),
-            ..Default::default()
-        };
-        let write = self.node_write(node, change);
-        self.commit(events, None, RunChange::default(), write).await?;
+        let (run_id, version, node_id) = self.node_key(node);
+        let error_json = json!({"code": info.code, "message": info.message}).to_string();
+        let at = crate::store::now();
+        self.commit(events, None, move |conn| {
+            plans::node_finished(conn, (&run_id, version, &node_id), "failed", None, Some(&error_json), at)
+        })
+        .await?;
         self.nodes.insert(node.id.clone(), NodeStatus::Failed);
         Ok(Failure::new("node_failed", format!("Node \"{}\" failed: {}", node.id, info.message))
             .detail("nodeId", node.id.clone())
@@ -588,8 +571,12 @@ impl Coordinator {
                 goal_condition_results: (!results.is_empty()).then_some(results),
                 error: None,
             });
-            let change = RunChange { result: Some(output.to_string()), ..Default::default() };
-            self.commit(vec![complete], Some(RunStatus::Completed), change, write).await?;
+            let (run_id, result) = (self.run_id(), output.to_string());
+            self.commit(vec![complete], Some(RunStatus::Completed), move |conn| {
+                write(conn)?;
+                runs::save_outcome(conn, &run_id, Some(&result), None)
+            })
+            .await?;
             return Ok(Step::Ended);
         }
         let failed: Vec<GoalConditionResult> = results.iter().filter(|r| !r.satisfied).cloned().collect();
@@ -605,12 +592,12 @@ impl Coordinator {
                     attempt,
                     limit: self.budget.limits.max_goal_condition_replans,
                 });
-                let change = RunChange {
-                    goal_condition_replans: Some(self.budget.goal_condition_replans as i32),
-                    replans: Some(self.budget.replans as i32),
-                    ..Default::default()
-                };
-                self.commit(vec![event], Some(RunStatus::Planning), change, write).await?;
+                let save = self.save_progress();
+                self.commit(vec![event], Some(RunStatus::Planning), move |conn| {
+                    write(conn)?;
+                    save(conn)
+                })
+                .await?;
                 self.repair = failed.clone();
                 Ok(Step::Continue(ReplanInfo {
                     reason: "goal_condition_failed".into(),
@@ -687,7 +674,11 @@ impl Coordinator {
             goal_condition_results: failure.goal_condition_results,
             error: Some(error.clone()),
         }));
-        let change = RunChange { error: Some(error.to_string()), ..Default::default() };
-        self.commit(events, Some(RunStatus::Failed), change, write).await
+        let (run_id, error) = (self.run_id(), error.to_string());
+        self.commit(events, Some(RunStatus::Failed), move |conn| {
+            write(conn)?;
+            runs::save_outcome(conn, &run_id, None, Some(&error))
+        })
+        .await
     }
 }

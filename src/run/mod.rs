@@ -11,27 +11,37 @@ pub use status::{RunStatus, UnknownStatus};
 
 use std::sync::Arc;
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use uuid::Uuid;
 
 use crate::envelope::TaskEnvelope;
 use crate::events::payload::Start;
-use crate::events::{Event, Frame, FrameHeader};
+use crate::events::{Event, FollowError, Frame, FrameHeader, follow_new};
 use crate::services::Services;
+use crate::store::StoreError;
+use crate::store::events::{self, LoggedFrame};
 use crate::store::runs::{self, RunRow};
-use crate::store::{StoreError, events};
 use context::RunContext;
 use coordinator::Coordinator;
 use recorder::Recorder;
 
+/// A run that was just created.
+pub struct StartedRun {
+    pub run_id: String,
+    /// Its frames from `start` on, live (subscribed before the coordinator started).
+    pub frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
+}
+
 /// Creates a run for a validated envelope and starts its coordinator in the background.
 ///
-/// Returns the run id once the run row and its `start` frame (seq 1) are committed together; the
-/// run then proceeds whether or not anyone follows its stream.
+/// Returns once the run row and its `start` frame (seq 1) are committed together; the run then
+/// proceeds whether or not anyone reads `frames`.
 pub async fn start(
     services: &Arc<Services>,
     envelope: TaskEnvelope,
     correlation_id: Option<String>,
-) -> Result<String, StoreError> {
+) -> Result<StartedRun, StoreError> {
     let run_id = Uuid::now_v7().to_string();
     let correlation_id =
         correlation_id.or_else(|| envelope.correlation_id.clone()).unwrap_or_else(|| Uuid::now_v7().to_string());
@@ -67,6 +77,7 @@ pub async fn start(
         created_at: now,
         updated_at: now,
     };
+    let logged = LoggedFrame { seq: start.seq, event_type: start.kind.as_str().to_string(), json: start.json.clone() };
     let id = run_id.clone();
     services
         .store
@@ -75,9 +86,11 @@ pub async fn start(
             events::append(conn, &id, &[start])
         })
         .await?;
+    let live = services.bus.subscribe(&run_id);
     metrics::counter!("flexrun_runs_started_total").increment(1);
     let recorder = Recorder::new(header, 1, services.store.clone(), services.bus.clone());
     let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder);
     services.runtime.spawn(coordinator.drive());
-    Ok(run_id)
+    let frames = follow_new(services.store.clone(), live, run_id.clone(), logged).boxed();
+    Ok(StartedRun { run_id, frames })
 }

@@ -21,16 +21,22 @@ pub struct CapabilityRow {
 
 /// Inserts or replaces a registration, keeping the first registration time.
 pub fn save(conn: &mut DbConn, mut row: CapabilityRow) -> Result<(), StoreError> {
-    let first: Option<NaiveDateTime> =
-        capabilities::table.find(&row.capability_id).select(capabilities::registered_at).first(conn).optional()?;
+    let first: Option<NaiveDateTime> = super::on_backend!(conn, |c| capabilities::table
+        .find(&row.capability_id)
+        .select(capabilities::registered_at)
+        .first(c))
+    .optional()?;
     if let Some(first) = first {
         row.registered_at = first;
-        diesel::delete(capabilities::table.find(&row.capability_id)).execute(conn)?;
+        super::on_backend!(conn, |c| diesel::delete(capabilities::table.find(&row.capability_id)).execute(c))?;
     }
-    diesel::insert_into(capabilities::table).values(&row).execute(conn)?;
+    super::on_backend!(conn, |c| diesel::insert_into(capabilities::table).values(&row).execute(c))?;
     Ok(())
 }
 
 pub fn all(conn: &mut DbConn) -> Result<Vec<CapabilityRow>, StoreError> {
-    Ok(capabilities::table.order(capabilities::capability_id).select(CapabilityRow::as_select()).load(conn)?)
+    Ok(super::on_backend!(conn, |c| capabilities::table
+        .order(capabilities::capability_id)
+        .select(CapabilityRow::as_select())
+        .load(c))?)
 }

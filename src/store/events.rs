@@ -28,7 +28,7 @@ pub fn append(conn: &mut DbConn, run_id: &str, frames: &[Frame]) -> Result<(), S
             frame: frame.json.to_string(),
             created_at: frame.timestamp.naive_utc(),
         };
-        diesel::insert_into(run_events::table).values(&row).execute(conn)?;
+        super::on_backend!(conn, |c| diesel::insert_into(run_events::table).values(&row).execute(c))?;
     }
     Ok(())
 }
@@ -43,13 +43,13 @@ pub struct LoggedFrame {
 
 /// Up to `limit` frames after `after`, in order.
 pub fn after(conn: &mut DbConn, run_id: &str, after: u64, limit: i64) -> Result<Vec<LoggedFrame>, StoreError> {
-    let rows: Vec<(i64, String, String)> = run_events::table
+    let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| run_events::table
         .filter(run_events::run_id.eq(run_id))
         .filter(run_events::seq.gt(after as i64))
         .order(run_events::seq)
         .limit(limit)
         .select((run_events::seq, run_events::event_type, run_events::frame))
-        .load(conn)?;
+        .load(c))?;
     Ok(rows
         .into_iter()
         .map(|(seq, event_type, frame)| LoggedFrame { seq: seq as u64, event_type, json: frame.into() })
@@ -58,9 +58,9 @@ pub fn after(conn: &mut DbConn, run_id: &str, after: u64, limit: i64) -> Result<
 
 /// The highest sequence number of a run's log (0 when empty).
 pub fn last_seq(conn: &mut DbConn, run_id: &str) -> Result<u64, StoreError> {
-    let max: Option<i64> = run_events::table
+    let max: Option<i64> = super::on_backend!(conn, |c| run_events::table
         .filter(run_events::run_id.eq(run_id))
         .select(diesel::dsl::max(run_events::seq))
-        .first(conn)?;
+        .first(c))?;
     Ok(max.unwrap_or(0) as u64)
 }

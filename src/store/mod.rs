@@ -8,6 +8,20 @@
 //! commit over concurrent runs. A caller is answered only after its write is durable, which is
 //! what "a frame is in the event log before it is sent" relies on.
 
+/// Runs a query on the concrete connection inside a [`DbConn`]. The expression is compiled once
+/// per backend, so diesel knows each statement's type and SQLite/PostgreSQL prepare it once per
+/// connection; through `MultiConnection` itself every statement would be re-prepared.
+macro_rules! on_backend {
+    ($conn:expr, |$c:ident| $query:expr) => {
+        match $conn {
+            #[cfg(feature = "postgres")]
+            $crate::store::DbConn::Pg($c) => $query,
+            $crate::store::DbConn::Sqlite($c) => $query,
+        }
+    };
+}
+pub(crate) use on_backend;
+
 pub mod capabilities;
 pub mod events;
 pub mod plans;

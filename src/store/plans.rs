@@ -44,62 +44,78 @@ pub struct RunOutputRow {
 
 /// Stores a new plan version with its nodes.
 pub fn insert_version(conn: &mut DbConn, version: &PlanVersionRow, nodes: &[PlanNodeRow]) -> Result<(), StoreError> {
-    diesel::insert_into(plan_versions::table).values(version).execute(conn)?;
+    super::on_backend!(conn, |c| diesel::insert_into(plan_versions::table).values(version).execute(c))?;
     for node in nodes {
-        diesel::insert_into(plan_nodes::table).values(node).execute(conn)?;
+        super::on_backend!(conn, |c| diesel::insert_into(plan_nodes::table).values(node).execute(c))?;
     }
     Ok(())
 }
 
-/// Execution-state columns of one node; `None` leaves a column unchanged.
-#[derive(Debug, Clone, Default, AsChangeset)]
-#[diesel(table_name = plan_nodes)]
-pub struct NodeChange {
-    pub status: Option<String>,
-    pub output: Option<String>,
-    pub error: Option<String>,
-    pub started_at: Option<NaiveDateTime>,
-    pub completed_at: Option<NaiveDateTime>,
+/// Marks a node started.
+pub fn node_started(
+    conn: &mut DbConn,
+    (run_id, plan_version, node_id): (&str, i32, &str),
+    at: NaiveDateTime,
+) -> Result<(), StoreError> {
+    let updated =
+        super::on_backend!(conn, |c| diesel::update(plan_nodes::table.find((run_id, plan_version, node_id)))
+            .set((plan_nodes::status.eq("running"), plan_nodes::started_at.eq(Some(at))))
+            .execute(c))?;
+    found(updated, node_id, plan_version)
 }
 
-pub fn update_node(
+/// Records how a node ended: `completed` with its output, or `failed` with its error (JSON).
+pub fn node_finished(
     conn: &mut DbConn,
-    run_id: &str,
-    plan_version: i32,
-    node_id: &str,
-    change: &NodeChange,
+    (run_id, plan_version, node_id): (&str, i32, &str),
+    status: &str,
+    output: Option<&str>,
+    error: Option<&str>,
+    at: NaiveDateTime,
 ) -> Result<(), StoreError> {
-    let updated = diesel::update(plan_nodes::table.find((run_id, plan_version, node_id))).set(change).execute(conn)?;
+    let updated =
+        super::on_backend!(conn, |c| diesel::update(plan_nodes::table.find((run_id, plan_version, node_id)))
+            .set((
+                plan_nodes::status.eq(status),
+                plan_nodes::output.eq(output),
+                plan_nodes::error.eq(error),
+                plan_nodes::completed_at.eq(Some(at)),
+            ))
+            .execute(c))?;
+    found(updated, node_id, plan_version)
+}
+
+fn found(updated: usize, node_id: &str, plan_version: i32) -> Result<(), StoreError> {
     if updated == 1 { Ok(()) } else { Err(StoreError::NotFound(format!("node {node_id} of plan v{plan_version}"))) }
 }
 
 pub fn versions(conn: &mut DbConn, run_id: &str) -> Result<Vec<PlanVersionRow>, StoreError> {
-    Ok(plan_versions::table
+    Ok(super::on_backend!(conn, |c| plan_versions::table
         .filter(plan_versions::run_id.eq(run_id))
         .order(plan_versions::version)
         .select(PlanVersionRow::as_select())
-        .load(conn)?)
+        .load(c))?)
 }
 
 pub fn nodes(conn: &mut DbConn, run_id: &str) -> Result<Vec<PlanNodeRow>, StoreError> {
-    Ok(plan_nodes::table
+    Ok(super::on_backend!(conn, |c| plan_nodes::table
         .filter(plan_nodes::run_id.eq(run_id))
         .order((plan_nodes::plan_version, plan_nodes::position))
         .select(PlanNodeRow::as_select())
-        .load(conn)?)
+        .load(c))?)
 }
 
 /// Records one goal evaluation (replacing an earlier one of the same plan version).
 pub fn record_output(conn: &mut DbConn, row: &RunOutputRow) -> Result<(), StoreError> {
-    diesel::delete(run_outputs::table.find((&row.run_id, row.plan_version))).execute(conn)?;
-    diesel::insert_into(run_outputs::table).values(row).execute(conn)?;
+    super::on_backend!(conn, |c| diesel::delete(run_outputs::table.find((&row.run_id, row.plan_version))).execute(c))?;
+    super::on_backend!(conn, |c| diesel::insert_into(run_outputs::table).values(row).execute(c))?;
     Ok(())
 }
 
 pub fn outputs(conn: &mut DbConn, run_id: &str) -> Result<Vec<RunOutputRow>, StoreError> {
-    Ok(run_outputs::table
+    Ok(super::on_backend!(conn, |c| run_outputs::table
         .filter(run_outputs::run_id.eq(run_id))
         .order(run_outputs::plan_version)
         .select(RunOutputRow::as_select())
-        .load(conn)?)
+        .load(c))?)
 }

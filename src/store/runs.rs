@@ -34,54 +34,67 @@ impl RunRow {
     }
 }
 
-/// Columns a coordinator updates as a run progresses; `None` leaves a column unchanged.
-#[derive(Debug, Clone, Default, PartialEq, AsChangeset)]
+/// The counters and plan version of a run, saved together whenever one of them changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, AsChangeset)]
 #[diesel(table_name = runs)]
-pub struct RunChange {
-    pub plan_version: Option<i32>,
-    pub planner_attempts: Option<i32>,
-    pub goal_condition_replans: Option<i32>,
-    pub replans: Option<i32>,
-    pub context: Option<String>,
-    pub result: Option<String>,
-    pub error: Option<String>,
+pub struct Progress {
+    pub plan_version: i32,
+    pub planner_attempts: i32,
+    pub goal_condition_replans: i32,
+    pub replans: i32,
 }
 
 pub fn insert(conn: &mut DbConn, row: &RunRow) -> Result<(), StoreError> {
-    diesel::insert_into(runs::table).values(row).execute(conn)?;
+    super::on_backend!(conn, |c| diesel::insert_into(runs::table).values(row).execute(c))?;
     Ok(())
 }
 
 pub fn get(conn: &mut DbConn, run_id: &str) -> Result<RunRow, StoreError> {
-    runs::table
-        .find(run_id)
-        .select(RunRow::as_select())
-        .first(conn)
+    super::on_backend!(conn, |c| runs::table.find(run_id).select(RunRow::as_select()).first(c))
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("run {run_id}")))
 }
 
-/// Applies `change` without touching the status.
-pub fn update(conn: &mut DbConn, run_id: &str, change: &RunChange) -> Result<(), StoreError> {
-    diesel::update(runs::table.find(run_id)).set((change, runs::updated_at.eq(super::now()))).execute(conn)?;
+// Every update below has a fixed shape, so SQLite prepares it once per connection.
+
+pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {
+    super::on_backend!(conn, |c| diesel::update(runs::table.find(run_id))
+        .set((progress, runs::updated_at.eq(super::now())))
+        .execute(c))?;
     Ok(())
 }
 
-/// Moves a run from `from` to `to` (and applies `change`) if the state machine allows it and the
-/// run is still in `from`; otherwise nothing changes and the error says why.
-pub fn transition(
+/// Stores the run context snapshot (JSON).
+pub fn save_context(conn: &mut DbConn, run_id: &str, context: &str) -> Result<(), StoreError> {
+    super::on_backend!(conn, |c| diesel::update(runs::table.find(run_id))
+        .set((runs::context.eq(context), runs::updated_at.eq(super::now())))
+        .execute(c))?;
+    Ok(())
+}
+
+/// Stores how a run ended: its final output and/or its error (JSON).
+pub fn save_outcome(
     conn: &mut DbConn,
     run_id: &str,
-    from: RunStatus,
-    to: RunStatus,
-    change: &RunChange,
+    result: Option<&str>,
+    error: Option<&str>,
 ) -> Result<(), StoreError> {
+    super::on_backend!(conn, |c| diesel::update(runs::table.find(run_id))
+        .set((runs::result.eq(result), runs::error.eq(error)))
+        .execute(c))?;
+    Ok(())
+}
+
+/// Moves a run from `from` to `to` if the state machine allows it and the run is still in `from`;
+/// otherwise nothing changes and the error says why.
+pub fn transition(conn: &mut DbConn, run_id: &str, from: RunStatus, to: RunStatus) -> Result<(), StoreError> {
     if !from.can_become(to) {
         return Err(StoreError::Conflict(format!("a run cannot go from {from} to {to}")));
     }
-    let updated = diesel::update(runs::table.find(run_id).filter(runs::status.eq(from.as_str())))
-        .set((runs::status.eq(to.as_str()), change, runs::updated_at.eq(super::now())))
-        .execute(conn)?;
+    let updated =
+        super::on_backend!(conn, |c| diesel::update(runs::table.find(run_id).filter(runs::status.eq(from.as_str())))
+            .set((runs::status.eq(to.as_str()), runs::updated_at.eq(super::now())))
+            .execute(c))?;
     if updated == 1 {
         return Ok(());
     }

@@ -1,0 +1,238 @@
+//! The goal-repair scenario under load: `cargo bench --bench repair`.
+//!
+//! Starts `flexrun serve` as a child process (release build) on a fresh SQLite file, with a
+//! zero-latency stand-in model in this process. Every run plans three steps, fails its goal
+//! condition, is replanned once (three steps, two of them kept) and completes: 2 planner calls and
+//! 4 capability calls per run. Reports, per client concurrency: runs/s, server CPU time per run
+//! (from /proc of the server process), time to first frame, and the server's peak memory.
+//!
+//! Environment: `BENCH_RUNS` (runs per concurrency level, default 400), `BENCH_LEVELS` (default
+//! "1,8,32").
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use flexrun::standin::{self, Reply, StandIn};
+
+fn capability(id: &str, inputs: &[&str], outputs: &[&str]) -> Value {
+    json!({
+        "capabilityId": id, "version": "1", "displayName": id, "summary": id, "kind": "execution",
+        "agentType": "ai", "inputFacets": inputs, "outputFacets": outputs, "instructions": id,
+        "outputContract": {"mode": "json_schema", "schema": {"type": "object"}}
+    })
+}
+
+fn script() -> standin::Script {
+    standin::script(|call| {
+        if call.is_planner() {
+            let stages = if call.user.contains("### GOAL CONDITION REPAIR") {
+                json!([{"stage": "draft", "capabilityId": "writer"}, {"stage": "tags", "capabilityId": "tagger"},
+                       {"stage": "final_polish", "capabilityId": "editor"}])
+            } else {
+                json!([{"stage": "draft", "capabilityId": "writer"}, {"stage": "tags", "capabilityId": "tagger"},
+                       {"stage": "polish", "capabilityId": "editor"}])
+            };
+            return Reply::json(json!({"nodes": stages}));
+        }
+        match call.capability_id() {
+            Some("tagger") => Reply::json(json!({"tags": ["rust", "agents"]})),
+            Some("editor") if call.user.contains("Node: final_polish") => {
+                Reply::json(json!({"text": "polished", "quality_score": 0.92}))
+            }
+            _ => Reply::json(json!({"text": "draft", "quality_score": 0.6})),
+        }
+    })
+}
+
+fn envelope() -> Value {
+    json!({
+        "objective": "Write a post about flexrun",
+        "inputs": {"brief": {"topic": "flexrun", "audience": "platform engineers"}},
+        "outputContract": {"mode": "facets", "facets": ["post_copy", "tags"]},
+        "goal_condition": [{"facet": "post_copy", "path": "/quality_score",
+                            "condition": {"jsonLogic": {">=": [{"var": "quality_score"}, 0.8]}}}]
+    })
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    fn start(dir: &Path, llm: &str) -> Self {
+        let capabilities = dir.join("capabilities");
+        std::fs::create_dir_all(&capabilities).unwrap();
+        for c in [
+            capability("writer", &["brief"], &["post_copy"]),
+            capability("tagger", &["brief"], &["tags"]),
+            capability("editor", &["post_copy"], &["post_copy"]),
+        ] {
+            let name = format!("{}.json", c["capabilityId"].as_str().unwrap());
+            std::fs::write(capabilities.join(name), c.to_string()).unwrap();
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(env!("CARGO_BIN_EXE_flexrun"))
+            .arg("serve")
+            .env_clear()
+            .env("FLEXRUN_BIND", format!("127.0.0.1:{port}"))
+            .env("FLEXRUN_DATABASE_URL", format!("sqlite://{}", dir.join("bench.db").display()))
+            .env("FLEXRUN_CAPABILITIES_DIR", &capabilities)
+            .env("FLEXRUN_LLM_BASE_URL", llm)
+            .env("FLEXRUN_LLM_API_KEY", "bench")
+            .env("FLEXRUN_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start flexrun serve");
+        Self { child, base: format!("http://127.0.0.1:{port}") }
+    }
+
+    /// User + system CPU seconds the server process has used.
+    fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        ticks / clock_ticks()
+    }
+
+    fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        kib / 1024.0
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Runs one envelope to `complete`; returns the time to the first frame.
+async fn one_run(http: &reqwest::Client, base: &str, body: &str) -> Duration {
+    let started = Instant::now();
+    let response = http
+        .post(format!("{base}/api/v1/flex/run.stream"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("run.stream");
+    assert_eq!(response.status(), 200);
+    let mut events = response.bytes_stream().eventsource();
+    let mut first = None;
+    while let Some(event) = events.next().await {
+        let event = event.expect("SSE");
+        first.get_or_insert_with(|| started.elapsed());
+        if event.event == "complete" {
+            assert!(event.data.contains(r#""status":"completed""#), "run did not complete: {}", event.data);
+            break;
+        }
+    }
+    first.expect("at least one frame")
+}
+
+struct Level {
+    concurrency: usize,
+    runs: usize,
+    runs_per_second: f64,
+    cpu_ms_per_run: f64,
+    ttff_p50_ms: f64,
+    ttff_p99_ms: f64,
+}
+
+async fn level(server: &Server, concurrency: usize, runs: usize) -> Level {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build().unwrap();
+    let body = Arc::new(envelope().to_string());
+    let gate = Arc::new(Semaphore::new(concurrency));
+    let cpu_before = server.cpu_seconds();
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let permit = gate.clone().acquire_owned().await.unwrap();
+        let (http, base, body) = (http.clone(), server.base.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let ttff = one_run(&http, &base, &body).await;
+            drop(permit);
+            ttff
+        }));
+    }
+    let mut ttff = Vec::with_capacity(runs);
+    for task in tasks {
+        ttff.push(task.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = server.cpu_seconds() - cpu_before;
+    ttff.sort();
+    let pct = |p: f64| ttff[((ttff.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0;
+    Level {
+        concurrency,
+        runs,
+        runs_per_second: runs as f64 / elapsed,
+        cpu_ms_per_run: cpu * 1000.0 / runs as f64,
+        ttff_p50_ms: pct(0.5),
+        ttff_p99_ms: pct(0.99),
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
+        let levels: Vec<usize> = std::env::var("BENCH_LEVELS")
+            .unwrap_or_else(|_| "1,8,32".into())
+            .split(',')
+            .filter_map(|v| v.trim().parse().ok())
+            .collect();
+        let llm = StandIn::start(script()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let server = Server::start(dir.path(), &llm.base_url);
+        let http = reqwest::Client::new();
+        for _ in 0..100 {
+            if http.get(format!("{}/api/v1/health", server.base)).send().await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        level(&server, 4, 50).await; // warm-up
+        let calls_before = llm.calls().len();
+        println!("| clients | runs | runs/s | server CPU per run | time to first frame p50 / p99 |");
+        println!("|---:|---:|---:|---:|---:|");
+        let mut total_runs = 0;
+        for concurrency in levels {
+            let l = level(&server, concurrency, runs).await;
+            total_runs += l.runs;
+            println!(
+                "| {} | {} | {:.0} | {:.3} ms | {:.2} / {:.2} ms |",
+                l.concurrency, l.runs, l.runs_per_second, l.cpu_ms_per_run, l.ttff_p50_ms, l.ttff_p99_ms
+            );
+        }
+        let calls = llm.calls().len() - calls_before;
+        println!("\nmodel calls per run: {:.2}", calls as f64 / total_runs as f64);
+        println!("server peak memory (VmHWM): {:.1} MiB", server.peak_rss_mib());
+    });
+}
