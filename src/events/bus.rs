@@ -27,7 +27,14 @@ pub struct Bus {
 impl Bus {
     pub fn subscribe(&self, run_id: &str) -> broadcast::Receiver<BusMessage> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        channels.entry(run_id.to_string()).or_insert_with(|| broadcast::channel(CAPACITY).0).subscribe()
+        if let Some(sender) = channels.get(run_id) {
+            return sender.subscribe();
+        }
+        // Channels whose subscribers have all gone would otherwise keep their last frames forever.
+        channels.retain(|_, sender| sender.receiver_count() > 0);
+        let (sender, receiver) = broadcast::channel(CAPACITY);
+        channels.insert(run_id.to_string(), sender);
+        receiver
     }
 
     pub fn publish(&self, run_id: &str, message: BusMessage) {
@@ -37,6 +44,20 @@ impl Bus {
         {
             channels.remove(run_id);
         }
+    }
+
+    /// The run will publish nothing more: tell its subscribers and drop its channel (each
+    /// subscriber still receives what was sent, then the end of the channel).
+    pub fn settle(&self, run_id: &str) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sender) = channels.remove(run_id) {
+            let _ = sender.send(BusMessage::Settled);
+        }
+    }
+
+    /// Runs with a live channel.
+    pub fn channel_count(&self) -> usize {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
@@ -53,6 +74,24 @@ mod tests {
         assert!(matches!(rx.recv().await, Ok(BusMessage::Settled)));
         drop(rx);
         bus.publish("r", BusMessage::Settled);
-        assert!(bus.channels.lock().unwrap().is_empty());
+        assert_eq!(bus.channel_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn settling_drops_the_channel_after_telling_subscribers() {
+        let bus = Bus::default();
+        let mut rx = bus.subscribe("r");
+        bus.settle("r");
+        assert_eq!(bus.channel_count(), 0);
+        assert!(matches!(rx.recv().await, Ok(BusMessage::Settled)));
+        assert!(rx.recv().await.is_err(), "the channel is closed");
+    }
+
+    #[tokio::test]
+    async fn subscribing_prunes_channels_nobody_listens_to() {
+        let bus = Bus::default();
+        drop(bus.subscribe("old"));
+        let _live = bus.subscribe("new");
+        assert_eq!(bus.channel_count(), 1);
     }
 }

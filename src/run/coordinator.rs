@@ -63,6 +63,22 @@ enum Step<T> {
     Ended,
 }
 
+/// What a commit changes on the run row itself.
+#[derive(Debug, Clone, Copy)]
+struct RunUpdate {
+    to: Option<RunStatus>,
+    /// Save the counters and plan version.
+    progress: bool,
+}
+
+impl RunUpdate {
+    const NONE: Self = Self { to: None, progress: false };
+
+    fn status(to: RunStatus) -> Self {
+        Self { to: Some(to), progress: false }
+    }
+}
+
 type NodeRun = BoxFuture<'static, (String, Result<Value, CapabilityError>)>;
 
 pub(super) struct Coordinator {
@@ -131,37 +147,37 @@ impl Coordinator {
         }
     }
 
-    /// Commits `events` together with a status transition (if `to` is given) and whatever `write`
-    /// does, in one transaction.
-    async fn commit<F>(&mut self, events: Vec<Event>, to: Option<RunStatus>, write: F) -> Result<(), StoreError>
+    /// Commits `events`, the change to the run row and whatever `write` does, in one transaction.
+    async fn commit<F>(&mut self, events: Vec<Event>, update: RunUpdate, write: F) -> Result<(), StoreError>
     where
         F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static,
     {
         let (run_id, from) = (self.run_id(), self.status);
+        let progress = update.progress.then(|| self.progress());
         self.recorder
             .record(events, move |conn| {
-                if let Some(to) = to {
-                    runs::transition(conn, &run_id, from, to)?;
+                match (update.to, &progress) {
+                    (Some(to), progress) => runs::transition(conn, &run_id, from, to, progress.as_ref())?,
+                    (None, Some(progress)) => runs::save_progress(conn, &run_id, progress)?,
+                    (None, None) => {}
                 }
                 write(conn)
             })
             .await?;
-        if let Some(to) = to {
+        if let Some(to) = update.to {
             self.status = to;
         }
         Ok(())
     }
 
-    /// A write that saves the run's counters and plan version as they are now.
-    fn save_progress(&self) -> impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static {
-        let run_id = self.run_id();
-        let progress = Progress {
+    /// The run's counters and plan version as they are now.
+    fn progress(&self) -> Progress {
+        Progress {
             plan_version: self.plan.as_ref().map_or(0, |p| p.version as i32),
             planner_attempts: self.planner_attempts as i32,
             goal_condition_replans: self.budget.goal_condition_replans as i32,
             replans: self.budget.replans as i32,
-        };
-        move |conn| runs::save_progress(conn, &run_id, &progress)
+        }
     }
 
     // ----- planning -----------------------------------------------------------------------------
@@ -182,8 +198,7 @@ impl Coordinator {
                 replan: replan.clone(),
             });
             let to = (self.status == RunStatus::Pending).then_some(RunStatus::Planning);
-            let save = self.save_progress();
-            self.commit(vec![requested], to, save).await?;
+            self.commit(vec![requested], RunUpdate { to, progress: true }, |_| Ok(())).await?;
 
             let draft = match self.ask_planner(&replan, &rejected).await {
                 Ok(draft) => draft,
@@ -202,7 +217,7 @@ impl Coordinator {
                 Err(diagnostics) => {
                     rejected = diagnostics.clone();
                     let rejected_event = Event::PlanRejected(PlanRejected { attempt, phase, diagnostics });
-                    self.commit(vec![rejected_event], None, |_| Ok(())).await?;
+                    self.commit(vec![rejected_event], RunUpdate::NONE, |_| Ok(())).await?;
                 }
             }
         }
@@ -304,12 +319,8 @@ impl Coordinator {
         let (version_row, node_rows) = self.plan_rows(&plan)?;
         self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
         self.plan = Some(Arc::new(plan));
-        let save = self.save_progress();
-        self.commit(events, Some(RunStatus::Running), move |conn| {
-            plans::insert_version(conn, &version_row, &node_rows)?;
-            save(conn)
-        })
-        .await
+        let update = RunUpdate { to: Some(RunStatus::Running), progress: true };
+        self.commit(events, update, move |conn| plans::insert_version(conn, &version_row, &node_rows)).await
     }
 
     fn plan_rows(&self, plan: &Plan) -> Result<(PlanVersionRow, Vec<PlanNodeRow>), StoreError> {
@@ -409,7 +420,10 @@ impl Coordinator {
         });
         let (run_id, version, node_id) = self.node_key(node);
         let at = started_at.naive_utc();
-        self.commit(vec![event], None, move |conn| plans::node_started(conn, (&run_id, version, &node_id), at)).await?;
+        self.commit(vec![event], RunUpdate::NONE, move |conn| {
+            plans::node_started(conn, (&run_id, version, &node_id), at)
+        })
+        .await?;
         self.nodes.insert(node.id.clone(), NodeStatus::Running);
 
         let bundle = self.bundle(node);
@@ -491,7 +505,7 @@ impl Coordinator {
         });
         let (run_id, version, node_id) = self.node_key(node);
         let (output_json, context, at) = (output.to_string(), self.context.to_json(), completed_at.naive_utc());
-        self.commit(vec![event], None, move |conn| {
+        self.commit(vec![event], RunUpdate::NONE, move |conn| {
             plans::node_finished(conn, (&run_id, version, &node_id), "completed", Some(&output_json), None, at)?;
             runs::save_context(conn, &run_id, &context)
         })
@@ -529,7 +543,7 @@ impl Coordinator {
         let (run_id, version, node_id) = self.node_key(node);
         let error_json = json!({"code": info.code, "message": info.message}).to_string();
         let at = crate::store::now();
-        self.commit(events, None, move |conn| {
+        self.commit(events, RunUpdate::NONE, move |conn| {
             plans::node_finished(conn, (&run_id, version, &node_id), "failed", None, Some(&error_json), at)
         })
         .await?;
@@ -572,7 +586,7 @@ impl Coordinator {
                 error: None,
             });
             let (run_id, result) = (self.run_id(), output.to_string());
-            self.commit(vec![complete], Some(RunStatus::Completed), move |conn| {
+            self.commit(vec![complete], RunUpdate::status(RunStatus::Completed), move |conn| {
                 write(conn)?;
                 runs::save_outcome(conn, &run_id, Some(&result), None)
             })
@@ -592,12 +606,8 @@ impl Coordinator {
                     attempt,
                     limit: self.budget.limits.max_goal_condition_replans,
                 });
-                let save = self.save_progress();
-                self.commit(vec![event], Some(RunStatus::Planning), move |conn| {
-                    write(conn)?;
-                    save(conn)
-                })
-                .await?;
+                let update = RunUpdate { to: Some(RunStatus::Planning), progress: true };
+                self.commit(vec![event], update, write).await?;
                 self.repair = failed.clone();
                 Ok(Step::Continue(ReplanInfo {
                     reason: "goal_condition_failed".into(),
@@ -675,7 +685,7 @@ impl Coordinator {
             error: Some(error.clone()),
         }));
         let (run_id, error) = (self.run_id(), error.to_string());
-        self.commit(events, Some(RunStatus::Failed), move |conn| {
+        self.commit(events, RunUpdate::status(RunStatus::Failed), move |conn| {
             write(conn)?;
             runs::save_outcome(conn, &run_id, None, Some(&error))
         })

@@ -57,6 +57,6 @@ impl Recorder {
 
     /// Tells followers the run is no longer active, so their streams end once caught up.
     pub fn settle(&self) {
-        self.bus.publish(&self.header.run_id, BusMessage::Settled);
+        self.bus.settle(&self.header.run_id);
     }
 }

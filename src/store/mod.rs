@@ -22,6 +22,53 @@ macro_rules! on_backend {
 }
 pub(crate) use on_backend;
 
+/// `UPDATE <table> SET <values> WHERE <predicate>` that SQLite prepares once per connection.
+///
+/// diesel marks every `UpdateStatement` as unsafe to cache (a changeset of `Option`s changes its
+/// SQL from call to call), so each update would be parsed again on every call. The updates
+/// flexrun makes per frame have a fixed shape: built from the same parts, this statement is cached
+/// by its SQL text and kept prepared. Only use it with values whose columns do not vary.
+#[derive(Debug, Clone, Copy)]
+pub struct FixedUpdate<F, V, P> {
+    from: F,
+    values: V,
+    predicate: P,
+}
+
+/// Builds a [`FixedUpdate`].
+pub fn fixed_update<T, V, P>(table: T, values: V, predicate: P) -> FixedUpdate<T::FromClause, V::Changeset, P>
+where
+    T: diesel::Table,
+    V: diesel::AsChangeset<Target = T>,
+{
+    FixedUpdate { from: diesel::QuerySource::from_clause(&table), values: values.as_changeset(), predicate }
+}
+
+impl<F, V, P, DB> diesel::query_builder::QueryFragment<DB> for FixedUpdate<F, V, P>
+where
+    DB: diesel::backend::Backend,
+    F: diesel::query_builder::QueryFragment<DB>,
+    V: diesel::query_builder::QueryFragment<DB>,
+    P: diesel::query_builder::QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: diesel::query_builder::AstPass<'_, 'b, DB>) -> diesel::QueryResult<()> {
+        out.push_sql("UPDATE ");
+        self.from.walk_ast(out.reborrow())?;
+        out.push_sql(" SET ");
+        self.values.walk_ast(out.reborrow())?;
+        out.push_sql(" WHERE ");
+        self.predicate.walk_ast(out.reborrow())
+    }
+}
+
+/// No static id: the statement cache keys it by its SQL text, which never varies.
+impl<F, V, P> diesel::query_builder::QueryId for FixedUpdate<F, V, P> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<F, V, P, C> diesel::RunQueryDsl<C> for FixedUpdate<F, V, P> {}
+
 pub mod capabilities;
 pub mod events;
 pub mod plans;
@@ -99,7 +146,8 @@ fn configure(conn: &mut DbConn) -> Result<(), diesel::result::Error> {
     #[allow(irrefutable_let_patterns)]
     if let DbConn::Sqlite(sqlite) = conn {
         sqlite.batch_execute(
-            "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; \
+            // The busy timeout first: switching to WAL may have to wait for another connection.
+            "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; \
              PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;",
         )?;
     }
@@ -178,6 +226,98 @@ pub fn now() -> chrono::NaiveDateTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::RunStatus;
+    use runs::RunRow;
+
+    fn run_row(id: &str) -> RunRow {
+        RunRow {
+            run_id: id.into(),
+            status: "pending".into(),
+            objective: "o".into(),
+            envelope: "{}".into(),
+            thread_id: None,
+            correlation_id: "c".into(),
+            plan_version: 0,
+            planner_attempts: 0,
+            goal_condition_replans: 0,
+            replans: 0,
+            context: "{}".into(),
+            result: None,
+            error: None,
+            created_at: now(),
+            updated_at: now(),
+        }
+    }
+
+    fn temp_store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}", dir.path().join("t.db").display())).unwrap();
+        (dir, store)
+    }
+
+    async fn exists(store: &Store, id: &'static str) -> bool {
+        store.read(move |conn| Ok(runs::get(conn, id).is_ok())).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_failing_write_rolls_back_alone_in_a_batch() {
+        let (_dir, store) = temp_store();
+        let insert_then_fail = |id: &'static str| {
+            move |conn: &mut DbConn| -> Result<(), StoreError> {
+                runs::insert(conn, &run_row(id))?;
+                Err(StoreError::Conflict("refused".into()))
+            }
+        };
+        let (a, b, c) = tokio::join!(
+            store.write(|conn| runs::insert(conn, &run_row("a"))),
+            store.write(insert_then_fail("b")),
+            store.write(|conn| runs::insert(conn, &run_row("c"))),
+        );
+        assert!(a.is_ok() && c.is_ok());
+        assert!(matches!(b, Err(StoreError::Conflict(_))));
+        assert!(exists(&store, "a").await && exists(&store, "c").await);
+        assert!(!exists(&store, "b").await, "the failed write left nothing");
+        // Alone in its batch, a failing write also leaves nothing.
+        assert!(store.write(insert_then_fail("d")).await.is_err());
+        assert!(!exists(&store, "d").await);
+    }
+
+    #[test]
+    fn per_frame_updates_are_prepared_once() {
+        use diesel::connection::InstrumentationEvent;
+        use std::sync::{Arc, Mutex};
+        let (dir, store) = temp_store();
+        drop(store);
+        let mut conn = DbConn::establish(dir.path().join("t.db").to_str().unwrap()).unwrap();
+        configure(&mut conn).unwrap();
+        let cached = Arc::new(Mutex::new(0));
+        let counter = cached.clone();
+        #[allow(irrefutable_let_patterns)]
+        let DbConn::Sqlite(sqlite) = &mut conn else { unreachable!() };
+        sqlite.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+            if let InstrumentationEvent::CacheQuery { .. } = event {
+                *counter.lock().unwrap() += 1;
+            }
+        });
+        runs::insert(&mut conn, &run_row("r")).unwrap();
+        let inserts = *cached.lock().unwrap();
+        for _ in 0..3 {
+            runs::save_context(&mut conn, "r", "{}").unwrap();
+            runs::save_outcome(&mut conn, "r", None, Some("{}")).unwrap();
+        }
+        assert_eq!(*cached.lock().unwrap() - inserts, 2, "two statements, each prepared once");
+    }
+
+    #[tokio::test]
+    async fn of_two_racing_transitions_exactly_one_wins() {
+        let (_dir, store) = temp_store();
+        store.write(|conn| runs::insert(conn, &run_row("r"))).await.unwrap();
+        let go = |to| store.write(move |conn| runs::transition(conn, "r", RunStatus::Pending, to, None));
+        let (first, second) = tokio::join!(go(RunStatus::Planning), go(RunStatus::Cancelled));
+        assert!(first.is_ok() != second.is_ok(), "{first:?} / {second:?}");
+        let invalid = store.write(|conn| runs::transition(conn, "r", RunStatus::Pending, RunStatus::Completed, None));
+        assert!(matches!(invalid.await, Err(StoreError::Conflict(_))));
+    }
 
     #[test]
     fn urls() {

@@ -4,7 +4,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
 use super::schema::{plan_nodes, plan_versions, run_outputs};
-use super::{DbConn, StoreError};
+use super::{DbConn, StoreError, fixed_update};
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = plan_versions)]
@@ -57,10 +57,9 @@ pub fn node_started(
     (run_id, plan_version, node_id): (&str, i32, &str),
     at: NaiveDateTime,
 ) -> Result<(), StoreError> {
-    let updated =
-        super::on_backend!(conn, |c| diesel::update(plan_nodes::table.find((run_id, plan_version, node_id)))
-            .set((plan_nodes::status.eq("running"), plan_nodes::started_at.eq(Some(at))))
-            .execute(c))?;
+    let values = (plan_nodes::status.eq("running"), plan_nodes::started_at.eq(Some(at)));
+    let update = fixed_update(plan_nodes::table, values, node(run_id, plan_version, node_id));
+    let updated = super::on_backend!(conn, |c| update.execute(c))?;
     found(updated, node_id, plan_version)
 }
 
@@ -73,16 +72,27 @@ pub fn node_finished(
     error: Option<&str>,
     at: NaiveDateTime,
 ) -> Result<(), StoreError> {
-    let updated =
-        super::on_backend!(conn, |c| diesel::update(plan_nodes::table.find((run_id, plan_version, node_id)))
-            .set((
-                plan_nodes::status.eq(status),
-                plan_nodes::output.eq(output),
-                plan_nodes::error.eq(error),
-                plan_nodes::completed_at.eq(Some(at)),
-            ))
-            .execute(c))?;
+    let values = (
+        plan_nodes::status.eq(status),
+        plan_nodes::output.eq(output),
+        plan_nodes::error.eq(error),
+        plan_nodes::completed_at.eq(Some(at)),
+    );
+    let update = fixed_update(plan_nodes::table, values, node(run_id, plan_version, node_id));
+    let updated = super::on_backend!(conn, |c| update.execute(c))?;
     found(updated, node_id, plan_version)
+}
+
+/// The predicate selecting one node row.
+fn node<'a>(
+    run_id: &'a str,
+    plan_version: i32,
+    node_id: &'a str,
+) -> diesel::dsl::And<
+    diesel::dsl::And<diesel::dsl::Eq<plan_nodes::run_id, &'a str>, diesel::dsl::Eq<plan_nodes::plan_version, i32>>,
+    diesel::dsl::Eq<plan_nodes::node_id, &'a str>,
+> {
+    plan_nodes::run_id.eq(run_id).and(plan_nodes::plan_version.eq(plan_version)).and(plan_nodes::node_id.eq(node_id))
 }
 
 fn found(updated: usize, node_id: &str, plan_version: i32) -> Result<(), StoreError> {

@@ -5,7 +5,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
 use super::schema::runs;
-use super::{DbConn, StoreError};
+use super::{DbConn, StoreError, fixed_update};
 use crate::run::RunStatus;
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -58,17 +58,16 @@ pub fn get(conn: &mut DbConn, run_id: &str) -> Result<RunRow, StoreError> {
 // Every update below has a fixed shape, so SQLite prepares it once per connection.
 
 pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {
-    super::on_backend!(conn, |c| diesel::update(runs::table.find(run_id))
-        .set((progress, runs::updated_at.eq(super::now())))
-        .execute(c))?;
+    let update = fixed_update(runs::table, (progress, runs::updated_at.eq(super::now())), runs::run_id.eq(run_id));
+    super::on_backend!(conn, |c| update.execute(c))?;
     Ok(())
 }
 
 /// Stores the run context snapshot (JSON).
 pub fn save_context(conn: &mut DbConn, run_id: &str, context: &str) -> Result<(), StoreError> {
-    super::on_backend!(conn, |c| diesel::update(runs::table.find(run_id))
-        .set((runs::context.eq(context), runs::updated_at.eq(super::now())))
-        .execute(c))?;
+    let values = (runs::context.eq(context), runs::updated_at.eq(super::now()));
+    let update = fixed_update(runs::table, values, runs::run_id.eq(run_id));
+    super::on_backend!(conn, |c| update.execute(c))?;
     Ok(())
 }
 
@@ -79,22 +78,36 @@ pub fn save_outcome(
     result: Option<&str>,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
-    super::on_backend!(conn, |c| diesel::update(runs::table.find(run_id))
-        .set((runs::result.eq(result), runs::error.eq(error)))
-        .execute(c))?;
+    let update = fixed_update(runs::table, (runs::result.eq(result), runs::error.eq(error)), runs::run_id.eq(run_id));
+    super::on_backend!(conn, |c| update.execute(c))?;
     Ok(())
 }
 
-/// Moves a run from `from` to `to` if the state machine allows it and the run is still in `from`;
-/// otherwise nothing changes and the error says why.
-pub fn transition(conn: &mut DbConn, run_id: &str, from: RunStatus, to: RunStatus) -> Result<(), StoreError> {
+/// Moves a run from `from` to `to` (saving `progress` in the same statement, if given) when the
+/// state machine allows it and the run is still in `from`; otherwise nothing changes and the
+/// error says why.
+pub fn transition(
+    conn: &mut DbConn,
+    run_id: &str,
+    from: RunStatus,
+    to: RunStatus,
+    progress: Option<&Progress>,
+) -> Result<(), StoreError> {
     if !from.can_become(to) {
         return Err(StoreError::Conflict(format!("a run cannot go from {from} to {to}")));
     }
-    let updated =
-        super::on_backend!(conn, |c| diesel::update(runs::table.find(run_id).filter(runs::status.eq(from.as_str())))
-            .set((runs::status.eq(to.as_str()), runs::updated_at.eq(super::now())))
-            .execute(c))?;
+    let run = runs::run_id.eq(run_id).and(runs::status.eq(from.as_str()));
+    let status = (runs::status.eq(to.as_str()), runs::updated_at.eq(super::now()));
+    let updated = match progress {
+        Some(progress) => {
+            let update = fixed_update(runs::table, (status, progress), run);
+            super::on_backend!(conn, |c| update.execute(c))?
+        }
+        None => {
+            let update = fixed_update(runs::table, status, run);
+            super::on_backend!(conn, |c| update.execute(c))?
+        }
+    };
     if updated == 1 {
         return Ok(());
     }

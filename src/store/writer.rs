@@ -4,6 +4,7 @@ use std::sync::mpsc;
 use std::thread;
 
 use diesel::Connection;
+use diesel::result::Error as DieselError;
 use tokio::sync::oneshot;
 
 use super::{DbConn, StoreError};
@@ -11,10 +12,20 @@ use super::{DbConn, StoreError};
 /// Most writes folded into one transaction.
 const MAX_BATCH: usize = 256;
 
+/// How one write is kept apart from the others of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isolation {
+    /// Alone in the batch: the batch transaction itself is enough.
+    Transaction,
+    /// Shares the batch: its own savepoint, so a failure rolls back only this write.
+    Savepoint,
+}
+
 /// Reports the commit outcome to the caller of one write.
 type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
-/// One write: runs inside the batch transaction, returns how to answer its caller.
-type Job = Box<dyn FnOnce(&mut DbConn) -> Finish + Send>;
+/// One write: runs inside the batch transaction; returns how to answer its caller and whether it
+/// succeeded.
+type Job = Box<dyn FnOnce(&mut DbConn, Isolation) -> (Finish, bool) + Send>;
 
 #[derive(Clone)]
 pub(super) struct Writer {
@@ -44,12 +55,16 @@ impl Writer {
         T: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job: Job = Box::new(move |conn| {
-            // A savepoint: a failing write rolls back alone; the rest of the batch still commits.
-            let outcome = conn.transaction(f);
-            Box::new(move |commit: Result<(), String>| {
+        let job: Job = Box::new(move |conn, isolation| {
+            let outcome = match isolation {
+                Isolation::Savepoint => conn.transaction(f),
+                Isolation::Transaction => f(conn),
+            };
+            let succeeded = outcome.is_ok();
+            let finish: Finish = Box::new(move |commit: Result<(), String>| {
                 let _ = reply.send(commit.map_err(StoreError::Commit).and(outcome));
-            })
+            });
+            (finish, succeeded)
         });
         self.jobs.send(job).map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
@@ -57,15 +72,28 @@ impl Writer {
 }
 
 fn commit_batch(conn: &mut DbConn, batch: Vec<Job>) {
+    let isolation = if batch.len() == 1 { Isolation::Transaction } else { Isolation::Savepoint };
     let mut finishers = Vec::with_capacity(batch.len());
-    let committed = conn.transaction::<_, diesel::result::Error, _>(|conn| {
-        finishers.extend(batch.into_iter().map(|job| job(conn)));
-        Ok(())
+    let mut failed = false;
+    let committed = conn.transaction::<_, DieselError, _>(|conn| {
+        for job in batch {
+            let (finish, succeeded) = job(conn, isolation);
+            failed |= !succeeded;
+            finishers.push(finish);
+        }
+        // A lone write that failed must leave nothing behind: roll the transaction back.
+        if failed && isolation == Isolation::Transaction { Err(DieselError::RollbackTransaction) } else { Ok(()) }
     });
-    let outcome = committed.map_err(|e| e.to_string());
-    if let Err(error) = &outcome {
-        tracing::error!(%error, writes = finishers.len(), "database commit failed");
-    }
+    let outcome = match committed {
+        Ok(()) => Ok(()),
+        // The write's own error is what its caller hears about.
+        Err(DieselError::RollbackTransaction) if failed => Ok(()),
+        Err(error) => {
+            tracing::error!(%error, writes = finishers.len(), "database commit failed");
+            Err(error.to_string())
+        }
+    };
+    metrics::histogram!("flexrun_db_writes_per_commit").record(finishers.len() as f64);
     for finish in finishers {
         finish(outcome.clone());
     }
