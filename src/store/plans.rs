@@ -83,15 +83,12 @@ pub fn node_finished(
     found(updated, node_id, plan_version)
 }
 
+type RunAndVersion<'a> =
+    diesel::dsl::And<diesel::dsl::Eq<plan_nodes::run_id, &'a str>, diesel::dsl::Eq<plan_nodes::plan_version, i32>>;
+type NodeRow<'a> = diesel::dsl::And<RunAndVersion<'a>, diesel::dsl::Eq<plan_nodes::node_id, &'a str>>;
+
 /// The predicate selecting one node row.
-fn node<'a>(
-    run_id: &'a str,
-    plan_version: i32,
-    node_id: &'a str,
-) -> diesel::dsl::And<
-    diesel::dsl::And<diesel::dsl::Eq<plan_nodes::run_id, &'a str>, diesel::dsl::Eq<plan_nodes::plan_version, i32>>,
-    diesel::dsl::Eq<plan_nodes::node_id, &'a str>,
-> {
+fn node<'a>(run_id: &'a str, plan_version: i32, node_id: &'a str) -> NodeRow<'a> {
     plan_nodes::run_id.eq(run_id).and(plan_nodes::plan_version.eq(plan_version)).and(plan_nodes::node_id.eq(node_id))
 }
 
