@@ -234,5 +234,11 @@ fn main() {
         let calls = llm.calls().len() - calls_before;
         println!("\nmodel calls per run: {:.2}", calls as f64 / total_runs as f64);
         println!("server peak memory (VmHWM): {:.1} MiB", server.peak_rss_mib());
+        let metrics = http.get(format!("{}/metrics", server.base)).send().await.unwrap().text().await.unwrap();
+        let value = |name: &str| {
+            metrics.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0)
+        };
+        let (sum, count) = (value("flexrun_db_writes_per_commit_sum"), value("flexrun_db_writes_per_commit_count"));
+        println!("database: {:.0} commits, {:.2} writes per commit on average", count, sum / count.max(1.0));
     });
 }

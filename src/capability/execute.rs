@@ -36,6 +36,8 @@ pub struct ContextBundle {
 /// Why a capability produced no usable output.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CapabilityError {
+    #[error("capability {0} is not registered")]
+    NotRegistered(String),
     #[error("{0}")]
     Model(#[from] LlmError),
     #[error("capability endpoint timed out after {0:?}")]
@@ -56,6 +58,7 @@ impl CapabilityError {
     /// Stable code for `node_error` frames.
     pub fn code(&self) -> &'static str {
         match self {
+            Self::NotRegistered(_) => "capability_not_registered",
             Self::Model(_) => "model_error",
             Self::Timeout(_) => "capability_timeout",
             Self::Connection(_) => "capability_unreachable",

@@ -79,6 +79,9 @@ impl RunUpdate {
     }
 }
 
+/// A database write committed together with frames.
+type Write = Box<dyn FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync>;
+
 type NodeRun = BoxFuture<'static, (String, Result<Value, CapabilityError>)>;
 
 pub(super) struct Coordinator {
@@ -96,6 +99,9 @@ pub(super) struct Coordinator {
     completed: Vec<CompletedWork>,
     /// Goal conditions that failed last, given to nodes re-run to repair them.
     repair: Vec<GoalConditionResult>,
+    /// Frames and writes to commit with the very next commit (staged only when that commit follows
+    /// without waiting on anything, so nothing is delayed).
+    staged: Vec<(Vec<Event>, Write)>,
 }
 
 impl Coordinator {
@@ -115,6 +121,7 @@ impl Coordinator {
             nodes: HashMap::new(),
             completed: Vec::new(),
             repair: Vec::new(),
+            staged: Vec::new(),
         }
     }
 
@@ -154,8 +161,16 @@ impl Coordinator {
     {
         let (run_id, from) = (self.run_id(), self.status);
         let progress = update.progress.then(|| self.progress());
+        let mut all_events = Vec::new();
+        let mut staged_writes = Vec::new();
+        for (staged_events, staged_write) in self.staged.drain(..) {
+            all_events.extend(staged_events);
+            staged_writes.push(staged_write);
+        }
+        all_events.extend(events);
         self.recorder
-            .record(events, move |conn| {
+            .record(all_events, move |conn| {
+                staged_writes.into_iter().try_for_each(|write| write(conn))?;
                 match (update.to, &progress) {
                     (Some(to), progress) => runs::transition(conn, &run_id, from, to, progress.as_ref())?,
                     (None, Some(progress)) => runs::save_progress(conn, &run_id, progress)?,
@@ -168,6 +183,15 @@ impl Coordinator {
             self.status = to;
         }
         Ok(())
+    }
+
+    /// Holds `events` and `write` back until the next commit, which must follow at once.
+    fn stage(
+        &mut self,
+        events: Vec<Event>,
+        write: impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
+    ) {
+        self.staged.push((events, Box::new(write)));
     }
 
     /// The run's counters and plan version as they are now.
@@ -197,7 +221,7 @@ impl Coordinator {
                 capabilities: self.capability_summaries(),
                 replan: replan.clone(),
             });
-            let to = (self.status == RunStatus::Pending).then_some(RunStatus::Planning);
+            let to = (self.status != RunStatus::Planning).then_some(RunStatus::Planning);
             self.commit(vec![requested], RunUpdate { to, progress: true }, |_| Ok(())).await?;
 
             let draft = match self.ask_planner(&replan, &rejected).await {
@@ -216,8 +240,8 @@ impl Coordinator {
                 }
                 Err(diagnostics) => {
                     rejected = diagnostics.clone();
-                    let rejected_event = Event::PlanRejected(PlanRejected { attempt, phase, diagnostics });
-                    self.commit(vec![rejected_event], RunUpdate::NONE, |_| Ok(())).await?;
+                    // Committed with what follows at once: the next `plan_requested`, or the failure.
+                    self.stage(vec![Event::PlanRejected(PlanRejected { attempt, phase, diagnostics })], |_| Ok(()));
                 }
             }
         }
@@ -372,9 +396,8 @@ impl Coordinator {
             if first_failure.is_none() {
                 let capacity = max_running - running.len();
                 let ready: Vec<PlanNode> = plan.ready(&self.nodes).into_iter().take(capacity).cloned().collect();
-                for node in ready {
-                    let node_run = self.start_node(&node).await?;
-                    running.push(node_run);
+                if !ready.is_empty() {
+                    running.extend(self.start_nodes(&ready).await?);
                 }
             }
             let Some((node_id, result)) = running.next().await else { break };
@@ -404,38 +427,48 @@ impl Coordinator {
         Ok(Step::Continue(()))
     }
 
-    /// Commits `node_start` and returns the future that runs the node's capability.
-    async fn start_node(&mut self, node: &PlanNode) -> Result<NodeRun, StoreError> {
-        let capability = self.capabilities.get(&node.capability_id).cloned();
-        let executor_type = capability.as_ref().map_or("ai", |c| c.executor.agent_type());
+    /// Commits the `node_start` frames of `nodes` together and returns the futures that run their
+    /// capabilities.
+    async fn start_nodes(&mut self, nodes: &[PlanNode]) -> Result<Vec<NodeRun>, StoreError> {
         let started_at = Utc::now();
-        let event = Event::NodeStart(NodeStart {
-            node_id: node.id.clone(),
-            capability_id: node.capability_id.clone(),
-            label: node.label.clone(),
-            kind: node.kind.clone(),
-            started_at: started_at.to_rfc3339_opts(SecondsFormat::Millis, true),
-            executor_type,
-            facets: Facets { input: node.input_facets.clone(), output: node.output_facets.clone() },
-        });
-        let (run_id, version, node_id) = self.node_key(node);
+        let mut events = Vec::with_capacity(nodes.len());
+        let mut keys = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let executor_type = self.capabilities.get(&node.capability_id).map_or("ai", |c| c.executor.agent_type());
+            events.push(Event::NodeStart(NodeStart {
+                node_id: node.id.clone(),
+                capability_id: node.capability_id.clone(),
+                label: node.label.clone(),
+                kind: node.kind.clone(),
+                started_at: started_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+                executor_type,
+                facets: Facets { input: node.input_facets.clone(), output: node.output_facets.clone() },
+            }));
+            keys.push(self.node_key(node));
+        }
         let at = started_at.naive_utc();
-        self.commit(vec![event], RunUpdate::NONE, move |conn| {
-            plans::node_started(conn, (&run_id, version, &node_id), at)
+        self.commit(events, RunUpdate::NONE, move |conn| {
+            keys.iter()
+                .try_for_each(|(run_id, version, node_id)| plans::node_started(conn, (run_id, *version, node_id), at))
         })
         .await?;
-        self.nodes.insert(node.id.clone(), NodeStatus::Running);
+        Ok(nodes.iter().map(|node| self.run_node(node)).collect())
+    }
 
+    /// Marks `node` running and returns the future that runs its capability.
+    fn run_node(&mut self, node: &PlanNode) -> NodeRun {
+        self.nodes.insert(node.id.clone(), NodeStatus::Running);
+        let capability = self.capabilities.get(&node.capability_id).cloned();
         let bundle = self.bundle(node);
         let executors = self.services.executors.clone();
         let node_id = node.id.clone();
-        Ok(Box::pin(async move {
+        Box::pin(async move {
             let result = match capability {
                 Some(capability) => executors.run(&capability, &bundle).await,
-                None => Err(CapabilityError::NotJson(format!("capability {} is not registered", bundle.capability_id))),
+                None => Err(CapabilityError::NotRegistered(bundle.capability_id.clone())),
             };
             (node_id, result)
-        }))
+        })
     }
 
     /// (run id, plan version, node id): the key of a node's row in the current plan version.
@@ -606,8 +639,8 @@ impl Coordinator {
                     attempt,
                     limit: self.budget.limits.max_goal_condition_replans,
                 });
-                let update = RunUpdate { to: Some(RunStatus::Planning), progress: true };
-                self.commit(vec![event], update, write).await?;
+                // Committed with the replan round's first `plan_requested`, which follows at once.
+                self.stage(vec![event], write);
                 self.repair = failed.clone();
                 Ok(Step::Continue(ReplanInfo {
                     reason: "goal_condition_failed".into(),
