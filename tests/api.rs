@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use support::*;
 
 fn always_plan(stages: &'static [(&'static str, &'static str)]) -> flexrun::standin::Script {
-    script(move |call| if call.is_planner() { plan(stages) } else { post(0.9) })
+    planner_then(stages, post(0.9))
 }
 
 async fn error_body(response: reqwest::Response) -> (u16, Value) {
@@ -122,14 +122,8 @@ async fn capabilities_register_list_and_survive_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_capabilities_receive_the_context_bundle() {
     let endpoint = HttpCapability::start(200, json!({"text": "from http", "quality_score": 0.85}));
-    let mut http_writer = ai_capability(
-        "http.writer",
-        &["brief"],
-        &["post_copy"],
-        json!({"type": "object", "required": ["quality_score"]}),
-    );
-    http_writer["agentType"] = json!("http");
-    http_writer["endpoint"] = json!(endpoint.url);
+    let schema = json!({"type": "object", "required": ["quality_score"]});
+    let http_writer = http_capability("http.writer", &["brief"], &["post_copy"], schema, &endpoint.url);
     let server = TestServer::start_with(
         always_plan(&[("draft", "http.writer")]),
         Options { capabilities: vec![http_writer], ..Options::default() },
@@ -154,9 +148,8 @@ async fn http_capabilities_receive_the_context_bundle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_capability_errors_fail_the_node() {
     let endpoint = HttpCapability::start(503, json!({"error": "overloaded"}));
-    let mut http_writer = ai_capability("http.writer", &["brief"], &["post_copy"], json!({"type": "object"}));
-    http_writer["agentType"] = json!("http");
-    http_writer["endpoint"] = json!(endpoint.url);
+    let http_writer =
+        http_capability("http.writer", &["brief"], &["post_copy"], json!({"type": "object"}), &endpoint.url);
     let server = TestServer::start_with(
         always_plan(&[("draft", "http.writer")]),
         Options { capabilities: vec![http_writer], ..Options::default() },

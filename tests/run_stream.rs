@@ -12,13 +12,7 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn happy_path_frames_are_gap_free_and_match_the_event_log() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            return plan(&[("draft", "writer"), ("polish", "editor")]);
-        }
-        post(0.9)
-    }))
-    .await;
+    let server = TestServer::start(planner_then(&[("draft", "writer"), ("polish", "editor")], post(0.9))).await;
     let frames = server.run(&envelope()).await;
 
     assert_eq!(
@@ -160,13 +154,7 @@ async fn failed_goal_condition_triggers_a_repair_replan_that_keeps_completed_wor
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exhausted_goal_condition_cap_fails_the_run() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            return plan(&[("draft", "writer")]);
-        }
-        post(0.1)
-    }))
-    .await;
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.1))).await;
     let frames = server.run(&envelope()).await;
 
     let count = |kind: &str| frames.iter().filter(|f| f.kind == kind).count();
@@ -186,13 +174,7 @@ async fn exhausted_goal_condition_cap_fails_the_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replan_cap_comes_from_the_envelope() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            return plan(&[("draft", "writer")]);
-        }
-        post(0.1)
-    }))
-    .await;
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.1))).await;
     let mut envelope = envelope();
     envelope["policies"] = json!({"replan": {"maxGoalConditionReplans": 0}});
     let frames = server.run(&envelope).await;
@@ -289,12 +271,10 @@ async fn invalid_capability_output_fails_the_node_and_the_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_does_not_stop_the_run() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            return plan(&[("draft", "writer"), ("polish", "editor")]);
-        }
-        post(0.9).after(Duration::from_millis(200))
-    }))
+    let server = TestServer::start(planner_then(
+        &[("draft", "writer"), ("polish", "editor")],
+        post(0.9).after(Duration::from_millis(200)),
+    ))
     .await;
     let response = server.post_run(&envelope()).await;
     let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
@@ -312,12 +292,10 @@ async fn a_client_that_disconnects_does_not_stop_the_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reattaching_client_gets_exactly_the_frames_it_missed() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            return plan(&[("draft", "writer"), ("polish", "editor")]);
-        }
-        post(0.9).after(Duration::from_millis(150))
-    }))
+    let server = TestServer::start(planner_then(
+        &[("draft", "writer"), ("polish", "editor")],
+        post(0.9).after(Duration::from_millis(150)),
+    ))
     .await;
     let response = server.post_run(&envelope()).await;
     let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
@@ -357,13 +335,7 @@ async fn a_reattaching_client_gets_exactly_the_frames_it_missed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_detail_shows_plans_nodes_outputs_and_redacts_secrets() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            return plan(&[("draft", "writer")]);
-        }
-        post(0.9)
-    }))
-    .await;
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
     let mut envelope = envelope();
     envelope["inputs"]["credentials"] = json!({"apiKey": "sk-live-123"});
     let frames = server.run(&envelope).await;

@@ -154,7 +154,8 @@ impl Frame {
             message: event.message(),
             payload: event,
         };
-        let json = serde_json::to_string(&wire).expect("frames serialise: all keys are strings");
+        // Every map in a frame has string keys: the one way serde_json serialisation can fail.
+        let json = serde_json::to_string(&wire).expect("frame keys are strings"); // ok: see above
         Self { seq, kind: event.kind(), timestamp, json: json.into() }
     }
 

@@ -21,7 +21,7 @@ pub use prompt::{CompletedWork, PromptInput, Replan};
 pub const DRAFT_ATTEMPTS: u32 = 2;
 
 static DRAFT_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
-    serde_json::from_str(include_str!("plan-draft.schema.json")).expect("built-in draft schema is JSON")
+    serde_json::from_str(include_str!("plan-draft.schema.json")).expect("built-in draft schema is JSON") // ok: compiled-in
 });
 
 /// The planner model client.
@@ -53,5 +53,15 @@ impl Planner {
         };
         let content = self.llm.complete(ChatRequest { system, user, shape }).await?;
         Ok(parse_json_content(&content).map_err(|problem| Diagnostic::not_json(&problem)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_draft_schema_is_a_valid_json_schema() {
+        assert!(jsonschema::validator_for(&DRAFT_SCHEMA).is_ok());
     }
 }

@@ -184,7 +184,8 @@ impl Store {
             .connection_customizer(Box::new(SqliteSettings))
             .build(ConnectionManager::new(url))
             .map_err(|e| StoreError::Connection(e.to_string()))?;
-        Ok(Self { reads, writer: Writer::start(conn) })
+        let writer = Writer::start(conn).map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?;
+        Ok(Self { reads, writer })
     }
 
     /// Runs `f` on a pooled connection off the async runtime.

@@ -34,19 +34,16 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Moves `conn` to a new thread that executes submitted writes until every handle is dropped.
-    pub(super) fn start(mut conn: DbConn) -> Self {
+    pub(super) fn start(mut conn: DbConn) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
-        thread::Builder::new()
-            .name("flexrun-db-writer".into())
-            .spawn(move || {
-                while let Ok(first) = queue.recv() {
-                    let mut batch = vec![first];
-                    batch.extend(queue.try_iter().take(MAX_BATCH - 1));
-                    commit_batch(&mut conn, batch);
-                }
-            })
-            .expect("spawning the database writer thread");
-        Self { jobs }
+        thread::Builder::new().name("flexrun-db-writer".into()).spawn(move || {
+            while let Ok(first) = queue.recv() {
+                let mut batch = vec![first];
+                batch.extend(queue.try_iter().take(MAX_BATCH - 1));
+                commit_batch(&mut conn, batch);
+            }
+        })?;
+        Ok(Self { jobs })
     }
 
     pub(super) async fn submit<T, F>(&self, f: F) -> Result<T, StoreError>

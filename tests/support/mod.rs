@@ -195,6 +195,19 @@ pub fn ai_capability(id: &str, inputs: &[&str], outputs: &[&str], schema: Value)
     })
 }
 
+/// An `http` capability registration pointing at `endpoint`.
+pub fn http_capability(id: &str, inputs: &[&str], outputs: &[&str], schema: Value, endpoint: &str) -> Value {
+    let mut registration = ai_capability(id, inputs, outputs, schema);
+    registration["agentType"] = json!("http");
+    registration["endpoint"] = json!(endpoint);
+    registration
+}
+
+/// A model that always plans `stages` and answers every capability call with `capability`.
+pub fn planner_then(stages: &'static [(&'static str, &'static str)], capability: Reply) -> Script {
+    script(move |call| if call.is_planner() { plan(stages) } else { capability.clone() })
+}
+
 /// writer: brief → post_copy {text, quality_score}; editor: post_copy → post_copy; tagger: brief → tags.
 pub fn default_capabilities() -> Vec<Value> {
     let post = json!({"type": "object", "required": ["text", "quality_score"],
