@@ -352,3 +352,34 @@ async fn run_detail_shows_plans_nodes_outputs_and_redacts_secrets() {
     let body: Value = missing.json().await.unwrap();
     assert_eq!(body["error"]["code"], "run_not_found");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_contract_is_checked_before_goal_conditions() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let mut envelope = envelope();
+    envelope["outputContract"] = json!({"mode": "json_schema", "schema": {
+        "type": "object", "required": ["headline"], "properties": {"headline": {"type": "string"}}}});
+    let frames = server.run(&envelope).await;
+    assert_eq!(kinds(&frames)[5..], ["validation_error", "complete"]);
+    assert_eq!(frames[5].payload["scope"], "final_output");
+    assert_eq!(frames[5].payload["errors"][0]["keyword"], "required");
+    let complete = &frames[6].payload;
+    assert_eq!(complete["error"]["code"], "final_output_invalid");
+    assert_eq!(complete["output"]["quality_score"], 0.9, "the last node's output was composed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_facet_no_node_wrote_fails_the_run() {
+    let both = ai_capability("both", &["brief"], &["post_copy", "tags"], json!({"type": "object"}));
+    let server = TestServer::start_with(
+        planner_then(&[("draft", "both")], Reply::json(json!({"post_copy": {"text": "x", "quality_score": 0.9}}))),
+        Options { capabilities: vec![both], ..Options::default() },
+    )
+    .await;
+    let mut envelope = envelope();
+    envelope["outputContract"] = json!({"mode": "facets", "facets": ["post_copy", "tags"]});
+    let frames = server.run(&envelope).await;
+    let validation = frames.iter().find(|f| f.kind == "validation_error").expect("validation_error");
+    assert_eq!(validation.payload["errors"][0]["instancePath"], "/tags");
+    assert_eq!(frames.last().unwrap().payload["error"]["code"], "final_output_invalid");
+}

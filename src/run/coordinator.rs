@@ -132,9 +132,17 @@ impl Coordinator {
     /// Runs to the end. A database failure stops the coordinator where it is: the run keeps its
     /// last committed state.
     pub(super) async fn drive(mut self) {
-        if let Err(error) = self.run().await {
-            tracing::error!(run_id = %self.run_id(), %error, "run coordinator stopped on a database error");
+        use futures::FutureExt;
+        match std::panic::AssertUnwindSafe(self.run()).catch_unwind().await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::error!(run_id = %self.run_id(), %error, "run coordinator stopped on a database error");
+            }
+            Err(_) => {
+                tracing::error!(run_id = %self.run_id(), "run coordinator panicked; the run keeps its last committed state")
+            }
         }
+        // Whatever happened, nobody waits forever for frames that will not come.
         self.recorder.settle();
     }
 
@@ -593,19 +601,17 @@ impl Coordinator {
     /// or asks for a repair replan, or fails when the budget is spent.
     async fn evaluate_goals(&mut self) -> Result<Step<ReplanInfo>, StoreError> {
         let output = self.compose_output();
-        if let Some(schema) = self.envelope.output_contract.schema() {
-            let violations = schema.violations(&output);
-            if !violations.is_empty() {
-                let prelude = vec![Event::ValidationError(ValidationError {
-                    node_id: None,
-                    scope: "final_output",
-                    errors: violations,
-                })];
-                let mut failure =
-                    Failure::new("final_output_invalid", "The composed output does not match the output contract");
-                failure.output = output;
-                return self.fail(failure, prelude).await.map(|_| Step::Ended);
-            }
+        let violations = self.contract_violations(&output);
+        if !violations.is_empty() {
+            let prelude = vec![Event::ValidationError(ValidationError {
+                node_id: None,
+                scope: "final_output",
+                errors: violations,
+            })];
+            let mut failure =
+                Failure::new("final_output_invalid", "The composed output does not match the output contract");
+            failure.output = output;
+            return self.fail(failure, prelude).await.map(|_| Step::Ended);
         }
         let results = condition::evaluate_all(&self.envelope.goal_conditions, &self.context);
         let satisfied = condition::all_satisfied(&results);
@@ -655,6 +661,24 @@ impl Coordinator {
                 failure.goal_condition_results = Some(results);
                 self.finish_failed(failure, vec![], write).await.map(|_| Step::Ended)
             }
+        }
+    }
+
+    /// How the composed output breaks the envelope's output contract: its JSON Schema, or the
+    /// facets it lists that no node produced.
+    fn contract_violations(&self, output: &Value) -> Vec<SchemaViolation> {
+        match &self.envelope.output_contract {
+            OutputContract::JsonSchema { schema, .. } => schema.violations(output),
+            OutputContract::Facets { facets } => facets
+                .iter()
+                .filter(|facet| output.get(facet.as_str()).is_none())
+                .map(|facet| SchemaViolation {
+                    instance_path: crate::validation::pointer([facet]),
+                    keyword: "required".into(),
+                    message: format!("no node produced facet \"{facet}\""),
+                })
+                .collect(),
+            OutputContract::Freeform { .. } => Vec::new(),
         }
     }
 
