@@ -99,9 +99,16 @@ pub(super) struct Coordinator {
     completed: Vec<CompletedWork>,
     /// Goal conditions that failed last, given to nodes re-run to repair them.
     repair: Vec<GoalConditionResult>,
-    /// Frames and writes to commit with the very next commit (staged only when that commit follows
-    /// without waiting on anything, so nothing is delayed).
-    staged: Vec<(Vec<Event>, Write)>,
+    /// Changes waiting for the next [`Coordinator::flush`]; see [`Coordinator::stage`].
+    staged: Vec<Staged>,
+}
+
+/// A change to commit: frames, a status transition, the counters, other writes.
+struct Staged {
+    events: Vec<Event>,
+    transition: Option<(RunStatus, RunStatus)>,
+    progress: Option<Progress>,
+    write: Write,
 }
 
 impl Coordinator {
@@ -162,44 +169,49 @@ impl Coordinator {
         }
     }
 
-    /// Commits `events`, the change to the run row and whatever `write` does, in one transaction.
+    /// Commits `events`, the change to the run row and whatever `write` does (after anything
+    /// staged), in one transaction.
     async fn commit<F>(&mut self, events: Vec<Event>, update: RunUpdate, write: F) -> Result<(), StoreError>
     where
-        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static,
+        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
     {
-        let (run_id, from) = (self.run_id(), self.status);
-        let progress = update.progress.then(|| self.progress());
-        let mut all_events = Vec::new();
-        let mut staged_writes = Vec::new();
-        for (staged_events, staged_write) in self.staged.drain(..) {
-            all_events.extend(staged_events);
-            staged_writes.push(staged_write);
-        }
-        all_events.extend(events);
-        self.recorder
-            .record(all_events, move |conn| {
-                staged_writes.into_iter().try_for_each(|write| write(conn))?;
-                match (update.to, &progress) {
-                    (Some(to), progress) => runs::transition(conn, &run_id, from, to, progress.as_ref())?,
-                    (None, Some(progress)) => runs::save_progress(conn, &run_id, progress)?,
-                    (None, None) => {}
-                }
-                write(conn)
-            })
-            .await?;
-        if let Some(to) = update.to {
-            self.status = to;
-        }
-        Ok(())
+        self.stage(events, update, write);
+        self.flush().await
     }
 
-    /// Holds `events` and `write` back until the next commit, which must follow at once.
-    fn stage(
-        &mut self,
-        events: Vec<Event>,
-        write: impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
-    ) {
-        self.staged.push((events, Box::new(write)));
+    /// Queues a change for the next commit. Only for a change that a commit follows at once, with
+    /// no call to wait on in between: its frames are still in the log before anyone sees them, and
+    /// several changes cost one transaction. The run's status moves on right away.
+    fn stage<F>(&mut self, events: Vec<Event>, update: RunUpdate, write: F)
+    where
+        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
+    {
+        let transition = update.to.map(|to| (std::mem::replace(&mut self.status, to), to));
+        let progress = update.progress.then(|| self.progress());
+        self.staged.push(Staged { events, transition, progress, write: Box::new(write) });
+    }
+
+    /// Commits everything staged, in order, in one transaction (nothing when nothing is staged).
+    async fn flush(&mut self) -> Result<(), StoreError> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let mut staged = std::mem::take(&mut self.staged);
+        let events: Vec<Event> = staged.iter_mut().flat_map(|s| std::mem::take(&mut s.events)).collect();
+        let run_id = self.run_id();
+        self.recorder
+            .record(events, move |conn| {
+                for change in staged {
+                    match (change.transition, &change.progress) {
+                        (Some((from, to)), progress) => runs::transition(conn, &run_id, from, to, progress.as_ref())?,
+                        (None, Some(progress)) => runs::save_progress(conn, &run_id, progress)?,
+                        (None, None) => {}
+                    }
+                    (change.write)(conn)?;
+                }
+                Ok(())
+            })
+            .await
     }
 
     /// The run's counters and plan version as they are now.
@@ -243,13 +255,14 @@ impl Coordinator {
             let compiled = draft.map_err(|d| vec![d]).and_then(|draft| self.compile(&draft, attempt, phase));
             match compiled {
                 Ok(plan) => {
-                    self.install(plan, replan).await?;
+                    self.install(plan, replan)?;
                     return Ok(Step::Continue(()));
                 }
                 Err(diagnostics) => {
                     rejected = diagnostics.clone();
                     // Committed with what follows at once: the next `plan_requested`, or the failure.
-                    self.stage(vec![Event::PlanRejected(PlanRejected { attempt, phase, diagnostics })], |_| Ok(()));
+                    let rejected = Event::PlanRejected(PlanRejected { attempt, phase, diagnostics });
+                    self.stage(vec![rejected], RunUpdate::NONE, |_| Ok(()));
                 }
             }
         }
@@ -327,7 +340,7 @@ impl Coordinator {
     }
 
     /// Stores a new plan version and announces it (`plan_generated`, and `plan_updated` on a replan).
-    async fn install(&mut self, plan: Plan, replan: Option<ReplanInfo>) -> Result<(), StoreError> {
+    fn install(&mut self, plan: Plan, replan: Option<ReplanInfo>) -> Result<(), StoreError> {
         let previous_version = self.plan.as_ref().map(|p| p.version);
         let version = plan.version;
         self.recorder.set_plan_version(version);
@@ -351,8 +364,10 @@ impl Coordinator {
         let (version_row, node_rows) = self.plan_rows(&plan)?;
         self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
         self.plan = Some(Arc::new(plan));
+        // Committed with the first nodes' `node_start`, which follows at once.
         let update = RunUpdate { to: Some(RunStatus::Running), progress: true };
-        self.commit(events, update, move |conn| plans::insert_version(conn, &version_row, &node_rows)).await
+        self.stage(events, update, move |conn| plans::insert_version(conn, &version_row, &node_rows));
+        Ok(())
     }
 
     fn plan_rows(&self, plan: &Plan) -> Result<(PlanVersionRow, Vec<PlanNodeRow>), StoreError> {
@@ -407,6 +422,10 @@ impl Coordinator {
                 if !ready.is_empty() {
                     running.extend(self.start_nodes(&ready).await?);
                 }
+            }
+            // Nothing staged may wait on a node; with none running, the next commit follows at once.
+            if !running.is_empty() {
+                self.flush().await?;
             }
             let Some((node_id, result)) = running.next().await else { break };
             let Some(node) = plan.node(&node_id).cloned() else { continue };
@@ -546,11 +565,12 @@ impl Coordinator {
         });
         let (run_id, version, node_id) = self.node_key(node);
         let (output_json, context, at) = (output.to_string(), self.context.to_json(), completed_at.naive_utc());
-        self.commit(vec![event], RunUpdate::NONE, move |conn| {
+        // Committed with whatever the coordinator does next: starting the nodes this one unblocked,
+        // evaluating the goals, or (while other nodes run) an immediate flush.
+        self.stage(vec![event], RunUpdate::NONE, move |conn| {
             plans::node_finished(conn, (&run_id, version, &node_id), "completed", Some(&output_json), None, at)?;
             runs::save_context(conn, &run_id, &context)
-        })
-        .await?;
+        });
         self.nodes.insert(node.id.clone(), NodeStatus::Completed);
         self.completed.retain(|w| w.node_id != node.id);
         self.completed.push(CompletedWork {
@@ -646,7 +666,7 @@ impl Coordinator {
                     limit: self.budget.limits.max_goal_condition_replans,
                 });
                 // Committed with the replan round's first `plan_requested`, which follows at once.
-                self.stage(vec![event], write);
+                self.stage(vec![event], RunUpdate::NONE, write);
                 self.repair = failed.clone();
                 Ok(Step::Continue(ReplanInfo {
                     reason: "goal_condition_failed".into(),
@@ -731,7 +751,7 @@ impl Coordinator {
     /// [`Self::fail`], committing `write` in the same transaction.
     async fn finish_failed<F>(&mut self, failure: Failure, mut events: Vec<Event>, write: F) -> Result<(), StoreError>
     where
-        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static,
+        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
     {
         tracing::info!(run_id = %self.run_id(), code = failure.code, message = %failure.message, "run failed");
         let error = failure.error_json();
