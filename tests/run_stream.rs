@@ -346,6 +346,12 @@ async fn run_detail_shows_plans_nodes_outputs_and_redacts_secrets() {
     assert_eq!(detail["planVersions"].as_array().unwrap().len(), 1);
     assert_eq!(detail["nodes"][0]["nodeId"], "draft");
     assert_eq!(detail["outputs"][0]["goalConditionResults"][0]["satisfied"], true);
+    // The run context, rebuilt from the event log: inputs and what each node wrote.
+    let post_copy = &detail["context"]["facets"]["post_copy"];
+    assert_eq!(post_copy["value"]["quality_score"], 0.9);
+    assert_eq!(post_copy["provenance"][0]["nodeId"], "draft");
+    assert_eq!(post_copy["provenance"][0]["capabilityId"], "writer");
+    assert_eq!(detail["context"]["facets"]["brief"]["provenance"][0]["nodeId"], "envelope_input");
     assert!(!detail.to_string().contains("sk-live-123"), "secrets are redacted");
     let missing = server.http.get(server.url("/api/v1/flex/runs/nope")).send().await.unwrap();
     assert_eq!(missing.status(), 404);

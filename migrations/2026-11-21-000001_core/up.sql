@@ -29,8 +29,6 @@ CREATE TABLE runs (
     goal_condition_replans INTEGER NOT NULL,
     -- all replans, whatever the reason
     replans INTEGER NOT NULL,
-    -- run context snapshot: facets with provenance (JSON)
-    context TEXT NOT NULL,
     -- final output (JSON), set when the run completes
     result TEXT,
     -- failure (JSON {code, message, ...}), set when the run fails

@@ -14,6 +14,7 @@ use super::error::ApiError;
 use super::sse::frame_stream;
 use crate::envelope;
 use crate::events;
+use crate::run::context::RunContext;
 use crate::services::Services;
 use crate::store::{StoreError, events as event_log, plans, runs};
 
@@ -51,6 +52,11 @@ fn correlation_id(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     }
 }
 
+/// Stored JSON text as a value (`null` when absent).
+fn json_or_null(text: Option<&str>) -> Value {
+    text.and_then(|t| serde_json::from_str::<Value>(t).ok()).unwrap_or(Value::Null)
+}
+
 fn not_found(run_id: &str) -> ApiError {
     ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") }
 }
@@ -72,16 +78,25 @@ pub async fn get_run(
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
     let lookup = run_id.clone();
-    let (run, versions, nodes, outputs) = services
+    let (run, versions, nodes, outputs, log) = services
         .store
         .read(move |conn| {
             let run = runs::get(conn, &lookup)?;
-            Ok((run, plans::versions(conn, &lookup)?, plans::nodes(conn, &lookup)?, plans::outputs(conn, &lookup)?))
+            let log = event_log::after(conn, &lookup, 0, i64::MAX)?;
+            Ok((
+                run,
+                plans::versions(conn, &lookup)?,
+                plans::nodes(conn, &lookup)?,
+                plans::outputs(conn, &lookup)?,
+                log,
+            ))
         })
         .await
         .map_err(run_error(&run_id))?;
-    let json_or_null =
-        |text: Option<&str>| text.and_then(|t| serde_json::from_str::<Value>(t).ok()).unwrap_or(Value::Null);
+    let envelope = json_or_null(Some(&run.envelope));
+    let frames: Vec<Value> = log.iter().filter_map(|f| serde_json::from_str(&f.json).ok()).collect();
+    let inputs = envelope.get("inputs").and_then(Value::as_object).cloned().unwrap_or_default();
+    let context = RunContext::replay(&inputs, &frames);
     let body = json!({
         "run": {
             "runId": run.run_id, "status": run.status, "objective": run.objective,
@@ -91,8 +106,8 @@ pub async fn get_run(
             "result": json_or_null(run.result.as_deref()), "error": json_or_null(run.error.as_deref()),
             "createdAt": run.created_at.and_utc(), "updatedAt": run.updated_at.and_utc(),
         },
-        "envelope": json_or_null(Some(&run.envelope)),
-        "context": json_or_null(Some(&run.context)),
+        "envelope": envelope,
+        "context": context,
         "planVersions": versions.iter().map(|v| json!({
             "version": v.version, "plan": json_or_null(Some(&v.plan)),
             "trigger": json_or_null(v.replan_trigger.as_deref()), "createdAt": v.created_at.and_utc(),

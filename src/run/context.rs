@@ -1,13 +1,15 @@
 //! The run context: the current value of every facet, with where each value came from.
+//!
+//! It is not stored: the coordinator keeps it in memory, and anyone else rebuilds it from the
+//! envelope's inputs and the run's event log ([`RunContext::replay`]), where every `node_complete`
+//! frame carries the output that was written, in commit order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use chrono::{SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::condition::FacetSource;
-use crate::plan::PlanNode;
 
 /// Provenance entries kept per facet (the newest ones).
 const MAX_PROVENANCE: usize = 10;
@@ -42,54 +44,91 @@ pub struct RunContext {
     facets: BTreeMap<String, FacetEntry>,
 }
 
+/// A node's output as it is written to the context.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeOutput<'a> {
+    pub node_id: &'a str,
+    pub capability_id: &'a str,
+    pub plan_version: u32,
+    pub output_facets: &'a [String],
+    pub output: &'a Value,
+    /// When the node completed (RFC 3339), as in its `node_complete` frame.
+    pub at: &'a str,
+}
+
 impl RunContext {
-    /// A context holding the envelope's inputs.
-    pub fn seeded(inputs: &Map<String, Value>) -> Self {
+    /// A context holding the envelope's inputs, seeded at `at` (the run's `start`).
+    pub fn seeded(inputs: &Map<String, Value>, at: &str) -> Self {
         let mut context = Self::default();
         for (facet, value) in inputs {
-            context.write(
-                facet,
-                value.clone(),
-                Provenance {
-                    node_id: ENVELOPE_INPUT.to_string(),
-                    capability_id: None,
-                    plan_version: None,
-                    timestamp: now(),
-                },
-            );
+            let provenance = Provenance {
+                node_id: ENVELOPE_INPUT.into(),
+                capability_id: None,
+                plan_version: None,
+                timestamp: at.into(),
+            };
+            context.write(facet, value.clone(), provenance);
         }
         context
     }
 
-    /// The facet values a node's output writes: each of the node's output facets present as a key
-    /// of an object output; if there is none, and the node has exactly one output facet, the whole
-    /// output goes to that facet.
-    pub fn facet_writes<'o>(node: &PlanNode, output: &'o Value) -> Vec<(String, &'o Value)> {
-        let keyed: Vec<(String, &Value)> = node
-            .output_facets
+    /// Rebuilds the context of a run from its envelope's inputs and its event log (frames as JSON,
+    /// in order): the inputs at `start`, then every `node_complete` output, with the output facets
+    /// its `node_start` announced.
+    pub fn replay<'a>(inputs: &Map<String, Value>, frames: impl IntoIterator<Item = &'a Value>) -> Self {
+        let mut context = Self::default();
+        let mut outputs: HashMap<&str, Vec<String>> = HashMap::new();
+        for frame in frames {
+            let payload = &frame["payload"];
+            let node_id = frame["nodeId"].as_str().unwrap_or_default();
+            match frame["type"].as_str() {
+                Some("start") => context = Self::seeded(inputs, frame["timestamp"].as_str().unwrap_or_default()),
+                Some("node_start") => {
+                    let facets = payload["facets"]["output"].as_array().into_iter().flatten();
+                    outputs.insert(node_id, facets.filter_map(|f| f.as_str().map(String::from)).collect());
+                }
+                Some("node_complete") => {
+                    let output_facets = outputs.get(node_id).map(Vec::as_slice).unwrap_or_default();
+                    context.record_output(NodeOutput {
+                        node_id,
+                        capability_id: payload["capabilityId"].as_str().unwrap_or_default(),
+                        plan_version: frame["planVersion"].as_u64().unwrap_or_default() as u32,
+                        output_facets,
+                        output: &payload["output"],
+                        at: payload["completedAt"].as_str().unwrap_or_default(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        context
+    }
+
+    /// The facet values an output writes: each of the output facets present as a key of an object
+    /// output; if there is none, and there is exactly one output facet, the whole output goes to
+    /// that facet.
+    pub fn facet_writes<'o>(output_facets: &[String], output: &'o Value) -> Vec<(String, &'o Value)> {
+        let keyed: Vec<(String, &Value)> = output_facets
             .iter()
             .filter_map(|facet| output.get(facet.as_str()).map(|value| (facet.clone(), value)))
             .collect();
-        match (keyed.is_empty(), node.output_facets.as_slice()) {
+        match (keyed.is_empty(), output_facets) {
             (true, [only]) => vec![(only.clone(), output)],
             _ => keyed,
         }
     }
 
     /// Stores a node's output as [`Self::facet_writes`] describes; returns the facets written.
-    pub fn record_output(&mut self, node: &PlanNode, plan_version: u32, output: &Value) -> Vec<String> {
-        let writes = Self::facet_writes(node, output);
+    pub fn record_output(&mut self, node: NodeOutput<'_>) -> Vec<String> {
+        let writes = Self::facet_writes(node.output_facets, node.output);
         for (facet, value) in &writes {
-            self.write(
-                facet,
-                (*value).clone(),
-                Provenance {
-                    node_id: node.id.clone(),
-                    capability_id: Some(node.capability_id.clone()),
-                    plan_version: Some(plan_version),
-                    timestamp: now(),
-                },
-            );
+            let provenance = Provenance {
+                node_id: node.node_id.into(),
+                capability_id: Some(node.capability_id.into()),
+                plan_version: Some(node.plan_version),
+                timestamp: node.at.into(),
+            };
+            self.write(facet, (*value).clone(), provenance);
         }
         writes.into_iter().map(|(facet, _)| facet).collect()
     }
@@ -108,16 +147,8 @@ impl RunContext {
         entry.provenance.drain(..excess);
     }
 
-    pub fn contains(&self, facet: &str) -> bool {
-        self.facets.contains_key(facet)
-    }
-
     pub fn facet_names(&self) -> impl Iterator<Item = &String> {
         self.facets.keys()
-    }
-
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|_| "{}".to_string())
     }
 }
 
@@ -131,44 +162,32 @@ impl FacetSource for RunContext {
     }
 }
 
-fn now() -> String {
-    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::NodeStatus;
 
-    fn node(outputs: &[&str]) -> PlanNode {
-        PlanNode {
-            id: "n1".into(),
-            stage: "n1".into(),
-            label: "n1".into(),
-            capability_id: "cap".into(),
-            kind: "execution".into(),
-            input_facets: vec![],
-            output_facets: outputs.iter().map(|s| s.to_string()).collect(),
-            rationale: vec![],
-            instructions: vec![],
-            status: NodeStatus::Pending,
-        }
+    fn facets(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn node<'a>(output_facets: &'a [String], output: &'a Value, plan_version: u32) -> NodeOutput<'a> {
+        NodeOutput { node_id: "n1", capability_id: "cap", plan_version, output_facets, output, at: "t1" }
     }
 
     #[test]
     fn keyed_facets_win_over_whole_output() {
         let mut cx = RunContext::default();
-        let written = cx.record_output(&node(&["a", "b"]), 1, &json!({"a": 1, "c": 3}));
-        assert_eq!(written, ["a"]);
+        let (names, output) = (facets(&["a", "b"]), json!({"a": 1, "c": 3}));
+        assert_eq!(cx.record_output(node(&names, &output, 1)), ["a"]);
         assert_eq!(cx.facet_value("a"), Some(&json!(1)));
-        assert!(!cx.contains("b"));
+        assert_eq!(cx.facet_value("b"), None);
     }
 
     #[test]
     fn single_facet_takes_whole_output() {
         let mut cx = RunContext::default();
-        let written = cx.record_output(&node(&["post"]), 2, &json!({"text": "hi", "score": 0.5}));
-        assert_eq!(written, ["post"]);
+        let (names, output) = (facets(&["post"]), json!({"text": "hi", "score": 0.5}));
+        assert_eq!(cx.record_output(node(&names, &output, 2)), ["post"]);
         assert_eq!(cx.facet_value("post").unwrap()["score"], json!(0.5));
         let snapshot = cx.snapshot();
         assert_eq!(snapshot["facets"]["post"]["provenance"][0]["nodeId"], "n1");
@@ -176,22 +195,54 @@ mod tests {
     }
 
     #[test]
-    fn seeded_inputs_and_round_trip() {
-        let inputs = json!({"brief": {"topic": "x"}});
-        let cx = RunContext::seeded(inputs.as_object().unwrap());
-        assert_eq!(cx.facet_value("brief"), Some(&json!({"topic": "x"})));
-        let back: RunContext = serde_json::from_str(&cx.to_json()).unwrap();
-        assert_eq!(back, cx);
+    fn provenance_is_bounded() {
+        let mut cx = RunContext::default();
+        let names = facets(&["a"]);
+        for i in 0..(MAX_PROVENANCE + 5) {
+            let output = json!(i);
+            cx.record_output(node(&names, &output, 1));
+        }
+        assert_eq!(cx.snapshot()["facets"]["a"]["provenance"].as_array().unwrap().len(), MAX_PROVENANCE);
+        assert_eq!(cx.facet_value("a"), Some(&json!(MAX_PROVENANCE + 4)));
     }
 
     #[test]
-    fn provenance_is_bounded() {
-        let mut cx = RunContext::default();
-        for i in 0..(MAX_PROVENANCE + 5) {
-            cx.record_output(&node(&["a"]), i as u32, &json!(i));
-        }
-        let snapshot = cx.snapshot();
-        assert_eq!(snapshot["facets"]["a"]["provenance"].as_array().unwrap().len(), MAX_PROVENANCE);
-        assert_eq!(cx.facet_value("a"), Some(&json!(MAX_PROVENANCE + 4)));
+    fn replaying_the_event_log_rebuilds_the_context() {
+        let inputs = json!({"brief": {"topic": "x"}});
+        let inputs = inputs.as_object().unwrap();
+        let frames = [
+            json!({"type": "start", "timestamp": "t0", "payload": {}}),
+            json!({"type": "node_start", "nodeId": "draft", "payload": {"facets": {"output": ["post"]}}}),
+            json!({"type": "node_start", "nodeId": "tags", "payload": {"facets": {"output": ["tags"]}}}),
+            json!({"type": "node_complete", "nodeId": "draft", "planVersion": 1,
+                   "payload": {"capabilityId": "writer", "completedAt": "t1", "output": {"text": "a"}}}),
+            json!({"type": "node_complete", "nodeId": "tags", "planVersion": 1,
+                   "payload": {"capabilityId": "tagger", "completedAt": "t2", "output": {"tags": ["rust"]}}}),
+        ];
+        let replayed = RunContext::replay(inputs, &frames);
+
+        let mut expected = RunContext::seeded(inputs, "t0");
+        let (post, tags) = (facets(&["post"]), facets(&["tags"]));
+        let (draft_output, tags_output) = (json!({"text": "a"}), json!({"tags": ["rust"]}));
+        let draft = NodeOutput {
+            node_id: "draft",
+            capability_id: "writer",
+            plan_version: 1,
+            output_facets: &post,
+            output: &draft_output,
+            at: "t1",
+        };
+        let tagger = NodeOutput {
+            node_id: "tags",
+            capability_id: "tagger",
+            plan_version: 1,
+            output_facets: &tags,
+            output: &tags_output,
+            at: "t2",
+        };
+        expected.record_output(draft);
+        expected.record_output(tagger);
+        assert_eq!(replayed, expected);
+        assert_eq!(replayed.facet_value("tags"), Some(&json!(["rust"])));
     }
 }

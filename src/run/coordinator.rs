@@ -13,7 +13,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value, json};
 
 use super::budget::{ReplanBudget, ReplanLimits};
-use super::context::RunContext;
+use super::context::{NodeOutput, RunContext};
 use super::recorder::Recorder;
 use super::status::RunStatus;
 use crate::capability::{Capabilities, CapabilityError, ContextBundle};
@@ -113,10 +113,15 @@ struct Staged {
 
 impl Coordinator {
     /// A coordinator for a run just created (status `pending`, `start` frame committed).
-    pub(super) fn new(services: Arc<Services>, envelope: Arc<TaskEnvelope>, recorder: Recorder) -> Self {
+    pub(super) fn new(
+        services: Arc<Services>,
+        envelope: Arc<TaskEnvelope>,
+        recorder: Recorder,
+        started_at: &str,
+    ) -> Self {
         let limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
         Self {
-            context: RunContext::seeded(&envelope.inputs),
+            context: RunContext::seeded(&envelope.inputs, started_at),
             capabilities: services.registry.snapshot(),
             services,
             envelope,
@@ -541,7 +546,7 @@ impl Coordinator {
 
     /// Records a node's output. Returns the failure if a value breaks the facet catalog.
     async fn complete_node(&mut self, node: &PlanNode, output: Value) -> Result<Option<Failure>, StoreError> {
-        let violations: Vec<SchemaViolation> = RunContext::facet_writes(node, &output)
+        let violations: Vec<SchemaViolation> = RunContext::facet_writes(&node.output_facets, &output)
             .into_iter()
             .flat_map(|(facet, value)| {
                 self.services.facets.violations(&facet, value).into_iter().map(move |mut v| {
@@ -553,23 +558,30 @@ impl Coordinator {
         if !violations.is_empty() {
             return self.node_failed(node, CapabilityError::Contract(violations)).await.map(Some);
         }
-        let version = self.plan.as_ref().map_or(0, |p| p.version);
-        self.context.record_output(node, version, &output);
         let completed_at = Utc::now();
+        let at = completed_at.to_rfc3339_opts(SecondsFormat::Millis, true);
+        let (run_id, version, node_id) = self.node_key(node);
+        self.context.record_output(NodeOutput {
+            node_id: &node.id,
+            capability_id: &node.capability_id,
+            plan_version: version as u32,
+            output_facets: &node.output_facets,
+            output: &output,
+            at: &at,
+        });
         let event = Event::NodeComplete(NodeComplete {
             node_id: node.id.clone(),
             capability_id: node.capability_id.clone(),
             label: node.label.clone(),
-            completed_at: completed_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+            completed_at: at,
             output: output.clone(),
         });
-        let (run_id, version, node_id) = self.node_key(node);
-        let (output_json, context, at) = (output.to_string(), self.context.to_json(), completed_at.naive_utc());
+        let output_json = output.to_string();
+        let finished = completed_at.naive_utc();
         // Committed with whatever the coordinator does next: starting the nodes this one unblocked,
         // evaluating the goals, or (while other nodes run) an immediate flush.
         self.stage(vec![event], RunUpdate::NONE, move |conn| {
-            plans::node_finished(conn, (&run_id, version, &node_id), "completed", Some(&output_json), None, at)?;
-            runs::save_context(conn, &run_id, &context)
+            plans::node_finished(conn, (&run_id, version, &node_id), "completed", Some(&output_json), None, finished)
         });
         self.nodes.insert(node.id.clone(), NodeStatus::Completed);
         self.completed.retain(|w| w.node_id != node.id);

@@ -242,7 +242,6 @@ mod tests {
             planner_attempts: 0,
             goal_condition_replans: 0,
             replans: 0,
-            context: "{}".into(),
             result: None,
             error: None,
             created_at: now(),
@@ -303,8 +302,8 @@ mod tests {
         runs::insert(&mut conn, &run_row("r")).unwrap();
         let inserts = *cached.lock().unwrap();
         for _ in 0..3 {
-            runs::save_context(&mut conn, "r", "{}").unwrap();
             runs::save_outcome(&mut conn, "r", None, Some("{}")).unwrap();
+            plans::node_started(&mut conn, ("r", 1, "n"), now()).ok();
         }
         assert_eq!(*cached.lock().unwrap() - inserts, 2, "two statements, each prepared once");
     }

@@ -21,7 +21,6 @@ pub struct RunRow {
     pub planner_attempts: i32,
     pub goal_condition_replans: i32,
     pub replans: i32,
-    pub context: String,
     pub result: Option<String>,
     pub error: Option<String>,
     pub created_at: NaiveDateTime,
@@ -59,14 +58,6 @@ pub fn get(conn: &mut DbConn, run_id: &str) -> Result<RunRow, StoreError> {
 
 pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {
     let update = fixed_update(runs::table, (progress, runs::updated_at.eq(super::now())), runs::run_id.eq(run_id));
-    super::on_backend!(conn, |c| update.execute(c))?;
-    Ok(())
-}
-
-/// Stores the run context snapshot (JSON).
-pub fn save_context(conn: &mut DbConn, run_id: &str, context: &str) -> Result<(), StoreError> {
-    let values = (runs::context.eq(context), runs::updated_at.eq(super::now()));
-    let update = fixed_update(runs::table, values, runs::run_id.eq(run_id));
     super::on_backend!(conn, |c| update.execute(c))?;
     Ok(())
 }

@@ -25,7 +25,6 @@ diesel::table! {
         planner_attempts -> Integer,
         goal_condition_replans -> Integer,
         replans -> Integer,
-        context -> Text,
         result -> Nullable<Text>,
         error -> Nullable<Text>,
         created_at -> Timestamp,
