@@ -16,31 +16,57 @@ static ENGINE: LazyLock<Engine> = LazyLock::new(Engine::new);
 /// Where the whole run context is reachable from inside a condition (as in the anchor server).
 pub const RUN_CONTEXT_VAR: &str = "metadata.runContextSnapshot";
 
+/// Where a condition finds facts about its run (`run.latencyMs`, …).
+pub const RUN_VAR: &str = "run";
+
 /// A compiled JSON-Logic rule.
 #[derive(Clone)]
 pub struct Rule {
+    /// The rule as written or shown (for a DSL condition, the anchor-compatible form).
     source: Value,
     compiled: Arc<Logic>,
     reads_run_context: bool,
+    reads_run: bool,
 }
 
 impl Rule {
-    /// Compiles `source`; the error names the problem (unknown operator, wrong arity, …).
+    /// Compiles standard JSON-Logic; the error names the problem (unknown operator, …).
     pub fn compile(source: Value) -> Result<Self, String> {
-        check_operators(&source)?;
-        let compiled = ENGINE.compile(&source).map_err(|e| e.to_string())?;
-        let reads_run_context = source.to_string().contains(RUN_CONTEXT_VAR);
-        Ok(Self { source, compiled: Arc::new(compiled), reads_run_context })
+        let eval = source.clone();
+        Self::from_dsl(source, eval)
+    }
+
+    /// A rule shown as `source` and evaluated as `eval` (a compiled DSL condition's two forms).
+    pub fn from_dsl(source: Value, eval: Value) -> Result<Self, String> {
+        check_operators(&eval)?;
+        let compiled = ENGINE.compile(&eval).map_err(|e| e.to_string())?;
+        let mut paths = Vec::new();
+        read_paths(&eval, &mut paths);
+        let reads_run_context = paths.iter().any(|p| p.starts_with(RUN_CONTEXT_VAR));
+        let reads_run = paths.iter().any(|p| p == RUN_VAR || p.starts_with(&format!("{RUN_VAR}.")));
+        Ok(Self { source, compiled: Arc::new(compiled), reads_run_context, reads_run })
     }
 
     pub fn source(&self) -> &Value {
         &self.source
     }
 
-    /// Whether the rule refers to `metadata.runContextSnapshot`, so callers only build that
+    /// Whether the rule reads `metadata.runContextSnapshot`, so callers only build that
     /// (potentially large) snapshot when it is read.
     pub fn reads_run_context(&self) -> bool {
         self.reads_run_context
+    }
+
+    /// Whether the rule reads `run.*` facts.
+    pub fn reads_run(&self) -> bool {
+        self.reads_run
+    }
+
+    /// Evaluates the rule against `data` and returns the result as JSON.
+    pub fn evaluate(&self, data: &Value) -> Result<Value, String> {
+        let arena = Bump::new();
+        let result = ENGINE.evaluate(&self.compiled, data, &arena).map_err(|e| e.to_string())?;
+        serde_json::to_value(result.to_owned()).map_err(|e| e.to_string())
     }
 
     /// Evaluates the rule against `data` and applies JSON-Logic truthiness to the result.
@@ -48,6 +74,29 @@ impl Rule {
         let arena = Bump::new();
         let result = ENGINE.evaluate(&self.compiled, data, &arena).map_err(|e| e.to_string())?;
         Ok(ENGINE.truthy(result))
+    }
+}
+
+/// Every data path the rule reads (`var`, `val` and `missing` operands), dotted.
+fn read_paths(rule: &Value, out: &mut Vec<String>) {
+    match rule {
+        Value::Array(items) => items.iter().for_each(|item| read_paths(item, out)),
+        Value::Object(map) => {
+            for (op, args) in map {
+                match (op.as_str(), args) {
+                    ("var", Value::String(path)) => out.push(path.clone()),
+                    ("var", Value::Array(items)) => out.extend(items.first().and_then(Value::as_str).map(String::from)),
+                    ("val", Value::Array(items)) => {
+                        out.push(items.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("."))
+                    }
+                    ("missing", Value::Array(items)) => {
+                        out.extend(items.iter().filter_map(Value::as_str).map(String::from))
+                    }
+                    _ => read_paths(args, out),
+                }
+            }
+        }
+        _ => {}
     }
 }
 

@@ -3,10 +3,11 @@
 //! A condition picks a value with a JSON Pointer inside one facet and evaluates a JSON-Logic rule
 //! on it. Everything here is pure: no I/O, so it is tested on its own.
 
+pub mod dsl;
 mod logic;
 mod path;
 
-pub use logic::{RUN_CONTEXT_VAR, Rule};
+pub use logic::{RUN_CONTEXT_VAR, RUN_VAR, Rule};
 pub use path::FacetPath;
 
 use serde::{Deserialize, Serialize};

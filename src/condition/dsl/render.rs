@@ -1,0 +1,210 @@
+//! Canonical rendering (minimal parentheses, double-quoted strings) and the way back from
+//! JSON-Logic to the DSL for the operators the DSL has.
+
+use serde_json::{Number, Value};
+
+use super::ast::{CompareOp, DEFAULT_ALIAS, Expr, Literal, Quantifier};
+use super::catalog::Catalog;
+use super::error::{DslError, ErrorCode, Range, Span};
+use super::parser::MAX_DEPTH;
+
+/// The canonical text of an expression. A child is parenthesised when it binds more loosely than
+/// its parent, or as tightly without being the same associative operator (`&&`, `||`).
+pub fn render(expr: &Expr) -> String {
+    match expr {
+        Expr::Literal { value, .. } => literal(value),
+        Expr::Var { name, .. } => name.clone(),
+        Expr::Not { operand, .. } => format!("!{}", child(operand, 4)),
+        Expr::And { operands, .. } => operands.iter().map(|e| child(e, 2)).collect::<Vec<_>>().join(" && "),
+        Expr::Or { operands, .. } => operands.iter().map(|e| child(e, 1)).collect::<Vec<_>>().join(" || "),
+        Expr::Compare { op, left, right, .. } => {
+            format!("{} {} {}", child(left, 4), op.symbol(), child(right, 4))
+        }
+        Expr::Exists { argument, .. } => format!("exists({})", render(argument)),
+        Expr::Quantify { quantifier, collection, alias, predicate, .. } => {
+            let alias = alias.as_ref().map(|a| format!(" as {a}")).unwrap_or_default();
+            format!("{}({}{alias}, {})", quantifier.name(), render(collection), render(predicate))
+        }
+    }
+}
+
+/// `expr` rendered, in parentheses unless it binds at least as tightly as `needed` (same-kind
+/// `&&`/`||` children never occur: chains are flat).
+fn child(expr: &Expr, needed: u8) -> String {
+    if expr.precedence() < needed { format!("({})", render(expr)) } else { render(expr) }
+}
+
+fn literal(value: &Literal) -> String {
+    match value {
+        Literal::Null => "null".into(),
+        Literal::Bool(b) => b.to_string(),
+        Literal::Number(n) => number(n),
+        Literal::String(s) => {
+            let mut out = String::with_capacity(s.len() + 2);
+            out.push('"');
+            for c in s.chars() {
+                match c {
+                    '"' => out.push_str("\\\""),
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    '\u{8}' => out.push_str("\\b"),
+                    '\u{c}' => out.push_str("\\f"),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+            out
+        }
+    }
+}
+
+/// Integers as written; other numbers in plain decimal notation (the lexer has no exponents),
+/// always with a `.` so they read back as the same kind of number.
+fn number(n: &Number) -> String {
+    if n.is_i64() || n.is_u64() {
+        return n.to_string();
+    }
+    let text = n.as_f64().map(|f| f.to_string()).unwrap_or_else(|| n.to_string());
+    if text.contains('.') { text } else { format!("{text}.0") }
+}
+
+/// Renders JSON-Logic as canonical DSL, when it only uses operators the DSL has. Catalog paths
+/// become their shortest names; inside quantifiers, plain `var`s are read as fields of the item.
+pub fn from_json_logic(logic: &Value, catalog: &Catalog) -> Result<String, DslError> {
+    if logic.is_array() {
+        return Err(invalid("Unexpected array at root level in JSON-Logic expression."));
+    }
+    Reverse { catalog, aliases: Vec::new() }.expr(logic, 0).map(|e| render(&e))
+}
+
+fn invalid(message: impl Into<String>) -> DslError {
+    DslError { code: ErrorCode::InvalidJsonLogic, message: message.into(), range: Range::default() }
+}
+
+struct Reverse<'a> {
+    catalog: &'a Catalog,
+    /// Active quantifier aliases, innermost last.
+    aliases: Vec<String>,
+}
+
+impl Reverse<'_> {
+    fn expr(&mut self, logic: &Value, depth: usize) -> Result<Expr, DslError> {
+        if depth > MAX_DEPTH {
+            return Err(invalid(format!("JSON-Logic nests deeper than {MAX_DEPTH} levels.")));
+        }
+        let span = Span::default();
+        let value = match logic {
+            Value::Null => Literal::Null,
+            Value::Bool(b) => Literal::Bool(*b),
+            Value::Number(n) => Literal::Number(n.clone()),
+            Value::String(s) => Literal::String(s.clone()),
+            Value::Array(_) => return Err(invalid("Arrays are not supported by the DSL renderer.")),
+            Value::Object(map) => {
+                let (op, args) = match (map.len(), map.iter().next()) {
+                    (1, Some(entry)) => entry,
+                    _ => return Err(invalid("JSON-Logic object must have exactly one operator.")),
+                };
+                return self.operation(op, args, depth);
+            }
+        };
+        Ok(Expr::Literal { value, span })
+    }
+
+    fn operation(&mut self, op: &str, args: &Value, depth: usize) -> Result<Expr, DslError> {
+        let span = Span::default();
+        let list: Vec<&Value> = match args {
+            Value::Array(items) => items.iter().collect(),
+            single => vec![single],
+        };
+        match op {
+            "var" => self.var(list.first().copied()),
+            "and" | "or" => {
+                let mut operands = list.iter().map(|a| self.expr(a, depth + 1)).collect::<Result<Vec<_>, _>>()?;
+                match operands.len() {
+                    0 => Err(invalid(format!("Operator `{op}` needs operands."))),
+                    1 => Ok(operands.remove(0)),
+                    _ if op == "and" => Ok(flatten(operands, true)),
+                    _ => Ok(flatten(operands, false)),
+                }
+            }
+            "!" => {
+                let [operand] = list.as_slice() else { return Err(invalid("Operator `!` expects one operand.")) };
+                if let Some(missing) = operand.get("missing") {
+                    let path = match missing {
+                        Value::Array(paths) if paths.len() == 1 => paths[0].as_str(),
+                        Value::String(path) => Some(path.as_str()),
+                        _ => None,
+                    };
+                    let path = path.ok_or_else(|| invalid("`missing` inside `!` must name one path."))?;
+                    return Ok(Expr::Exists { argument: Box::new(self.var_named(path)), span });
+                }
+                Ok(Expr::Not { operand: Box::new(self.expr(operand, depth + 1)?), span })
+            }
+            "some" | "all" => {
+                let quantifier = if op == "some" { Quantifier::Some } else { Quantifier::All };
+                let (collection, predicate, alias) = match list.as_slice() {
+                    [c, p] => (*c, *p, None),
+                    [c, p, Value::String(a)] => (*c, *p, Some(a.clone())),
+                    _ => return Err(invalid(format!("Operator `{op}` expects a collection and a predicate."))),
+                };
+                let collection = self.expr(collection, depth + 1)?;
+                self.aliases.push(alias.clone().unwrap_or_else(|| DEFAULT_ALIAS.to_string()));
+                let predicate = self.expr(predicate, depth + 1);
+                self.aliases.pop();
+                Ok(Expr::Quantify {
+                    quantifier,
+                    collection: Box::new(collection),
+                    alias,
+                    predicate: Box::new(predicate?),
+                    span,
+                })
+            }
+            symbol => {
+                let op = CompareOp::from_symbol(symbol)
+                    .ok_or_else(|| invalid(format!("Operator `{symbol}` is not supported by the DSL renderer.")))?;
+                let [left, right] = list.as_slice() else {
+                    return Err(invalid(format!("Operator `{symbol}` expects two operands.")));
+                };
+                let (left, right) = (self.expr(left, depth + 1)?, self.expr(right, depth + 1)?);
+                Ok(Expr::Compare { op, left: Box::new(left), right: Box::new(right), span })
+            }
+        }
+    }
+
+    fn var(&self, path: Option<&Value>) -> Result<Expr, DslError> {
+        let path = match path {
+            Some(Value::String(p)) => p.as_str(),
+            Some(Value::Array(items)) => items.first().and_then(Value::as_str).unwrap_or_default(),
+            _ => return Err(invalid("`var` needs a path.")),
+        };
+        Ok(self.var_named(path))
+    }
+
+    /// A variable by path: alias-relative inside quantifiers, else the catalog's shortest name.
+    fn var_named(&self, path: &str) -> Expr {
+        let span = Span::default();
+        if let Some(alias) = self.aliases.last() {
+            let prefixed = self.aliases.iter().any(|a| path == a || path.starts_with(&format!("{a}.")));
+            if !prefixed && self.catalog.get(path).is_none() {
+                let name = if path.is_empty() { alias.clone() } else { format!("{alias}.{path}") };
+                return Expr::Var { name, span };
+            }
+        }
+        let name = self.catalog.get(path).map_or_else(|| path.to_string(), |v| v.dsl_path.clone());
+        Expr::Var { name, span }
+    }
+}
+
+fn flatten(operands: Vec<Expr>, and: bool) -> Expr {
+    let mut flat = Vec::with_capacity(operands.len());
+    for operand in operands {
+        match (operand, and) {
+            (Expr::And { operands, .. }, true) | (Expr::Or { operands, .. }, false) => flat.extend(operands),
+            (other, _) => flat.push(other),
+        }
+    }
+    let span = Span::default();
+    if and { Expr::And { operands: flat, span } } else { Expr::Or { operands: flat, span } }
+}
