@@ -42,7 +42,9 @@ impl Services {
         let facets = FacetCatalog::new(settings.facets.clone())?;
         let policy =
             RegistrationPolicy { allowed_url_prefixes: settings.http_capabilities.allowed_url_prefixes.clone() };
-        let registry = Registry::load(store.clone(), policy, settings.capabilities_dir().as_deref()).await?;
+        let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
+        let registry =
+            Registry::load(store.clone(), policy, configured, settings.capabilities_dir().as_deref()).await?;
         let llm = LlmClient::new(&settings.llm);
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
         let executors = Executors::new(

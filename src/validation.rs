@@ -6,6 +6,8 @@ use jsonschema::error::ValidationErrorKind;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::condition::dsl::{DslError, Range};
+
 /// One problem with one field of a request body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FieldError {
@@ -15,11 +17,20 @@ pub struct FieldError {
     pub code: String,
     /// What is wrong, for people.
     pub message: String,
+    /// For a condition expression: where in the expression text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub range: Option<Box<Range>>,
 }
 
 impl FieldError {
     pub fn new(path: impl Into<String>, code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { path: path.into(), code: code.into(), message: message.into() }
+        Self { path: path.into(), code: code.into(), message: message.into(), range: None }
+    }
+
+    /// A DSL error in the expression found at `path`.
+    pub fn from_dsl(path: impl Into<String>, error: DslError) -> Self {
+        let code = serde_json::to_value(error.code).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        Self { path: path.into(), code, message: error.message, range: Some(Box::new(error.range)) }
     }
 }
 

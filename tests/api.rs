@@ -35,16 +35,13 @@ async fn bad_envelopes_get_400_with_every_problem_and_create_nothing() {
     bad_pointer["goal_condition"][0]["path"] = json!("quality_score");
     let mut bad_rule = envelope();
     bad_rule["goal_condition"][0]["condition"] = json!({"jsonLogic": {">==": [1, 2]}});
-    let mut dsl_only = envelope();
-    dsl_only["goal_condition"][0]["condition"] = json!({"dsl": "quality_score >= 0.8"});
 
-    let cases: [(&str, Value, &str, &str); 6] = [
+    let cases: [(&str, Value, &str, &str); 5] = [
         ("missing objective", missing_objective, "/objective", "required"),
         ("unknown key", unknown_key, "/goalConditions", "unknown_field"),
         ("bad outputContract", bad_contract, "/outputContract/facets", "minItems"),
         ("bad pointer", bad_pointer, "/goal_condition/0/path", "invalid_pointer"),
         ("bad JSON-Logic", bad_rule, "/goal_condition/0/condition/jsonLogic", "invalid_json_logic"),
-        ("DSL-only condition", dsl_only, "/goal_condition/0/condition", "dsl_not_supported"),
     ];
     for (name, body, path, code) in cases {
         let (status, error) = error_body(server.post_run(&body).await).await;

@@ -5,7 +5,7 @@ mod execute;
 mod registry;
 
 pub use execute::{CapabilityError, ContextBundle, Executors};
-pub use registry::{Capabilities, Registry, RegistryError};
+pub use registry::{Capabilities, Registry, RegistryError, catalog, registration_files};
 
 use std::sync::LazyLock;
 

@@ -3,12 +3,14 @@
 //! snapshot, so a run plans and executes against one consistent set.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
 use super::{Capability, RegistrationPolicy};
+use crate::condition::dsl::Catalog;
+use crate::contract::OutputContract;
 use crate::store::capabilities::{self as rows, CapabilityRow};
 use crate::store::{Store, StoreError};
 use crate::validation::FieldError;
@@ -28,6 +30,10 @@ pub enum RegistryError {
 
 pub struct Registry {
     current: RwLock<Arc<Capabilities>>,
+    /// The condition variable catalog, rebuilt whenever the capabilities change.
+    catalog: RwLock<Arc<Catalog>>,
+    /// Facet schemas from the configuration (they win over capability contracts).
+    configured_facets: Vec<(String, Value)>,
     /// Serialises registrations so the database and the active set change in the same order.
     registering: tokio::sync::Mutex<()>,
     store: Store,
@@ -36,7 +42,12 @@ pub struct Registry {
 
 impl Registry {
     /// Loads stored registrations, then (re-)registers every `*.json` file of `dir`.
-    pub async fn load(store: Store, policy: RegistrationPolicy, dir: Option<&Path>) -> Result<Self, RegistryError> {
+    pub async fn load(
+        store: Store,
+        policy: RegistrationPolicy,
+        configured_facets: Vec<(String, Value)>,
+        dir: Option<&Path>,
+    ) -> Result<Self, RegistryError> {
         let stored = store.read(rows::all).await?;
         let mut capabilities = Capabilities::new();
         for row in stored {
@@ -54,7 +65,9 @@ impl Registry {
             }
         }
         let registry = Self {
+            catalog: RwLock::new(Arc::new(catalog(&configured_facets, &capabilities))),
             current: RwLock::new(Arc::new(capabilities)),
+            configured_facets,
             registering: tokio::sync::Mutex::new(()),
             store,
             policy,
@@ -66,17 +79,7 @@ impl Registry {
     }
 
     async fn load_dir(&self, dir: &Path) -> Result<(), RegistryError> {
-        let file_error =
-            |path: &Path, message: String| RegistryError::File { path: path.display().to_string(), message };
-        let mut paths: Vec<_> = std::fs::read_dir(dir)
-            .map_err(|e| file_error(dir, e.to_string()))?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-            .collect();
-        paths.sort();
-        for path in paths {
-            let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e.to_string()))?;
-            let value: Value = serde_json::from_str(&text).map_err(|e| file_error(&path, e.to_string()))?;
+        for (path, value) in registration_files(dir)? {
             let source = format!("file:{}", path.display());
             self.register(value, &source).await.map_err(|e| match e {
                 RegistryError::Invalid(errors) => file_error(
@@ -108,12 +111,59 @@ impl Registry {
         let mut current = self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut next = Capabilities::clone(&current);
         next.insert(capability.id.clone(), capability.clone());
+        let next_catalog = catalog(&self.configured_facets, &next);
         *current = Arc::new(next);
+        *self.catalog.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(next_catalog);
         Ok(capability)
+    }
+
+    /// The condition variable catalog of the active capabilities.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// The active capabilities now.
     pub fn snapshot(&self) -> Arc<Capabilities> {
         self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
+}
+
+fn file_error(path: &Path, message: String) -> RegistryError {
+    RegistryError::File { path: path.display().to_string(), message }
+}
+
+/// The `*.json` files of `dir`, in name order, read as JSON.
+pub fn registration_files(dir: &Path) -> Result<Vec<(PathBuf, Value)>, RegistryError> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| file_error(dir, e.to_string()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e.to_string()))?;
+            let value = serde_json::from_str(&text).map_err(|e| file_error(&path, e.to_string()))?;
+            Ok((path, value))
+        })
+        .collect()
+}
+
+/// The variable catalog for conditions: configured facet schemas first, then the facet schemas
+/// capabilities declare through their JSON Schema output contracts (a capability with one output
+/// facet describes that facet with its whole schema; with several, with the schema's properties).
+pub fn catalog(configured: &[(String, Value)], capabilities: &Capabilities) -> Catalog {
+    let mut facets: Vec<(&str, &Value)> = configured.iter().map(|(f, s)| (f.as_str(), s)).collect();
+    for capability in capabilities.values() {
+        let OutputContract::JsonSchema { schema, .. } = &capability.output_contract else { continue };
+        match capability.output_facets.as_slice() {
+            [only] => facets.push((only.as_str(), schema.source())),
+            many => facets.extend(
+                many.iter()
+                    .filter_map(|f| schema.source().pointer(&format!("/properties/{f}")).map(|s| (f.as_str(), s))),
+            ),
+        }
+    }
+    Catalog::with_facets(facets)
 }

@@ -18,16 +18,14 @@ use serde_json::{Map, Value, json};
 pub struct GoalCondition {
     pub facet: String,
     pub path: FacetPath,
-    /// The DSL text as written, shown as the condition's expression.
+    /// The DSL as written, when the condition was written in DSL.
     pub dsl: Option<String>,
+    /// How the condition is shown: its canonical DSL (also for JSON-Logic the DSL can express),
+    /// else the JSON-Logic text.
+    pub expression: String,
     pub rule: Rule,
-}
-
-impl GoalCondition {
-    /// How the condition is shown to people and to the planner.
-    pub fn expression(&self) -> String {
-        self.dsl.clone().unwrap_or_else(|| self.rule.source().to_string())
-    }
+    /// Canonical paths of the catalog variables it reads.
+    pub variables: Vec<String>,
 }
 
 /// The outcome of one goal condition (persisted, sent on `complete`, listed in repair prompts).
@@ -54,6 +52,10 @@ pub trait FacetSource {
     fn facet_value(&self, facet: &str) -> Option<&Value>;
     /// The whole run context as `{facets: {<name>: {value, updatedAt, provenance}}}`.
     fn snapshot(&self) -> Value;
+    /// Facts about the run, read by `run.*` variables (`{latencyMs, revisionCount, …}`).
+    fn run_facts(&self) -> Value {
+        json!({})
+    }
 }
 
 /// Evaluates every condition (AND semantics are the caller's: see [`all_satisfied`]).
@@ -78,7 +80,7 @@ fn evaluate(condition: &GoalCondition, context: &impl FacetSource, snapshot: Opt
     let mut result = GoalConditionResult {
         facet: condition.facet.clone(),
         path: condition.path.as_written().to_string(),
-        expression: condition.expression(),
+        expression: condition.expression.clone(),
         satisfied: false,
         dsl: condition.dsl.clone(),
         json_logic: Some(condition.rule.source().clone()),
@@ -94,7 +96,7 @@ fn evaluate(condition: &GoalCondition, context: &impl FacetSource, snapshot: Opt
             Some(format!("Path \"{}\" did not resolve within facet \"{}\".", condition.path, condition.facet));
         return result;
     };
-    let data = evaluation_data(&condition.path, observed, snapshot);
+    let data = evaluation_data(condition, observed, context, snapshot);
     match condition.rule.holds(&data) {
         Ok(holds) => result.satisfied = holds,
         Err(message) => result.error = Some(format!("Evaluation failed: {message}")),
@@ -105,20 +107,31 @@ fn evaluate(condition: &GoalCondition, context: &impl FacetSource, snapshot: Opt
 
 /// The data a rule sees: an object or array as is; a scalar wrapped as `{<last segment>: v}`
 /// (or `{"value": v}` at the root), so `{"var":"status"}` works for path `/asset/status`. Objects
-/// (and wrapped scalars) also carry the run context under `metadata.runContextSnapshot` when the
-/// rule reads it. Arrays are passed unchanged: they cannot carry extra keys.
-fn evaluation_data(path: &FacetPath, observed: &Value, snapshot: Option<&Value>) -> Value {
+/// (and wrapped scalars) also carry the run context under `metadata.runContextSnapshot` and the run
+/// facts under `run`, each only when the rule reads them. Arrays are passed unchanged: they cannot
+/// carry extra keys.
+fn evaluation_data(
+    condition: &GoalCondition,
+    observed: &Value,
+    context: &impl FacetSource,
+    snapshot: Option<&Value>,
+) -> Value {
     let mut data = match observed {
         Value::Object(_) | Value::Array(_) => observed.clone(),
         scalar => {
-            let key = path.last_segment().unwrap_or_else(|| "value".to_string());
+            let key = condition.path.last_segment().unwrap_or_else(|| "value".to_string());
             Value::Object(Map::from_iter([(key, scalar.clone())]))
         }
     };
-    if let (Some(snapshot), Value::Object(map)) = (snapshot, &mut data) {
-        let metadata = map.entry("metadata").or_insert_with(|| json!({}));
-        if let Value::Object(metadata) = metadata {
-            metadata.entry("runContextSnapshot").or_insert_with(|| snapshot.clone());
+    if let Value::Object(map) = &mut data {
+        if let Some(snapshot) = snapshot {
+            let metadata = map.entry("metadata").or_insert_with(|| json!({}));
+            if let Value::Object(metadata) = metadata {
+                metadata.entry("runContextSnapshot").or_insert_with(|| snapshot.clone());
+            }
+        }
+        if condition.rule.reads_run() {
+            map.entry(crate::condition::RUN_VAR).or_insert_with(|| context.run_facts());
         }
     }
     data
@@ -146,7 +159,9 @@ mod tests {
             facet: facet.into(),
             path: FacetPath::parse(path).unwrap(),
             dsl: None,
+            expression: rule.to_string(),
             rule: Rule::compile(rule).unwrap(),
+            variables: vec![],
         }
     }
 

@@ -45,6 +45,11 @@ impl FacetPath {
         self.pointer.resolve(value).ok()
     }
 
+    /// The segments, decoded.
+    pub fn segments(&self) -> Vec<String> {
+        self.pointer.tokens().map(|t| t.decoded().into_owned()).collect()
+    }
+
     /// The last segment, decoded: the name a scalar value is known by in a condition.
     pub fn last_segment(&self) -> Option<String> {
         self.pointer.last().map(|t| t.decoded().into_owned())

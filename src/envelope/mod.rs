@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::condition::dsl::{self, Catalog, Scope};
 use crate::condition::{FacetPath, GoalCondition, Rule};
 use crate::contract::OutputContract;
 use crate::validation::{BodySchema, FieldError, pointer};
@@ -25,6 +26,9 @@ pub enum EnvelopeError {
     NotJson(String),
     #[error("invalid task envelope: {} problem(s)", .0.len())]
     Invalid(Vec<FieldError>),
+    /// The envelope is well-formed but a condition's DSL does not compile.
+    #[error("invalid condition expression: {} problem(s)", .0.len())]
+    InvalidConditionDsl(Vec<FieldError>),
 }
 
 /// A validated task envelope.
@@ -54,14 +58,14 @@ pub struct ReplanPolicy {
     pub max_replans: Option<u32>,
 }
 
-/// Parses and validates an envelope from a request body.
-pub fn parse(body: &[u8]) -> Result<TaskEnvelope, EnvelopeError> {
+/// Parses and validates an envelope from a request body; DSL conditions compile against `catalog`.
+pub fn parse(body: &[u8], catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeError> {
     let raw: Value = serde_json::from_slice(body).map_err(|e| EnvelopeError::NotJson(e.to_string()))?;
-    from_value(raw)
+    from_value(raw, catalog)
 }
 
 /// Validates an envelope already read as JSON.
-pub fn from_value(raw: Value) -> Result<TaskEnvelope, EnvelopeError> {
+pub fn from_value(raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeError> {
     let mut errors = SCHEMA.check(&raw);
     if !errors.is_empty() {
         return Err(EnvelopeError::Invalid(errors));
@@ -69,10 +73,14 @@ pub fn from_value(raw: Value) -> Result<TaskEnvelope, EnvelopeError> {
     errors.extend(unsupported_features(&raw));
     let output_contract =
         OutputContract::parse(&raw["outputContract"], "/outputContract").map_err(|e| errors.extend(e)).ok();
-    let goal_conditions = goal_conditions(&raw, &mut errors);
+    let mut dsl_errors = Vec::new();
+    let goal_conditions = goal_conditions(&raw, catalog, &mut errors, &mut dsl_errors);
     let (Some(output_contract), true) = (output_contract, errors.is_empty()) else {
         return Err(EnvelopeError::Invalid(errors));
     };
+    if !dsl_errors.is_empty() {
+        return Err(EnvelopeError::InvalidConditionDsl(dsl_errors));
+    }
     let policies = raw.get("policies");
     let replan = policies
         .and_then(|p| p.get("replan"))
@@ -105,56 +113,68 @@ fn string_list(value: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Parses every goal condition, collecting the problems of all of them.
-fn goal_conditions(raw: &Value, errors: &mut Vec<FieldError>) -> Vec<GoalCondition> {
+/// Parses every goal condition, collecting the problems of all of them (DSL problems apart, so
+/// they can be answered with `invalid_condition_dsl`).
+fn goal_conditions(
+    raw: &Value,
+    catalog: &Catalog,
+    errors: &mut Vec<FieldError>,
+    dsl_errors: &mut Vec<FieldError>,
+) -> Vec<GoalCondition> {
     let Some(entries) = raw.get("goal_condition").and_then(Value::as_array) else {
         return Vec::new();
     };
-    entries
-        .iter()
-        .enumerate()
-        .filter_map(|(i, entry)| {
-            goal_condition(entry, &pointer(["goal_condition".to_string(), i.to_string()]))
-                .map_err(|e| errors.extend(e))
-                .ok()
-        })
-        .collect()
+    let mut conditions = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let at = pointer(["goal_condition".to_string(), i.to_string()]);
+        match goal_condition(entry, &at, catalog) {
+            Ok(condition) => conditions.push(condition),
+            Err(Problems::Shape(e)) => errors.extend(e),
+            Err(Problems::Dsl(e)) => dsl_errors.extend(e),
+        }
+    }
+    conditions
 }
 
-fn goal_condition(entry: &Value, at: &str) -> Result<GoalCondition, Vec<FieldError>> {
-    let mut errors = Vec::new();
+enum Problems {
+    Shape(Vec<FieldError>),
+    Dsl(Vec<FieldError>),
+}
+
+fn goal_condition(entry: &Value, at: &str, catalog: &Catalog) -> Result<GoalCondition, Problems> {
     let facet = entry["facet"].as_str().unwrap_or_default().to_string();
-    let written_path = entry["path"].as_str().unwrap_or_default();
-    let path = FacetPath::parse(written_path)
-        .map_err(|message| errors.push(FieldError::new(format!("{at}/path"), "invalid_pointer", message)))
-        .ok();
+    let path = FacetPath::parse(entry["path"].as_str().unwrap_or_default())
+        .map_err(|message| Problems::Shape(vec![FieldError::new(format!("{at}/path"), "invalid_pointer", message)]))?;
     let condition = &entry["condition"];
-    let dsl = condition.get("dsl").and_then(Value::as_str).map(String::from);
-    let rule = match condition.get("jsonLogic") {
-        Some(json_logic) => Rule::compile(json_logic.clone())
-            .map_err(|message| {
-                errors.push(FieldError::new(
-                    format!("{at}/condition/jsonLogic"),
-                    "invalid_json_logic",
-                    format!("not a valid JSON-Logic rule: {message}"),
-                ))
-            })
-            .ok(),
-        None => {
-            errors.push(FieldError::new(
-                format!("{at}/condition"),
-                "dsl_not_supported",
-                "a goal condition needs `jsonLogic`: this flexrun version does not compile \
-                 condition DSL yet (write the rule as JSON-Logic, e.g. \
-                 {\">=\": [{\"var\": \"quality_score\"}, 0.8]})",
-            ));
-            None
-        }
-    };
-    match (path, rule) {
-        (Some(path), Some(rule)) if errors.is_empty() => Ok(GoalCondition { facet, path, dsl, rule }),
-        _ => Err(errors),
+    if let Some(source) = condition.get("dsl").and_then(Value::as_str) {
+        // The DSL wins over a `jsonLogic` given alongside: it is what gets compiled and shown.
+        let schema = catalog.schema_at(&facet, &path.segments());
+        let at_dsl = format!("{at}/condition/dsl");
+        let compiled =
+            dsl::compile(source, catalog, Scope::Relative { schema: schema.as_ref() }).map_err(|errors| {
+                Problems::Dsl(errors.into_iter().map(|e| FieldError::from_dsl(at_dsl.clone(), e)).collect())
+            })?;
+        let rule = Rule::from_dsl(compiled.json_logic, compiled.eval_logic)
+            .map_err(|message| Problems::Dsl(vec![FieldError::new(at_dsl.clone(), "invalid_json_logic", message)]))?;
+        return Ok(GoalCondition {
+            facet,
+            path,
+            dsl: Some(source.to_string()),
+            expression: compiled.canonical_dsl,
+            rule,
+            variables: compiled.variables,
+        });
     }
+    let json_logic = condition.get("jsonLogic").cloned().unwrap_or(Value::Null);
+    let expression = dsl::from_json_logic(&json_logic, catalog).unwrap_or_else(|_| json_logic.to_string());
+    let rule = Rule::compile(json_logic).map_err(|message| {
+        Problems::Shape(vec![FieldError::new(
+            format!("{at}/condition/jsonLogic"),
+            "invalid_json_logic",
+            format!("not a valid JSON-Logic rule: {message}"),
+        )])
+    })?;
+    Ok(GoalCondition { facet, path, dsl: None, expression, rule, variables: Vec::new() })
 }
 
 /// Envelope features that later flexrun versions implement. Rejecting them keeps a caller from
@@ -202,7 +222,7 @@ mod tests {
     }
 
     fn problems(body: Value) -> Vec<FieldError> {
-        match from_value(body) {
+        match from_value(body, &Catalog::builtin()) {
             Err(EnvelopeError::Invalid(errors)) => errors,
             other => panic!("expected invalid, got {other:?}"),
         }
@@ -210,7 +230,7 @@ mod tests {
 
     #[test]
     fn accepts_a_full_envelope() {
-        let e = from_value(valid()).unwrap();
+        let e = from_value(valid(), &Catalog::builtin()).unwrap();
         assert_eq!(e.objective, "Write a post");
         assert_eq!(e.goal_conditions.len(), 1);
         assert_eq!(e.replan.max_goal_condition_replans, Some(1));
@@ -248,8 +268,8 @@ mod tests {
     fn reports_every_goal_condition_problem() {
         let mut body = valid();
         body["goal_condition"] = json!([
-            {"facet": "a", "path": "no-slash", "condition": {"jsonLogic": {"nope": []}}},
-            {"facet": "b", "path": "/x", "condition": {"dsl": "x > 1"}}
+            {"facet": "a", "path": "no-slash", "condition": {"jsonLogic": {">": [1, 2]}}},
+            {"facet": "b", "path": "/x", "condition": {"jsonLogic": {"nope": []}}}
         ]);
         let errors = problems(body);
         let codes: Vec<_> = errors.iter().map(|e| (e.path.as_str(), e.code.as_str())).collect();
@@ -257,10 +277,50 @@ mod tests {
             codes,
             [
                 ("/goal_condition/0/path", "invalid_pointer"),
-                ("/goal_condition/0/condition/jsonLogic", "invalid_json_logic"),
-                ("/goal_condition/1/condition", "dsl_not_supported"),
+                ("/goal_condition/1/condition/jsonLogic", "invalid_json_logic")
             ]
         );
+    }
+
+    fn dsl_problems(body: Value) -> Vec<FieldError> {
+        match from_value(body, &Catalog::builtin()) {
+            Err(EnvelopeError::InvalidConditionDsl(errors)) => errors,
+            other => panic!("expected invalid DSL, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn dsl_conditions_compile_relative_to_their_path() {
+        let mut body = valid();
+        body["goal_condition"] = json!([
+            {"facet": "post_copy", "path": "/quality_score",
+             "condition": {"dsl": "quality_score >= 0.8", "jsonLogic": {"==": [1, 2]}}}
+        ]);
+        let envelope = from_value(body, &Catalog::builtin()).unwrap();
+        let goal = &envelope.goal_conditions[0];
+        assert_eq!(goal.expression, "quality_score >= 0.8");
+        assert_eq!(goal.rule.source(), &json!({">=": [{"var": "quality_score"}, 0.8]}), "the DSL wins");
+        assert_eq!(goal.dsl.as_deref(), Some("quality_score >= 0.8"));
+    }
+
+    #[test]
+    fn bad_dsl_is_reported_with_its_path_and_range() {
+        let mut body = valid();
+        body["goal_condition"] = json!([
+            {"facet": "post_copy", "path": "", "condition": {"dsl": "score >= 0.8"}},
+            {"facet": "post_copy", "path": "", "condition": {"dsl": "score >="}}
+        ]);
+        let errors = dsl_problems(body);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].path, "/goal_condition/1/condition/dsl");
+        assert_eq!(errors[0].code, "syntax_error");
+        assert_eq!(errors[0].range.as_ref().unwrap().start.offset, 8);
+    }
+
+    #[test]
+    fn json_logic_conditions_are_shown_as_dsl_when_possible() {
+        let envelope = from_value(valid(), &Catalog::builtin()).unwrap();
+        assert_eq!(envelope.goal_conditions[0].expression, "quality_score >= 0.8");
     }
 
     #[test]
@@ -275,6 +335,6 @@ mod tests {
 
     #[test]
     fn bad_json_is_its_own_error() {
-        assert!(matches!(parse(b"{\"objective\":"), Err(EnvelopeError::NotJson(_))));
+        assert!(matches!(parse(b"{\"objective\":", &Catalog::builtin()), Err(EnvelopeError::NotJson(_))));
     }
 }

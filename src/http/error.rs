@@ -88,6 +88,11 @@ impl From<EnvelopeError> for ApiError {
                 message: summary("invalid task envelope", &details),
                 details,
             },
+            EnvelopeError::InvalidConditionDsl(details) => Self::BadRequest {
+                code: "invalid_condition_dsl",
+                message: summary("invalid condition expression", &details),
+                details,
+            },
         }
     }
 }

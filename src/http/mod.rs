@@ -4,6 +4,7 @@
 mod auth;
 mod body;
 mod capabilities;
+mod conditions;
 mod error;
 mod redact;
 mod runs;
@@ -35,6 +36,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(runs::follow_run)
                     .service(capabilities::register)
                     .service(capabilities::list)
+                    .service(conditions::compile_condition)
+                    .service(conditions::variables)
                     .service(system::schema),
             ),
         )
@@ -52,12 +55,24 @@ pub fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::Result<
     let query_errors = web::QueryConfig::default().error_handler(|error, _| {
         ApiError::bad_request("invalid_query", format!("invalid query string: {error}")).into()
     });
+    let json_errors =
+        web::JsonConfig::default().limit(data.settings.limits.max_body_bytes).error_handler(|error, _| {
+            let message = match &error {
+                actix_web::error::JsonPayloadError::Overflow { limit }
+                | actix_web::error::JsonPayloadError::OverflowKnownLength { limit, .. } => {
+                    return ApiError::PayloadTooLarge { limit: *limit }.into();
+                }
+                other => other.to_string(),
+            };
+            ApiError::bad_request("invalid_request", format!("invalid request body: {message}")).into()
+        });
     let path_errors = web::PathConfig::default()
         .error_handler(|error, _| ApiError::bad_request("invalid_path", format!("invalid path: {error}")).into());
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
             .app_data(query_errors.clone())
+            .app_data(json_errors.clone())
             .app_data(path_errors.clone())
             .wrap(TracingLogger::default())
             .configure(routes)

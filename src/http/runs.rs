@@ -28,7 +28,7 @@ pub async fn run_stream(
     services: web::Data<Services>,
 ) -> Result<impl Responder, ApiError> {
     let body = read_body(payload, services.settings.limits.max_body_bytes).await?;
-    let envelope = envelope::parse(&body)?;
+    let envelope = envelope::parse(&body, &services.registry.catalog())?;
     let correlation_id = correlation_id(&req)?;
     let services: Arc<Services> = services.into_inner();
     let crate::run::StartedRun { run_id, frames } = crate::run::start(&services, envelope, correlation_id).await?;

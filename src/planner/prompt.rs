@@ -96,7 +96,7 @@ fn user(input: &PromptInput<'_>) -> String {
     if !envelope.goal_conditions.is_empty() {
         let mut goals = String::from("Every condition must hold before the run can finish:\n");
         for g in &envelope.goal_conditions {
-            let _ = writeln!(goals, "- facet \"{}\" @ path \"{}\": {}", g.facet, g.path, g.expression());
+            let _ = writeln!(goals, "- facet \"{}\" @ path \"{}\": {}", g.facet, g.path, g.expression);
         }
         section(&mut s, "GOAL CONDITIONS", &goals);
     }
@@ -256,14 +256,17 @@ mod tests {
     use serde_json::json;
 
     fn envelope() -> TaskEnvelope {
-        envelope::from_value(json!({
-            "objective": "Write a post",
-            "inputs": {"brief": {"topic": "flexrun"}},
-            "outputContract": {"mode": "facets", "facets": ["post_copy"]},
-            "goal_condition": [{"facet": "post_copy", "path": "/quality_score",
-                                "condition": {"jsonLogic": {">=": [{"var": "quality_score"}, 0.8]}}}],
-            "specialInstructions": ["Mention Rust"]
-        }))
+        envelope::from_value(
+            json!({
+                "objective": "Write a post",
+                "inputs": {"brief": {"topic": "flexrun"}},
+                "outputContract": {"mode": "facets", "facets": ["post_copy"]},
+                "goal_condition": [{"facet": "post_copy", "path": "/quality_score",
+                                    "condition": {"jsonLogic": {">=": [{"var": "quality_score"}, 0.8]}}}],
+                "specialInstructions": ["Mention Rust"]
+            }),
+            &crate::condition::dsl::Catalog::builtin(),
+        )
         .unwrap()
     }
 

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chrono::{SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value, json};
@@ -17,7 +17,7 @@ use super::context::{NodeOutput, RunContext};
 use super::recorder::Recorder;
 use super::status::RunStatus;
 use crate::capability::{Capabilities, CapabilityError, ContextBundle};
-use crate::condition::{self, GoalConditionResult};
+use crate::condition::{self, FacetSource, GoalConditionResult};
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::envelope::TaskEnvelope;
 use crate::events::Event;
@@ -79,6 +79,26 @@ impl RunUpdate {
     }
 }
 
+/// The run context with the run's facts, as goal conditions read them.
+struct GoalData<'a> {
+    context: &'a RunContext,
+    run: Value,
+}
+
+impl FacetSource for GoalData<'_> {
+    fn facet_value(&self, facet: &str) -> Option<&Value> {
+        self.context.facet_value(facet)
+    }
+
+    fn snapshot(&self) -> Value {
+        self.context.snapshot()
+    }
+
+    fn run_facts(&self) -> Value {
+        self.run.clone()
+    }
+}
+
 /// A database write committed together with frames.
 type Write = Box<dyn FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync>;
 
@@ -99,6 +119,8 @@ pub(super) struct Coordinator {
     completed: Vec<CompletedWork>,
     /// Goal conditions that failed last, given to nodes re-run to repair them.
     repair: Vec<GoalConditionResult>,
+    /// When the run started (its `start` frame).
+    started_at: DateTime<Utc>,
     /// Changes waiting for the next [`Coordinator::flush`]; see [`Coordinator::stage`].
     staged: Vec<Staged>,
 }
@@ -117,11 +139,12 @@ impl Coordinator {
         services: Arc<Services>,
         envelope: Arc<TaskEnvelope>,
         recorder: Recorder,
-        started_at: &str,
+        started_at: DateTime<Utc>,
     ) -> Self {
         let limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
         Self {
-            context: RunContext::seeded(&envelope.inputs, started_at),
+            context: RunContext::seeded(&envelope.inputs, &started_at.to_rfc3339_opts(SecondsFormat::Millis, true)),
+            started_at,
             capabilities: services.registry.snapshot(),
             services,
             envelope,
@@ -217,6 +240,16 @@ impl Coordinator {
                 Ok(())
             })
             .await
+    }
+
+    /// What `run.*` variables of conditions read.
+    fn run_facts(&self) -> Value {
+        json!({
+            "latencyMs": (Utc::now() - self.started_at).num_milliseconds(),
+            "revisionCount": self.budget.replans,
+            "planVersion": self.plan.as_ref().map_or(0, |p| p.version),
+            "requiresHitl": false,
+        })
     }
 
     /// The run's counters and plan version as they are now.
@@ -509,7 +542,6 @@ impl Coordinator {
     }
 
     fn bundle(&self, node: &PlanNode) -> ContextBundle {
-        use crate::condition::FacetSource;
         let inputs: Map<String, Value> = node
             .input_facets
             .iter()
@@ -645,7 +677,8 @@ impl Coordinator {
             failure.output = output;
             return self.fail(failure, prelude).await.map(|_| Step::Ended);
         }
-        let results = condition::evaluate_all(&self.envelope.goal_conditions, &self.context);
+        let facts = GoalData { context: &self.context, run: self.run_facts() };
+        let results = condition::evaluate_all(&self.envelope.goal_conditions, &facts);
         let satisfied = condition::all_satisfied(&results);
         let record = self.output_row(&output, &results, satisfied)?;
         let write = move |conn: &mut DbConn| plans::record_output(conn, &record);
@@ -733,7 +766,6 @@ impl Coordinator {
     /// The run's output per its contract: the listed facets (facets mode), the schema's top-level
     /// properties found as facets (json_schema mode), else the last plan node's output.
     fn compose_output(&self) -> Value {
-        use crate::condition::FacetSource;
         let from_facets = |names: &mut dyn Iterator<Item = &String>| -> Map<String, Value> {
             names.filter_map(|name| self.context.facet_value(name).map(|v| (name.clone(), v.clone()))).collect()
         };

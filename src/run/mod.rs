@@ -75,7 +75,7 @@ pub async fn start(
         created_at: now,
         updated_at: now,
     };
-    let started_at = start.timestamp.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let started_at = start.timestamp;
     let logged = LoggedFrame { seq: start.seq, event_type: start.kind.as_str().to_string(), json: start.json.clone() };
     let id = run_id.clone();
     services
@@ -88,7 +88,7 @@ pub async fn start(
     let live = services.bus.subscribe(&run_id);
     metrics::counter!("flexrun_runs_started_total").increment(1);
     let recorder = Recorder::new(header, 1, services.store.clone(), services.bus.clone());
-    let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder, &started_at);
+    let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder, started_at);
     services.runtime.spawn(coordinator.drive());
     let frames = follow_new(services.store.clone(), live, run_id.clone(), logged).boxed();
     Ok(StartedRun { run_id, frames })

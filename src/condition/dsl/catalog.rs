@@ -69,6 +69,8 @@ pub struct Catalog {
     variables: Vec<Variable>,
     /// Every accepted name (dsl path, aliases, canonical path) → index.
     names: HashMap<String, usize>,
+    /// The schema of each facet, for checking names relative to a value inside it.
+    facet_schemas: HashMap<String, Value>,
 }
 
 const RUN_VARIABLES: [(&str, VarType, &str); 4] = [
@@ -99,6 +101,7 @@ impl Catalog {
     pub fn with_facets<'a>(facets: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Self {
         let mut catalog = Self::builtin();
         for (facet, schema) in facets {
+            catalog.facet_schemas.entry(facet.to_string()).or_insert_with(|| schema.clone());
             let at = Names {
                 dsl: format!("facets.{facet}"),
                 legacy: format!("facets.{facet}.value"),
@@ -169,6 +172,27 @@ impl Catalog {
 
     pub fn variables(&self) -> &[Variable] {
         &self.variables
+    }
+
+    /// The JSON Schema of the value at `pointer` (RFC 6901 segments, decoded) inside `facet`, if the
+    /// catalog knows it. A scalar is described as the one-property object a condition sees:
+    /// `{<last segment or "value">: <scalar>}`.
+    pub fn schema_at(&self, facet: &str, segments: &[String]) -> Option<Value> {
+        let mut schema = self.facet_schemas.get(facet)?;
+        for segment in segments {
+            schema = if segment.parse::<usize>().is_ok() && schema.get("items").is_some() {
+                schema.get("items")?
+            } else {
+                schema.get("properties")?.get(segment)?
+            };
+        }
+        let is_object = schema.get("properties").is_some() || schema.get("type") == Some(&Value::from("object"));
+        let is_array = schema.get("type") == Some(&Value::from("array"));
+        if is_object || is_array {
+            return Some(schema.clone());
+        }
+        let name = segments.last().map_or("value", String::as_str);
+        Some(serde_json::json!({"type": "object", "properties": {name: schema}}))
     }
 
     /// A registered name close to `name`: a plausible typo, else the entry sharing the longest

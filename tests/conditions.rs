@@ -1,0 +1,101 @@
+//! The condition DSL over HTTP: the compile endpoint, DSL goal conditions in envelopes.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::*;
+
+async fn compile(server: &TestServer, body: Value) -> (u16, Value) {
+    let response = server.http.post(server.url("/api/v1/flex/conditions/compile")).json(&body).send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compile_endpoint_uses_the_registered_capabilities_catalog() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let (status, body) = compile(&server, json!({"dsl": "facets.post_copy.value.quality_score >= 0.8"})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["canonicalDsl"], "facets.post_copy.quality_score >= 0.8");
+    assert_eq!(
+        body["jsonLogic"],
+        json!({">=": [{"var": "metadata.runContextSnapshot.facets.post_copy.value.quality_score"}, 0.8]})
+    );
+    assert_eq!(body["variables"], json!(["metadata.runContextSnapshot.facets.post_copy.value.quality_score"]));
+    assert_eq!(body["warnings"], json!([]));
+
+    let (status, body) =
+        compile(&server, json!({"dsl": "facets.post_copy.quality_scor >= 0.8 && facets.post_copy.text > 1"})).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "invalid_condition_dsl");
+    let details = body["error"]["details"].as_array().unwrap();
+    assert_eq!(details.len(), 2);
+    assert_eq!(details[0]["code"], "unknown_variable");
+    assert!(details[0]["message"].as_str().unwrap().contains("did you mean `facets.post_copy.quality_score`"));
+    assert_eq!(details[0]["range"]["start"]["offset"], 0);
+    assert_eq!(details[0]["range"]["end"]["offset"], 29);
+    assert_eq!(details[1]["code"], "operator_not_allowed");
+
+    let (status, body) = compile(&server, json!({"dsl": "status == \"approved\"", "relative": true})).await;
+    assert_eq!((status, body["jsonLogic"].clone()), (200, json!({"==": [{"var": "status"}, "approved"]})));
+    let (status, body) = compile(&server, json!({"expr": "x"})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+    let variables: Value =
+        server.http.get(server.url("/api/v1/flex/conditions/variables")).send().await.unwrap().json().await.unwrap();
+    let names: Vec<&str> =
+        variables["variables"].as_array().unwrap().iter().filter_map(|v| v["dslPath"].as_str()).collect();
+    assert!(names.contains(&"facets.post_copy.quality_score") && names.contains(&"run.latencyMs"), "{names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_dsl_goal_condition_drives_a_run_to_completion() {
+    let server = TestServer::start(script(|call| {
+        if call.is_planner() {
+            if call.user.contains("### GOAL CONDITION REPAIR") {
+                return plan(&[("draft", "writer"), ("polish", "editor")]);
+            }
+            return plan(&[("draft", "writer")]);
+        }
+        match call.capability_id() {
+            Some("writer") => post(0.5),
+            _ => post(0.9),
+        }
+    }))
+    .await;
+    let mut envelope = envelope();
+    envelope["goal_condition"] = json!([
+        {"facet": "post_copy", "path": "", "condition": {"dsl": "quality_score >= 0.8 && text != \"\""}}
+    ]);
+    let frames = server.run(&envelope).await;
+    let complete = &frames.last().unwrap().payload;
+    assert_eq!(complete["status"], "completed", "{:?}", kinds(&frames));
+    let result = &complete["goal_condition_results"][0];
+    assert_eq!(result["expression"], "quality_score >= 0.8 && text != \"\"");
+    assert_eq!(result["dsl"], "quality_score >= 0.8 && text != \"\"");
+    assert_eq!(result["jsonLogic"]["and"][0], json!({">=": [{"var": "quality_score"}, 0.8]}));
+    let failed = frames.iter().find(|f| f.kind == "goal_condition_failed").unwrap();
+    assert_eq!(failed.payload["failedGoalConditions"][0]["expression"], "quality_score >= 0.8 && text != \"\"");
+    let repair_prompt = &server.planner_calls()[1].user;
+    assert!(repair_prompt.contains("quality_score >= 0.8 && text != \"\""), "{repair_prompt}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_dsl_goal_condition_gets_400_with_its_range_and_no_run() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let mut envelope = envelope();
+    envelope["goal_condition"] = json!([
+        {"facet": "post_copy", "path": "", "condition": {"dsl": "quality_score >= 0.8"}},
+        {"facet": "post_copy", "path": "", "condition": {"dsl": "qualty_score >= 0.8 && text > 3"}}
+    ]);
+    let response = server.post_run(&envelope).await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_condition_dsl");
+    let details = body["error"]["details"].as_array().unwrap();
+    assert_eq!(details[0]["path"], "/goal_condition/1/condition/dsl");
+    assert_eq!(details[0]["code"], "unknown_variable");
+    assert_eq!(details[0]["message"], "Variable `qualty_score` is not registered (did you mean `quality_score`?).");
+    assert_eq!(details[0]["range"]["start"]["column"], 1);
+    assert_eq!(details[0]["range"]["end"]["offset"], 12);
+    assert_eq!(details[1]["code"], "operator_not_allowed");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0);
+}
