@@ -2,6 +2,7 @@
 
 mod client;
 mod demo;
+mod dsl;
 mod progress;
 
 use std::net::TcpListener;
@@ -52,6 +53,11 @@ enum Command {
     Demo,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Compile, check or evaluate a condition expression.
+    Dsl {
+        #[command(subcommand)]
+        command: dsl::DslCommand,
+    },
 }
 
 /// Parses the command line and runs the command.
@@ -87,6 +93,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             init_tracing("warn", false);
             demo::run().await
         }
+        Command::Dsl { command } => dsl::run(command),
         Command::Migrate => {
             init_tracing("info", false);
             let settings = Settings::load()?;

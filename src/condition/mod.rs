@@ -10,6 +10,8 @@ mod path;
 pub use logic::{RUN_CONTEXT_VAR, RUN_VAR, Rule};
 pub use path::FacetPath;
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -110,14 +112,18 @@ fn evaluate(condition: &GoalCondition, context: &impl FacetSource, snapshot: Opt
 /// (and wrapped scalars) also carry the run context under `metadata.runContextSnapshot` and the run
 /// facts under `run`, each only when the rule reads them. Arrays are passed unchanged: they cannot
 /// carry extra keys.
-fn evaluation_data(
+fn evaluation_data<'v>(
     condition: &GoalCondition,
-    observed: &Value,
+    observed: &'v Value,
     context: &impl FacetSource,
     snapshot: Option<&Value>,
-) -> Value {
+) -> Cow<'v, Value> {
+    let reads_run = condition.rule.reads_run();
     let mut data = match observed {
-        Value::Object(_) | Value::Array(_) => observed.clone(),
+        // The common case needs no copy: the value is the data as it is.
+        Value::Object(_) if snapshot.is_none() && !reads_run => return Cow::Borrowed(observed),
+        Value::Array(_) => return Cow::Borrowed(observed),
+        Value::Object(_) => observed.clone(),
         scalar => {
             let key = condition.path.last_segment().unwrap_or_else(|| "value".to_string());
             Value::Object(Map::from_iter([(key, scalar.clone())]))
@@ -130,11 +136,11 @@ fn evaluation_data(
                 metadata.entry("runContextSnapshot").or_insert_with(|| snapshot.clone());
             }
         }
-        if condition.rule.reads_run() {
+        if reads_run {
             map.entry(crate::condition::RUN_VAR).or_insert_with(|| context.run_facts());
         }
     }
-    data
+    Cow::Owned(data)
 }
 
 #[cfg(test)]

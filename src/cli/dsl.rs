@@ -1,0 +1,128 @@
+//! `flexrun dsl compile|check|eval`: the condition DSL from the command line, with errors shown
+//! under the offending text like a compiler's.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::Value;
+
+use crate::capability::{self, Capabilities, Capability, RegistrationPolicy};
+use crate::condition::Rule;
+use crate::condition::dsl::{self, Catalog, DslError, Scope};
+use crate::config::Settings;
+
+#[derive(Debug, Subcommand)]
+pub enum DslCommand {
+    /// Compile an expression and print its JSON-Logic, canonical form and variables.
+    Compile {
+        expression: String,
+        /// Read names that are not catalog variables relative to the condition's value.
+        #[arg(long)]
+        relative: bool,
+    },
+    /// Check the expression in a file; exits non-zero (2) when it has errors.
+    Check {
+        file: PathBuf,
+        #[arg(long)]
+        relative: bool,
+    },
+    /// Evaluate an expression against JSON data (names are read relative to the data).
+    Eval {
+        expression: String,
+        /// The data, as JSON text.
+        #[arg(long)]
+        data: String,
+    },
+}
+
+pub fn run(command: DslCommand) -> anyhow::Result<ExitCode> {
+    let catalog = catalog()?;
+    match command {
+        DslCommand::Compile { expression, relative } => {
+            let compiled = compile(&expression, &catalog, relative)?;
+            println!("{}", serde_json::to_string_pretty(&compiled)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        DslCommand::Check { file, relative } => {
+            let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            compile(text.trim_end(), &catalog, relative)?;
+            println!("{}: ok", file.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        DslCommand::Eval { expression, data } => {
+            let data: Value = serde_json::from_str(&data).context("--data is not valid JSON")?;
+            let compiled = compile(&expression, &catalog, true)?;
+            let rule = Rule::from_dsl(compiled.json_logic, compiled.eval_logic).map_err(anyhow::Error::msg)?;
+            let result = rule.evaluate(&data).map_err(anyhow::Error::msg)?;
+            let holds = rule.holds(&data).map_err(anyhow::Error::msg)?;
+            println!("{holds}");
+            if result != Value::Bool(holds) {
+                println!("(the expression evaluates to {result})");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Compiles, or fails with every error rendered under the source.
+fn compile(source: &str, catalog: &Catalog, relative: bool) -> anyhow::Result<dsl::Compiled> {
+    let scope = if relative { Scope::Relative { schema: None } } else { Scope::Catalog };
+    dsl::compile(source, catalog, scope).map_err(|errors| {
+        let shown: Vec<String> = errors.iter().map(|e| show(source, e)).collect();
+        anyhow::anyhow!("{} error(s) in the expression\n\n{}", errors.len(), shown.join("\n"))
+    })
+}
+
+/// `error[code]: message`, then the source line with carets under the error's range.
+pub fn show(source: &str, error: &DslError) -> String {
+    let code = serde_json::to_value(error.code).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+    let (start, end) = (error.range.start, error.range.end);
+    let line = source.lines().nth(start.line.saturating_sub(1)).unwrap_or("");
+    let width = if end.line == start.line { end.column.saturating_sub(start.column).max(1) } else { 1 };
+    let number = start.line.to_string();
+    let gutter = " ".repeat(number.len());
+    format!(
+        "error[{code}]: {}\n{gutter}--> line {}, column {}\n{gutter} |\n{number} | {line}\n{gutter} | {}{}\n",
+        error.message,
+        start.line,
+        start.column,
+        " ".repeat(start.column.saturating_sub(1)),
+        "^".repeat(width)
+    )
+}
+
+/// The catalog a server with the current configuration would use: configured facets and the
+/// capability files of `FLEXRUN_CAPABILITIES_DIR`.
+fn catalog() -> anyhow::Result<Catalog> {
+    let settings = Settings::load()?;
+    let configured: Vec<(String, Value)> =
+        settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
+    let mut capabilities = Capabilities::new();
+    if let Some(dir) = settings.capabilities_dir() {
+        for (path, registration) in capability::registration_files(&dir)? {
+            match Capability::parse(registration, &RegistrationPolicy::default()) {
+                Ok(c) => {
+                    capabilities.insert(c.id.clone(), std::sync::Arc::new(c));
+                }
+                Err(_) => eprintln!("warning: {} is not a valid registration; its facets are not known", path.display()),
+            }
+        }
+    }
+    Ok(capability::catalog(&configured, &capabilities))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carets_sit_under_the_range() {
+        let source = "run.latencyMs > 1 &&\n  facets.nope == 2";
+        let errors = dsl::compile(source, &Catalog::builtin(), Scope::Catalog).unwrap_err();
+        let shown = show(source, &errors[0]);
+        assert!(shown.starts_with("error[unknown_variable]: Variable `facets.nope` is not registered"), "{shown}");
+        assert!(shown.contains("2 |   facets.nope == 2\n  |   ^^^^^^^^^^^\n"), "{shown}");
+    }
+}
