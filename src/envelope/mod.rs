@@ -65,7 +65,7 @@ pub fn parse(body: &[u8], catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeErr
 }
 
 /// Validates an envelope already read as JSON.
-pub fn from_value(raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeError> {
+pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeError> {
     let mut errors = SCHEMA.check(&raw);
     if !errors.is_empty() {
         return Err(EnvelopeError::Invalid(errors));
@@ -81,6 +81,7 @@ pub fn from_value(raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Envelop
     if !dsl_errors.is_empty() {
         return Err(EnvelopeError::InvalidConditionDsl(dsl_errors));
     }
+    store_compiled_conditions(&mut raw, &goal_conditions);
     let policies = raw.get("policies");
     let replan = policies
         .and_then(|p| p.get("replan"))
@@ -100,6 +101,22 @@ pub fn from_value(raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Envelop
         correlation_id: string_at(&raw, "/metadata/correlationId"),
         raw,
     })
+}
+
+/// Replaces each DSL condition of the stored envelope by its compiled form, so what is stored and
+/// shown is what runs: `{dsl, canonicalDsl, jsonLogic, variables}`.
+fn store_compiled_conditions(raw: &mut Value, goals: &[GoalCondition]) {
+    let Some(entries) = raw.get_mut("goal_condition").and_then(Value::as_array_mut) else { return };
+    for (entry, goal) in entries.iter_mut().zip(goals) {
+        if let Some(dsl) = &goal.dsl {
+            entry["condition"] = serde_json::json!({
+                "dsl": dsl,
+                "canonicalDsl": goal.expression,
+                "jsonLogic": goal.rule.source(),
+                "variables": goal.variables,
+            });
+        }
+    }
 }
 
 fn string_at(raw: &Value, at: &str) -> Option<String> {
@@ -301,6 +318,14 @@ mod tests {
         assert_eq!(goal.expression, "quality_score >= 0.8");
         assert_eq!(goal.rule.source(), &json!({">=": [{"var": "quality_score"}, 0.8]}), "the DSL wins");
         assert_eq!(goal.dsl.as_deref(), Some("quality_score >= 0.8"));
+        assert_eq!(
+            envelope.raw["goal_condition"][0]["condition"],
+            json!({"dsl": "quality_score >= 0.8", "canonicalDsl": "quality_score >= 0.8",
+                   "jsonLogic": {">=": [{"var": "quality_score"}, 0.8]}, "variables": []}),
+            "the stored envelope holds the compiled form"
+        );
+        let again = from_value(envelope.raw.clone(), &Catalog::builtin()).unwrap();
+        assert_eq!(again.goal_conditions, envelope.goal_conditions, "a stored envelope parses to the same conditions");
     }
 
     #[test]
