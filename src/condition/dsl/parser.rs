@@ -147,8 +147,15 @@ impl<'a> Parser<'a> {
         operator: fn(&Tok) -> Option<CompareOp>,
     ) -> Result<Expr, DslError> {
         let mut left = operand(self)?;
+        let mut chained = 0;
         while let Some(op) = self.peek().and_then(|t| operator(&t.tok)) {
-            self.next();
+            // `a < b < c` is `(a < b) < c`: each link nests, and its canonical form shows the
+            // parentheses, so the chain counts toward the nesting limit.
+            chained += 1;
+            let at = self.next().expect("peeked").span;
+            if self.depth + chained > MAX_DEPTH {
+                return Err(self.error(at, format!("Expression nests deeper than {MAX_DEPTH} levels.")));
+            }
             let right = operand(self)?;
             let span = left.span().to(right.span());
             left = Expr::Compare { op, left: Box::new(left), right: Box::new(right), span };

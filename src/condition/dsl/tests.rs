@@ -254,6 +254,19 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
     assert!(errors(&bangs)[0].message.contains("nests deeper"));
 }
 
+/// Found by the fuzzer: a long comparison chain parses flat but renders with one pair of
+/// parentheses per link; the chain must count toward the nesting limit so that every canonical
+/// form parses again.
+#[test]
+fn comparison_chains_count_toward_the_nesting_limit() {
+    let chain = |links: usize| format!("a{}", " < b".repeat(links));
+    let scope = Scope::Relative { schema: None };
+    let within = compile(&chain(MAX_DEPTH), &catalog(), scope).unwrap();
+    assert!(compile(&within.canonical_dsl, &catalog(), scope).is_ok(), "the canonical form parses again");
+    let beyond = compile(&chain(MAX_DEPTH + 1), &catalog(), scope).unwrap_err();
+    assert!(beyond[0].message.contains("nests deeper"), "{beyond:?}");
+}
+
 #[test]
 fn relative_names_read_the_value_at_the_path() {
     let compiled = compile("status == \"approved\"", &catalog(), Scope::Relative { schema: None }).unwrap();
