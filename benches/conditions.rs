@@ -74,7 +74,9 @@ fn main() {
     }
 
     println!("\n## Evaluate one compiled condition against a facet value\n");
-    println!("| expression | engine alone (pre-parsed data) | flexrun `Rule::holds_parsed` | ratio | `Rule::holds` (serde value) | goal evaluation (`evaluate_all`) |");
+    println!(
+        "| expression | engine alone (pre-parsed data) | flexrun `Rule::holds_parsed` | ratio | `Rule::holds` (serde value) | goal evaluation (`evaluate_all`) |"
+    );
     println!("|---|---:|---:|---:|---:|---:|");
     let engine = Engine::new();
     let value = facet_value();

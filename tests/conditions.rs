@@ -48,19 +48,7 @@ async fn compile_endpoint_uses_the_registered_capabilities_catalog() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relative_dsl_goal_condition_drives_a_run_to_completion() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            if call.user.contains("### GOAL CONDITION REPAIR") {
-                return plan(&[("draft", "writer"), ("polish", "editor")]);
-            }
-            return plan(&[("draft", "writer")]);
-        }
-        match call.capability_id() {
-            Some("writer") => post(0.5),
-            _ => post(0.9),
-        }
-    }))
-    .await;
+    let server = TestServer::start(repair_script(0.5, 0.9)).await;
     let mut envelope = envelope();
     envelope["goal_condition"] = json!([
         {"facet": "post_copy", "path": "", "condition": {"dsl": "quality_score >= 0.8 && text != \"\""}}

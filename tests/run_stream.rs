@@ -85,19 +85,7 @@ async fn independent_nodes_run_concurrently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_goal_condition_triggers_a_repair_replan_that_keeps_completed_work() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            if call.user.contains("### GOAL CONDITION REPAIR") {
-                return plan(&[("draft", "writer"), ("polish", "editor")]);
-            }
-            return plan(&[("draft", "writer")]);
-        }
-        match call.capability_id() {
-            Some("writer") => post(0.6),
-            _ => post(0.95),
-        }
-    }))
-    .await;
+    let server = TestServer::start(repair_script(0.6, 0.95)).await;
     let frames = server.run(&envelope()).await;
 
     assert_eq!(

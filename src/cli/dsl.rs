@@ -106,7 +106,9 @@ fn catalog() -> anyhow::Result<Catalog> {
                 Ok(c) => {
                     capabilities.insert(c.id.clone(), std::sync::Arc::new(c));
                 }
-                Err(_) => eprintln!("warning: {} is not a valid registration; its facets are not known", path.display()),
+                Err(_) => {
+                    eprintln!("warning: {} is not a valid registration; its facets are not known", path.display())
+                }
             }
         }
     }

@@ -208,6 +208,23 @@ pub fn planner_then(stages: &'static [(&'static str, &'static str)], capability:
     script(move |call| if call.is_planner() { plan(stages) } else { capability.clone() })
 }
 
+/// The first plan drafts with `writer` (scoring `first`); the repair plan keeps the draft and adds a
+/// polish by `editor` (scoring `repaired`).
+pub fn repair_script(first: f64, repaired: f64) -> Script {
+    script(move |call| {
+        if call.is_planner() {
+            if call.user.contains("### GOAL CONDITION REPAIR") {
+                return plan(&[("draft", "writer"), ("polish", "editor")]);
+            }
+            return plan(&[("draft", "writer")]);
+        }
+        match call.capability_id() {
+            Some("writer") => post(first),
+            _ => post(repaired),
+        }
+    })
+}
+
 /// writer: brief → post_copy {text, quality_score}; editor: post_copy → post_copy; tagger: brief → tags.
 pub fn default_capabilities() -> Vec<Value> {
     let post = json!({"type": "object", "required": ["text", "quality_score"],
