@@ -49,7 +49,12 @@ pub fn parse(source: &str) -> Result<Expr, Vec<DslError>> {
     if !errors.is_empty() {
         return Err(errors);
     }
-    parser::parse(&tokens, source.chars().count(), &map).map_err(|error| vec![error])
+    let expr = parser::parse(&tokens, source.chars().count(), &map).map_err(|error| vec![error])?;
+    if render::nesting(&expr) > MAX_DEPTH {
+        let message = format!("Expression nests deeper than {MAX_DEPTH} levels.");
+        return Err(vec![map.error(ErrorCode::SyntaxError, expr.span(), message)]);
+    }
+    Ok(expr)
 }
 
 /// Compiles `source` against `catalog`, reporting every problem found.

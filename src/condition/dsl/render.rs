@@ -34,6 +34,22 @@ fn child(expr: &Expr, needed: u8) -> String {
     if expr.precedence() < needed { format!("({})", render(expr)) } else { render(expr) }
 }
 
+/// How deeply the canonical text of `expr` nests, counted as the parser counts (parentheses, `!`,
+/// `exists`, quantifiers, and one per comparison). An expression is only accepted when this is
+/// within [`MAX_DEPTH`], so its canonical form always parses again.
+pub fn nesting(expr: &Expr) -> usize {
+    let within = |child: &Expr, needed: u8| nesting(child) + usize::from(child.precedence() < needed);
+    match expr {
+        Expr::Literal { .. } | Expr::Var { .. } => 0,
+        Expr::Not { operand, .. } => 1 + within(operand, 4),
+        Expr::And { operands, .. } => operands.iter().map(|e| within(e, 2)).max().unwrap_or(0),
+        Expr::Or { operands, .. } => operands.iter().map(|e| within(e, 1)).max().unwrap_or(0),
+        Expr::Compare { left, right, .. } => within(left, 4).max(within(right, 4)).max(1),
+        Expr::Exists { argument, .. } => 1 + nesting(argument),
+        Expr::Quantify { collection, predicate, .. } => 1 + nesting(collection).max(nesting(predicate)),
+    }
+}
+
 fn literal(value: &Literal) -> String {
     match value {
         Literal::Null => "null".into(),

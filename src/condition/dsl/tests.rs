@@ -265,6 +265,15 @@ fn comparison_chains_count_toward_the_nesting_limit() {
     assert!(compile(&within.canonical_dsl, &catalog(), scope).is_ok(), "the canonical form parses again");
     let beyond = compile(&chain(MAX_DEPTH + 1), &catalog(), scope).unwrap_err();
     assert!(beyond[0].message.contains("nests deeper"), "{beyond:?}");
+    // Also found by the fuzzer: operands of a chain gain the chain's parentheses when rendered.
+    let bangs = |n: usize| "!".repeat(n);
+    for n in 55..=MAX_DEPTH {
+        let source = format!("all(items, {}at > fi > {}item.t == \"x\")", bangs(12), bangs(n));
+        if let Ok(compiled) = compile(&source, &catalog(), scope) {
+            let again = compile(&compiled.canonical_dsl, &catalog(), scope);
+            assert!(again.is_ok(), "{n}: {} does not parse again: {again:?}", compiled.canonical_dsl);
+        }
+    }
 }
 
 #[test]
