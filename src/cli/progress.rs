@@ -131,7 +131,7 @@ fn goal_line(r: &Value) -> String {
     let mark = if r["satisfied"] == true { "✓" } else { "✗" };
     let observed = r.get("observedValue").map(|v| format!(" (observed {v})")).unwrap_or_default();
     let error = r.get("error").map(|e| format!(" — {}", text(e))).unwrap_or_default();
-    format!("{mark} {} {}: {}{observed}{error}", text(&r["facet"]), text(&r["path"]), text(&r["expression"]))
+    format!("{mark} {}{}: {}{observed}{error}", text(&r["facet"]), text(&r["path"]), text(&r["expression"]))
 }
 
 /// A value in at most 100 characters.
