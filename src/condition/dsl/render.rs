@@ -92,8 +92,16 @@ pub fn from_json_logic(logic: &Value, catalog: &Catalog) -> Result<String, DslEr
     if logic.is_array() {
         return Err(invalid("Unexpected array at root level in JSON-Logic expression."));
     }
-    Reverse { catalog, aliases: Vec::new() }.expr(logic, 0).map(|e| render(&e))
+    let expr = Reverse { catalog, aliases: Vec::new() }.expr(logic, 0)?;
+    if nesting(&expr) > MAX_DEPTH {
+        return Err(invalid(format!("JSON-Logic nests deeper than the DSL allows ({MAX_DEPTH} levels).")));
+    }
+    Ok(render(&expr))
 }
+
+/// How deep JSON-Logic may nest while it is read back (a guard for the stack; what the DSL can
+/// show is decided by [`nesting`] afterwards, and `&&`/`||` levels do not nest in the DSL).
+const READ_LIMIT: usize = 4 * MAX_DEPTH;
 
 fn invalid(message: impl Into<String>) -> DslError {
     DslError { code: ErrorCode::InvalidJsonLogic, message: message.into(), range: Range::default() }
@@ -107,8 +115,8 @@ struct Reverse<'a> {
 
 impl Reverse<'_> {
     fn expr(&mut self, logic: &Value, depth: usize) -> Result<Expr, DslError> {
-        if depth > MAX_DEPTH {
-            return Err(invalid(format!("JSON-Logic nests deeper than {MAX_DEPTH} levels.")));
+        if depth > READ_LIMIT {
+            return Err(invalid(format!("JSON-Logic nests deeper than {READ_LIMIT} levels.")));
         }
         let span = Span::default();
         let value = match logic {
