@@ -1,5 +1,6 @@
 //! Any text given to the condition DSL compiles or fails with errors whose ranges lie inside the
-//! text; what compiles renders to a canonical form that compiles to the same JSON-Logic.
+//! text; what compiles renders to a canonical form that compiles to the same JSON-Logic, and its
+//! JSON-Logic renders back to that canonical form.
 #![no_main]
 
 use flexrun::condition::dsl::{self, Catalog, Scope};
@@ -14,8 +15,8 @@ fuzz_target!(|data: &[u8]| {
             Ok(compiled) => {
                 let again = dsl::compile(&compiled.canonical_dsl, &catalog, scope).expect("canonical form compiles");
                 assert_eq!(again.json_logic, compiled.json_logic, "canonical form means the same");
-                let rendered = dsl::from_json_logic(&compiled.json_logic, &catalog);
-                assert!(rendered.is_ok(), "compiled JSON-Logic renders back");
+                let rendered = dsl::from_json_logic(&compiled.json_logic, &catalog).expect("JSON-Logic renders back");
+                assert_eq!(rendered, compiled.canonical_dsl, "rendering the JSON-Logic gives the canonical form");
             }
             Err(errors) => {
                 assert!(!errors.is_empty());

@@ -109,8 +109,17 @@ fn invalid(message: impl Into<String>) -> DslError {
 
 struct Reverse<'a> {
     catalog: &'a Catalog,
-    /// Active quantifier aliases, innermost last.
-    aliases: Vec<String>,
+    /// Active quantifier scopes, innermost last.
+    aliases: Vec<Scope>,
+}
+
+/// A quantifier being read back.
+struct Scope {
+    alias: String,
+    /// Plain JSON-Logic (`{"some": [c, p]}` whose predicate reads the item as `{"var": "f"}`):
+    /// other names are fields of the item and get the alias. In the DSL's own form the item is
+    /// always read through the alias, so other names stay as they are (outer variables).
+    plain: bool,
 }
 
 impl Reverse<'_> {
@@ -174,7 +183,9 @@ impl Reverse<'_> {
                     _ => return Err(invalid(format!("Operator `{op}` expects a collection and a predicate."))),
                 };
                 let collection = self.expr(collection, depth + 1)?;
-                self.aliases.push(alias.clone().unwrap_or_else(|| DEFAULT_ALIAS.to_string()));
+                let name = alias.clone().unwrap_or_else(|| DEFAULT_ALIAS.to_string());
+                let plain = alias.is_none() && !reads_alias(predicate, &name);
+                self.aliases.push(Scope { alias: name, plain });
                 let predicate = self.expr(predicate, depth + 1);
                 self.aliases.pop();
                 Ok(Expr::Quantify {
@@ -209,15 +220,28 @@ impl Reverse<'_> {
     /// A variable by path: alias-relative inside quantifiers, else the catalog's shortest name.
     fn var_named(&self, path: &str) -> Expr {
         let span = Span::default();
-        if let Some(alias) = self.aliases.last() {
-            let prefixed = self.aliases.iter().any(|a| path == a || path.starts_with(&format!("{a}.")));
+        if let Some(scope) = self.aliases.last().filter(|s| s.plain) {
+            let prefixed = self.aliases.iter().any(|s| path == s.alias || path.starts_with(&format!("{}.", s.alias)));
             if !prefixed && self.catalog.get(path).is_none() {
+                let alias = &scope.alias;
                 let name = if path.is_empty() { alias.clone() } else { format!("{alias}.{path}") };
                 return Expr::Var { name, span };
             }
         }
         let name = self.catalog.get(path).map_or_else(|| path.to_string(), |v| v.dsl_path.clone());
         Expr::Var { name, span }
+    }
+}
+
+/// Whether JSON-Logic reads `alias` or `alias.…` through a `var`.
+fn reads_alias(logic: &Value, alias: &str) -> bool {
+    match logic {
+        Value::Object(map) => map.iter().any(|(op, args)| match (op.as_str(), args) {
+            ("var", Value::String(path)) => path == alias || path.starts_with(&format!("{alias}.")),
+            _ => reads_alias(args, alias),
+        }),
+        Value::Array(items) => items.iter().any(|item| reads_alias(item, alias)),
+        _ => false,
     }
 }
 

@@ -327,6 +327,19 @@ fn snapshot(facets: Value) -> Value {
 }
 
 #[test]
+fn outer_names_inside_quantifiers_render_back_as_outer_names() {
+    let scope = Scope::Relative { schema: None };
+    for source in [
+        "some(variants as v, v.score >= threshold)",
+        "all(variants, item.score >= threshold)",
+        "some(facets.recommendationSet, item.score > facets.planKnobs.hookIntensity)",
+    ] {
+        let compiled = compile(source, &catalog(), scope).unwrap();
+        assert_eq!(from_json_logic(&compiled.json_logic, &catalog()).unwrap(), source);
+    }
+}
+
+#[test]
 fn compiled_quantifiers_evaluate_with_their_scopes() {
     let data = snapshot(json!({
         "recommendationSet": [{"severity": "low", "score": 0.9}, {"severity": "critical", "score": 0.2}],
