@@ -80,7 +80,13 @@ impl Server {
             std::fs::write(capabilities.join(name), c.to_string()).unwrap();
         }
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(env!("CARGO_BIN_EXE_flexrun"))
+        // BENCH_PIN=1 runs the server on CPU 1 and leaves CPU 0 to the clients and the stand-in.
+        let pinned = std::env::var("BENCH_PIN").is_ok_and(|v| v == "1");
+        let mut command = if pinned { Command::new("taskset") } else { Command::new(env!("CARGO_BIN_EXE_flexrun")) };
+        if pinned {
+            command.args(["-c", "1", env!("CARGO_BIN_EXE_flexrun")]);
+        }
+        let child = command
             .arg("serve")
             .env_clear()
             .env("FLEXRUN_BIND", format!("127.0.0.1:{port}"))
@@ -200,6 +206,10 @@ async fn level(server: &Server, concurrency: usize, runs: usize) -> Level {
 }
 
 fn main() {
+    if std::env::var("BENCH_PIN").is_ok_and(|v| v == "1") {
+        // Keep this process (clients and stand-in model) on CPU 0.
+        let _ = Command::new("taskset").args(["-p", "-c", "0", &std::process::id().to_string()]).output();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
