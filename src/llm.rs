@@ -113,7 +113,7 @@ impl LlmClient {
         let response = tokio::time::timeout(self.timeout, self.client.chat().create(body))
             .await
             .map_err(|_| LlmError::Timeout(self.timeout))?
-            .map_err(classify)?;
+            .map_err(|e| classify(e, self.timeout))?;
         let choice = response.choices.into_iter().next();
         let finish = choice.as_ref().and_then(|c| c.finish_reason).map(|r| format!(" (finish reason {r:?})"));
         choice
@@ -123,9 +123,9 @@ impl LlmClient {
     }
 }
 
-fn classify(error: OpenAIError) -> LlmError {
+fn classify(error: OpenAIError, timeout: Duration) -> LlmError {
     match error {
-        OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Timeout(Duration::ZERO),
+        OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Timeout(timeout),
         OpenAIError::Reqwest(e) => LlmError::Connection(without_url(e)),
         OpenAIError::ApiError(api) => {
             LlmError::Status { status: api.status_code.as_u16(), message: api.api_error.message }

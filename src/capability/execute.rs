@@ -149,11 +149,7 @@ impl Executors {
 }
 
 fn connection(error: reqwest::Error) -> CapabilityError {
-    if error.is_timeout() {
-        CapabilityError::Timeout(Duration::ZERO)
-    } else {
-        CapabilityError::Connection(error.without_url().to_string())
-    }
+    CapabilityError::Connection(error.without_url().to_string())
 }
 
 /// `response_format` names allow `[A-Za-z0-9_-]{1,64}`.
