@@ -61,6 +61,7 @@ pub struct Settings {
     pub capabilities_dir: String,
     pub llm: LlmSettings,
     pub replan: ReplanSettings,
+    pub retry: RetrySettings,
     pub limits: Limits,
     pub auth: AuthSettings,
     pub http_capabilities: HttpCapabilitySettings,
@@ -93,6 +94,13 @@ pub struct ReplanSettings {
     pub enabled: bool,
     pub max_goal_condition_replans: u32,
     pub max_replans: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySettings {
+    pub max_retries: u32,
+    pub base_delay_secs: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]

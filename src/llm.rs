@@ -10,11 +10,12 @@ use std::time::Duration;
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
-use async_openai::middleware::ReqwestService;
+use async_openai::middleware::HttpRequestFactory;
 use async_openai::types::chat::{
     ChatCompletionRequestMessage, ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
     CreateChatCompletionRequestArgs, ResponseFormat, ResponseFormatJsonSchema,
 };
+use futures::future::BoxFuture;
 use serde_json::Value;
 
 use crate::config::LlmSettings;
@@ -28,7 +29,7 @@ pub enum LlmError {
     #[error("could not reach the model endpoint: {0}")]
     Connection(String),
     #[error("model endpoint answered {status}: {message}")]
-    Status { status: u16, message: String },
+    Status { status: u16, message: String, retry_after: Option<Duration> },
     #[error("model endpoint sent a response that is not a chat completion: {0}")]
     Protocol(String),
     #[error("model returned no content{0}")]
@@ -38,6 +39,14 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// How long the endpoint asked to wait before trying again (`Retry-After`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
     /// Timeouts, connection errors, 408, 429 and 5xx: the same call may succeed later.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -80,7 +89,7 @@ impl LlmClient {
         let config = OpenAIConfig::new()
             .with_api_base(settings.base_url.trim_end_matches('/'))
             .with_api_key(settings.api_key.expose());
-        let transport = ReqwestService::new(reqwest::Client::new());
+        let transport = Transport { client: reqwest::Client::new() };
         let client = Client::with_config(config).with_http_service(transport);
         Self { client, model: settings.model.clone(), timeout: Duration::from_secs(settings.timeout_secs) }
     }
@@ -123,12 +132,66 @@ impl LlmClient {
     }
 }
 
+/// Sends each request once (no hidden retries) and turns any non-success answer into an
+/// [`HttpFailure`] that keeps the status, the message and `Retry-After`, which async-openai's own
+/// error type drops.
+#[derive(Clone)]
+struct Transport {
+    client: reqwest::Client,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{status}: {message}")]
+struct HttpFailure {
+    status: u16,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+impl tower::Service<HttpRequestFactory> for Transport {
+    type Response = reqwest::Response;
+    type Error = OpenAIError;
+    type Future = BoxFuture<'static, Result<reqwest::Response, OpenAIError>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), OpenAIError>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: HttpRequestFactory) -> Self::Future {
+        let client = self.client.clone();
+        Box::pin(async move {
+            let response = client.execute(request.build().await?).await.map_err(OpenAIError::Reqwest)?;
+            if response.status().is_success() {
+                return Ok(response);
+            }
+            let status = response.status().as_u16();
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(crate::retry::parse_retry_after);
+            let body = response.bytes().await.unwrap_or_default();
+            let message = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(String::from))
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(500).collect());
+            Err(OpenAIError::Boxed(Box::new(HttpFailure { status, message, retry_after })))
+        })
+    }
+}
+
 fn classify(error: OpenAIError, timeout: Duration) -> LlmError {
     match error {
+        OpenAIError::Boxed(boxed) => match boxed.downcast::<HttpFailure>() {
+            Ok(failure) => {
+                LlmError::Status { status: failure.status, message: failure.message, retry_after: failure.retry_after }
+            }
+            Err(other) => LlmError::Request(other.to_string()),
+        },
         OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Timeout(timeout),
         OpenAIError::Reqwest(e) => LlmError::Connection(without_url(e)),
         OpenAIError::ApiError(api) => {
-            LlmError::Status { status: api.status_code.as_u16(), message: api.api_error.message }
+            LlmError::Status { status: api.status_code.as_u16(), message: api.api_error.message, retry_after: None }
         }
         OpenAIError::JSONDeserialize(e, _) => LlmError::Protocol(e.to_string()),
         OpenAIError::StreamError(e) => LlmError::Protocol(e.to_string()),
@@ -178,7 +241,7 @@ mod tests {
 
     #[test]
     fn transient_classification() {
-        let status = |status| LlmError::Status { status, message: String::new() };
+        let status = |status| LlmError::Status { status, message: String::new(), retry_after: None };
         assert!(status(429).is_transient());
         assert!(status(503).is_transient());
         assert!(!status(401).is_transient());

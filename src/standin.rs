@@ -60,8 +60,11 @@ pub struct Reply {
 pub enum Answer {
     /// A completion whose assistant message content is this text.
     Content(String),
-    /// An error response with this status and `{"error": {"message": …}}`.
-    Error { status: u16, message: String },
+    /// An error response with this status and `{"error": {"message": …}}`, and a `Retry-After`
+    /// header (seconds) when given.
+    Error { status: u16, message: String, retry_after: Option<String> },
+    /// Headers of a success, then the connection breaks off in the middle of the body.
+    Reset,
 }
 
 impl Reply {
@@ -77,7 +80,18 @@ impl Reply {
 
     /// An HTTP error.
     pub fn error(status: u16, message: impl Into<String>) -> Self {
-        Self { answer: Answer::Error { status, message: message.into() }, delay: Duration::ZERO }
+        Self { answer: Answer::Error { status, message: message.into(), retry_after: None }, delay: Duration::ZERO }
+    }
+
+    /// An HTTP error asking the client to wait `seconds` (`Retry-After`).
+    pub fn error_retry_after(status: u16, message: impl Into<String>, seconds: &str) -> Self {
+        let answer = Answer::Error { status, message: message.into(), retry_after: Some(seconds.to_string()) };
+        Self { answer, delay: Duration::ZERO }
+    }
+
+    /// A connection that breaks off after the response headers.
+    pub fn reset() -> Self {
+        Self { answer: Answer::Reset, delay: Duration::ZERO }
     }
 
     /// The same reply, sent after `delay`.
@@ -156,10 +170,22 @@ async fn complete(state: State, body: web::Json<Value>) -> HttpResponse {
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": content}}],
         })),
-        Answer::Error { status, message } => HttpResponse::build(
-            actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR),
-        )
-        .json(json!({"error": {"message": message, "type": "stand_in_error", "param": null, "code": null}})),
+        Answer::Error { status, message, retry_after } => {
+            let status = actix_web::http::StatusCode::from_u16(status)
+                .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+            let mut response = HttpResponse::build(status);
+            if let Some(seconds) = retry_after {
+                response.insert_header((actix_web::http::header::RETRY_AFTER, seconds));
+            }
+            response.json(json!({"error": {"message": message, "type": "stand_in_error", "param": null, "code": null}}))
+        }
+        Answer::Reset => {
+            let broken = futures::stream::iter([
+                Ok(web::Bytes::from_static(b"{\"id\": \"chatcmpl-")),
+                Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "stand-in breaks the connection")),
+            ]);
+            HttpResponse::Ok().content_type("application/json").streaming(broken)
+        }
     }
 }
 

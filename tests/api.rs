@@ -152,10 +152,13 @@ async fn http_capability_errors_fail_the_node() {
         Options { capabilities: vec![http_writer], ..Options::default() },
     )
     .await;
-    let frames = server.run(&envelope()).await;
-    assert_eq!(kinds(&frames)[3..], ["node_start", "node_error", "complete"]);
-    assert_eq!(frames[4].payload["error"]["code"], "capability_http_error");
-    assert!(frames[4].message.as_deref().unwrap().contains("503"));
+    let mut envelope = envelope();
+    envelope["policies"] = json!({"retry": {"maxRetries": 1, "baseDelay": 0.1}});
+    let frames = server.run(&envelope).await;
+    assert_eq!(kinds(&frames)[3..], ["node_start", "retry", "node_error", "complete"]);
+    assert_eq!(frames[5].payload["error"]["code"], "capability_http_error");
+    assert!(frames[5].message.as_deref().unwrap().contains("503"));
+    assert_eq!(endpoint.received().len(), 2, "one call and one retry");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -45,7 +45,7 @@ pub enum CapabilityError {
     #[error("could not reach the capability endpoint: {0}")]
     Connection(String),
     #[error("capability endpoint answered HTTP {status}: {body}")]
-    Status { status: u16, body: String },
+    Status { status: u16, body: String, retry_after: Option<Duration> },
     #[error("capability response is larger than {0} bytes")]
     TooLarge(usize),
     #[error("capability output is {0}")]
@@ -55,6 +55,25 @@ pub enum CapabilityError {
 }
 
 impl CapabilityError {
+    /// A failure of the call rather than of its content: worth retrying.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Model(e) => e.is_transient(),
+            Self::Timeout(_) | Self::Connection(_) => true,
+            Self::Status { status, .. } => matches!(status, 408 | 429) || *status >= 500,
+            Self::NotRegistered(_) | Self::TooLarge(_) | Self::NotJson(_) | Self::Contract(_) => false,
+        }
+    }
+
+    /// How long the endpoint asked to wait before trying again.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Model(e) => e.retry_after(),
+            Self::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
     /// Stable code for `node_error` frames.
     pub fn code(&self) -> &'static str {
         match self {
@@ -121,10 +140,15 @@ impl Executors {
         let call = async {
             let response = self.http.post(endpoint.clone()).json(bundle).send().await.map_err(connection)?;
             let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(crate::retry::parse_retry_after);
             let body = self.read_limited(response).await?;
             if !status.is_success() {
                 let body = String::from_utf8_lossy(&body).chars().take(500).collect();
-                return Err(CapabilityError::Status { status: status.as_u16(), body });
+                return Err(CapabilityError::Status { status: status.as_u16(), body, retry_after });
             }
             serde_json::from_slice(&body).map_err(|e| CapabilityError::NotJson(format!("not valid JSON ({e})")))
         };

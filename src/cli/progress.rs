@@ -85,6 +85,14 @@ impl Progress {
             }
             "complete" => self.complete(p),
             "log" => self.line(format!("  · {}", frame.message.as_deref().unwrap_or(""))),
+            "retry" => self.line(format!(
+                "  ↻ {} retry {} of {} in {} ms: {}",
+                frame.node_id.as_deref().unwrap_or("planner"),
+                p["attempt"],
+                p["maxRetries"],
+                p["delayMs"],
+                text(&p["error"])
+            )),
             other => self.line(format!("  · {other}")),
         }
     }

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::condition::dsl::{self, Catalog, Scope};
 use crate::condition::{FacetPath, GoalCondition, Rule};
 use crate::contract::OutputContract;
+use crate::retry::RetryOverrides;
 use crate::validation::{BodySchema, FieldError, pointer};
 
 static SCHEMA: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("task-envelope.schema.json")));
@@ -42,6 +43,8 @@ pub struct TaskEnvelope {
     /// `policies.planner`, passed to the planner as written.
     pub planner_policy: Option<Value>,
     pub replan: ReplanPolicy,
+    /// `policies.retry`.
+    pub retry: RetryOverrides,
     pub special_instructions: Vec<String>,
     pub thread_id: Option<String>,
     pub correlation_id: Option<String>,
@@ -83,12 +86,7 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
     }
     store_compiled_conditions(&mut raw, &goal_conditions);
     let policies = raw.get("policies");
-    let replan = policies
-        .and_then(|p| p.get("replan"))
-        .map(|r| serde_json::from_value(r.clone()))
-        .transpose()
-        .map_err(|e| EnvelopeError::Invalid(vec![FieldError::new("/policies/replan", "invalid", e.to_string())]))?
-        .unwrap_or_default();
+    let replan = policy_at(policies, "replan", "/policies/replan")?;
     Ok(TaskEnvelope {
         objective: raw["objective"].as_str().unwrap_or_default().trim().to_string(),
         inputs: raw.get("inputs").and_then(Value::as_object).cloned().unwrap_or_default(),
@@ -96,6 +94,7 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         goal_conditions,
         planner_policy: policies.and_then(|p| p.get("planner")).cloned(),
         replan,
+        retry: policy_at(policies, "retry", "/policies/retry")?,
         special_instructions: string_list(raw.get("specialInstructions")),
         thread_id: string_at(&raw, "/constraints/threadId"),
         correlation_id: string_at(&raw, "/metadata/correlationId"),
@@ -117,6 +116,20 @@ fn store_compiled_conditions(raw: &mut Value, goals: &[GoalCondition]) {
             });
         }
     }
+}
+
+/// A policy object of `policies` (its shape was checked by the schema; absent means defaults).
+fn policy_at<T: serde::de::DeserializeOwned + Default>(
+    policies: Option<&Value>,
+    key: &str,
+    path: &str,
+) -> Result<T, EnvelopeError> {
+    policies
+        .and_then(|p| p.get(key))
+        .map(|value| serde_json::from_value(value.clone()))
+        .transpose()
+        .map(Option::unwrap_or_default)
+        .map_err(|e| EnvelopeError::Invalid(vec![FieldError::new(path, "invalid", e.to_string())]))
 }
 
 fn string_at(raw: &Value, at: &str) -> Option<String> {
@@ -206,9 +219,6 @@ fn unsupported_features(raw: &Value) -> Vec<FieldError> {
     }
     if raw.pointer("/policies/approval/plan").and_then(Value::as_str) == Some("required") {
         errors.push(unsupported("/policies/approval/plan", "plan approval (\"required\")"));
-    }
-    if raw.pointer("/policies/retry").is_some() {
-        errors.push(unsupported("/policies/retry", "a per-run retry policy"));
     }
     if raw.pointer("/constraints/requiresHitlApproval").and_then(Value::as_bool) == Some(true) {
         errors.push(unsupported("/constraints/requiresHitlApproval", "operator approval before completion"));

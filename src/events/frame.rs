@@ -24,6 +24,7 @@ pub enum FrameKind {
     ValidationError,
     GoalConditionFailed,
     Log,
+    Retry,
     Complete,
 }
 
@@ -42,6 +43,7 @@ impl FrameKind {
             Self::ValidationError => "validation_error",
             Self::GoalConditionFailed => "goal_condition_failed",
             Self::Log => "log",
+            Self::Retry => "retry",
             Self::Complete => "complete",
         }
     }
@@ -62,6 +64,7 @@ pub enum Event {
     ValidationError(ValidationError),
     GoalConditionFailed(GoalConditionFailed),
     Log(Log),
+    Retry(Retry),
     Complete(Complete),
 }
 
@@ -79,6 +82,7 @@ impl Event {
             Self::ValidationError(_) => FrameKind::ValidationError,
             Self::GoalConditionFailed(_) => FrameKind::GoalConditionFailed,
             Self::Log(_) => FrameKind::Log,
+            Self::Retry(_) => FrameKind::Retry,
             Self::Complete(_) => FrameKind::Complete,
         }
     }
@@ -90,6 +94,7 @@ impl Event {
             Self::NodeComplete(e) => Some(&e.node_id),
             Self::NodeError(e) => Some(&e.node_id),
             Self::ValidationError(e) => e.node_id.as_deref(),
+            Self::Retry(e) => e.node_id.as_deref(),
             _ => None,
         }
     }

@@ -154,6 +154,21 @@ pub struct GoalConditionFailed {
     pub limit: u32,
 }
 
+/// A transient failure about to be retried.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Retry {
+    #[serde(skip)]
+    pub node_id: Option<String>,
+    /// `planner` or `capability`.
+    pub scope: &'static str,
+    /// 1 for the first retry.
+    pub attempt: u32,
+    pub max_retries: u32,
+    pub delay_ms: u64,
+    pub error: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Log {
     pub severity: String,

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures::future::BoxFuture;
@@ -21,9 +22,10 @@ use crate::condition::{self, FacetSource, GoalConditionResult};
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::envelope::TaskEnvelope;
 use crate::events::Event;
-use crate::events::payload::*;
+use crate::events::payload::{Retry as RetryFrame, *};
 use crate::plan::{NodeStatus, Plan, PlanMetadata, PlanNode};
 use crate::planner::{self, CompletedWork, Diagnostic, DraftContext, PromptInput, RequiredFacet};
+use crate::retry::{Backoff, Retry, RetryPolicy};
 use crate::services::Services;
 use crate::store::plans::{self, PlanNodeRow, PlanVersionRow, RunOutputRow};
 use crate::store::runs::{self, Progress};
@@ -99,6 +101,18 @@ impl FacetSource for GoalData<'_> {
     }
 }
 
+/// The `retry` frame announcing `retry` of a call that failed with `error`.
+fn retry_event(scope: &'static str, node_id: Option<String>, retry: Retry, error: &impl std::fmt::Display) -> Event {
+    Event::Retry(RetryFrame {
+        node_id,
+        scope,
+        attempt: retry.attempt,
+        max_retries: retry.max_retries,
+        delay_ms: retry.delay.as_millis() as u64,
+        error: error.to_string(),
+    })
+}
+
 /// A database write committed together with frames.
 type Write = Box<dyn FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync>;
 
@@ -111,6 +125,9 @@ pub(super) struct Coordinator {
     status: RunStatus,
     context: RunContext,
     budget: ReplanBudget,
+    retry: RetryPolicy,
+    /// Retries left for nodes that failed transiently, by node id.
+    node_retries: HashMap<String, Backoff>,
     planner_attempts: u32,
     capabilities: Arc<Capabilities>,
     plan: Option<Arc<Plan>>,
@@ -142,6 +159,7 @@ impl Coordinator {
         started_at: DateTime<Utc>,
     ) -> Self {
         let limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
+        let retry = RetryPolicy::resolve(&envelope.retry, &services.settings.retry);
         Self {
             context: RunContext::seeded(&envelope.inputs, &started_at.to_rfc3339_opts(SecondsFormat::Millis, true)),
             started_at,
@@ -151,6 +169,8 @@ impl Coordinator {
             recorder,
             status: RunStatus::Pending,
             budget: ReplanBudget::new(limits),
+            retry,
+            node_retries: HashMap::new(),
             planner_attempts: 0,
             plan: None,
             nodes: HashMap::new(),
@@ -282,12 +302,10 @@ impl Coordinator {
             let to = (self.status != RunStatus::Planning).then_some(RunStatus::Planning);
             self.commit(vec![requested], RunUpdate { to, progress: true }, |_| Ok(())).await?;
 
-            let draft = match self.ask_planner(&replan, &rejected).await {
+            let draft = match self.draft_with_retries(&replan, &rejected).await? {
                 Ok(draft) => draft,
-                Err(error) => {
-                    let failure = Failure::new("planner_error", format!("The planner call failed: {error}"))
-                        .detail("attempt", attempt);
-                    return self.fail(failure, vec![]).await.map(|_| Step::Ended);
+                Err(failure) => {
+                    return self.fail(failure.detail("attempt", attempt), vec![]).await.map(|_| Step::Ended);
                 }
             };
             let compiled = draft.map_err(|d| vec![d]).and_then(|draft| self.compile(&draft, attempt, phase));
@@ -310,6 +328,36 @@ impl Coordinator {
         )
         .detail("diagnostics", serde_json::to_value(&rejected).unwrap_or_default());
         self.fail(failure, vec![]).await.map(|_| Step::Ended)
+    }
+
+    /// Asks the planner, retrying transient failures with backoff (each retry announced by a
+    /// `retry` frame). A permanent failure, or the last transient one, is returned as the run's
+    /// failure.
+    async fn draft_with_retries(
+        &mut self,
+        replan: &Option<ReplanInfo>,
+        rejected: &[Diagnostic],
+    ) -> Result<Result<Result<Value, Diagnostic>, Failure>, StoreError> {
+        let mut backoff = self.retry.backoff();
+        loop {
+            let error = match self.ask_planner(replan, rejected).await {
+                Ok(draft) => return Ok(Ok(draft)),
+                Err(error) => error,
+            };
+            let retry = if error.is_transient() { backoff.next_retry(error.retry_after()) } else { None };
+            let Some(retry) = retry else {
+                let retried = if error.is_transient() {
+                    format!(" after {} retries", self.retry.max_retries)
+                } else {
+                    String::new()
+                };
+                let failure = Failure::new("planner_error", format!("The planner call failed{retried}: {error}"))
+                    .detail("transient", error.is_transient());
+                return Ok(Err(failure));
+            };
+            self.commit(vec![retry_event("planner", None, retry, &error)], RunUpdate::NONE, |_| Ok(())).await?;
+            tokio::time::sleep(retry.delay).await;
+        }
     }
 
     fn capability_summaries(&self) -> Vec<CapabilitySummary> {
@@ -469,6 +517,15 @@ impl Coordinator {
             let Some(node) = plan.node(&node_id).cloned() else { continue };
             let outcome = match result {
                 Ok(output) => self.complete_node(&node, output).await?,
+                Err(error) if error.is_transient() && first_failure.is_none() => {
+                    match self.retry_node(&node, &error).await? {
+                        Some(retry) => {
+                            running.push(retry);
+                            None
+                        }
+                        None => Some(self.node_failed(&node, error).await?),
+                    }
+                }
                 Err(error) => Some(self.node_failed(&node, error).await?),
             };
             if first_failure.is_none() {
@@ -517,17 +574,31 @@ impl Coordinator {
                 .try_for_each(|(run_id, version, node_id)| plans::node_started(conn, (run_id, *version, node_id), at))
         })
         .await?;
-        Ok(nodes.iter().map(|node| self.run_node(node)).collect())
+        Ok(nodes.iter().map(|node| self.run_node(node, Duration::ZERO)).collect())
     }
 
-    /// Marks `node` running and returns the future that runs its capability.
-    fn run_node(&mut self, node: &PlanNode) -> NodeRun {
+    /// Grants a transient failure of `node` another attempt, if retries are left: commits a
+    /// `retry` frame and returns the delayed attempt.
+    async fn retry_node(&mut self, node: &PlanNode, error: &CapabilityError) -> Result<Option<NodeRun>, StoreError> {
+        let policy = self.retry;
+        let backoff = self.node_retries.entry(node.id.clone()).or_insert_with(|| policy.backoff());
+        let Some(retry) = backoff.next_retry(error.retry_after()) else { return Ok(None) };
+        let event = retry_event("capability", Some(node.id.clone()), retry, error);
+        self.commit(vec![event], RunUpdate::NONE, |_| Ok(())).await?;
+        Ok(Some(self.run_node(node, retry.delay)))
+    }
+
+    /// Marks `node` running and returns the future that runs its capability after `delay`.
+    fn run_node(&mut self, node: &PlanNode, delay: Duration) -> NodeRun {
         self.nodes.insert(node.id.clone(), NodeStatus::Running);
         let capability = self.capabilities.get(&node.capability_id).cloned();
         let bundle = self.bundle(node);
         let executors = self.services.executors.clone();
         let node_id = node.id.clone();
         Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             let result = match capability {
                 Some(capability) => executors.run(&capability, &bundle).await,
                 None => Err(CapabilityError::NotRegistered(bundle.capability_id.clone())),
@@ -578,6 +649,7 @@ impl Coordinator {
 
     /// Records a node's output. Returns the failure if a value breaks the facet catalog.
     async fn complete_node(&mut self, node: &PlanNode, output: Value) -> Result<Option<Failure>, StoreError> {
+        self.node_retries.remove(&node.id);
         let violations: Vec<SchemaViolation> = RunContext::facet_writes(&node.output_facets, &output)
             .into_iter()
             .flat_map(|(facet, value)| {
@@ -630,6 +702,7 @@ impl Coordinator {
     /// Records a node's failure (`validation_error` first for contract violations, then
     /// `node_error`) and returns how the run fails because of it.
     async fn node_failed(&mut self, node: &PlanNode, error: CapabilityError) -> Result<Failure, StoreError> {
+        self.node_retries.remove(&node.id);
         let mut events = Vec::new();
         if let CapabilityError::Contract(violations) = &error {
             events.push(Event::ValidationError(ValidationError {

@@ -256,7 +256,7 @@ pub fn post(score: f64) -> Reply {
     Reply::json(json!({"text": format!("post scored {score}"), "quality_score": score}))
 }
 
-type EndpointState = actix_web::web::Data<(Arc<Mutex<Vec<Value>>>, u16, Value)>;
+type EndpointState = actix_web::web::Data<(Arc<Mutex<Vec<Value>>>, Vec<(u16, Value)>)>;
 
 /// A scripted HTTP capability endpoint on loopback that records the bodies it receives.
 pub struct HttpCapability {
@@ -266,18 +266,26 @@ pub struct HttpCapability {
 }
 
 impl HttpCapability {
+    /// Answers every call with `status` and `response`.
     pub fn start(status: u16, response: Value) -> Self {
+        Self::sequence(vec![(status, response)])
+    }
+
+    /// Answers the n-th call with the n-th reply, and every call after the last with the last.
+    pub fn sequence(replies: Vec<(u16, Value)>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/capability", listener.local_addr().unwrap());
         let bodies = Arc::new(Mutex::new(Vec::new()));
-        let state = actix_web::web::Data::new((bodies.clone(), status, response));
+        let state = actix_web::web::Data::new((bodies.clone(), replies));
         let server = actix_web::HttpServer::new(move || {
             actix_web::App::new().app_data(state.clone()).route(
                 "/capability",
                 actix_web::web::post().to(|state: EndpointState, body: actix_web::web::Json<Value>| async move {
-                    state.0.lock().unwrap().push(body.into_inner());
-                    actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(state.1).unwrap())
-                        .json(&state.2)
+                    let mut bodies = state.0.lock().unwrap();
+                    bodies.push(body.into_inner());
+                    let (status, response) = &state.1[(bodies.len() - 1).min(state.1.len() - 1)];
+                    actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(*status).unwrap())
+                        .json(response)
                 }),
             )
         })
