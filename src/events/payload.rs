@@ -1,6 +1,6 @@
 //! Payloads of each frame type, with the anchor's field names (spec §4).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::condition::GoalConditionResult;
@@ -17,12 +17,13 @@ pub struct Start {
     pub correlation_id: String,
 }
 
-/// Why a run is replanned, carried by every frame of a replan round.
-#[derive(Debug, Clone, Serialize)]
+/// Why a run is replanned, carried by every frame of a replan round (and read back from them
+/// when a run resumes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplanInfo {
     pub reason: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_goal_conditions: Vec<GoalConditionResult>,
 }
 

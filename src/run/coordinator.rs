@@ -14,6 +14,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value, json};
 
 use super::budget::{ReplanBudget, ReplanLimits};
+use super::checkpoint::{Checkpoint, Resume};
 use super::context::{NodeOutput, RunContext};
 use super::recorder::Recorder;
 use super::status::RunStatus;
@@ -101,6 +102,14 @@ impl FacetSource for GoalData<'_> {
     }
 }
 
+/// How a run fails because a node did.
+fn node_failure(node_id: &str, capability_id: &str, code: &str, message: &str) -> Failure {
+    Failure::new("node_failed", format!("Node \"{node_id}\" failed: {message}"))
+        .detail("nodeId", node_id)
+        .detail("capabilityId", capability_id)
+        .detail("cause", code)
+}
+
 /// The `retry` frame announcing `retry` of a call that failed with `error`.
 fn retry_event(scope: &'static str, node_id: Option<String>, retry: Retry, error: &impl std::fmt::Display) -> Event {
     Event::Retry(RetryFrame {
@@ -151,31 +160,36 @@ struct Staged {
 }
 
 impl Coordinator {
-    /// A coordinator for a run just created (status `pending`, `start` frame committed).
+    /// A coordinator that carries on from `checkpoint` (a run just created, or one resumed).
     pub(super) fn new(
         services: Arc<Services>,
         envelope: Arc<TaskEnvelope>,
-        recorder: Recorder,
-        started_at: DateTime<Utc>,
+        mut recorder: Recorder,
+        checkpoint: Checkpoint,
     ) -> Self {
-        let limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
+        let mut budget = ReplanBudget::new(ReplanLimits::resolve(&envelope.replan, &services.settings.replan));
+        budget.goal_condition_replans = checkpoint.counters.goal_condition_replans;
+        budget.replans = checkpoint.counters.replans;
         let retry = RetryPolicy::resolve(&envelope.retry, &services.settings.retry);
+        if let Some(plan) = &checkpoint.plan {
+            recorder.set_plan_version(plan.version);
+        }
         Self {
-            context: RunContext::seeded(&envelope.inputs, &started_at.to_rfc3339_opts(SecondsFormat::Millis, true)),
-            started_at,
             capabilities: services.registry.snapshot(),
             services,
             envelope,
             recorder,
-            status: RunStatus::Pending,
-            budget: ReplanBudget::new(limits),
+            status: checkpoint.status,
+            context: checkpoint.context,
+            budget,
             retry,
             node_retries: HashMap::new(),
-            planner_attempts: 0,
-            plan: None,
-            nodes: HashMap::new(),
-            completed: Vec::new(),
-            repair: Vec::new(),
+            planner_attempts: checkpoint.counters.planner_attempts,
+            plan: checkpoint.plan.map(Arc::new),
+            nodes: checkpoint.nodes,
+            completed: checkpoint.completed,
+            repair: checkpoint.repair,
+            started_at: checkpoint.started_at,
             staged: Vec::new(),
         }
     }
@@ -184,11 +198,11 @@ impl Coordinator {
         self.recorder.run_id().to_string()
     }
 
-    /// Runs to the end. A database failure stops the coordinator where it is: the run keeps its
-    /// last committed state.
-    pub(super) async fn drive(mut self) {
+    /// Runs to the end, starting with `from`. A database failure stops the coordinator where it
+    /// is: the run keeps its last committed state (and is resumed from it after a restart).
+    pub(super) async fn drive(mut self, from: Resume) {
         use futures::FutureExt;
-        match std::panic::AssertUnwindSafe(self.run()).catch_unwind().await {
+        match std::panic::AssertUnwindSafe(self.run(from)).catch_unwind().await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
                 tracing::error!(run_id = %self.run_id(), %error, "run coordinator stopped on a database error");
@@ -201,20 +215,58 @@ impl Coordinator {
         self.recorder.settle();
     }
 
-    async fn run(&mut self) -> Result<(), StoreError> {
-        let mut replan = None;
+    async fn run(&mut self, from: Resume) -> Result<(), StoreError> {
+        let mut next = from;
         loop {
-            if let Step::Ended = self.plan_round(replan.take()).await? {
-                return Ok(());
-            }
-            if let Step::Ended = self.execute().await? {
-                return Ok(());
-            }
-            match self.evaluate_goals().await? {
-                Step::Continue(next) => replan = Some(next),
-                Step::Ended => return Ok(()),
+            next = match next {
+                Resume::Plan(replan) => match self.plan_round(replan).await? {
+                    Step::Continue(()) => Resume::Execute,
+                    Step::Ended => return Ok(()),
+                },
+                Resume::Execute => {
+                    if let Step::Ended = self.execute().await? {
+                        return Ok(());
+                    }
+                    match self.evaluate_goals().await? {
+                        Step::Continue(replan) => Resume::Plan(Some(replan)),
+                        Step::Ended => return Ok(()),
+                    }
+                }
+                Resume::NodeFailed(failure) => {
+                    let failure =
+                        node_failure(&failure.node_id, &failure.capability_id, &failure.code, &failure.message);
+                    return self.fail(failure, vec![]).await;
+                }
+            };
+        }
+    }
+
+    /// [`Self::drive`] for a run resumed after a restart: first a `log` frame saying so.
+    pub(super) async fn resume(mut self, from: Resume, interrupted: Vec<String>) {
+        match self.announce_resume(&interrupted).await {
+            Ok(()) => self.drive(from).await,
+            Err(error) => {
+                tracing::error!(run_id = %self.run_id(), %error, "could not resume the run");
+                self.recorder.settle();
             }
         }
+    }
+
+    /// Commits a `log` frame saying the run was resumed after a restart, and which nodes run again.
+    async fn announce_resume(&mut self, interrupted: &[String]) -> Result<(), StoreError> {
+        let mut message = format!("Resumed after a restart (status {})", self.status);
+        if !interrupted.is_empty() {
+            message.push_str(&format!(
+                "; {} had started but not finished and run again",
+                interrupted.iter().map(|id| format!("\"{id}\"")).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        let log = Event::Log(Log {
+            severity: "info".into(),
+            message,
+            details: Some(json!({"resumedFrom": self.status, "interruptedNodes": interrupted})),
+        });
+        self.commit(vec![log], RunUpdate::NONE, |_| Ok(())).await
     }
 
     /// Commits `events`, the change to the run row and whatever `write` does (after anything
@@ -546,6 +598,9 @@ impl Coordinator {
                 Failure::new("plan_deadlock", format!("no node can start; unfinished: {}", unfinished.join(", ")));
             return self.fail(failure, vec![]).await.map(|_| Step::Ended);
         }
+        // Every step's completion is committed before the goals are evaluated: a run stopped in
+        // between resumes with the evaluation alone.
+        self.flush().await?;
         Ok(Step::Continue(()))
     }
 
@@ -726,10 +781,7 @@ impl Coordinator {
         })
         .await?;
         self.nodes.insert(node.id.clone(), NodeStatus::Failed);
-        Ok(Failure::new("node_failed", format!("Node \"{}\" failed: {}", node.id, info.message))
-            .detail("nodeId", node.id.clone())
-            .detail("capabilityId", node.capability_id.clone())
-            .detail("cause", info.code))
+        Ok(node_failure(&node.id, &node.capability_id, &info.code, &info.message))
     }
 
     // ----- goals and completion -----------------------------------------------------------------

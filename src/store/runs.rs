@@ -54,6 +54,16 @@ pub fn get(conn: &mut DbConn, run_id: &str) -> Result<RunRow, StoreError> {
         .ok_or_else(|| StoreError::NotFound(format!("run {run_id}")))
 }
 
+/// The runs a coordinator should be driving (`pending`, `planning`, `running`), oldest first.
+pub fn active_ids(conn: &mut DbConn) -> Result<Vec<String>, StoreError> {
+    let active: Vec<&str> = RunStatus::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
+    Ok(super::on_backend!(conn, |c| runs::table
+        .filter(runs::status.eq_any(&active))
+        .order(runs::created_at)
+        .select(runs::run_id)
+        .load(c))?)
+}
+
 // Every update below has a fixed shape, so SQLite prepares it once per connection.
 
 pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {

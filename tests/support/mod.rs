@@ -22,6 +22,8 @@ use flexrun::store::DbConn;
 
 pub use flexrun::standin::{Reply, script};
 
+pub mod process;
+
 pub const OPERATOR_KEY: &str = "operator-test-key";
 
 pub struct TestServer {
@@ -76,9 +78,10 @@ impl TestServer {
         let services = Services::start(settings).await.expect("services start");
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let server = flexrun::http::serve(services, listener).unwrap();
+        let server = flexrun::http::serve(services.clone(), listener).unwrap();
         let handle = server.handle();
         tokio::spawn(server);
+        flexrun::run::recover(&services).await.expect("recovery reads the database");
         Self { base, llm, db_path, http: reqwest::Client::new(), handle, dir, env }
     }
 
@@ -149,12 +152,18 @@ impl TestServer {
 
     /// The frames of the run's event log, parsed.
     pub fn event_log(&self, run_id: &str) -> Vec<(u64, String, Value)> {
-        flexrun::store::events::after(&mut self.db(), run_id, 0, 10_000)
-            .unwrap()
-            .into_iter()
-            .map(|f| (f.seq, f.event_type, serde_json::from_str(&f.json).unwrap()))
-            .collect()
+        event_log(&self.db_path, run_id)
     }
+}
+
+/// The frames of a run's event log in the SQLite file at `db_path`, parsed.
+pub fn event_log(db_path: &std::path::Path, run_id: &str) -> Vec<(u64, String, Value)> {
+    let mut db = DbConn::establish(db_path.to_str().unwrap()).expect("open test database");
+    flexrun::store::events::after(&mut db, run_id, 0, 10_000)
+        .unwrap()
+        .into_iter()
+        .map(|f| (f.seq, f.event_type, serde_json::from_str(&f.json).unwrap()))
+        .collect()
 }
 
 /// Reads up to `max` frames of an SSE response (until it ends).

@@ -1,0 +1,259 @@
+//! Crash recovery: the real `flexrun serve` process is killed with SIGKILL while the model holds a
+//! response (mid-plan, mid-node, mid-replan), then started again on the same SQLite file. The run
+//! must finish without repeating committed work, with a gap-free log that a re-attaching client
+//! receives exactly once.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use diesel::{Connection, RunQueryDsl};
+use flexrun::events::ReceivedFrame;
+use flexrun::standin::{ChatCall, StandIn};
+use flexrun::store::DbConn;
+use serde_json::{Value, json};
+use support::process::ServerProcess;
+use support::*;
+
+/// What a model call is answered with.
+type Answer = fn(&ChatCall) -> Reply;
+
+/// Plans draft (writer) → polish (editor); both score 0.9.
+fn two_steps(call: &ChatCall) -> Reply {
+    if call.is_planner() { plan(&[("draft", "writer"), ("polish", "editor")]) } else { post(0.9) }
+}
+
+/// The first plan's draft scores 0.5; the repair plan adds a polish (editor) scoring 0.9.
+fn needs_repair(call: &ChatCall) -> Reply {
+    match (call.is_planner(), call.user.contains("### GOAL CONDITION REPAIR")) {
+        (true, true) => plan(&[("draft", "writer"), ("polish", "editor")]),
+        (true, false) => plan(&[("draft", "writer")]),
+        _ if call.capability_id() == Some("writer") => post(0.5),
+        _ => post(0.9),
+    }
+}
+
+/// A stand-in model answering with `answer`, except that calls matching `held` get no answer
+/// (for ten minutes) while the returned switch is on.
+fn holding_model(answer: Answer, held: fn(&ChatCall) -> bool) -> (StandIn, Arc<AtomicBool>) {
+    let hold = Arc::new(AtomicBool::new(true));
+    let switch = hold.clone();
+    let model = StandIn::start(script(move |call| {
+        let reply = answer(call);
+        if switch.load(Ordering::SeqCst) && held(call) { reply.after(Duration::from_secs(600)) } else { reply }
+    }))
+    .unwrap();
+    (model, hold)
+}
+
+/// What a test saw across a crash.
+struct Recovered {
+    run_id: String,
+    /// Frames the first client read before the kill.
+    before: Vec<ReceivedFrame>,
+    /// Frames a client re-attaching with `Last-Event-ID` read after the restart.
+    after: Vec<ReceivedFrame>,
+    calls: Vec<ChatCall>,
+    server: ServerProcess,
+    _dir: tempfile::TempDir,
+}
+
+impl Recovered {
+    fn calls_of(&self, capability: &str) -> usize {
+        self.calls.iter().filter(|c| c.capability_id() == Some(capability)).count()
+    }
+
+    fn planner_calls(&self) -> Vec<&ChatCall> {
+        self.calls.iter().filter(|c| c.is_planner()).collect()
+    }
+
+    fn event_log(&self) -> Vec<(u64, String, Value)> {
+        event_log(&self.server.dir.join("flexrun.db"), &self.run_id)
+    }
+
+    /// The checks every recovery must pass: the run completed; the log is gap-free; the client
+    /// that re-attached got exactly what it had not seen; one `log` frame reports the resume; no
+    /// panic in the server's log.
+    fn assert_recovered(&self) {
+        let log = self.event_log();
+        let seen: Vec<(u64, &str)> = self.before.iter().chain(&self.after).map(|f| (f.seq, f.kind.as_str())).collect();
+        let logged: Vec<(u64, &str)> = log.iter().map(|(seq, kind, _)| (*seq, kind.as_str())).collect();
+        assert_eq!(seen, logged, "the frames before the kill + after re-attaching = the whole log");
+        assert_eq!(logged.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), (1..=log.len() as u64).collect::<Vec<_>>());
+        let resumed: Vec<&ReceivedFrame> = self.after.iter().filter(|f| f.kind == "log").collect();
+        assert_eq!(resumed.len(), 1, "{:?}", kinds(&self.after));
+        assert!(resumed[0].message.as_deref().unwrap().starts_with("Resumed after a restart"));
+        let complete = self.after.last().unwrap();
+        assert_eq!((complete.kind.as_str(), &complete.payload["status"]), ("complete", &json!("completed")));
+        assert!(!self.server.log().contains("panicked"), "{}", self.server.log());
+    }
+}
+
+/// Starts a run on a `flexrun serve` process, reads `frames_before_kill` frames, waits until the
+/// model holds a call, kills the process, lets the model answer, restarts the process and
+/// re-attaches to the run where the first client stopped.
+async fn crash_and_recover(answer: Answer, held: fn(&ChatCall) -> bool, frames_before_kill: usize) -> Recovered {
+    let (model, hold) = holding_model(answer, held);
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let http = reqwest::Client::new();
+    let response = http.post(server.url("/api/v1/flex/run.stream")).json(&envelope()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    let before = read_frames(response, frames_before_kill).await;
+    for _ in 0..200 {
+        if model.calls().iter().any(held) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(model.calls().iter().any(held), "the call to hold never reached the model");
+
+    server.kill();
+    hold.store(false, Ordering::SeqCst);
+    server.restart().await;
+
+    let last_seen = before.last().unwrap().seq.to_string();
+    let stream = http
+        .get(server.url(&format!("/api/v1/flex/runs/{run_id}/stream")))
+        .header("last-event-id", last_seen)
+        .send()
+        .await
+        .unwrap();
+    let after = read_frames(stream, usize::MAX).await;
+    Recovered { run_id, before, after, calls: model.calls(), server, _dir: dir }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_node_the_run_finishes_without_repeating_committed_nodes() {
+    // start, plan_requested, plan_generated, node_start draft, node_complete draft, node_start polish
+    let run = crash_and_recover(two_steps, |c| c.capability_id() == Some("editor"), 6).await;
+    run.assert_recovered();
+    assert_eq!(kinds(&run.after), ["log", "node_start", "node_complete", "complete"]);
+    assert_eq!(run.after[0].payload["details"]["interruptedNodes"], json!(["polish"]));
+    assert_eq!(run.after[1].node_id.as_deref(), Some("polish"));
+    assert_eq!(run.calls_of("writer"), 1, "the committed draft is not run again");
+    assert_eq!(run.calls_of("editor"), 2, "the interrupted polish is");
+    assert_eq!(run.planner_calls().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_plan_the_run_asks_the_planner_again() {
+    let run = crash_and_recover(two_steps, ChatCall::is_planner, 2).await;
+    run.assert_recovered();
+    assert_eq!(
+        kinds(&run.after),
+        [
+            "log",
+            "plan_requested",
+            "plan_generated",
+            "node_start",
+            "node_complete",
+            "node_start",
+            "node_complete",
+            "complete"
+        ]
+    );
+    assert_eq!(run.after[1].payload["attempt"], 2, "attempts count on across the restart");
+    assert_eq!(run.planner_calls().len(), 2);
+    assert_eq!((run.calls_of("writer"), run.calls_of("editor")), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_repair_the_replan_keeps_its_reason_and_the_completed_draft() {
+    let repair = |c: &ChatCall| c.is_planner() && c.user.contains("### GOAL CONDITION REPAIR");
+    // … node_complete draft, goal_condition_failed, plan_requested (replan)
+    let run = crash_and_recover(needs_repair, repair, 7).await;
+    run.assert_recovered();
+    assert_eq!(
+        kinds(&run.after),
+        ["log", "plan_requested", "plan_generated", "plan_updated", "node_start", "node_complete", "complete"]
+    );
+    assert_eq!(run.after[1].payload["phase"], "replan");
+    assert_eq!(run.after[1].payload["replan"]["reason"], "goal_condition_failed");
+    let planner = run.planner_calls();
+    assert_eq!(planner.len(), 3, "first plan, the held repair, the repair asked again");
+    assert!(planner[2].user.contains("### GOAL CONDITION REPAIR") && planner[2].user.contains("quality_score"));
+    assert_eq!(run.calls_of("writer"), 1, "the draft carries into the repair plan");
+    assert_eq!(run.calls_of("editor"), 1);
+    let db = run.server.dir.join("flexrun.db");
+    let mut conn = DbConn::establish(db.to_str().unwrap()).unwrap();
+    let stored = flexrun::store::runs::get(&mut conn, &run.run_id).unwrap();
+    assert_eq!((stored.goal_condition_replans, stored.replans, stored.plan_version), (1, 1, 2));
+}
+
+/// Rolls a completed run back to the state its last commit found: every node complete, the goal
+/// evaluation (its `complete` frame, `run_outputs` row and status change) not yet committed.
+fn rewind_to_last_node_completion(db: &std::path::Path, run_id: &str) {
+    let mut conn = DbConn::establish(db.to_str().unwrap()).unwrap();
+    let statements = [
+        format!(
+            "DELETE FROM run_events WHERE run_id = '{run_id}' AND seq > (SELECT MAX(seq) FROM run_events \
+             WHERE run_id = '{run_id}' AND event_type = 'node_complete')"
+        ),
+        format!("DELETE FROM run_outputs WHERE run_id = '{run_id}'"),
+        format!("UPDATE runs SET status = 'running', result = NULL WHERE run_id = '{run_id}'"),
+    ];
+    for statement in statements {
+        diesel::sql_query(statement).execute(&mut conn).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_nodes_all_completed_finishes_with_no_model_call() {
+    let model = StandIn::start(script(two_steps)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("flexrun.db");
+    let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let http = reqwest::Client::new();
+    let response = http.post(server.url("/api/v1/flex/run.stream")).json(&envelope()).send().await.unwrap();
+    let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    let first = read_frames(response, usize::MAX).await;
+    server.kill();
+    rewind_to_last_node_completion(&db, &run_id);
+    let calls = model.calls().len();
+    let last = event_log(&db, &run_id).len();
+    assert_eq!(first[last - 1].kind, "node_complete");
+
+    server.restart().await;
+    let stream = http.get(server.url(&format!("/api/v1/flex/runs/{run_id}/stream?after={last}"))).send().await.unwrap();
+    let after = read_frames(stream, usize::MAX).await;
+    assert_eq!(kinds(&after), ["log", "complete"]);
+    assert_eq!(after[1].seq, last as u64 + 2);
+    assert_eq!(after[1].payload["status"], "completed");
+    assert_eq!(after[1].payload["output"], first.last().unwrap().payload["output"]);
+    assert_eq!(model.calls().len(), calls, "goal conditions are evaluated again, nothing else");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_cannot_be_resumed_is_failed_not_left_running() {
+    let (model, _hold) = holding_model(two_steps, |c| c.capability_id() == Some("writer"));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("flexrun.db");
+    let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let http = reqwest::Client::new();
+    let response = http.post(server.url("/api/v1/flex/run.stream")).json(&envelope()).send().await.unwrap();
+    let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    let before = read_frames(response, 4).await;
+    server.kill();
+    // As an envelope stored by an incompatible version would be.
+    let mut conn = DbConn::establish(db.to_str().unwrap()).unwrap();
+    diesel::sql_query(format!("UPDATE runs SET envelope = '{{\"objective\": 7}}' WHERE run_id = '{run_id}'"))
+        .execute(&mut conn)
+        .unwrap();
+
+    server.restart().await;
+    let stream = http
+        .get(server.url(&format!("/api/v1/flex/runs/{run_id}/stream?after={}", before.len())))
+        .send()
+        .await
+        .unwrap();
+    let after = read_frames(stream, usize::MAX).await;
+    assert_eq!(kinds(&after), ["complete"]);
+    let error = &after[0].payload["error"];
+    assert_eq!(error["code"], "resume_failed");
+    assert!(error["message"].as_str().unwrap().contains("/objective"), "{error}");
+    assert_eq!(flexrun::store::runs::get(&mut conn, &run_id).unwrap().status, "failed");
+}

@@ -1,0 +1,110 @@
+//! The `flexrun serve` binary as a child process, so a test can kill it (SIGKILL) at any point and
+//! start it again on the same database. The stand-in model stays up in the test process across
+//! restarts.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A `flexrun serve` process on a loopback port, logging to `<dir>/server.log`.
+pub struct ServerProcess {
+    child: Option<Child>,
+    pub base: String,
+    pub dir: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl ServerProcess {
+    /// Starts `flexrun serve` on a database in `dir`, with `capabilities` registered from files and
+    /// the model at `llm_base_url`. Returns once the health endpoint answers.
+    pub async fn start(dir: &Path, llm_base_url: &str, capabilities: &[Value], env: &[(&str, &str)]) -> Self {
+        let capabilities_dir = dir.join("capabilities");
+        std::fs::create_dir_all(&capabilities_dir).unwrap();
+        for capability in capabilities {
+            let name = format!("{}.json", capability["capabilityId"].as_str().unwrap());
+            std::fs::write(capabilities_dir.join(name), capability.to_string()).unwrap();
+        }
+        let mut all: Vec<(String, String)> = vec![
+            ("FLEXRUN_DATABASE_URL".into(), format!("sqlite://{}", dir.join("flexrun.db").display())),
+            ("FLEXRUN_CAPABILITIES_DIR".into(), capabilities_dir.display().to_string()),
+            ("FLEXRUN_LLM_BASE_URL".into(), llm_base_url.into()),
+            ("FLEXRUN_LLM_API_KEY".into(), "test-key".into()),
+            ("FLEXRUN_LLM_MODEL".into(), "test-model".into()),
+            ("FLEXRUN_LOG".into(), "info".into()),
+        ];
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let mut server = Self { child: None, base: String::new(), dir: dir.to_path_buf(), env: all };
+        server.spawn().await;
+        server
+    }
+
+    /// Kills the process with SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL the server");
+            child.wait().expect("reap the server");
+        }
+    }
+
+    /// Starts the process again (on a new port) after [`Self::kill`].
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "kill the server first");
+        self.spawn().await;
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Everything the server processes wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    async fn spawn(&mut self) {
+        let port = free_port();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_flexrun"))
+            .arg("serve")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("FLEXRUN_BIND", format!("127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start flexrun serve");
+        self.child = Some(child);
+        self.base = format!("http://127.0.0.1:{port}");
+        self.wait_until_healthy().await;
+    }
+
+    async fn wait_until_healthy(&mut self) {
+        let client = reqwest::Client::new();
+        for _ in 0..300 {
+            if let Ok(response) = client.get(self.url("/api/v1/health")).send().await
+                && response.status().is_success()
+            {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("flexrun serve exited with {status}:\n{}", self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("flexrun serve did not become healthy:\n{}", self.log());
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A port nobody listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
