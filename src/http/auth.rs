@@ -8,6 +8,8 @@ use std::future::{Ready, ready};
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
 
+use sha2::{Digest, Sha256};
+
 use super::error::ApiError;
 use crate::config::{AuthSettings, Secret};
 use crate::services::Services;
@@ -19,9 +21,12 @@ pub enum Role {
 }
 
 /// An authenticated request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Caller {
     pub role: Role,
+    /// Who is calling, without revealing the key: `key:<first 16 hex digits of its SHA-256>`, or
+    /// `anonymous` when no keys are configured. Scopes what callers name (idempotency keys).
+    pub principal: String,
 }
 
 /// An authenticated request with the operator role.
@@ -63,7 +68,13 @@ fn caller(req: &HttpRequest) -> Result<Caller, ApiError> {
     let services = req
         .app_data::<web::Data<Services>>()
         .ok_or_else(|| ApiError::internal("services are not registered with the app"))?;
-    authenticate(&services.settings.auth, presented_key(req)).map(|role| Caller { role })
+    let presented = presented_key(req);
+    let role = authenticate(&services.settings.auth, presented)?;
+    let principal = match presented.filter(|_| services.settings.auth.enabled()) {
+        Some(key) => format!("key:{}", &format!("{:x}", Sha256::digest(key.as_bytes()))[..16]),
+        None => "anonymous".to_string(),
+    };
+    Ok(Caller { role, principal })
 }
 
 impl FromRequest for Caller {

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::capability::RegistryError;
 use crate::envelope::EnvelopeError;
+use crate::run::StartError;
 use crate::store::StoreError;
 use crate::validation::FieldError;
 
@@ -23,6 +24,9 @@ pub enum ApiError {
     NotFound { code: &'static str, what: String },
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// Well-formed, but it contradicts what the server already holds.
+    #[error("{message}")]
+    Unprocessable { code: &'static str, message: String },
     #[error("internal error (reference {reference})")]
     Internal { reference: String },
 }
@@ -34,7 +38,7 @@ impl ApiError {
 
     fn code(&self) -> &'static str {
         match self {
-            Self::BadRequest { code, .. } | Self::NotFound { code, .. } => code,
+            Self::BadRequest { code, .. } | Self::NotFound { code, .. } | Self::Unprocessable { code, .. } => code,
             Self::Unauthenticated => "unauthenticated",
             Self::InvalidKey => "invalid_api_key",
             Self::Forbidden => "forbidden",
@@ -66,6 +70,7 @@ impl ResponseError for ApiError {
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -106,6 +111,17 @@ impl From<RegistryError> for ApiError {
                 details,
             },
             other => Self::internal(other),
+        }
+    }
+}
+
+impl From<StartError> for ApiError {
+    fn from(error: StartError) -> Self {
+        match error {
+            StartError::KeyReused { .. } => {
+                Self::Unprocessable { code: "idempotency_key_reused", message: error.to_string() }
+            }
+            StartError::Store(error) => error.into(),
         }
     }
 }

@@ -6,6 +6,7 @@ mod body;
 mod capabilities;
 mod conditions;
 mod error;
+mod idempotency;
 mod redact;
 mod runs;
 mod sse;

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::auth::Caller;
 use super::body::read_body;
 use super::error::ApiError;
+use super::idempotency;
 use super::sse::frame_stream;
 use crate::envelope;
 use crate::events;
@@ -23,19 +24,23 @@ use crate::store::{StoreError, events as event_log, plans, runs};
 #[post("/run.stream")]
 pub async fn run_stream(
     req: HttpRequest,
-    _caller: Caller,
+    caller: Caller,
     payload: web::Payload,
     services: web::Data<Services>,
 ) -> Result<impl Responder, ApiError> {
     let body = read_body(payload, services.settings.limits.max_body_bytes).await?;
     let envelope = envelope::parse(&body, &services.registry.catalog())?;
     let correlation_id = correlation_id(&req)?;
+    let idempotency = idempotency::from_request(&req, &caller, &body)?;
     let services: Arc<Services> = services.into_inner();
-    let crate::run::StartedRun { run_id, frames } = crate::run::start(&services, envelope, correlation_id).await?;
-    Ok(frame_stream(frames)
-        .customize()
-        .insert_header((header::LOCATION, format!("/api/v1/flex/runs/{run_id}/stream")))
-        .insert_header(("x-flexrun-run-id", run_id)))
+    let run = crate::run::start(&services, envelope, correlation_id, idempotency).await?;
+    let mut response = frame_stream(run.frames).customize();
+    if run.replayed {
+        response = response.insert_header(("idempotent-replayed", "true"));
+    }
+    Ok(response
+        .insert_header((header::LOCATION, format!("/api/v1/flex/runs/{}/stream", run.run_id)))
+        .insert_header(("x-flexrun-run-id", run.run_id)))
 }
 
 /// An `X-Correlation-Id` header, if sent: at most 200 visible ASCII characters.

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::envelope::{self, EnvelopeError, TaskEnvelope};
 use crate::events::payload::{Complete, CompleteStatus, Start};
-use crate::events::{Event, FollowError, Frame, FrameHeader, follow_new};
+use crate::events::{Event, FollowError, Frame, FrameHeader, follow, follow_new};
 use crate::services::Services;
 use crate::store::StoreError;
 use crate::store::events::{self, LoggedFrame};
@@ -27,22 +27,43 @@ use checkpoint::{Checkpoint, CheckpointError, Counters, Resume};
 use coordinator::Coordinator;
 use recorder::Recorder;
 
-/// A run that was just created.
+/// A run that was just created (or, for a repeated idempotency key, found again).
 pub struct StartedRun {
     pub run_id: String,
     /// Its frames from `start` on, live (subscribed before the coordinator started).
     pub frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
+    /// The run existed already: the request repeated an idempotency key.
+    pub replayed: bool,
+}
+
+/// An `Idempotency-Key` as stored with a run: scoped to the caller that sent it, with a hash of
+/// the request body it came with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: String,
+    pub request_hash: String,
+}
+
+/// Why no run was started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("this Idempotency-Key was already used, for run {run_id}, with a different request body")]
+    KeyReused { run_id: String },
 }
 
 /// Creates a run for a validated envelope and starts its coordinator in the background.
 ///
 /// Returns once the run row and its `start` frame (seq 1) are committed together; the run then
-/// proceeds whether or not anyone reads `frames`.
+/// proceeds whether or not anyone reads `frames`. With an `idempotency` key that already made a
+/// run, that run's stream is returned instead (from `start`), if the request body is the same.
 pub async fn start(
     services: &Arc<Services>,
     envelope: TaskEnvelope,
     correlation_id: Option<String>,
-) -> Result<StartedRun, StoreError> {
+    idempotency: Option<Idempotency>,
+) -> Result<StartedRun, StartError> {
     let run_id = Uuid::now_v7().to_string();
     let correlation_id =
         correlation_id.or_else(|| envelope.correlation_id.clone()).unwrap_or_else(|| Uuid::now_v7().to_string());
@@ -76,17 +97,38 @@ pub async fn start(
         error: None,
         created_at: now,
         updated_at: now,
+        idempotency_key: idempotency.as_ref().map(|i| i.key.clone()),
+        request_hash: idempotency.as_ref().map(|i| i.request_hash.clone()),
     };
     let started_at = start.timestamp;
     let logged = LoggedFrame { seq: start.seq, event_type: start.kind.as_str().to_string(), json: start.json.clone() };
-    let id = run_id.clone();
-    services
+    let (id, key) = (run_id.clone(), row.idempotency_key.clone());
+    let created = services
         .store
         .write(move |conn| {
+            // Checked by the single writer, so two requests with one key cannot both insert.
+            if let Some(existing) = key.as_deref().map(|key| runs::by_idempotency_key(conn, key)).transpose()?.flatten()
+            {
+                return Ok(Some(existing));
+            }
             runs::insert(conn, &row)?;
-            events::append(conn, &id, &[start])
+            events::append(conn, &id, &[start])?;
+            Ok(None)
         })
-        .await?;
+        .await;
+    let existing = match (created, &idempotency) {
+        (Ok(existing), _) => existing,
+        // Another server sharing the database inserted the same key first.
+        (Err(error), Some(idempotency)) if error.is_unique_violation() => {
+            let key = idempotency.key.clone();
+            let existing = services.store.read(move |conn| runs::by_idempotency_key(conn, &key)).await?;
+            Some(existing.ok_or(error)?)
+        }
+        (Err(error), _) => return Err(error.into()),
+    };
+    if let (Some(existing), Some(idempotency)) = (existing, &idempotency) {
+        return rejoin(services, idempotency, existing);
+    }
     let live = services.bus.subscribe(&run_id);
     metrics::counter!("flexrun_runs_started_total").increment(1);
     let recorder = Recorder::new(header, 1, services.store.clone(), services.bus.clone());
@@ -94,7 +136,20 @@ pub async fn start(
     let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder, checkpoint);
     services.runtime.spawn(coordinator.drive(Resume::Plan(None)));
     let frames = follow_new(services.store.clone(), live, run_id.clone(), logged).boxed();
-    Ok(StartedRun { run_id, frames })
+    Ok(StartedRun { run_id, frames, replayed: false })
+}
+
+/// The stream of the run an idempotency key already made, if the request body is the same.
+fn rejoin(
+    services: &Services,
+    idempotency: &Idempotency,
+    (run_id, request_hash): (String, Option<String>),
+) -> Result<StartedRun, StartError> {
+    if request_hash.as_deref() != Some(idempotency.request_hash.as_str()) {
+        return Err(StartError::KeyReused { run_id });
+    }
+    let frames = follow(services.store.clone(), &services.bus, run_id.clone(), 0).boxed();
+    Ok(StartedRun { run_id, frames, replayed: true })
 }
 
 /// Why a run left active by an earlier process cannot be picked up again.

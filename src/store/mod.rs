@@ -121,6 +121,14 @@ pub enum StoreError {
     Url(String),
 }
 
+impl StoreError {
+    /// An insert hit a unique index (a key another writer stored first).
+    pub fn is_unique_violation(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        matches!(self, Self::Db(Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _)))
+    }
+}
+
 type DbPool = Pool<ConnectionManager<DbConn>>;
 
 /// Handle to the database. Cheap to clone.
@@ -246,6 +254,8 @@ mod tests {
             error: None,
             created_at: now(),
             updated_at: now(),
+            idempotency_key: None,
+            request_hash: None,
         }
     }
 

@@ -25,6 +25,10 @@ pub struct RunRow {
     pub error: Option<String>,
     pub created_at: NaiveDateTime,
     pub updated_at: NaiveDateTime,
+    /// `Idempotency-Key` of the request that created the run, scoped to its caller.
+    pub idempotency_key: Option<String>,
+    /// SHA-256 of that request's body (hex).
+    pub request_hash: Option<String>,
 }
 
 impl RunRow {
@@ -52,6 +56,15 @@ pub fn get(conn: &mut DbConn, run_id: &str) -> Result<RunRow, StoreError> {
     super::on_backend!(conn, |c| runs::table.find(run_id).select(RunRow::as_select()).first(c))
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("run {run_id}")))
+}
+
+/// The run created with this (scoped) idempotency key: its id and request hash.
+pub fn by_idempotency_key(conn: &mut DbConn, key: &str) -> Result<Option<(String, Option<String>)>, StoreError> {
+    Ok(super::on_backend!(conn, |c| runs::table
+        .filter(runs::idempotency_key.eq(key))
+        .select((runs::run_id, runs::request_hash))
+        .first(c))
+    .optional()?)
 }
 
 /// The runs a coordinator should be driving (`pending`, `planning`, `running`), oldest first.

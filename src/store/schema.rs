@@ -29,6 +29,8 @@ diesel::table! {
         error -> Nullable<Text>,
         created_at -> Timestamp,
         updated_at -> Timestamp,
+        idempotency_key -> Nullable<Text>,
+        request_hash -> Nullable<Text>,
     }
 }
 
