@@ -106,6 +106,7 @@ pub struct RetrySettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
+    pub run_timeout_secs: u64,
     pub max_body_bytes: usize,
     pub max_concurrent_nodes: usize,
     pub capability_timeout_secs: u64,

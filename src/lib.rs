@@ -26,6 +26,7 @@ pub mod retry;
 pub mod run;
 pub mod services;
 pub mod standin;
+pub mod timeouts;
 
 pub mod store;
 pub mod validation;

@@ -74,6 +74,8 @@ pub struct ChatRequest {
     pub system: String,
     pub user: String,
     pub shape: ResponseShape,
+    /// How long the call may take.
+    pub timeout: Duration,
 }
 
 /// A configured model client. Creating it makes no network call.
@@ -81,7 +83,6 @@ pub struct ChatRequest {
 pub struct LlmClient {
     client: Client<OpenAIConfig>,
     model: String,
-    timeout: Duration,
 }
 
 impl LlmClient {
@@ -91,7 +92,7 @@ impl LlmClient {
             .with_api_key(settings.api_key.expose());
         let transport = Transport { client: reqwest::Client::new() };
         let client = Client::with_config(config).with_http_service(transport);
-        Self { client, model: settings.model.clone(), timeout: Duration::from_secs(settings.timeout_secs) }
+        Self { client, model: settings.model.clone() }
     }
 
     /// The model name sent with every request.
@@ -119,10 +120,10 @@ impl LlmClient {
             }
         }
         let body = args.build().map_err(|e| LlmError::Request(e.to_string()))?;
-        let response = tokio::time::timeout(self.timeout, self.client.chat().create(body))
+        let response = tokio::time::timeout(request.timeout, self.client.chat().create(body))
             .await
-            .map_err(|_| LlmError::Timeout(self.timeout))?
-            .map_err(|e| classify(e, self.timeout))?;
+            .map_err(|_| LlmError::Timeout(request.timeout))?
+            .map_err(|e| classify(e, request.timeout))?;
         let choice = response.choices.into_iter().next();
         let finish = choice.as_ref().and_then(|c| c.finish_reason).map(|r| format!(" (finish reason {r:?})"));
         choice

@@ -2,7 +2,6 @@
 //! shared by the HTTP handlers and the run coordinators.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::capability::{Executors, RegistrationPolicy, Registry, RegistryError};
 use crate::config::Settings;
@@ -20,6 +19,8 @@ pub enum StartError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     FacetCatalog(#[from] FacetCatalogError),
+    #[error("cannot set up the HTTP client for capabilities: {0}")]
+    HttpClient(#[from] reqwest::Error),
 }
 
 pub struct Services {
@@ -47,11 +48,7 @@ impl Services {
             Registry::load(store.clone(), policy, configured, settings.capabilities_dir().as_deref()).await?;
         let llm = LlmClient::new(&settings.llm);
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
-        let executors = Executors::new(
-            llm,
-            Duration::from_secs(settings.limits.capability_timeout_secs),
-            settings.limits.max_capability_response_bytes,
-        );
+        let executors = Executors::new(llm, settings.limits.max_capability_response_bytes)?;
         Ok(Arc::new(Self {
             settings,
             store,

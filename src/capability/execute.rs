@@ -13,6 +13,7 @@ use super::{Capability, Executor};
 use crate::condition::GoalConditionResult;
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::llm::{ChatRequest, LlmClient, LlmError, ResponseShape, parse_json_content};
+use crate::timeouts::Timeouts;
 
 /// What a node's capability is given (and what an `http` capability receives as its body).
 #[derive(Debug, Clone, Serialize)]
@@ -94,22 +95,26 @@ impl CapabilityError {
 pub struct Executors {
     llm: LlmClient,
     http: reqwest::Client,
-    http_timeout: Duration,
     max_response_bytes: usize,
 }
 
 impl Executors {
-    pub fn new(llm: LlmClient, http_timeout: Duration, max_response_bytes: usize) -> Self {
+    pub fn new(llm: LlmClient, max_response_bytes: usize) -> Result<Self, reqwest::Error> {
         // Never follow redirects: only registered URLs are called.
-        let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap_or_default();
-        Self { llm, http, http_timeout, max_response_bytes }
+        let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
+        Ok(Self { llm, http, max_response_bytes })
     }
 
     /// Runs `capability` for one node and returns its checked output.
-    pub async fn run(&self, capability: &Capability, bundle: &ContextBundle) -> Result<Value, CapabilityError> {
+    pub async fn run(
+        &self,
+        capability: &Capability,
+        bundle: &ContextBundle,
+        timeouts: &Timeouts,
+    ) -> Result<Value, CapabilityError> {
         let output = match &capability.executor {
-            Executor::Ai { instructions } => self.run_ai(capability, instructions, bundle).await?,
-            Executor::Http { endpoint } => self.run_http(endpoint, bundle).await?,
+            Executor::Ai { instructions } => self.run_ai(capability, instructions, bundle, timeouts.model_call).await?,
+            Executor::Http { endpoint } => self.run_http(endpoint, bundle, timeouts.capability_call).await?,
         };
         check_output(&capability.output_contract, &output)?;
         Ok(output)
@@ -120,6 +125,7 @@ impl Executors {
         capability: &Capability,
         instructions: &str,
         bundle: &ContextBundle,
+        timeout: Duration,
     ) -> Result<Value, CapabilityError> {
         let (system, user) = ai_prompt(capability, instructions, bundle);
         let shape = match &capability.output_contract {
@@ -129,14 +135,19 @@ impl Executors {
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
         };
-        let content = self.llm.complete(ChatRequest { system, user, shape }).await?;
+        let content = self.llm.complete(ChatRequest { system, user, shape, timeout }).await?;
         match capability.output_contract {
             OutputContract::Freeform { .. } => Ok(parse_json_content(&content).unwrap_or(Value::String(content))),
             _ => parse_json_content(&content).map_err(CapabilityError::NotJson),
         }
     }
 
-    async fn run_http(&self, endpoint: &reqwest::Url, bundle: &ContextBundle) -> Result<Value, CapabilityError> {
+    async fn run_http(
+        &self,
+        endpoint: &reqwest::Url,
+        bundle: &ContextBundle,
+        timeout: Duration,
+    ) -> Result<Value, CapabilityError> {
         let call = async {
             let response = self.http.post(endpoint.clone()).json(bundle).send().await.map_err(connection)?;
             let status = response.status();
@@ -152,7 +163,7 @@ impl Executors {
             }
             serde_json::from_slice(&body).map_err(|e| CapabilityError::NotJson(format!("not valid JSON ({e})")))
         };
-        tokio::time::timeout(self.http_timeout, call).await.map_err(|_| CapabilityError::Timeout(self.http_timeout))?
+        tokio::time::timeout(timeout, call).await.map_err(|_| CapabilityError::Timeout(timeout))?
     }
 
     async fn read_limited(&self, response: reqwest::Response) -> Result<Vec<u8>, CapabilityError> {

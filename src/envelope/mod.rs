@@ -11,6 +11,7 @@ use crate::condition::dsl::{self, Catalog, Scope};
 use crate::condition::{FacetPath, GoalCondition, Rule};
 use crate::contract::OutputContract;
 use crate::retry::RetryOverrides;
+use crate::timeouts::TimeoutOverrides;
 use crate::validation::{BodySchema, FieldError, pointer};
 
 static SCHEMA: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("task-envelope.schema.json")));
@@ -45,6 +46,8 @@ pub struct TaskEnvelope {
     pub replan: ReplanPolicy,
     /// `policies.retry`.
     pub retry: RetryOverrides,
+    /// `policies.timeouts`.
+    pub timeouts: TimeoutOverrides,
     pub special_instructions: Vec<String>,
     pub thread_id: Option<String>,
     pub correlation_id: Option<String>,
@@ -95,6 +98,7 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         planner_policy: policies.and_then(|p| p.get("planner")).cloned(),
         replan,
         retry: policy_at(policies, "retry", "/policies/retry")?,
+        timeouts: policy_at(policies, "timeouts", "/policies/timeouts")?,
         special_instructions: string_list(raw.get("specialInstructions")),
         thread_id: string_at(&raw, "/constraints/threadId"),
         correlation_id: string_at(&raw, "/metadata/correlationId"),

@@ -12,6 +12,8 @@ use std::sync::LazyLock;
 use serde_json::Value;
 
 use crate::config::PlannerResponseFormat;
+use std::time::Duration;
+
 use crate::llm::{ChatRequest, LlmClient, LlmError, ResponseShape, parse_json_content};
 
 pub use draft::{Diagnostic, DraftContext, RequiredFacet};
@@ -42,7 +44,11 @@ impl Planner {
 
     /// Asks for one draft. The outer error is a failed call; the inner one a reply that is not JSON
     /// (a content problem, handled like any other rejected draft).
-    pub async fn draft(&self, input: &PromptInput<'_>) -> Result<Result<Value, Diagnostic>, LlmError> {
+    pub async fn draft(
+        &self,
+        input: &PromptInput<'_>,
+        timeout: Duration,
+    ) -> Result<Result<Value, Diagnostic>, LlmError> {
         let (system, user) = prompt::build(input);
         let shape = match self.format {
             PlannerResponseFormat::JsonSchema => {
@@ -51,7 +57,7 @@ impl Planner {
             PlannerResponseFormat::JsonObject => ResponseShape::JsonObject,
             PlannerResponseFormat::None => ResponseShape::Text,
         };
-        let content = self.llm.complete(ChatRequest { system, user, shape }).await?;
+        let content = self.llm.complete(ChatRequest { system, user, shape, timeout }).await?;
         Ok(parse_json_content(&content).map_err(|problem| Diagnostic::not_json(&problem)))
     }
 }

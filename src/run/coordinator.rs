@@ -31,6 +31,7 @@ use crate::services::Services;
 use crate::store::plans::{self, PlanNodeRow, PlanVersionRow, RunOutputRow};
 use crate::store::runs::{self, Progress};
 use crate::store::{DbConn, StoreError};
+use crate::timeouts::Timeouts;
 
 /// How a run that cannot go on ends.
 struct Failure {
@@ -135,6 +136,9 @@ pub(super) struct Coordinator {
     context: RunContext,
     budget: ReplanBudget,
     retry: RetryPolicy,
+    timeouts: Timeouts,
+    /// When the run reaches its time limit (`timeouts.run` after its start).
+    deadline: tokio::time::Instant,
     /// Retries left for nodes that failed transiently, by node id.
     node_retries: HashMap<String, Backoff>,
     planner_attempts: u32,
@@ -171,6 +175,9 @@ impl Coordinator {
         budget.goal_condition_replans = checkpoint.counters.goal_condition_replans;
         budget.replans = checkpoint.counters.replans;
         let retry = RetryPolicy::resolve(&envelope.retry, &services.settings.retry);
+        let timeouts = Timeouts::resolve(&envelope.timeouts, &services.settings);
+        let elapsed = (Utc::now() - checkpoint.started_at).to_std().unwrap_or_default();
+        let deadline = tokio::time::Instant::now() + timeouts.run.saturating_sub(elapsed);
         if let Some(plan) = &checkpoint.plan {
             recorder.set_plan_version(plan.version);
         }
@@ -183,6 +190,8 @@ impl Coordinator {
             context: checkpoint.context,
             budget,
             retry,
+            timeouts,
+            deadline,
             node_retries: HashMap::new(),
             planner_attempts: checkpoint.counters.planner_attempts,
             plan: checkpoint.plan.map(Arc::new),
@@ -392,7 +401,10 @@ impl Coordinator {
     ) -> Result<Result<Result<Value, Diagnostic>, Failure>, StoreError> {
         let mut backoff = self.retry.backoff();
         loop {
-            let error = match self.ask_planner(replan, rejected).await {
+            let Ok(answer) = tokio::time::timeout_at(self.deadline, self.ask_planner(replan, rejected)).await else {
+                return Ok(Err(self.timed_out()));
+            };
+            let error = match answer {
                 Ok(draft) => return Ok(Ok(draft)),
                 Err(error) => error,
             };
@@ -408,7 +420,9 @@ impl Coordinator {
                 return Ok(Err(failure));
             };
             self.commit(vec![retry_event("planner", None, retry, &error)], RunUpdate::NONE, |_| Ok(())).await?;
-            tokio::time::sleep(retry.delay).await;
+            if tokio::time::timeout_at(self.deadline, tokio::time::sleep(retry.delay)).await.is_err() {
+                return Ok(Err(self.timed_out()));
+            }
         }
     }
 
@@ -445,7 +459,7 @@ impl Coordinator {
             },
             rejected_draft: rejected,
         };
-        self.services.planner.draft(&input).await
+        self.services.planner.draft(&input, self.timeouts.model_call).await
     }
 
     fn compile(&self, draft: &Value, attempt: u32, phase: Phase) -> Result<Plan, Vec<Diagnostic>> {
@@ -565,7 +579,10 @@ impl Coordinator {
             if !running.is_empty() {
                 self.flush().await?;
             }
-            let Some((node_id, result)) = running.next().await else { break };
+            let Ok(next) = tokio::time::timeout_at(self.deadline, running.next()).await else {
+                return self.time_out_nodes(first_failure).await.map(|_| Step::Ended);
+            };
+            let Some((node_id, result)) = next else { break };
             let Some(node) = plan.node(&node_id).cloned() else { continue };
             let outcome = match result {
                 Ok(output) => self.complete_node(&node, output).await?,
@@ -602,6 +619,47 @@ impl Coordinator {
         // between resumes with the evaluation alone.
         self.flush().await?;
         Ok(Step::Continue(()))
+    }
+
+    /// Ends a run that reached its time limit while nodes were running: each gets a `node_error`
+    /// (`run_timeout`) and is recorded failed; the run fails with `failure` (a node failure seen
+    /// before), else with `run_timeout`.
+    async fn time_out_nodes(&mut self, failure: Option<Failure>) -> Result<(), StoreError> {
+        let running: Vec<PlanNode> = match &self.plan {
+            Some(plan) => {
+                plan.nodes.iter().filter(|n| self.nodes.get(&n.id) == Some(&NodeStatus::Running)).cloned().collect()
+            }
+            None => Vec::new(),
+        };
+        let failure = failure.unwrap_or_else(|| self.timed_out());
+        let error = ErrorInfo { code: "run_timeout".into(), message: failure.message.clone() };
+        let error_json = json!({"code": error.code, "message": error.message}).to_string();
+        let mut events = Vec::new();
+        let mut keys = Vec::new();
+        for node in &running {
+            events.push(Event::NodeError(NodeError {
+                node_id: node.id.clone(),
+                capability_id: node.capability_id.clone(),
+                label: node.label.clone(),
+                error: error.clone(),
+            }));
+            keys.push(self.node_key(node));
+            self.nodes.insert(node.id.clone(), NodeStatus::Failed);
+        }
+        let at = crate::store::now();
+        self.finish_failed(failure, events, move |conn| {
+            keys.iter().try_for_each(|(run_id, version, node_id)| {
+                plans::node_finished(conn, (run_id, *version, node_id), "failed", None, Some(&error_json), at)
+            })
+        })
+        .await
+    }
+
+    /// How a run fails that reached its time limit.
+    fn timed_out(&self) -> Failure {
+        let limit = self.timeouts.run.as_secs();
+        Failure::new("run_timeout", format!("The run did not finish within its time limit of {limit} s"))
+            .detail("limitSeconds", limit)
     }
 
     /// Commits the `node_start` frames of `nodes` together and returns the futures that run their
@@ -649,13 +707,14 @@ impl Coordinator {
         let capability = self.capabilities.get(&node.capability_id).cloned();
         let bundle = self.bundle(node);
         let executors = self.services.executors.clone();
+        let timeouts = self.timeouts;
         let node_id = node.id.clone();
         Box::pin(async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
             let result = match capability {
-                Some(capability) => executors.run(&capability, &bundle).await,
+                Some(capability) => executors.run(&capability, &bundle, &timeouts).await,
                 None => Err(CapabilityError::NotRegistered(bundle.capability_id.clone())),
             };
             (node_id, result)
