@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-/// A `flexrun serve` process on a loopback port, logging to `<dir>/server.log`.
+/// A `flexrun serve` process on a loopback port (the same one across restarts), logging to
+/// `<dir>/server.log`.
 pub struct ServerProcess {
     child: Option<Child>,
+    port: u16,
     pub base: String,
     pub dir: PathBuf,
     env: Vec<(String, String)>,
@@ -36,7 +38,9 @@ impl ServerProcess {
             ("FLEXRUN_LOG".into(), "info".into()),
         ];
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let mut server = Self { child: None, base: String::new(), dir: dir.to_path_buf(), env: all };
+        let port = free_port();
+        let base = format!("http://127.0.0.1:{port}");
+        let mut server = Self { child: None, port, base, dir: dir.to_path_buf(), env: all };
         server.spawn().await;
         server
     }
@@ -49,7 +53,7 @@ impl ServerProcess {
         }
     }
 
-    /// Starts the process again (on a new port) after [`Self::kill`].
+    /// Starts the process again after [`Self::kill`].
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "kill the server first");
         self.spawn().await;
@@ -65,19 +69,17 @@ impl ServerProcess {
     }
 
     async fn spawn(&mut self) {
-        let port = free_port();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_flexrun"))
             .arg("serve")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("FLEXRUN_BIND", format!("127.0.0.1:{port}"))
+            .env("FLEXRUN_BIND", format!("127.0.0.1:{}", self.port))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start flexrun serve");
         self.child = Some(child);
-        self.base = format!("http://127.0.0.1:{port}");
         self.wait_until_healthy().await;
     }
 
