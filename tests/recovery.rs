@@ -257,3 +257,41 @@ async fn a_run_that_cannot_be_resumed_is_failed_not_left_running() {
     assert!(error["message"].as_str().unwrap().contains("/objective"), "{error}");
     assert_eq!(flexrun::store::runs::get(&mut conn, &run_id).unwrap().status, "failed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flexrun_run_follows_its_run_across_a_server_restart() {
+    let (model, hold) = holding_model(two_steps, |c| c.capability_id() == Some("editor"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let envelope_file = dir.path().join("envelope.json");
+    std::fs::write(&envelope_file, envelope().to_string()).unwrap();
+    let client = std::process::Command::new(env!("CARGO_BIN_EXE_flexrun"))
+        .args(["run", envelope_file.to_str().unwrap(), "--json", "--server", &server.base])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..400 {
+        if model.calls().iter().any(|c| c.capability_id() == Some("editor")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    server.kill();
+    hold.store(false, Ordering::SeqCst);
+    server.restart().await;
+
+    let output = tokio::task::spawn_blocking(move || client.wait_with_output().unwrap()).await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "flexrun run failed: {stderr}");
+    let frames: Vec<Value> =
+        String::from_utf8(output.stdout).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let run_id = frames[0]["runId"].as_str().unwrap();
+    let printed: Vec<(u64, &str)> =
+        frames.iter().map(|f| (f["seq"].as_u64().unwrap(), f["type"].as_str().unwrap())).collect();
+    let log = event_log(&dir.path().join("flexrun.db"), run_id);
+    let logged: Vec<(u64, &str)> = log.iter().map(|(seq, kind, _)| (*seq, kind.as_str())).collect();
+    assert_eq!(printed, logged, "every frame exactly once, across the restart");
+    assert_eq!(frames.last().unwrap()["payload"]["status"], "completed");
+    assert_eq!(model.calls().iter().filter(|c| c.capability_id() == Some("writer")).count(), 1);
+}

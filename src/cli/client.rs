@@ -1,5 +1,6 @@
 //! The HTTP client side of the command line: post an envelope, read the run's frames over SSE,
-//! and re-attach with `Last-Event-ID` when the connection drops.
+//! and re-attach with `Last-Event-ID` when the connection drops. The post carries an
+//! `Idempotency-Key`, so posting again after a lost connection cannot start a second run.
 
 use std::time::Duration;
 
@@ -9,9 +10,11 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use crate::events::ReceivedFrame;
+use crate::retry::RetryPolicy;
 
-/// How many times a dropped stream is re-attached before giving up.
-const REATTACH_ATTEMPTS: u32 = 5;
+/// How the client keeps trying to reach a server that is away (restarting, say): 5 more times,
+/// waiting from 0.5 s, doubling, with jitter.
+const RECONNECT: RetryPolicy = RetryPolicy { max_retries: 5, base_delay: Duration::from_millis(500) };
 
 pub struct Client {
     http: reqwest::Client,
@@ -48,15 +51,7 @@ impl Client {
         envelope: Vec<u8>,
         mut on_frame: impl FnMut(&ReceivedFrame, &str),
     ) -> anyhow::Result<Outcome> {
-        let response = self
-            .request(reqwest::Method::POST, "/api/v1/flex/run.stream")
-            .header("content-type", "application/json")
-            .header("accept", "text/event-stream")
-            .body(envelope)
-            .send()
-            .await
-            .with_context(|| format!("could not reach flexrun at {}", self.base))?;
-        let response = check(response).await?;
+        let response = self.post(envelope).await?;
         let run_id = response
             .headers()
             .get("x-flexrun-run-id")
@@ -65,19 +60,18 @@ impl Client {
             .context("the server did not name the run (no X-Flexrun-Run-Id header)")?;
         let mut last_seq = 0;
         let mut response = Some(response);
-        let mut failures = 0;
+        let mut backoff = RECONNECT.backoff();
         loop {
             let stream = match response.take() {
                 Some(response) => response,
                 None => match self.reattach(&run_id, last_seq).await {
                     Ok(response) => response,
-                    Err(error) if failures < REATTACH_ATTEMPTS => {
-                        failures += 1;
-                        tracing::warn!(%error, attempt = failures, "re-attaching to the run failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(250 * 2u64.pow(failures))).await;
+                    Err(error) => {
+                        let Some(retry) = backoff.next_retry(None) else { return Err(error) };
+                        tracing::warn!(%error, attempt = retry.attempt, "re-attaching to the run failed; retrying");
+                        tokio::time::sleep(retry.delay).await;
                         continue;
                     }
-                    Err(error) => return Err(error),
                 },
             };
             let mut events = stream.bytes_stream().eventsource();
@@ -86,17 +80,51 @@ impl Client {
                 let frame: ReceivedFrame = serde_json::from_str(&event.data)
                     .with_context(|| format!("unreadable frame from the server: {}", event.data))?;
                 last_seq = frame.seq;
-                failures = 0;
+                backoff = RECONNECT.backoff();
                 on_frame(&frame, &event.data);
                 if frame.kind == "complete" {
                     return Ok(Outcome::Complete(frame));
                 }
             }
-            let status = self.status(&run_id).await?;
-            if !matches!(status.as_str(), "pending" | "planning" | "running") {
-                return Ok(Outcome::Paused { run_id, status });
+            // The stream ended without `complete`: the run paused, or the connection (or the
+            // server) went away.
+            match self.status(&run_id).await {
+                Ok(status) if !matches!(status.as_str(), "pending" | "planning" | "running") => {
+                    return Ok(Outcome::Paused { run_id, status });
+                }
+                Ok(_) => tracing::info!(run_id, last_seq, "stream dropped; re-attaching"),
+                Err(error) => {
+                    let Some(retry) = backoff.next_retry(None) else { return Err(error) };
+                    tracing::warn!(%error, attempt = retry.attempt, "the server is unreachable; retrying");
+                    tokio::time::sleep(retry.delay).await;
+                }
             }
-            tracing::info!(run_id, last_seq, "stream dropped; re-attaching");
+        }
+    }
+
+    /// Posts the envelope, posting again (same idempotency key) while the server cannot be reached.
+    async fn post(&self, envelope: Vec<u8>) -> anyhow::Result<reqwest::Response> {
+        let key = uuid::Uuid::now_v7().to_string();
+        let mut backoff = RECONNECT.backoff();
+        loop {
+            let sent = self
+                .request(reqwest::Method::POST, "/api/v1/flex/run.stream")
+                .header("content-type", "application/json")
+                .header("accept", "text/event-stream")
+                .header("idempotency-key", &key)
+                .body(envelope.clone())
+                .send()
+                .await;
+            match sent {
+                Ok(response) => return check(response).await,
+                Err(error) => {
+                    let Some(retry) = backoff.next_retry(None) else {
+                        return Err(error).with_context(|| format!("could not reach flexrun at {}", self.base));
+                    };
+                    tracing::warn!(%error, attempt = retry.attempt, "could not reach flexrun; posting again");
+                    tokio::time::sleep(retry.delay).await;
+                }
+            }
         }
     }
 
