@@ -119,13 +119,7 @@ async fn capabilities_register_list_and_survive_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_capabilities_receive_the_context_bundle() {
     let endpoint = HttpCapability::start(200, json!({"text": "from http", "quality_score": 0.85}));
-    let schema = json!({"type": "object", "required": ["quality_score"]});
-    let http_writer = http_capability("http.writer", &["brief"], &["post_copy"], schema, &endpoint.url);
-    let server = TestServer::start_with(
-        always_plan(&[("draft", "http.writer")]),
-        Options { capabilities: vec![http_writer], ..Options::default() },
-    )
-    .await;
+    let server = http_writer_server(&endpoint, json!({"type": "object", "required": ["quality_score"]})).await;
     let mut envelope = envelope();
     envelope["specialInstructions"] = json!(["Be brief"]);
     let frames = server.run(&envelope).await;
@@ -145,13 +139,7 @@ async fn http_capabilities_receive_the_context_bundle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_capability_errors_fail_the_node() {
     let endpoint = HttpCapability::start(503, json!({"error": "overloaded"}));
-    let http_writer =
-        http_capability("http.writer", &["brief"], &["post_copy"], json!({"type": "object"}), &endpoint.url);
-    let server = TestServer::start_with(
-        always_plan(&[("draft", "http.writer")]),
-        Options { capabilities: vec![http_writer], ..Options::default() },
-    )
-    .await;
+    let server = http_writer_server(&endpoint, json!({"type": "object"})).await;
     let mut envelope = envelope();
     envelope["policies"] = json!({"retry": {"maxRetries": 1, "baseDelay": 0.1}});
     let frames = server.run(&envelope).await;

@@ -98,10 +98,7 @@ async fn crash_and_recover(answer: Answer, held: fn(&ChatCall) -> bool, frames_b
     let (model, hold) = holding_model(answer, held);
     let dir = tempfile::tempdir().unwrap();
     let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
-    let http = reqwest::Client::new();
-    let response = http.post(server.url("/api/v1/flex/run.stream")).json(&envelope()).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    let (run_id, response) = server.post_run(&envelope()).await;
     let before = read_frames(response, frames_before_kill).await;
     for _ in 0..200 {
         if model.calls().iter().any(held) {
@@ -115,14 +112,7 @@ async fn crash_and_recover(answer: Answer, held: fn(&ChatCall) -> bool, frames_b
     hold.store(false, Ordering::SeqCst);
     server.restart().await;
 
-    let last_seen = before.last().unwrap().seq.to_string();
-    let stream = http
-        .get(server.url(&format!("/api/v1/flex/runs/{run_id}/stream")))
-        .header("last-event-id", last_seen)
-        .send()
-        .await
-        .unwrap();
-    let after = read_frames(stream, usize::MAX).await;
+    let after = server.reattach(&run_id, before.last().unwrap().seq).await;
     Recovered { run_id, before, after, calls: model.calls(), server, _dir: dir }
 }
 
@@ -207,9 +197,7 @@ async fn a_run_whose_nodes_all_completed_finishes_with_no_model_call() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("flexrun.db");
     let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
-    let http = reqwest::Client::new();
-    let response = http.post(server.url("/api/v1/flex/run.stream")).json(&envelope()).send().await.unwrap();
-    let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    let (run_id, response) = server.post_run(&envelope()).await;
     let first = read_frames(response, usize::MAX).await;
     server.kill();
     rewind_to_last_node_completion(&db, &run_id);
@@ -218,8 +206,7 @@ async fn a_run_whose_nodes_all_completed_finishes_with_no_model_call() {
     assert_eq!(first[last - 1].kind, "node_complete");
 
     server.restart().await;
-    let stream = http.get(server.url(&format!("/api/v1/flex/runs/{run_id}/stream?after={last}"))).send().await.unwrap();
-    let after = read_frames(stream, usize::MAX).await;
+    let after = server.reattach(&run_id, last as u64).await;
     assert_eq!(kinds(&after), ["log", "complete"]);
     assert_eq!(after[1].seq, last as u64 + 2);
     assert_eq!(after[1].payload["status"], "completed");
@@ -233,9 +220,7 @@ async fn a_run_that_cannot_be_resumed_is_failed_not_left_running() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("flexrun.db");
     let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
-    let http = reqwest::Client::new();
-    let response = http.post(server.url("/api/v1/flex/run.stream")).json(&envelope()).send().await.unwrap();
-    let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    let (run_id, response) = server.post_run(&envelope()).await;
     let before = read_frames(response, 4).await;
     server.kill();
     // As an envelope stored by an incompatible version would be.
@@ -245,12 +230,7 @@ async fn a_run_that_cannot_be_resumed_is_failed_not_left_running() {
         .unwrap();
 
     server.restart().await;
-    let stream = http
-        .get(server.url(&format!("/api/v1/flex/runs/{run_id}/stream?after={}", before.len())))
-        .send()
-        .await
-        .unwrap();
-    let after = read_frames(stream, usize::MAX).await;
+    let after = server.reattach(&run_id, before.len() as u64).await;
     assert_eq!(kinds(&after), ["complete"]);
     let error = &after[0].payload["error"];
     assert_eq!(error["code"], "resume_failed");

@@ -169,12 +169,7 @@ async fn transient_ai_capability_errors_retry_the_node() {
 async fn http_capabilities_are_retried_until_they_answer() {
     let ok = json!({"text": "from http", "quality_score": 0.9});
     let endpoint = HttpCapability::sequence(vec![(503, json!({"error": "busy"})), (429, json!({})), (200, ok)]);
-    let writer = http_capability("http.writer", &["brief"], &["post_copy"], json!({"type": "object"}), &endpoint.url);
-    let server = TestServer::start_with(
-        planner_then(&[("draft", "http.writer")], post(0.9)),
-        Options { capabilities: vec![writer], ..Options::default() },
-    )
-    .await;
+    let server = http_writer_server(&endpoint, json!({"type": "object"})).await;
     let frames = server.run(&envelope_with_retry(3, 0.1)).await;
     assert_eq!(kinds(&frames)[3..], ["node_start", "retry", "retry", "node_complete", "complete"]);
     assert_eq!(endpoint.received().len(), 3);
@@ -184,12 +179,7 @@ async fn http_capabilities_are_retried_until_they_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_errors_of_http_capabilities_are_not_retried() {
     let endpoint = HttpCapability::start(400, json!({"error": "bad input"}));
-    let writer = http_capability("http.writer", &["brief"], &["post_copy"], json!({"type": "object"}), &endpoint.url);
-    let server = TestServer::start_with(
-        planner_then(&[("draft", "http.writer")], post(0.9)),
-        Options { capabilities: vec![writer], ..Options::default() },
-    )
-    .await;
+    let server = http_writer_server(&endpoint, json!({"type": "object"})).await;
     let frames = server.run(&envelope_with_retry(3, 0.1)).await;
     assert_eq!(kinds(&frames)[3..], ["node_start", "node_error", "complete"]);
     assert_eq!(endpoint.received().len(), 1);

@@ -212,6 +212,17 @@ pub fn http_capability(id: &str, inputs: &[&str], outputs: &[&str], schema: Valu
     registration
 }
 
+/// A server whose only plan is one `draft` step by the `http` capability `http.writer` (output
+/// checked against `schema`), calling `endpoint`.
+pub async fn http_writer_server(endpoint: &HttpCapability, schema: Value) -> TestServer {
+    let writer = http_capability("http.writer", &["brief"], &["post_copy"], schema, &endpoint.url);
+    TestServer::start_with(
+        planner_then(&[("draft", "http.writer")], post(0.9)),
+        Options { capabilities: vec![writer], ..Options::default() },
+    )
+    .await
+}
+
 /// A model that always plans `stages` and answers every capability call with `capability`.
 pub fn planner_then(stages: &'static [(&'static str, &'static str)], capability: Reply) -> Script {
     script(move |call| if call.is_planner() { plan(stages) } else { capability.clone() })

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use flexrun::events::ReceivedFrame;
 use serde_json::Value;
+
+use super::read_frames;
 
 /// A `flexrun serve` process on a loopback port (the same one across restarts), logging to
 /// `<dir>/server.log`.
@@ -61,6 +64,30 @@ impl ServerProcess {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// Posts an envelope to `run.stream`: the run id and the (streaming) response.
+    pub async fn post_run(&self, envelope: &Value) -> (String, reqwest::Response) {
+        let response = reqwest::Client::new()
+            .post(self.url("/api/v1/flex/run.stream"))
+            .json(envelope)
+            .send()
+            .await
+            .expect("run.stream request");
+        assert_eq!(response.status(), 200);
+        (response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string(), response)
+    }
+
+    /// Re-attaches to a run after frame `last_seen` (`Last-Event-ID`) and reads it to the end.
+    pub async fn reattach(&self, run_id: &str, last_seen: u64) -> Vec<ReceivedFrame> {
+        let response = reqwest::Client::new()
+            .get(self.url(&format!("/api/v1/flex/runs/{run_id}/stream")))
+            .header("last-event-id", last_seen.to_string())
+            .send()
+            .await
+            .expect("re-attach request");
+        assert_eq!(response.status(), 200);
+        read_frames(response, usize::MAX).await
     }
 
     /// Everything the server processes wrote to stderr so far.
