@@ -86,13 +86,15 @@ pub struct LlmClient {
 }
 
 impl LlmClient {
-    pub fn new(settings: &LlmSettings) -> Self {
+    /// A client for the configured endpoint. Fails only if the HTTP client cannot be set up.
+    pub fn new(settings: &LlmSettings) -> Result<Self, reqwest::Error> {
         let config = OpenAIConfig::new()
             .with_api_base(settings.base_url.trim_end_matches('/'))
             .with_api_key(settings.api_key.expose());
-        let transport = Transport { client: reqwest::Client::new() };
+        // Not even the protocol-level retries reqwest makes by default: every attempt is flexrun's.
+        let transport = Transport { client: reqwest::Client::builder().retry(reqwest::retry::never()).build()? };
         let client = Client::with_config(config).with_http_service(transport);
-        Self { client, model: settings.model.clone() }
+        Ok(Self { client, model: settings.model.clone() })
     }
 
     /// The model name sent with every request.

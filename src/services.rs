@@ -19,7 +19,7 @@ pub enum StartError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     FacetCatalog(#[from] FacetCatalogError),
-    #[error("cannot set up the HTTP client for capabilities: {0}")]
+    #[error("cannot set up an HTTP client: {0}")]
     HttpClient(#[from] reqwest::Error),
 }
 
@@ -46,7 +46,7 @@ impl Services {
         let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
         let registry =
             Registry::load(store.clone(), policy, configured, settings.capabilities_dir().as_deref()).await?;
-        let llm = LlmClient::new(&settings.llm);
+        let llm = LlmClient::new(&settings.llm)?;
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
         let executors = Executors::new(llm, settings.limits.max_capability_response_bytes)?;
         Ok(Arc::new(Self {

@@ -100,8 +100,12 @@ pub struct Executors {
 
 impl Executors {
     pub fn new(llm: LlmClient, max_response_bytes: usize) -> Result<Self, reqwest::Error> {
-        // Never follow redirects: only registered URLs are called.
-        let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build()?;
+        // Never follow redirects (only registered URLs are called) and never retry on our behalf
+        // (every attempt is flexrun's, announced by a `retry` frame).
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .retry(reqwest::retry::never())
+            .build()?;
         Ok(Self { llm, http, max_response_bytes })
     }
 
