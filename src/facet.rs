@@ -42,6 +42,20 @@ impl FacetCatalog {
     pub fn violations(&self, facet: &str, value: &Value) -> Vec<SchemaViolation> {
         self.schemas.get(facet).map(|schema| schema.violations(value)).unwrap_or_default()
     }
+
+    /// Problems of the facet values a node's `output` writes to its `output_facets`, each path
+    /// prefixed with its facet.
+    pub fn output_violations(&self, output_facets: &[String], output: &Value) -> Vec<SchemaViolation> {
+        crate::run::context::RunContext::facet_writes(output_facets, output)
+            .into_iter()
+            .flat_map(|(facet, value)| {
+                self.violations(&facet, value).into_iter().map(move |mut v| {
+                    v.instance_path = format!("/{facet}{}", v.instance_path);
+                    v
+                })
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

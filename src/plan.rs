@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub enum NodeStatus {
     Pending,
     Running,
+    /// A human node waiting for an operator to submit its output.
+    AwaitingHuman,
     Completed,
     Failed,
 }
@@ -20,6 +22,7 @@ impl NodeStatus {
         match self {
             Self::Pending => "pending",
             Self::Running => "running",
+            Self::AwaitingHuman => "awaiting_human",
             Self::Completed => "completed",
             Self::Failed => "failed",
         }

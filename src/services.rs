@@ -31,6 +31,8 @@ pub struct Services {
     pub planner: Planner,
     pub executors: Executors,
     pub facets: FacetCatalog,
+    /// The run coordinators of this process, so operators can stop them.
+    pub coordinators: crate::run::Coordinators,
     /// The multi-threaded runtime run coordinators are spawned on (the HTTP workers run their own).
     pub runtime: tokio::runtime::Handle,
 }
@@ -57,6 +59,7 @@ impl Services {
             planner,
             executors,
             facets,
+            coordinators: Default::default(),
             runtime: tokio::runtime::Handle::current(),
         }))
     }

@@ -53,6 +53,9 @@ pub enum CapabilityError {
     NotJson(String),
     #[error("capability output does not match its output contract ({} problem(s))", .0.len())]
     Contract(Vec<SchemaViolation>),
+    /// Human capabilities are answered by an operator, never run.
+    #[error("capability {0} is a human task; an operator submits its output")]
+    HumanTask(String),
 }
 
 impl CapabilityError {
@@ -62,7 +65,9 @@ impl CapabilityError {
             Self::Model(e) => e.is_transient(),
             Self::Timeout(_) | Self::Connection(_) => true,
             Self::Status { status, .. } => matches!(status, 408 | 429) || *status >= 500,
-            Self::NotRegistered(_) | Self::TooLarge(_) | Self::NotJson(_) | Self::Contract(_) => false,
+            Self::NotRegistered(_) | Self::TooLarge(_) | Self::NotJson(_) | Self::Contract(_) | Self::HumanTask(_) => {
+                false
+            }
         }
     }
 
@@ -86,6 +91,7 @@ impl CapabilityError {
             Self::TooLarge(_) => "capability_response_too_large",
             Self::NotJson(_) => "capability_output_not_json",
             Self::Contract(_) => "capability_output_invalid",
+            Self::HumanTask(_) => "capability_is_human",
         }
     }
 }
@@ -119,6 +125,7 @@ impl Executors {
         let output = match &capability.executor {
             Executor::Ai { instructions } => self.run_ai(capability, instructions, bundle, timeouts.model_call).await?,
             Executor::Http { endpoint } => self.run_http(endpoint, bundle, timeouts.capability_call).await?,
+            Executor::Human { .. } => return Err(CapabilityError::HumanTask(capability.id.clone())),
         };
         check_output(&capability.output_contract, &output)?;
         Ok(output)

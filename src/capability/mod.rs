@@ -4,7 +4,7 @@
 mod execute;
 mod registry;
 
-pub use execute::{CapabilityError, ContextBundle, Executors};
+pub use execute::{CapabilityError, ContextBundle, Executors, check_output};
 pub use registry::{Capabilities, Registry, RegistryError, catalog, registration_files};
 
 use std::sync::LazyLock;
@@ -53,6 +53,9 @@ pub enum Executor {
     Ai { instructions: String },
     /// A JSON POST of the node's context bundle to this registered URL.
     Http { endpoint: Url },
+    /// A person's work: the run waits (`awaiting_human`) until an operator submits the node's
+    /// output or declines the task.
+    Human { instructions: Option<String> },
 }
 
 impl Executor {
@@ -61,6 +64,7 @@ impl Executor {
         match self {
             Self::Ai { .. } => "ai",
             Self::Http { .. } => "http",
+            Self::Human { .. } => "human",
         }
     }
 }
@@ -160,11 +164,7 @@ fn executor(raw: &RawRegistration, policy: &RegistrationPolicy) -> Result<Execut
             })?;
             http_endpoint(endpoint, policy).map(|endpoint| Executor::Http { endpoint })
         }
-        _ => Err(FieldError::new(
-            "/agentType",
-            "unsupported",
-            "human capabilities are not supported by this flexrun version",
-        )),
+        _ => Ok(Executor::Human { instructions: raw.instructions.clone() }),
     }
 }
 
@@ -271,8 +271,16 @@ mod tests {
     fn unsupported_parts_are_rejected_not_ignored() {
         let mut r = registration();
         r["postConditions"] = json!([]);
-        r["agentType"] = json!("human");
         let codes: Vec<_> = Capability::parse(r, &policy()).unwrap_err().into_iter().map(|e| e.path).collect();
-        assert_eq!(codes, ["/postConditions", "/agentType"]);
+        assert_eq!(codes, ["/postConditions"]);
+    }
+
+    #[test]
+    fn human_capabilities_need_no_endpoint() {
+        let mut r = registration();
+        r["agentType"] = json!("human");
+        r["instructions"] = json!("Review the copy");
+        let capability = Capability::parse(r, &policy()).unwrap();
+        assert_eq!(capability.executor, Executor::Human { instructions: Some("Review the copy".into()) });
     }
 }

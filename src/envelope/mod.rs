@@ -49,10 +49,21 @@ pub struct TaskEnvelope {
     /// `policies.timeouts`.
     pub timeouts: TimeoutOverrides,
     pub special_instructions: Vec<String>,
+    /// Where the run waits for an operator's approval.
+    pub approval: Approval,
     pub thread_id: Option<String>,
     pub correlation_id: Option<String>,
     /// The envelope as posted; stored with the run and re-parsed after a restart.
     pub raw: Value,
+}
+
+/// The operator approvals a run asks for: of each plan before any of its steps runs
+/// (`policies.approval.plan = "required"`), and of the result before the run completes
+/// (`constraints.requiresHitlApproval`, asked once).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Approval {
+    pub plan: bool,
+    pub completion: bool,
 }
 
 /// `policies.replan`: per-run overrides of the configured replan caps.
@@ -100,6 +111,10 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         retry: policy_at(policies, "retry", "/policies/retry")?,
         timeouts: policy_at(policies, "timeouts", "/policies/timeouts")?,
         special_instructions: string_list(raw.get("specialInstructions")),
+        approval: Approval {
+            plan: raw.pointer("/policies/approval/plan").and_then(Value::as_str) == Some("required"),
+            completion: raw.pointer("/constraints/requiresHitlApproval").and_then(Value::as_bool) == Some(true),
+        },
         thread_id: string_at(&raw, "/constraints/threadId"),
         correlation_id: string_at(&raw, "/metadata/correlationId"),
         raw,
@@ -220,12 +235,6 @@ fn unsupported_features(raw: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if raw.pointer("/policies/runtime").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
         errors.push(unsupported("/policies/runtime", "runtime policies"));
-    }
-    if raw.pointer("/policies/approval/plan").and_then(Value::as_str) == Some("required") {
-        errors.push(unsupported("/policies/approval/plan", "plan approval (\"required\")"));
-    }
-    if raw.pointer("/constraints/requiresHitlApproval").and_then(Value::as_bool) == Some(true) {
-        errors.push(unsupported("/constraints/requiresHitlApproval", "operator approval before completion"));
     }
     if raw.pointer("/constraints/resumeRunId").is_some() {
         errors.push(unsupported("/constraints/resumeRunId", "resuming a run through run.stream"));
@@ -366,10 +375,20 @@ mod tests {
     fn rejects_features_it_does_not_run() {
         let mut body = valid();
         body["policies"]["runtime"] = json!([{"id": "p"}]);
-        body["policies"]["approval"] = json!({"plan": "required"});
+        body["constraints"] = json!({"resumeRunId": "r"});
         let errors = problems(body);
         assert!(errors.iter().all(|e| e.code == "unsupported"), "{errors:?}");
         assert_eq!(errors.len(), 2);
+    }
+
+    #[test]
+    fn approvals_are_read() {
+        let mut body = valid();
+        assert_eq!(from_value(body.clone(), &Catalog::builtin()).unwrap().approval, Approval::default());
+        body["policies"]["approval"] = json!({"plan": "required"});
+        body["constraints"] = json!({"requiresHitlApproval": true});
+        let approval = from_value(body, &Catalog::builtin()).unwrap().approval;
+        assert_eq!(approval, Approval { plan: true, completion: true });
     }
 
     #[test]

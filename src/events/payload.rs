@@ -25,6 +25,16 @@ pub struct ReplanInfo {
     pub reason: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_goal_conditions: Vec<GoalConditionResult>,
+    /// What the operator asked for (operator rejections and replans), given to the planner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+}
+
+impl ReplanInfo {
+    /// A replan asked for by an operator (`operator_rejected`, `operator_replan`).
+    pub fn operator(reason: &str, feedback: Option<String>) -> Self {
+        Self { reason: reason.into(), failed_goal_conditions: Vec::new(), feedback }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -106,6 +116,9 @@ pub struct NodeStart {
     pub started_at: String,
     pub executor_type: &'static str,
     pub facets: Facets,
+    /// A human node's task: who is asked for what, and where to answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assignment: Option<Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -117,6 +130,9 @@ pub struct NodeComplete {
     pub label: String,
     pub completed_at: String,
     pub output: Value,
+    /// `human` for an output a person submitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_type: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -196,4 +212,112 @@ pub struct Complete {
     pub goal_condition_results: Option<Vec<GoalConditionResult>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+}
+
+/// What an operator request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HitlKind {
+    /// Approve or reject (a plan, or the result before completion).
+    Approval,
+    /// Do a human node's work: submit its output or decline.
+    HumanTask,
+}
+
+/// What an operator request is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HitlSubject {
+    /// A new plan version, before any of its steps runs.
+    Plan,
+    /// The run's result, before it completes.
+    Completion,
+    /// A human node.
+    Node,
+}
+
+impl HitlKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approval => "approval",
+            Self::HumanTask => "human_task",
+        }
+    }
+}
+
+impl HitlSubject {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plan => "plan",
+            Self::Completion => "completion",
+            Self::Node => "node",
+        }
+    }
+}
+
+/// An operator request as `hitl_request` frames (and the read endpoints) show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HitlRequestInfo {
+    pub id: String,
+    pub kind: HitlKind,
+    pub subject: HitlSubject,
+    pub question: String,
+    pub plan_version: u32,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// What the operator reviews: for a completion, the composed output and goal results.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub context: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HitlRequest {
+    pub request: HitlRequestInfo,
+}
+
+/// A request that left `pending`, and why.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClosedRequest {
+    pub id: String,
+    pub kind: HitlKind,
+    pub subject: HitlSubject,
+    /// `resolved`, `superseded` or `cancelled`.
+    pub status: &'static str,
+}
+
+/// An operator's decision, as `hitl_resolved` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionInfo {
+    /// `approved`, `rejected`, `submitted` or `declined`.
+    pub decision: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HitlResolved {
+    pub request: ClosedRequest,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionInfo>,
+    /// The replan the decision asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replan: Option<ReplanInfo>,
+}
+
+/// A replan asked for by something other than failed goal conditions (here: an operator).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyTriggered {
+    pub run_id: String,
+    pub trigger: Trigger,
+    pub replan: ReplanInfo,
 }

@@ -33,6 +33,8 @@ pub struct Replan<'a> {
     /// `goal_condition_failed`, or another trigger's reason.
     pub reason: &'a str,
     pub failed_goal_conditions: &'a [GoalConditionResult],
+    /// What an operator asked for, when an operator asked for the replan.
+    pub feedback: Option<&'a str>,
     pub completed: &'a [CompletedWork],
     pub previous_plan: &'a Plan,
 }
@@ -126,6 +128,9 @@ fn user(input: &PromptInput<'_>) -> String {
 
 fn replan_sections(s: &mut String, replan: &Replan<'_>) {
     section(s, "REPLAN REASON", replan.reason);
+    if let Some(feedback) = replan.feedback {
+        section(s, "OPERATOR FEEDBACK", &format!("An operator asked for a new plan: {feedback}"));
+    }
     let mut completed = String::new();
     if replan.completed.is_empty() {
         completed.push_str("No step has completed yet.\n");
@@ -333,18 +338,53 @@ mod tests {
             replan: Some(Replan {
                 reason: "goal_condition_failed",
                 failed_goal_conditions: &failed,
+                feedback: None,
                 completed: &completed,
                 previous_plan: &previous,
             }),
             rejected_draft: &[],
         };
         let (_, user) = build(&input);
+        assert!(!user.contains("OPERATOR FEEDBACK"));
         let repair = user.split("### GOAL CONDITION REPAIR\n").nth(1).expect("repair section");
         assert!(repair.contains("Facet \"post_copy\" @ path \"/quality_score\""));
         assert!(repair.contains("Observed value:\n  0.6"));
         assert!(repair.contains("must evaluate `true` before completion"));
         assert!(user.contains("stage \"draft\" (node draft) → capability writer"));
         assert!(user.contains("### REPLAN REASON\ngoal_condition_failed"));
+    }
+
+    #[test]
+    fn operator_feedback_has_its_own_section() {
+        let envelope = crate::envelope::from_value(
+            json!({"objective": "o", "outputContract": {"mode": "freeform", "instructions": "i"}}),
+            &crate::condition::dsl::Catalog::builtin(),
+        )
+        .unwrap();
+        let previous = Plan {
+            version: 1,
+            nodes: vec![],
+            edges: vec![],
+            metadata: serde_json::from_value(json!({
+            "plannerModel": "m", "plannerAttempt": 1, "phase": "initial", "draftNodeCount": 0}))
+            .unwrap(),
+        };
+        let input = PromptInput {
+            envelope: &envelope,
+            capabilities: &[],
+            facet_catalog: &BTreeMap::new(),
+            replan: Some(Replan {
+                reason: "operator_rejected",
+                failed_goal_conditions: &[],
+                feedback: Some("use a friendlier tone"),
+                completed: &[],
+                previous_plan: &previous,
+            }),
+            rejected_draft: &[],
+        };
+        let (_, user) = build(&input);
+        assert!(user.contains("### OPERATOR FEEDBACK\nAn operator asked for a new plan: use a friendlier tone"));
+        assert!(!user.contains("GOAL CONDITION REPAIR"));
     }
 
     #[test]

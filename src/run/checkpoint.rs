@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::context::RunContext;
+use super::operator::HUMAN_OUTPUT_INVALID;
 use super::status::RunStatus;
 use crate::condition::GoalConditionResult;
 use crate::events::payload::ReplanInfo;
@@ -66,6 +67,10 @@ pub struct Checkpoint {
     pub context: RunContext,
     /// Nodes that had started but whose outcome was not committed: they run again.
     pub interrupted: Vec<String>,
+    /// An operator approved the run's result (asked once per run).
+    pub completion_approved: bool,
+    /// When an operator last decided (the run's time limit counts from then, not from its start).
+    pub operator_at: Option<DateTime<Utc>>,
     pub next: Resume,
 }
 
@@ -95,6 +100,8 @@ impl Checkpoint {
             repair: Vec::new(),
             context: RunContext::seeded(inputs, &at),
             interrupted: Vec::new(),
+            completion_approved: false,
+            operator_at: None,
             next: Resume::Plan(None),
         }
     }
@@ -140,6 +147,8 @@ impl Checkpoint {
             completed: log.completed,
             repair: log.repair,
             interrupted,
+            completion_approved: log.completion_approved,
+            operator_at: log.operator_at,
             next,
         })
     }
@@ -154,9 +163,11 @@ struct Replay {
     nodes: HashMap<String, NodeStatus>,
     completed: Vec<CompletedWork>,
     repair: Vec<GoalConditionResult>,
-    /// The reason of the last `plan_requested`.
+    /// The reason of the last `plan_requested`, or of an operator's replan since.
     replan: Option<ReplanInfo>,
     failed: Option<NodeFailure>,
+    completion_approved: bool,
+    operator_at: Option<DateTime<Utc>>,
 }
 
 impl Replay {
@@ -168,13 +179,14 @@ impl Replay {
         let field = |value: &Value, what: &str| -> Result<String, CheckpointError> {
             value.as_str().map(String::from).ok_or_else(|| unreadable(seq, kind, format!("no {what}")))
         };
+        let timestamp = || -> Result<DateTime<Utc>, CheckpointError> {
+            let at = field(&frame["timestamp"], "timestamp")?;
+            let at = DateTime::parse_from_rfc3339(&at).map_err(|e| unreadable(seq, kind, e.to_string()))?;
+            Ok(at.with_timezone(&Utc))
+        };
         self.last_seq = seq;
         match kind {
-            "start" => {
-                let at = field(&frame["timestamp"], "timestamp")?;
-                let at = DateTime::parse_from_rfc3339(&at).map_err(|e| unreadable(seq, kind, e.to_string()))?;
-                self.started_at = Some(at.with_timezone(&Utc));
-            }
+            "start" => self.started_at = Some(timestamp()?),
             "plan_requested" => self.replan = parse_optional(&payload["replan"], seq, kind)?,
             "plan_generated" => {
                 let plan: Plan = parse(&payload["plan"], seq, kind)?;
@@ -183,7 +195,9 @@ impl Replay {
                 self.failed = None;
             }
             "node_start" => {
-                self.nodes.insert(node_id(), NodeStatus::Running);
+                // A human node waits for its output; it was not interrupted.
+                let human = payload["executorType"] == "human";
+                self.nodes.insert(node_id(), if human { NodeStatus::AwaitingHuman } else { NodeStatus::Running });
             }
             "node_complete" => {
                 let id = node_id();
@@ -203,6 +217,8 @@ impl Replay {
                 self.completed.push(work);
                 self.nodes.insert(id, NodeStatus::Completed);
             }
+            // A rejected human submission: the node still waits.
+            "node_error" if payload["error"]["code"] == HUMAN_OUTPUT_INVALID => {}
             "node_error" => {
                 let id = node_id();
                 self.nodes.insert(id.clone(), NodeStatus::Failed);
@@ -214,6 +230,14 @@ impl Replay {
                 });
             }
             "goal_condition_failed" => self.repair = parse(&payload["failedGoalConditions"], seq, kind)?,
+            "hitl_resolved" | "policy_triggered" => {
+                self.operator_at = Some(timestamp()?);
+                if let Some(replan) = parse_optional(&payload["replan"], seq, kind)? {
+                    self.replan = Some(replan);
+                }
+                let approved = payload["decision"]["decision"] == "approved";
+                self.completion_approved |= approved && payload["request"]["subject"] == "completion";
+            }
             _ => {}
         }
         Ok(())

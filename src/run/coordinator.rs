@@ -16,9 +16,11 @@ use serde_json::{Map, Value, json};
 use super::budget::{ReplanBudget, ReplanLimits};
 use super::checkpoint::{Checkpoint, Resume};
 use super::context::{NodeOutput, RunContext};
+use super::control::Registration;
+use super::operator::{self, Actor};
 use super::recorder::Recorder;
 use super::status::RunStatus;
-use crate::capability::{Capabilities, CapabilityError, ContextBundle};
+use crate::capability::{Capabilities, Capability, CapabilityError, ContextBundle, Executor};
 use crate::condition::{self, FacetSource, GoalConditionResult};
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::envelope::TaskEnvelope;
@@ -28,6 +30,7 @@ use crate::plan::{NodeStatus, Plan, PlanMetadata, PlanNode};
 use crate::planner::{self, CompletedWork, Diagnostic, DraftContext, PromptInput, RequiredFacet};
 use crate::retry::{Backoff, Retry, RetryPolicy};
 use crate::services::Services;
+use crate::store::hitl::{self, RequestRow};
 use crate::store::plans::{self, PlanNodeRow, PlanVersionRow, RunOutputRow};
 use crate::store::runs::{self, Progress};
 use crate::store::{DbConn, StoreError};
@@ -35,6 +38,8 @@ use crate::timeouts::Timeouts;
 
 /// How a run that cannot go on ends.
 struct Failure {
+    /// `Failed`, or `Cancelled` when an operator stopped the run.
+    ending: CompleteStatus,
     code: &'static str,
     message: String,
     details: Map<String, Value>,
@@ -44,7 +49,29 @@ struct Failure {
 
 impl Failure {
     fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), details: Map::new(), output: Value::Null, goal_condition_results: None }
+        Self {
+            ending: CompleteStatus::Failed,
+            code,
+            message: message.into(),
+            details: Map::new(),
+            output: Value::Null,
+            goal_condition_results: None,
+        }
+    }
+
+    /// An operator cancelled the run.
+    fn cancelled(actor: &Actor) -> Self {
+        let error = operator::cancelled_error(actor);
+        let details =
+            error.as_object().cloned().unwrap_or_default().into_iter().filter(|(k, _)| k != "code" && k != "message");
+        Self {
+            ending: CompleteStatus::Cancelled,
+            code: "cancelled",
+            message: error["message"].as_str().unwrap_or_default().to_string(),
+            details: details.collect(),
+            output: Value::Null,
+            goal_condition_results: None,
+        }
     }
 
     fn detail(mut self, key: &str, value: impl Into<Value>) -> Self {
@@ -63,8 +90,17 @@ impl Failure {
 /// What a phase of the run came to.
 enum Step<T> {
     Continue(T),
-    /// The run reached a terminal status; its `complete` frame is committed.
+    /// The coordinator's work is done: the run ended (its `complete` frame is committed) or it
+    /// waits for an operator.
     Ended,
+}
+
+/// Why a wait was cut short.
+enum Interrupt {
+    /// The run reached its time limit.
+    Deadline,
+    /// An operator cancelled the run.
+    Cancelled(Actor),
 }
 
 /// What a commit changes on the run row itself.
@@ -153,6 +189,10 @@ pub(super) struct Coordinator {
     started_at: DateTime<Utc>,
     /// Changes waiting for the next [`Coordinator::flush`]; see [`Coordinator::stage`].
     staged: Vec<Staged>,
+    /// This coordinator's entry in [`Services::coordinators`]: how a cancel reaches it.
+    registration: Registration,
+    /// An operator approved the run's result already (asked once per run).
+    completion_approved: bool,
 }
 
 /// A change to commit: frames, a status transition, the counters, other writes.
@@ -176,12 +216,17 @@ impl Coordinator {
         budget.replans = checkpoint.counters.replans;
         let retry = RetryPolicy::resolve(&envelope.retry, &services.settings.retry);
         let timeouts = Timeouts::resolve(&envelope.timeouts, &services.settings);
-        let elapsed = (Utc::now() - checkpoint.started_at).to_std().unwrap_or_default();
+        // Time spent waiting for an operator does not count against the run's limit.
+        let since = checkpoint.operator_at.map_or(checkpoint.started_at, |at| at.max(checkpoint.started_at));
+        let elapsed = (Utc::now() - since).to_std().unwrap_or_default();
         let deadline = tokio::time::Instant::now() + timeouts.run.saturating_sub(elapsed);
         if let Some(plan) = &checkpoint.plan {
             recorder.set_plan_version(plan.version);
         }
+        let registration = services.coordinators.register(recorder.run_id());
         Self {
+            registration,
+            completion_approved: checkpoint.completion_approved,
             capabilities: services.registry.snapshot(),
             services,
             envelope,
@@ -221,6 +266,7 @@ impl Coordinator {
             }
         }
         // Whatever happened, nobody waits forever for frames that will not come.
+        self.services.coordinators.deregister(self.recorder.run_id(), &self.registration);
         self.recorder.settle();
     }
 
@@ -256,6 +302,7 @@ impl Coordinator {
             Ok(()) => self.drive(from).await,
             Err(error) => {
                 tracing::error!(run_id = %self.run_id(), %error, "could not resume the run");
+                self.services.coordinators.deregister(self.recorder.run_id(), &self.registration);
                 self.recorder.settle();
             }
         }
@@ -323,13 +370,36 @@ impl Coordinator {
             .await
     }
 
+    /// Waits for `work`, unless the run reaches its time limit or is cancelled first.
+    async fn until<F: std::future::Future>(&self, work: F) -> Result<F::Output, Interrupt> {
+        let mut stop = self.registration.stop.clone();
+        tokio::select! {
+            biased;
+            Ok(actor) = stop.wait_for(Option::is_some) => Err(Interrupt::Cancelled(actor.clone().unwrap_or_default())),
+            done = tokio::time::timeout_at(self.deadline, work) => done.map_err(|_| Interrupt::Deadline),
+        }
+    }
+
+    /// How the run ends after `interrupt`.
+    fn interrupted(&self, interrupt: Interrupt) -> Failure {
+        match interrupt {
+            Interrupt::Deadline => self.timed_out(),
+            Interrupt::Cancelled(actor) => Failure::cancelled(&actor),
+        }
+    }
+
+    /// The run was cancelled (its coordinator has not stopped yet).
+    fn cancel_requested(&self) -> bool {
+        self.registration.stop.borrow().is_some()
+    }
+
     /// What `run.*` variables of conditions read.
     fn run_facts(&self) -> Value {
         json!({
             "latencyMs": (Utc::now() - self.started_at).num_milliseconds(),
             "revisionCount": self.budget.replans,
             "planVersion": self.plan.as_ref().map_or(0, |p| p.version),
-            "requiresHitl": false,
+            "requiresHitl": self.envelope.approval.completion,
         })
     }
 
@@ -373,6 +443,10 @@ impl Coordinator {
             match compiled {
                 Ok(plan) => {
                     self.install(plan, replan)?;
+                    if self.envelope.approval.plan {
+                        self.request_approval(HitlSubject::Plan, Value::Null, |_| Ok(())).await?;
+                        return Ok(Step::Ended);
+                    }
                     return Ok(Step::Continue(()));
                 }
                 Err(diagnostics) => {
@@ -401,8 +475,9 @@ impl Coordinator {
     ) -> Result<Result<Result<Value, Diagnostic>, Failure>, StoreError> {
         let mut backoff = self.retry.backoff();
         loop {
-            let Ok(answer) = tokio::time::timeout_at(self.deadline, self.ask_planner(replan, rejected)).await else {
-                return Ok(Err(self.timed_out()));
+            let answer = match self.until(self.ask_planner(replan, rejected)).await {
+                Ok(answer) => answer,
+                Err(interrupt) => return Ok(Err(self.interrupted(interrupt))),
             };
             let error = match answer {
                 Ok(draft) => return Ok(Ok(draft)),
@@ -420,8 +495,8 @@ impl Coordinator {
                 return Ok(Err(failure));
             };
             self.commit(vec![retry_event("planner", None, retry, &error)], RunUpdate::NONE, |_| Ok(())).await?;
-            if tokio::time::timeout_at(self.deadline, tokio::time::sleep(retry.delay)).await.is_err() {
-                return Ok(Err(self.timed_out()));
+            if let Err(interrupt) = self.until(tokio::time::sleep(retry.delay)).await {
+                return Ok(Err(self.interrupted(interrupt)));
             }
         }
     }
@@ -452,6 +527,7 @@ impl Coordinator {
                 (Some(info), Some(previous_plan)) => Some(planner::Replan {
                     reason: &info.reason,
                     failed_goal_conditions: &info.failed_goal_conditions,
+                    feedback: info.feedback.as_deref(),
                     completed: &self.completed,
                     previous_plan,
                 }),
@@ -568,7 +644,7 @@ impl Coordinator {
         let mut running: FuturesUnordered<NodeRun> = FuturesUnordered::new();
         let mut first_failure: Option<Failure> = None;
         loop {
-            if first_failure.is_none() {
+            if first_failure.is_none() && !self.cancel_requested() {
                 let capacity = max_running - running.len();
                 let ready: Vec<PlanNode> = plan.ready(&self.nodes).into_iter().take(capacity).cloned().collect();
                 if !ready.is_empty() {
@@ -579,8 +655,15 @@ impl Coordinator {
             if !running.is_empty() {
                 self.flush().await?;
             }
-            let Ok(next) = tokio::time::timeout_at(self.deadline, running.next()).await else {
-                return self.time_out_nodes(first_failure).await.map(|_| Step::Ended);
+            let next = match self.until(running.next()).await {
+                Ok(next) => next,
+                Err(interrupt) => {
+                    let failure = match (interrupt, first_failure) {
+                        (Interrupt::Deadline, Some(failure)) => failure,
+                        (interrupt, _) => self.interrupted(interrupt),
+                    };
+                    return self.stop_running_nodes(failure).await.map(|_| Step::Ended);
+                }
             };
             let Some((node_id, result)) = next else { break };
             let Some(node) = plan.node(&node_id).cloned() else { continue };
@@ -604,6 +687,9 @@ impl Coordinator {
         if let Some(failure) = first_failure {
             return self.fail(failure, vec![]).await.map(|_| Step::Ended);
         }
+        if self.nodes.values().any(|s| *s == NodeStatus::AwaitingHuman) {
+            return self.await_human().await.map(|_| Step::Ended);
+        }
         let unfinished: Vec<&str> = plan
             .nodes
             .iter()
@@ -621,18 +707,18 @@ impl Coordinator {
         Ok(Step::Continue(()))
     }
 
-    /// Ends a run that reached its time limit while nodes were running: each gets a `node_error`
-    /// (`run_timeout`) and is recorded failed; the run fails with `failure` (a node failure seen
-    /// before), else with `run_timeout`.
-    async fn time_out_nodes(&mut self, failure: Option<Failure>) -> Result<(), StoreError> {
+    /// Ends a run whose nodes were running when it reached its time limit or was cancelled: each
+    /// gets a `node_error` (with the failure's code) and is recorded failed or cancelled; then the
+    /// run ends with `failure`.
+    async fn stop_running_nodes(&mut self, failure: Failure) -> Result<(), StoreError> {
         let running: Vec<PlanNode> = match &self.plan {
             Some(plan) => {
                 plan.nodes.iter().filter(|n| self.nodes.get(&n.id) == Some(&NodeStatus::Running)).cloned().collect()
             }
             None => Vec::new(),
         };
-        let failure = failure.unwrap_or_else(|| self.timed_out());
-        let error = ErrorInfo { code: "run_timeout".into(), message: failure.message.clone() };
+        let error = ErrorInfo { code: failure.code.into(), message: failure.message.clone() };
+        let row_status = if failure.ending == CompleteStatus::Cancelled { "cancelled" } else { "failed" };
         let error_json = json!({"code": error.code, "message": error.message}).to_string();
         let mut events = Vec::new();
         let mut keys = Vec::new();
@@ -649,10 +735,66 @@ impl Coordinator {
         let at = crate::store::now();
         self.finish_failed(failure, events, move |conn| {
             keys.iter().try_for_each(|(run_id, version, node_id)| {
-                plans::node_finished(conn, (run_id, *version, node_id), "failed", None, Some(&error_json), at)
+                plans::node_finished(conn, (run_id, *version, node_id), row_status, None, Some(&error_json), at)
             })
         })
         .await
+    }
+
+    /// Pauses the run until an operator submits the output of its waiting human node(s).
+    async fn await_human(&mut self) -> Result<(), StoreError> {
+        let waiting: Vec<&String> =
+            self.nodes.iter().filter(|(_, s)| **s == NodeStatus::AwaitingHuman).map(|(id, _)| id).collect();
+        let log = Event::Log(Log {
+            severity: "info".into(),
+            message: "awaiting_human_assignment".into(),
+            details: Some(json!({"event": "awaiting_human", "nodeIds": waiting})),
+        });
+        self.commit(vec![log], RunUpdate::status(RunStatus::AwaitingHuman), |_| Ok(())).await
+    }
+
+    /// Pauses the run on an approval request about `subject`.
+    async fn request_approval(
+        &mut self,
+        subject: HitlSubject,
+        context: Value,
+        write: impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
+    ) -> Result<(), StoreError> {
+        let version = self.plan.as_ref().map_or(0, |p| p.version);
+        let info = HitlRequestInfo {
+            id: uuid::Uuid::now_v7().to_string(),
+            kind: HitlKind::Approval,
+            subject,
+            question: operator::question(subject, version),
+            plan_version: version,
+            created_at: Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true),
+            node_id: None,
+            context,
+        };
+        let row = self.request_row(&info)?;
+        let event = Event::HitlRequest(HitlRequest { request: info });
+        self.commit(vec![event], RunUpdate::status(RunStatus::AwaitingHitl), move |conn| {
+            write(conn)?;
+            hitl::insert(conn, &row)
+        })
+        .await
+    }
+
+    /// The stored form of a request this run makes.
+    fn request_row(&self, info: &HitlRequestInfo) -> Result<RequestRow, StoreError> {
+        Ok(RequestRow {
+            request_id: info.id.clone(),
+            run_id: self.run_id(),
+            kind: info.kind.as_str().into(),
+            subject: info.subject.as_str().into(),
+            plan_version: info.plan_version as i32,
+            node_id: info.node_id.clone(),
+            question: info.question.clone(),
+            details: serde_json::to_string(info)?,
+            status: "pending".into(),
+            created_at: crate::store::now(),
+            closed_at: None,
+        })
     }
 
     /// How a run fails that reached its time limit.
@@ -663,13 +805,21 @@ impl Coordinator {
     }
 
     /// Commits the `node_start` frames of `nodes` together and returns the futures that run their
-    /// capabilities.
+    /// capabilities. A human node gets a task (a pending request) instead, and waits.
     async fn start_nodes(&mut self, nodes: &[PlanNode]) -> Result<Vec<NodeRun>, StoreError> {
         let started_at = Utc::now();
         let mut events = Vec::with_capacity(nodes.len());
-        let mut keys = Vec::with_capacity(nodes.len());
+        let mut starts = Vec::with_capacity(nodes.len());
+        let mut tasks = Vec::new();
         for node in nodes {
-            let executor_type = self.capabilities.get(&node.capability_id).map_or("ai", |c| c.executor.agent_type());
+            let capability = self.capabilities.get(&node.capability_id);
+            let executor_type = capability.map_or("ai", |c| c.executor.agent_type());
+            let task = match capability {
+                Some(capability) if matches!(capability.executor, Executor::Human { .. }) => {
+                    Some(self.human_task(node, capability, started_at)?)
+                }
+                _ => None,
+            };
             events.push(Event::NodeStart(NodeStart {
                 node_id: node.id.clone(),
                 capability_id: node.capability_id.clone(),
@@ -678,16 +828,66 @@ impl Coordinator {
                 started_at: started_at.to_rfc3339_opts(SecondsFormat::Millis, true),
                 executor_type,
                 facets: Facets { input: node.input_facets.clone(), output: node.output_facets.clone() },
+                assignment: task.as_ref().map(|(info, _)| info.context.clone()),
             }));
-            keys.push(self.node_key(node));
+            let status = if task.is_some() { NodeStatus::AwaitingHuman } else { NodeStatus::Running };
+            let (run_id, version, node_id) = self.node_key(node);
+            starts.push((run_id, version, node_id, status));
+            tasks.extend(task.map(|(_, row)| row));
         }
         let at = started_at.naive_utc();
+        let rows = starts.clone();
         self.commit(events, RunUpdate::NONE, move |conn| {
-            keys.iter()
-                .try_for_each(|(run_id, version, node_id)| plans::node_started(conn, (run_id, *version, node_id), at))
+            for (run_id, version, node_id, status) in &rows {
+                plans::node_started(conn, (run_id, *version, node_id), status.as_str(), at)?;
+            }
+            tasks.iter().try_for_each(|task| hitl::insert(conn, task))
         })
         .await?;
-        Ok(nodes.iter().map(|node| self.run_node(node, Duration::ZERO)).collect())
+        let mut runs = Vec::new();
+        for (node, (.., status)) in nodes.iter().zip(starts) {
+            if status == NodeStatus::AwaitingHuman {
+                self.nodes.insert(node.id.clone(), status);
+            } else {
+                runs.push(self.run_node(node, Duration::ZERO));
+            }
+        }
+        Ok(runs)
+    }
+
+    /// The task of a human node: its request (the assignment is its context) and stored row.
+    fn human_task(
+        &self,
+        node: &PlanNode,
+        capability: &Capability,
+        at: DateTime<Utc>,
+    ) -> Result<(HitlRequestInfo, RequestRow), StoreError> {
+        let id = uuid::Uuid::now_v7().to_string();
+        let bundle = self.bundle(node);
+        let version = self.plan.as_ref().map_or(0, |p| p.version);
+        let mut instructions = bundle.instructions;
+        if let Executor::Human { instructions: Some(own) } = &capability.executor {
+            instructions.insert(0, own.clone());
+        }
+        let assignment = json!({
+            "taskId": id, "runId": bundle.run_id, "nodeId": node.id, "capabilityId": node.capability_id,
+            "label": node.label, "status": "awaiting_submission", "objective": bundle.objective,
+            "instructions": instructions, "inputs": bundle.inputs, "priorOutputs": bundle.prior_outputs,
+            "outputFacets": node.output_facets, "outputContract": capability.registration.get("outputContract"),
+            "createdAt": at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        });
+        let info = HitlRequestInfo {
+            id,
+            kind: HitlKind::HumanTask,
+            subject: HitlSubject::Node,
+            question: operator::question(HitlSubject::Node, version),
+            plan_version: version,
+            created_at: at.to_rfc3339_opts(SecondsFormat::Millis, true),
+            node_id: Some(node.id.clone()),
+            context: assignment,
+        };
+        let row = self.request_row(&info)?;
+        Ok((info, row))
     }
 
     /// Grants a transient failure of `node` another attempt, if retries are left: commits a
@@ -764,15 +964,7 @@ impl Coordinator {
     /// Records a node's output. Returns the failure if a value breaks the facet catalog.
     async fn complete_node(&mut self, node: &PlanNode, output: Value) -> Result<Option<Failure>, StoreError> {
         self.node_retries.remove(&node.id);
-        let violations: Vec<SchemaViolation> = RunContext::facet_writes(&node.output_facets, &output)
-            .into_iter()
-            .flat_map(|(facet, value)| {
-                self.services.facets.violations(&facet, value).into_iter().map(move |mut v| {
-                    v.instance_path = format!("/{facet}{}", v.instance_path);
-                    v
-                })
-            })
-            .collect();
+        let violations = self.services.facets.output_violations(&node.output_facets, &output);
         if !violations.is_empty() {
             return self.node_failed(node, CapabilityError::Contract(violations)).await.map(Some);
         }
@@ -793,6 +985,7 @@ impl Coordinator {
             label: node.label.clone(),
             completed_at: at,
             output: output.clone(),
+            executor_type: None,
         });
         let output_json = output.to_string();
         let finished = completed_at.naive_utc();
@@ -866,6 +1059,11 @@ impl Coordinator {
         let satisfied = condition::all_satisfied(&results);
         let record = self.output_row(&output, &results, satisfied)?;
         let write = move |conn: &mut DbConn| plans::record_output(conn, &record);
+        if satisfied && self.envelope.approval.completion && !self.completion_approved {
+            let context = json!({"output": output, "goal_condition_results": results});
+            self.request_approval(HitlSubject::Completion, context, write).await?;
+            return Ok(Step::Ended);
+        }
         if satisfied {
             let complete = Event::Complete(Complete {
                 status: CompleteStatus::Completed,
@@ -900,6 +1098,7 @@ impl Coordinator {
                 Ok(Step::Continue(ReplanInfo {
                     reason: "goal_condition_failed".into(),
                     failed_goal_conditions: failed,
+                    feedback: None,
                 }))
             }
             Err(refused) => {
@@ -983,15 +1182,21 @@ impl Coordinator {
     {
         tracing::info!(run_id = %self.run_id(), code = failure.code, message = %failure.message, "run failed");
         let error = failure.error_json();
+        let (ending, to) = match failure.ending {
+            CompleteStatus::Cancelled => (CompleteStatus::Cancelled, RunStatus::Cancelled),
+            _ => (CompleteStatus::Failed, RunStatus::Failed),
+        };
         events.push(Event::Complete(Complete {
-            status: CompleteStatus::Failed,
+            status: ending,
             output: failure.output,
             goal_condition_results: failure.goal_condition_results,
             error: Some(error.clone()),
         }));
         let (run_id, error) = (self.run_id(), error.to_string());
-        self.commit(events, RunUpdate::status(RunStatus::Failed), move |conn| {
+        self.commit(events, RunUpdate::status(to), move |conn| {
             write(conn)?;
+            // Nobody answers a request of a run that ended.
+            hitl::close_all(conn, &run_id, "cancelled", crate::store::now())?;
             runs::save_outcome(conn, &run_id, None, Some(&error))
         })
         .await

@@ -4,10 +4,13 @@
 pub mod budget;
 pub mod checkpoint;
 pub mod context;
+pub mod control;
 mod coordinator;
+pub mod operator;
 mod recorder;
 pub mod status;
 
+pub use control::{Applied, ControlError, Coordinators, apply};
 pub use status::{RunStatus, UnknownStatus};
 
 use std::sync::Arc;
@@ -185,7 +188,7 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
     let run_ids = services.store.read(runs::active_ids).await?;
     let mut resumed = 0;
     for run_id in run_ids {
-        match resume(services, &run_id).await {
+        match resume(services, &run_id, true).await {
             Ok(true) => resumed += 1,
             Ok(false) => {}
             Err(error) => tracing::error!(%run_id, %error, "could not recover the run"),
@@ -194,8 +197,10 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
     Ok(resumed)
 }
 
-/// Resumes one run; `false` when it had to be failed instead.
-async fn resume(services: &Arc<Services>, run_id: &str) -> Result<bool, StoreError> {
+/// Starts a coordinator for an active run from its committed state (after a restart, with a `log`
+/// frame saying so when `announce`, or after an operator's decision); `false` when the run had
+/// to be failed instead.
+async fn resume(services: &Arc<Services>, run_id: &str, announce: bool) -> Result<bool, StoreError> {
     let id = run_id.to_string();
     let (row, log) =
         services.store.read(move |c| Ok((runs::get(c, &id)?, events::after(c, &id, 0, i64::MAX)?))).await?;
@@ -209,11 +214,15 @@ async fn resume(services: &Arc<Services>, run_id: &str) -> Result<bool, StoreErr
     let recorder = Recorder::new(header, last_seq, services.store.clone(), services.bus.clone());
     match checkpoint(services, &row, status, &log) {
         Ok((envelope, checkpoint)) => {
-            tracing::info!(%run_id, %status, interrupted = ?checkpoint.interrupted, "resuming run");
-            metrics::counter!("flexrun_runs_resumed_total").increment(1);
+            tracing::info!(%run_id, %status, interrupted = ?checkpoint.interrupted, announce, "resuming run");
             let (next, interrupted) = (checkpoint.next.clone(), checkpoint.interrupted.clone());
             let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder, checkpoint);
-            services.runtime.spawn(coordinator.resume(next, interrupted));
+            if announce {
+                metrics::counter!("flexrun_runs_resumed_total").increment(1);
+                services.runtime.spawn(coordinator.resume(next, interrupted));
+            } else {
+                services.runtime.spawn(coordinator.drive(next));
+            }
             Ok(true)
         }
         Err(reason) => {

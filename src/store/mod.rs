@@ -71,6 +71,7 @@ impl<F, V, P, C> diesel::RunQueryDsl<C> for FixedUpdate<F, V, P> {}
 
 pub mod capabilities;
 pub mod events;
+pub mod hitl;
 pub mod plans;
 pub mod runs;
 pub mod schema;
@@ -313,7 +314,7 @@ mod tests {
         let inserts = *cached.lock().unwrap();
         for _ in 0..3 {
             runs::save_outcome(&mut conn, "r", None, Some("{}")).unwrap();
-            plans::node_started(&mut conn, ("r", 1, "n"), now()).ok();
+            plans::node_started(&mut conn, ("r", 1, "n"), "running", now()).ok();
         }
         assert_eq!(*cached.lock().unwrap() - inserts, 2, "two statements, each prepared once");
     }

@@ -51,13 +51,14 @@ pub fn insert_version(conn: &mut DbConn, version: &PlanVersionRow, nodes: &[Plan
     Ok(())
 }
 
-/// Marks a node started.
+/// Marks a node started: `running`, or `awaiting_human` for a human node.
 pub fn node_started(
     conn: &mut DbConn,
     (run_id, plan_version, node_id): (&str, i32, &str),
+    status: &str,
     at: NaiveDateTime,
 ) -> Result<(), StoreError> {
-    let values = (plan_nodes::status.eq("running"), plan_nodes::started_at.eq(Some(at)));
+    let values = (plan_nodes::status.eq(status), plan_nodes::started_at.eq(Some(at)));
     let update = fixed_update(plan_nodes::table, values, node(run_id, plan_version, node_id));
     let updated = super::on_backend!(conn, |c| update.execute(c))?;
     found(updated, node_id, plan_version)
@@ -125,4 +126,17 @@ pub fn outputs(conn: &mut DbConn, run_id: &str) -> Result<Vec<RunOutputRow>, Sto
         .order(run_outputs::plan_version)
         .select(RunOutputRow::as_select())
         .load(c))?)
+}
+
+/// Marks the nodes of a plan version that had not finished as `discarded` (an operator replan
+/// dropped them); the version itself stays, as history.
+pub fn discard_unfinished(conn: &mut DbConn, run_id: &str, plan_version: i32) -> Result<(), StoreError> {
+    let unfinished = plan_nodes::run_id
+        .eq(run_id)
+        .and(plan_nodes::plan_version.eq(plan_version))
+        .and(plan_nodes::status.eq_any(["pending", "running", "awaiting_human"]));
+    super::on_backend!(conn, |c| diesel::update(plan_nodes::table.filter(unfinished))
+        .set(plan_nodes::status.eq("discarded"))
+        .execute(c))?;
+    Ok(())
 }

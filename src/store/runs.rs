@@ -128,3 +128,23 @@ pub fn transition(
     let actual = get(conn, run_id)?.status;
     Err(StoreError::Conflict(format!("run {run_id} is {actual}, not {from}")))
 }
+
+/// A page of runs, newest first: at most `limit` created before the run `before` (run ids are
+/// UUIDv7, ordered by creation time), with `status` if given.
+pub fn page(
+    conn: &mut DbConn,
+    status: Option<RunStatus>,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<RunRow>, StoreError> {
+    Ok(super::on_backend!(conn, |c| {
+        let mut query = runs::table.select(RunRow::as_select()).order(runs::run_id.desc()).limit(limit).into_boxed();
+        if let Some(status) = status {
+            query = query.filter(runs::status.eq(status.as_str()));
+        }
+        if let Some(before) = before {
+            query = query.filter(runs::run_id.lt(before));
+        }
+        query.load(c)
+    })?)
+}

@@ -80,4 +80,42 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(capabilities, runs, plan_versions, plan_nodes, run_outputs, run_events);
+diesel::table! {
+    hitl_requests (request_id) {
+        request_id -> Text,
+        run_id -> Text,
+        kind -> Text,
+        subject -> Text,
+        plan_version -> Integer,
+        node_id -> Nullable<Text>,
+        question -> Text,
+        details -> Text,
+        status -> Text,
+        created_at -> Timestamp,
+        closed_at -> Nullable<Timestamp>,
+    }
+}
+
+diesel::table! {
+    hitl_decisions (request_id) {
+        request_id -> Text,
+        run_id -> Text,
+        decision -> Text,
+        operator -> Nullable<Text>,
+        note -> Nullable<Text>,
+        feedback -> Nullable<Text>,
+        payload -> Nullable<Text>,
+        decided_at -> Timestamp,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(
+    capabilities,
+    runs,
+    plan_versions,
+    plan_nodes,
+    run_outputs,
+    run_events,
+    hitl_requests,
+    hitl_decisions
+);

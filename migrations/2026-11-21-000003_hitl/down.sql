@@ -1,0 +1,2 @@
+DROP TABLE hitl_decisions;
+DROP TABLE hitl_requests;
