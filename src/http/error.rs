@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 
 use crate::capability::RegistryError;
 use crate::envelope::EnvelopeError;
-use crate::run::StartError;
+use crate::run::operator::Refusal;
+use crate::run::{ControlError, StartError};
 use crate::store::StoreError;
 use crate::validation::FieldError;
 
@@ -24,6 +25,9 @@ pub enum ApiError {
     NotFound { code: &'static str, what: String },
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// The resource is not in a state that allows the request.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     /// Well-formed, but it contradicts what the server already holds.
     #[error("{message}")]
     Unprocessable { code: &'static str, message: String },
@@ -38,7 +42,10 @@ impl ApiError {
 
     fn code(&self) -> &'static str {
         match self {
-            Self::BadRequest { code, .. } | Self::NotFound { code, .. } | Self::Unprocessable { code, .. } => code,
+            Self::BadRequest { code, .. }
+            | Self::NotFound { code, .. }
+            | Self::Conflict { code, .. }
+            | Self::Unprocessable { code, .. } => code,
             Self::Unauthenticated => "unauthenticated",
             Self::InvalidKey => "invalid_api_key",
             Self::Forbidden => "forbidden",
@@ -70,6 +77,7 @@ impl ResponseError for ApiError {
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -122,6 +130,27 @@ impl From<StartError> for ApiError {
                 Self::Unprocessable { code: "idempotency_key_reused", message: error.to_string() }
             }
             StartError::Store(error) => error.into(),
+        }
+    }
+}
+
+impl From<ControlError> for ApiError {
+    fn from(error: ControlError) -> Self {
+        let refusal = match error {
+            ControlError::Refused(refusal) => refusal,
+            ControlError::Store(StoreError::Conflict(message)) => return Self::Conflict { code: "conflict", message },
+            ControlError::Store(error) => return error.into(),
+        };
+        let message = refusal.to_string();
+        match refusal {
+            Refusal::NotFound(run_id) => Self::NotFound { code: "run_not_found", what: format!("run {run_id}") },
+            Refusal::InvalidState { .. } => Self::Conflict { code: "invalid_run_state", message },
+            Refusal::StalePlanVersion { .. } => Self::Conflict { code: "stale_plan_version", message },
+            Refusal::StaleRequest { .. } => Self::Conflict { code: "stale_request", message },
+            Refusal::PlanningInProgress => Self::Conflict { code: "replan_in_progress", message },
+            Refusal::Mismatch { code, .. } => Self::bad_request(code, message),
+            Refusal::ReplanLimit { .. } => Self::Unprocessable { code: "replan_limit", message },
+            Refusal::NotWaiting { .. } => Self::Unprocessable { code: "invalid_run_state", message },
         }
     }
 }

@@ -7,6 +7,7 @@ mod capabilities;
 mod conditions;
 mod error;
 mod idempotency;
+mod operator;
 mod redact;
 mod runs;
 mod sse;
@@ -32,7 +33,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             web::scope("/api/v1").service(system::health).service(
                 web::scope("/flex")
                     .service(runs::run_stream)
+                    .service(operator::resume)
+                    .service(runs::list_runs)
                     .service(runs::get_run)
+                    .service(operator::replan)
+                    .service(operator::cancel)
+                    .service(operator::tasks)
+                    .service(operator::decline)
                     .service(runs::get_events)
                     .service(runs::follow_run)
                     .service(capabilities::register)

@@ -15,8 +15,11 @@ use super::idempotency;
 use super::sse::frame_stream;
 use crate::envelope;
 use crate::events;
+use crate::run::RunStatus;
 use crate::run::context::RunContext;
 use crate::services::Services;
+use crate::store::hitl::{self, DecisionRow, RequestRow};
+use crate::store::runs::RunRow;
 use crate::store::{StoreError, events as event_log, plans, runs};
 
 /// `POST /api/v1/flex/run.stream`: validates the envelope, creates the run and streams its frames.
@@ -74,6 +77,59 @@ fn run_error(run_id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
     }
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    status: Option<String>,
+    /// The `nextCursor` of the previous page.
+    cursor: Option<String>,
+    limit: Option<i64>,
+}
+
+/// A run as lists show it.
+fn summary(run: &RunRow) -> Value {
+    json!({
+        "runId": run.run_id, "status": run.status, "objective": run.objective, "threadId": run.thread_id,
+        "planVersion": run.plan_version, "replans": run.replans,
+        "error": json_or_null(run.error.as_deref()).get("code").cloned(),
+        "createdAt": run.created_at.and_utc(), "updatedAt": run.updated_at.and_utc(),
+    })
+}
+
+/// `GET /api/v1/flex/runs?status=&cursor=&limit=`: runs, newest first, a page at a time.
+#[get("/runs")]
+pub async fn list_runs(
+    _caller: Caller,
+    query: web::Query<ListQuery>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let query = query.into_inner();
+    let status = query
+        .status
+        .map(|s| s.parse::<RunStatus>())
+        .transpose()
+        .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {e}")))?;
+    let limit = query.limit.unwrap_or(50).clamp(1, 500);
+    let page = services.store.read(move |conn| runs::page(conn, status, query.cursor.as_deref(), limit + 1)).await?;
+    let next_cursor = (page.len() as i64 > limit).then(|| page[limit as usize - 1].run_id.clone());
+    let runs: Vec<Value> = page.iter().take(limit as usize).map(summary).collect();
+    Ok(HttpResponse::Ok().json(json!({"runs": runs, "nextCursor": next_cursor})))
+}
+
+/// A stored request with its decision, if one answered it.
+fn request_view(request: &RequestRow, decision: Option<&DecisionRow>) -> Value {
+    let mut view = json_or_null(Some(&request.details));
+    view["status"] = json!(request.status);
+    view["closedAt"] = json!(request.closed_at.map(|t| t.and_utc()));
+    view["decision"] = decision.map_or(Value::Null, |d| {
+        json!({
+            "decision": d.decision, "operator": json_or_null(d.operator.as_deref()), "note": d.note,
+            "feedback": d.feedback, "payload": json_or_null(d.payload.as_deref()), "decidedAt": d.decided_at.and_utc(),
+        })
+    });
+    view
+}
+
 /// `GET /api/v1/flex/runs/{id}`: the run with its plan versions, nodes and goal evaluations.
 #[get("/runs/{id}")]
 pub async fn get_run(
@@ -83,7 +139,7 @@ pub async fn get_run(
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
     let lookup = run_id.clone();
-    let (run, versions, nodes, outputs, log) = services
+    let (run, versions, nodes, outputs, log, (requests, decisions)) = services
         .store
         .read(move |conn| {
             let run = runs::get(conn, &lookup)?;
@@ -94,6 +150,7 @@ pub async fn get_run(
                 plans::nodes(conn, &lookup)?,
                 plans::outputs(conn, &lookup)?,
                 log,
+                hitl::for_run(conn, &lookup)?,
             ))
         })
         .await
@@ -127,6 +184,9 @@ pub async fn get_run(
             "planVersion": o.plan_version, "status": o.status, "output": json_or_null(Some(&o.output)),
             "goalConditionResults": json_or_null(Some(&o.goal_condition_results)), "recordedAt": o.recorded_at.and_utc(),
         })).collect::<Vec<_>>(),
+        "hitlRequests": requests.iter().map(|r| {
+            request_view(r, decisions.iter().find(|d| d.request_id == r.request_id))
+        }).collect::<Vec<_>>(),
     });
     Ok(HttpResponse::Ok().json(super::redact::redact(body)))
 }

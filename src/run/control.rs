@@ -29,10 +29,13 @@ use crate::store::{DbConn, StoreError, plans};
 /// How long a cancel waits for the run's coordinator to stop.
 const STOP_WAIT: Duration = Duration::from_secs(30);
 
+/// A registered coordinator: its registration number and the sender that stops it.
+type Entry = (u64, watch::Sender<Option<Actor>>);
+
 /// The coordinators running in this process, by run: how a cancel reaches one.
 #[derive(Default)]
 pub struct Coordinators {
-    running: Mutex<HashMap<String, (u64, watch::Sender<Option<Actor>>)>>,
+    running: Mutex<HashMap<String, Entry>>,
     next_id: std::sync::atomic::AtomicU64,
 }
 
@@ -64,7 +67,7 @@ impl Coordinators {
         self.lock().get(run_id).is_some_and(|(_, sender)| sender.send(Some(actor.clone())).is_ok())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, watch::Sender<Option<Actor>>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

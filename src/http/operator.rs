@@ -1,0 +1,235 @@
+//! Operator endpoints: answer a paused run (`run.resume`), replan or cancel a run, list and
+//! decline human tasks. Every change goes through [`crate::run::apply`].
+
+use std::sync::{Arc, LazyLock};
+
+use actix_web::{HttpResponse, Responder, get, post, web};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::{Caller, Operator};
+use super::body::read_body;
+use super::error::ApiError;
+use super::sse::frame_stream;
+use crate::run::operator::{Actor, Answer, Command};
+use crate::run::{self, RunStatus};
+use crate::services::Services;
+use crate::store::StoreError;
+use crate::store::hitl;
+use crate::validation::{BodySchema, FieldError};
+
+static RESUME: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("schemas/resume.schema.json")));
+static REPLAN: LazyLock<BodySchema> = LazyLock::new(|| action_schema(&["feedback", "note", "operator"], &[]));
+static CANCEL: LazyLock<BodySchema> = LazyLock::new(|| action_schema(&["note", "operator"], &[]));
+static DECLINE: LazyLock<BodySchema> = LazyLock::new(|| action_schema(&["reason", "note", "operator"], &["reason"]));
+
+/// The shared operator-action schema narrowed to the fields one endpoint takes.
+fn action_schema(fields: &[&str], required: &[&str]) -> BodySchema {
+    let mut schema: Value = serde_json::from_str(include_str!("schemas/operator-action.schema.json"))
+        .unwrap_or_else(|e| panic!("built-in schema is JSON: {e}")); // ok: compiled-in, unit-tested
+    if let Some(properties) = schema["properties"].as_object_mut() {
+        properties.retain(|name, _| fields.contains(&name.as_str()));
+    }
+    schema["required"] = json!(required);
+    BodySchema::builtin(&schema.to_string())
+}
+
+/// Reads a JSON body (an empty body is `{}`) and checks it against `schema`.
+async fn json_body(payload: web::Payload, services: &Services, schema: &BodySchema) -> Result<Value, ApiError> {
+    let body = read_body(payload, services.settings.limits.max_body_bytes).await?;
+    let value: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?
+    };
+    let details = schema.check(&value);
+    if details.is_empty() {
+        return Ok(value);
+    }
+    let first = &details[0];
+    let message = format!("invalid request body: {}: {}", display(&first.path), first.message);
+    Err(ApiError::BadRequest { code: "invalid_request", message, details })
+}
+
+fn display(path: &str) -> &str {
+    if path.is_empty() { "(body)" } else { path }
+}
+
+fn text(body: &Value, pointer: &str) -> Option<String> {
+    body.pointer(pointer).and_then(Value::as_str).map(String::from)
+}
+
+fn actor(body: &Value) -> Actor {
+    Actor { operator: body.get("operator").cloned(), note: text(body, "/note") }
+}
+
+/// The answer a `run.resume` body carries: a `decision` or a human task's `payload`, not both.
+fn answer(body: &Value) -> Result<Answer, ApiError> {
+    let one_of = |message: &str| ApiError::BadRequest {
+        code: "invalid_request",
+        message: format!("invalid request body: {message}"),
+        details: vec![FieldError::new("", "one_of", message)],
+    };
+    match (body.get("decision"), body.get("payload")) {
+        (Some(decision), None) => Ok(Answer::Decide {
+            request_id: text(decision, "/requestId"),
+            approved: decision["approved"].as_bool().unwrap_or_default(),
+            feedback: text(decision, "/freeformText"),
+        }),
+        (None, Some(payload)) => {
+            let node_id = text(payload, "/nodeId").unwrap_or_default();
+            match (payload.get("output"), payload.get("decline")) {
+                (Some(output), None) => Ok(Answer::Submit { node_id, output: output.clone() }),
+                (None, Some(declined)) => Ok(Answer::Decline {
+                    node_id,
+                    reason: text(declined, "/reason").unwrap_or_default(),
+                    note: text(declined, "/note"),
+                }),
+                _ => Err(one_of("`payload` needs exactly one of `output` and `decline`")),
+            }
+        }
+        (Some(_), Some(_)) => Err(one_of("send either `decision` (an approval) or `payload` (a human task), not both")),
+        (None, None) => Err(one_of("send `decision` (to answer an approval) or `payload` (for a human task)")),
+    }
+}
+
+/// `POST /api/v1/flex/run.resume`: answers the request a paused run waits on and streams what
+/// follows, from the `hitl_resolved` frame until the run ends or pauses again.
+#[post("/run.resume")]
+pub async fn resume(
+    _operator: Operator,
+    payload: web::Payload,
+    services: web::Data<Services>,
+) -> Result<impl Responder, ApiError> {
+    let body = json_body(payload, &services, &RESUME).await?;
+    let run_id = text(&body, "/runId").unwrap_or_default();
+    let expected_plan_version = body.get("expectedPlanVersion").and_then(Value::as_u64).map(|v| v as u32);
+    let command = Command::Resume { expected_plan_version, answer: answer(&body)?, actor: actor(&body) };
+    let services: Arc<Services> = services.into_inner();
+    let applied = run::apply(&services, &run_id, command).await?;
+    Ok(frame_stream(applied.frames).customize().insert_header(("x-flexrun-run-id", run_id)))
+}
+
+/// `POST /api/v1/flex/runs/{id}/replan`: drops the plan a paused run waits with and plans again
+/// in the background (`operator_replan`, with the feedback in the planner prompt).
+#[post("/runs/{id}/replan")]
+pub async fn replan(
+    _operator: Operator,
+    id: web::Path<String>,
+    payload: web::Payload,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let body = json_body(payload, &services, &REPLAN).await?;
+    let command = Command::Replan { feedback: text(&body, "/feedback"), actor: actor(&body) };
+    let run_id = id.into_inner();
+    let applied = run::apply(&services.into_inner(), &run_id, command).await?;
+    Ok(HttpResponse::Ok().json(json!({"runId": run_id, "status": applied.status})))
+}
+
+/// `POST /api/v1/flex/runs/{id}/cancel`: stops the run (in-flight calls are dropped) and ends it
+/// `cancelled`. Answers with the final status.
+#[post("/runs/{id}/cancel")]
+pub async fn cancel(
+    _operator: Operator,
+    id: web::Path<String>,
+    payload: web::Payload,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let body = json_body(payload, &services, &CANCEL).await?;
+    let run_id = id.into_inner();
+    let command = Command::Cancel { stopped: false, actor: actor(&body) };
+    let applied = run::apply(&services.into_inner(), &run_id, command).await?;
+    Ok(HttpResponse::Ok().json(json!({"runId": run_id, "status": applied.status})))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TasksQuery {
+    limit: Option<i64>,
+}
+
+/// `GET /api/v1/flex/tasks`: open human tasks, oldest first.
+#[get("/tasks")]
+pub async fn tasks(
+    _caller: Caller,
+    query: web::Query<TasksQuery>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let rows = services.store.read(move |conn| hitl::open_tasks(conn, limit)).await?;
+    let tasks: Vec<Value> = rows
+        .iter()
+        .map(|row| {
+            let details: Value = serde_json::from_str(&row.details).unwrap_or(Value::Null);
+            json!({
+                "taskId": row.request_id, "runId": row.run_id, "nodeId": row.node_id,
+                "planVersion": row.plan_version, "status": "awaiting_submission",
+                "capabilityId": details["context"]["capabilityId"], "label": details["context"]["label"],
+                "question": row.question, "createdAt": row.created_at.and_utc(), "assignment": details["context"],
+            })
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(super::redact::redact(json!({"count": tasks.len(), "tasks": tasks}))))
+}
+
+/// `POST /api/v1/flex/tasks/{id}/decline` `{reason, note?, operator?}`: refuses a human task;
+/// the run fails (`human_task_declined`).
+#[post("/tasks/{id}/decline")]
+pub async fn decline(
+    _operator: Operator,
+    id: web::Path<String>,
+    payload: web::Payload,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let body = json_body(payload, &services, &DECLINE).await?;
+    let task_id = id.into_inner();
+    let lookup = task_id.clone();
+    let task = services.store.read(move |conn| hitl::get(conn, &lookup)).await.map_err(|e| match e {
+        StoreError::NotFound(_) => ApiError::NotFound { code: "task_not_found", what: format!("task {task_id}") },
+        other => other.into(),
+    })?;
+    if task.kind != "human_task" || task.status != "pending" {
+        return Err(ApiError::Conflict {
+            code: "invalid_task_state",
+            message: format!(
+                "task {} is a {} request that is {}, not an open human task",
+                task.request_id, task.kind, task.status
+            ),
+        });
+    }
+    let node_id = task.node_id.clone().unwrap_or_default();
+    let answer = Answer::Decline {
+        node_id: node_id.clone(),
+        reason: text(&body, "/reason").unwrap_or_default(),
+        note: text(&body, "/note"),
+    };
+    let command = Command::Resume { expected_plan_version: None, answer, actor: actor(&body) };
+    let applied = run::apply(&services.into_inner(), &task.run_id, command).await?;
+    Ok(HttpResponse::Ok().json(json!({
+        "ok": applied.status == RunStatus::Failed, "status": applied.status, "runId": task.run_id, "nodeId": node_id,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_compile_and_narrow() {
+        assert!(RESUME.check(&json!({"runId": "r", "decision": {"approved": true}})).is_empty());
+        assert_eq!(RESUME.check(&json!({"decision": {"approved": "yes"}})).len(), 2);
+        assert!(REPLAN.check(&json!({"feedback": "f"})).is_empty());
+        assert_eq!(CANCEL.check(&json!({"feedback": "f"}))[0].code, "unknown_field");
+        assert_eq!(DECLINE.check(&json!({}))[0].path, "/reason");
+    }
+
+    #[test]
+    fn answers() {
+        let decide = answer(&json!({"decision": {"approved": false, "freeformText": "shorter"}})).unwrap();
+        assert_eq!(decide, Answer::Decide { request_id: None, approved: false, feedback: Some("shorter".into()) });
+        assert!(answer(&json!({})).is_err());
+        assert!(answer(&json!({"decision": {"approved": true}, "payload": {"nodeId": "n", "output": {}}})).is_err());
+        assert!(answer(&json!({"payload": {"nodeId": "n"}})).is_err());
+    }
+}
