@@ -275,3 +275,43 @@ async fn flexrun_run_follows_its_run_across_a_server_restart() {
     assert_eq!(frames.last().unwrap()["payload"]["status"], "completed");
     assert_eq!(model.calls().iter().filter(|c| c.capability_id() == Some("writer")).count(), 1);
 }
+
+/// Runs the `flexrun` binary against `server`; its exit status and stdout.
+async fn flexrun_cli(server: &ServerProcess, args: &[&str]) -> (bool, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_flexrun"));
+    command.args(args).args(["--server", &server.base]);
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    (output.status.success(), String::from_utf8(output.stdout).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_survives_a_crash_and_is_approved_from_the_command_line() {
+    let model = StandIn::start(flexrun::standin::script(two_steps)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let mut envelope = envelope();
+    envelope["policies"] = json!({"approval": {"plan": "required"}});
+    let (run_id, response) = server.post_run(&envelope).await;
+    assert_eq!(kinds(&read_frames(response, usize::MAX).await).last(), Some(&"hitl_request"));
+    server.kill();
+    server.restart().await;
+
+    // Still waiting after the restart: nothing was resumed, nothing ran.
+    let (ok, listed) = flexrun_cli(&server, &["runs", "list", "--status", "awaiting_hitl"]).await;
+    assert!(ok && listed.contains(&run_id), "{listed}");
+    let (ok, shown) = flexrun_cli(&server, &["runs", "show", &run_id]).await;
+    assert!(ok && shown.contains("approval plan v1: pending"), "{shown}");
+    assert_eq!(model.calls().iter().filter(|c| !c.is_planner()).count(), 0);
+
+    let (ok, printed) = flexrun_cli(&server, &["resume", &run_id, "--approve", "--operator", "op-7", "--json"]).await;
+    assert!(ok, "{printed}");
+    let frames: Vec<Value> = printed.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let printed: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
+    assert_eq!(printed, ["hitl_resolved", "node_start", "node_complete", "node_start", "node_complete", "complete"]);
+    assert_eq!(frames[0]["payload"]["decision"]["operator"]["id"], "op-7");
+    let log = event_log(&dir.path().join("flexrun.db"), &run_id);
+    assert_eq!(log.iter().map(|(seq, ..)| *seq).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
+
+    let (ok, _) = flexrun_cli(&server, &["cancel", &run_id]).await;
+    assert!(!ok, "cancelling a completed run fails");
+}

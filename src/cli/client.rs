@@ -46,12 +46,40 @@ impl Client {
 
     /// Posts `envelope` to `run.stream` and hands every frame (with its raw JSON) to `on_frame`
     /// until the run completes or pauses.
-    pub async fn run(
+    pub async fn run(&self, envelope: Vec<u8>, on_frame: impl FnMut(&ReceivedFrame, &str)) -> anyhow::Result<Outcome> {
+        let response = self.post(envelope).await?;
+        self.follow(response, on_frame).await
+    }
+
+    /// Answers the request a paused run waits on (`run.resume`) and follows the run as [`Self::run`].
+    pub async fn resume(&self, body: &Value, on_frame: impl FnMut(&ReceivedFrame, &str)) -> anyhow::Result<Outcome> {
+        let response = self
+            .request(reqwest::Method::POST, "/api/v1/flex/run.resume")
+            .header("accept", "text/event-stream")
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("could not reach flexrun at {}", self.base))?;
+        self.follow(check(response).await?, on_frame).await
+    }
+
+    /// A JSON request to the API; the answer's body.
+    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.with_context(|| format!("could not reach flexrun at {}", self.base))?;
+        Ok(check(response).await?.json().await?)
+    }
+
+    /// Reads a run's frames from `response` (a stream the server opened for it), re-attaching
+    /// after the last frame seen whenever the connection drops, until the run completes or pauses.
+    async fn follow(
         &self,
-        envelope: Vec<u8>,
+        response: reqwest::Response,
         mut on_frame: impl FnMut(&ReceivedFrame, &str),
     ) -> anyhow::Result<Outcome> {
-        let response = self.post(envelope).await?;
         let run_id = response
             .headers()
             .get("x-flexrun-run-id")

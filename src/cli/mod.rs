@@ -1,8 +1,10 @@
-//! The `flexrun` command line (clap): `serve`, `run`, `demo`, `migrate`.
+//! The `flexrun` command line (clap): `serve`, `run`, `runs`, `resume`, `replan`, `cancel`, `demo`,
+//! `dsl`, `migrate`.
 
 mod client;
 mod demo;
 mod dsl;
+mod operate;
 mod progress;
 
 use std::net::TcpListener;
@@ -47,6 +49,52 @@ enum Command {
         /// Print every frame as a JSON line instead of the progress display.
         #[arg(long)]
         json: bool,
+    },
+    /// List runs or show one.
+    Runs {
+        #[command(subcommand)]
+        command: operate::RunsCommand,
+        #[command(flatten)]
+        connection: operate::Connection,
+    },
+    /// Approve or reject the plan or result a paused run waits on, and follow the run.
+    Resume {
+        run: String,
+        /// Approve the pending request.
+        #[arg(long, conflicts_with = "reject", required_unless_present = "reject")]
+        approve: bool,
+        /// Reject it: the run fails, or with --feedback (and replans left) plans again.
+        #[arg(long)]
+        reject: bool,
+        /// What the planner should do differently (with --reject).
+        #[arg(long, requires = "reject")]
+        feedback: Option<String>,
+        #[command(flatten)]
+        acting: operate::Acting,
+        #[command(flatten)]
+        connection: operate::Connection,
+        /// Print every frame as a JSON line instead of the progress display.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop the plan a paused run waits with and plan again (counts as a replan).
+    Replan {
+        run: String,
+        /// What the planner should do differently.
+        #[arg(long)]
+        feedback: Option<String>,
+        #[command(flatten)]
+        acting: operate::Acting,
+        #[command(flatten)]
+        connection: operate::Connection,
+    },
+    /// Cancel a run: in-flight work is dropped and the run ends `cancelled`.
+    Cancel {
+        run: String,
+        #[command(flatten)]
+        acting: operate::Acting,
+        #[command(flatten)]
+        connection: operate::Connection,
     },
     /// The whole job on embedded defaults: a temporary database, example capabilities and a
     /// scripted stand-in model on loopback. Needs no API key.
@@ -93,6 +141,15 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             init_tracing("warn", false);
             demo::run().await
         }
+        Command::Runs { command, connection } => operate::runs(command, &connection).await,
+        Command::Resume { run, approve, feedback, acting, connection, json, .. } => {
+            init_tracing("warn", false);
+            operate::resume(&run, approve, feedback, &acting, &connection, json).await
+        }
+        Command::Replan { run, feedback, acting, connection } => {
+            operate::act(&run, "replan", feedback, &acting, &connection).await
+        }
+        Command::Cancel { run, acting, connection } => operate::act(&run, "cancel", None, &acting, &connection).await,
         Command::Dsl { command } => dsl::run(command),
         Command::Migrate => {
             init_tracing("info", false);
@@ -131,12 +188,17 @@ async fn run(envelope: PathBuf, server: &str, api_key: Option<String>, json: boo
     let progress = Progress::new(json);
     let outcome = Client::new(server, api_key).run(body, |frame, raw| progress.frame(frame, raw)).await;
     progress.finish();
-    match outcome? {
+    exit_code(outcome?, json)
+}
+
+/// Success when the run completed or waits for an operator; failure when it failed or was cancelled.
+fn exit_code(outcome: Outcome, json: bool) -> anyhow::Result<ExitCode> {
+    match outcome {
         Outcome::Complete(frame) if frame.payload["status"] == "completed" => Ok(ExitCode::SUCCESS),
         Outcome::Complete(_) => Ok(ExitCode::FAILURE),
         Outcome::Paused { run_id, status } => {
             if !json {
-                println!("⏸ run {run_id} is {status}: it waits for an operator");
+                println!("⏸ run {run_id} is {status}: it waits for an operator (flexrun resume / replan / cancel)");
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -93,6 +93,21 @@ impl Progress {
                 p["delayMs"],
                 text(&p["error"])
             )),
+            "hitl_request" => self.line(format!(
+                "⏸ {} request {} ({}, plan v{}): {}",
+                text(&p["request"]["kind"]),
+                text(&p["request"]["id"]),
+                text(&p["request"]["subject"]),
+                p["request"]["planVersion"],
+                text(&p["request"]["question"])
+            )),
+            "hitl_resolved" => self.line(format!(
+                "  ✎ request {} {}{}",
+                text(&p["request"]["id"]),
+                p["decision"]["decision"].as_str().unwrap_or(p["request"]["status"].as_str().unwrap_or("")),
+                p["decision"]["feedback"].as_str().map(|f| format!(": {f}")).unwrap_or_default()
+            )),
+            "policy_triggered" => self.line(format!("↺ replan asked: {}", text(&p["trigger"]["reason"]))),
             other => self.line(format!("  · {other}")),
         }
     }
