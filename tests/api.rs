@@ -178,6 +178,16 @@ async fn callers_need_a_key_and_operators_own_registration() {
     assert_eq!(as_operator.status(), 201);
     let health = server.http.get(server.url("/api/v1/health")).send().await.unwrap();
     assert_eq!(health.status(), 200, "health needs no key");
+
+    // Steering runs is for operators; callers may read.
+    let run_id = &frames[0].run_id;
+    for path in ["/api/v1/flex/run.resume".to_string(), format!("/api/v1/flex/runs/{run_id}/cancel")] {
+        let body = json!({"runId": run_id, "decision": {"approved": true}});
+        let as_caller = server.http.post(server.url(&path)).bearer_auth("caller-key").json(&body).send().await.unwrap();
+        assert_eq!(as_caller.status(), 403, "{path}");
+    }
+    let list = server.http.get(server.url("/api/v1/flex/runs")).bearer_auth("caller-key").send().await.unwrap();
+    assert_eq!(list.json::<Value>().await.unwrap()["runs"][0]["runId"], run_id.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -440,3 +440,34 @@ async fn malformed_resume_bodies_are_400_and_change_nothing() {
     assert_eq!(flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status, "awaiting_hitl");
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_are_listed_newest_first_a_page_at_a_time() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(server.run(&envelope()).await[0].run_id.clone());
+    }
+    let paused = server.run(&with_plan_approval(envelope())).await[0].run_id.clone();
+    let page = |query: String| {
+        let server = &server;
+        async move {
+            let url = server.url(&format!("/api/v1/flex/runs?{query}"));
+            let response = server.http.get(url).bearer_auth(OPERATOR_KEY).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let listed = |body: &Value| -> Vec<String> {
+        body["runs"].as_array().unwrap().iter().map(|r| r["runId"].as_str().unwrap().to_string()).collect()
+    };
+    let (_, first) = page("limit=2".into()).await;
+    assert_eq!(listed(&first), [paused.clone(), ids[2].clone()]);
+    let cursor = first["nextCursor"].as_str().unwrap();
+    let (_, second) = page(format!("limit=2&cursor={cursor}")).await;
+    assert_eq!(listed(&second), [ids[1].clone(), ids[0].clone()]);
+    assert_eq!(second["nextCursor"], Value::Null);
+    let (_, waiting) = page("status=awaiting_hitl".into()).await;
+    assert_eq!(listed(&waiting), [paused]);
+    let (status, error) = page("status=paused".into()).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_query")));
+}
