@@ -162,7 +162,7 @@ impl From<StoreError> for ApiError {
 }
 
 /// "invalid task envelope: /objective: `objective` is required (and 2 more)".
-fn summary(what: &str, details: &[FieldError]) -> String {
+pub(super) fn summary(what: &str, details: &[FieldError]) -> String {
     match details {
         [] => what.to_string(),
         [only] => format!("{what}: {}: {}", display_path(&only.path), only.message),

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::auth::{Caller, Operator};
 use super::body::read_body;
-use super::error::ApiError;
+use super::error::{ApiError, summary};
 use super::sse::frame_stream;
 use crate::run::operator::{Actor, Answer, Command};
 use crate::run::{self, RunStatus};
@@ -47,13 +47,7 @@ async fn json_body(payload: web::Payload, services: &Services, schema: &BodySche
     if details.is_empty() {
         return Ok(value);
     }
-    let first = &details[0];
-    let message = format!("invalid request body: {}: {}", display(&first.path), first.message);
-    Err(ApiError::BadRequest { code: "invalid_request", message, details })
-}
-
-fn display(path: &str) -> &str {
-    if path.is_empty() { "(body)" } else { path }
+    Err(ApiError::BadRequest { code: "invalid_request", message: summary("invalid request body", &details), details })
 }
 
 fn text(body: &Value, pointer: &str) -> Option<String> {
