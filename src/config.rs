@@ -111,6 +111,7 @@ pub struct Limits {
     pub max_concurrent_nodes: usize,
     pub capability_timeout_secs: u64,
     pub max_capability_response_bytes: usize,
+    pub max_clarifications_per_run: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]

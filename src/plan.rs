@@ -13,6 +13,8 @@ pub enum NodeStatus {
     Running,
     /// A human node waiting for an operator to submit its output.
     AwaitingHuman,
+    /// A node that asked an operator a question (a CLARIFY signal); it runs again once answered.
+    AwaitingHitl,
     Completed,
     Failed,
 }
@@ -23,6 +25,7 @@ impl NodeStatus {
             Self::Pending => "pending",
             Self::Running => "running",
             Self::AwaitingHuman => "awaiting_human",
+            Self::AwaitingHitl => "awaiting_hitl",
             Self::Completed => "completed",
             Self::Failed => "failed",
         }

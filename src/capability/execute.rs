@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
+use super::signal::{self, InvalidSignal, Reply};
 use super::{Capability, Executor};
 use crate::condition::GoalConditionResult;
 use crate::contract::{OutputContract, SchemaViolation};
@@ -32,6 +33,22 @@ pub struct ContextBundle {
     /// Failed goal conditions on this node's output facets, when it runs again to repair them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub repair: Vec<GoalConditionResult>,
+    /// The questions this node asked operators (CLARIFY signals) and their answers, oldest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub clarifications: Vec<Clarification>,
+}
+
+/// A question a node asked through a CLARIFY signal, and the operator's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Clarification {
+    pub request_id: String,
+    pub node_id: String,
+    pub question: String,
+    pub asked_at: String,
+    /// `None` while the question waits for its answer.
+    pub answer: Option<String>,
+    pub answered_at: Option<String>,
 }
 
 /// Why a capability produced no usable output.
@@ -56,6 +73,8 @@ pub enum CapabilityError {
     /// Human capabilities are answered by an operator, never run.
     #[error("capability {0} is a human task; an operator submits its output")]
     HumanTask(String),
+    #[error(transparent)]
+    Signal(#[from] InvalidSignal),
 }
 
 impl CapabilityError {
@@ -65,9 +84,12 @@ impl CapabilityError {
             Self::Model(e) => e.is_transient(),
             Self::Timeout(_) | Self::Connection(_) => true,
             Self::Status { status, .. } => matches!(status, 408 | 429) || *status >= 500,
-            Self::NotRegistered(_) | Self::TooLarge(_) | Self::NotJson(_) | Self::Contract(_) | Self::HumanTask(_) => {
-                false
-            }
+            Self::NotRegistered(_)
+            | Self::TooLarge(_)
+            | Self::NotJson(_)
+            | Self::Contract(_)
+            | Self::HumanTask(_)
+            | Self::Signal(_) => false,
         }
     }
 
@@ -92,6 +114,7 @@ impl CapabilityError {
             Self::NotJson(_) => "capability_output_not_json",
             Self::Contract(_) => "capability_output_invalid",
             Self::HumanTask(_) => "capability_is_human",
+            Self::Signal(_) => "capability_signal_invalid",
         }
     }
 }
@@ -115,20 +138,24 @@ impl Executors {
         Ok(Self { llm, http, max_response_bytes })
     }
 
-    /// Runs `capability` for one node and returns its checked output.
+    /// Runs `capability` for one node and returns its signal, or its output checked against its
+    /// contract.
     pub async fn run(
         &self,
         capability: &Capability,
         bundle: &ContextBundle,
         timeouts: &Timeouts,
-    ) -> Result<Value, CapabilityError> {
-        let output = match &capability.executor {
+    ) -> Result<Reply, CapabilityError> {
+        let answer = match &capability.executor {
             Executor::Ai { instructions } => self.run_ai(capability, instructions, bundle, timeouts.model_call).await?,
             Executor::Http { endpoint } => self.run_http(endpoint, bundle, timeouts.capability_call).await?,
             Executor::Human { .. } => return Err(CapabilityError::HumanTask(capability.id.clone())),
         };
-        check_output(&capability.output_contract, &output)?;
-        Ok(output)
+        let reply = signal::read(answer)?;
+        if let Reply::Output(output) = &reply {
+            check_output(&capability.output_contract, output)?;
+        }
+        Ok(reply)
     }
 
     async fn run_ai(
@@ -140,9 +167,11 @@ impl Executors {
     ) -> Result<Value, CapabilityError> {
         let (system, user) = ai_prompt(capability, instructions, bundle);
         let shape = match &capability.output_contract {
-            OutputContract::JsonSchema { schema, .. } => {
-                ResponseShape::JsonSchema { name: schema_name(&capability.id), schema: schema.source().clone() }
-            }
+            // The model may answer with its output or with a signal.
+            OutputContract::JsonSchema { schema, .. } => ResponseShape::JsonSchema {
+                name: schema_name(&capability.id),
+                schema: json!({"anyOf": [schema.source(), signal::schema()]}),
+            },
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
         };
@@ -230,6 +259,8 @@ fn ai_prompt(capability: &Capability, instructions: &str, bundle: &ContextBundle
         OutputContract::Freeform { .. } => "Answer with the requested text only.",
         _ => "Answer with one JSON object that satisfies the output contract, and nothing else.",
     });
+    system.push('\n');
+    system.push_str(signal::PROMPT);
     let mut user = format!("### OBJECTIVE\n{}\n\n### STEP\nNode: {}\n", bundle.objective, bundle.node_id);
     for instruction in &bundle.instructions {
         let _ = writeln!(user, "- {instruction}");
@@ -241,6 +272,13 @@ fn ai_prompt(capability: &Capability, instructions: &str, bundle: &ContextBundle
     if !bundle.repair.is_empty() {
         let repair = serde_json::to_string(&bundle.repair).unwrap_or_default();
         let _ = write!(user, "\n### GOAL CONDITIONS TO REPAIR\nYour output must make these hold:\n{repair}\n");
+    }
+    if !bundle.clarifications.is_empty() {
+        let _ = write!(user, "\n### CLARIFICATIONS\nYou asked, and an operator answered:\n");
+        for c in &bundle.clarifications {
+            let answer = c.answer.as_deref().unwrap_or("(not answered)");
+            let _ = writeln!(user, "- Question: {}\n  Answer: {answer}", c.question);
+        }
     }
     let contract = serde_json::to_string(&capability.output_contract).unwrap_or_default();
     let _ = write!(user, "\n### OUTPUT CONTRACT\n{contract}\n");

@@ -3,9 +3,11 @@
 
 mod execute;
 mod registry;
+pub mod signal;
 
-pub use execute::{CapabilityError, ContextBundle, Executors, check_output};
+pub use execute::{CapabilityError, Clarification, ContextBundle, Executors, check_output};
 pub use registry::{Capabilities, Registry, RegistryError, catalog, registration_files};
+pub use signal::{Reply, Signal};
 
 use std::sync::LazyLock;
 

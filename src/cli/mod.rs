@@ -57,15 +57,21 @@ enum Command {
         #[command(flatten)]
         connection: operate::Connection,
     },
-    /// Approve or reject the plan or result a paused run waits on, and follow the run.
+    /// Approve or reject the plan or result a paused run waits on, or answer a node's question,
+    /// and follow the run.
+    #[command(group = clap::ArgGroup::new("verdict").required(true).multiple(false))]
     Resume {
         run: String,
         /// Approve the pending request.
-        #[arg(long, conflicts_with = "reject", required_unless_present = "reject")]
+        #[arg(long, group = "verdict")]
         approve: bool,
-        /// Reject it: the run fails, or with --feedback (and replans left) plans again.
-        #[arg(long)]
+        /// Reject it: the run fails, or with --feedback (and replans left) plans again. For a
+        /// node's question: decline to answer (the node fails).
+        #[arg(long, group = "verdict")]
         reject: bool,
+        /// Answer the question a node asked (a clarify request); the node runs again with it.
+        #[arg(long, group = "verdict", value_name = "TEXT")]
+        answer: Option<String>,
         /// What the planner should do differently (with --reject).
         #[arg(long, requires = "reject")]
         feedback: Option<String>,
@@ -142,9 +148,13 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             demo::run().await
         }
         Command::Runs { command, connection } => operate::runs(command, &connection).await,
-        Command::Resume { run, approve, feedback, acting, connection, json, .. } => {
+        Command::Resume { run, approve, answer, feedback, acting, connection, json, .. } => {
             init_tracing("warn", false);
-            operate::resume(&run, approve, feedback, &acting, &connection, json).await
+            let (approved, text) = match answer {
+                Some(answer) => (true, Some(answer)),
+                None => (approve, feedback),
+            };
+            operate::resume(&run, approved, text, &acting, &connection, json).await
         }
         Command::Replan { run, feedback, acting, connection } => {
             operate::act(&run, "replan", feedback, &acting, &connection).await

@@ -154,12 +154,13 @@ fn show(body: &Value) {
     }
 }
 
-/// `flexrun resume <run> --approve|--reject [--feedback]`: answers a pending approval and follows
-/// the run until it ends or pauses again.
+/// `flexrun resume <run> --approve|--reject [--feedback]|--answer`: answers a pending approval or
+/// question (`text` is the feedback or the answer) and follows the run until it ends or pauses
+/// again.
 pub async fn resume(
     run: &str,
     approved: bool,
-    feedback: Option<String>,
+    text: Option<String>,
     acting: &Acting,
     connection: &Connection,
     json_output: bool,
@@ -167,8 +168,8 @@ pub async fn resume(
     let mut body = acting.fields();
     body.insert("runId".into(), json!(run));
     let mut decision = json!({"approved": approved});
-    if let Some(feedback) = feedback {
-        decision["freeformText"] = json!(feedback);
+    if let Some(text) = text {
+        decision["freeformText"] = json!(text);
     }
     body.insert("decision".into(), decision);
     let progress = Progress::new(json_output);

@@ -105,7 +105,11 @@ impl Progress {
                 "  ✎ request {} {}{}",
                 text(&p["request"]["id"]),
                 p["decision"]["decision"].as_str().unwrap_or(p["request"]["status"].as_str().unwrap_or("")),
-                p["decision"]["feedback"].as_str().map(|f| format!(": {f}")).unwrap_or_default()
+                p["decision"]["feedback"]
+                    .as_str()
+                    .or(p["decision"]["answer"].as_str())
+                    .map(|f| format!(": {f}"))
+                    .unwrap_or_default()
             )),
             "policy_triggered" => self.line(format!("↺ replan asked: {}", text(&p["trigger"]["reason"]))),
             other => self.line(format!("  · {other}")),

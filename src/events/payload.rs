@@ -28,12 +28,41 @@ pub struct ReplanInfo {
     /// What the operator asked for (operator rejections and replans), given to the planner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feedback: Option<String>,
+    /// The REPLAN signal that asked for this replan (`capability_signal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<SignalInfo>,
+}
+
+/// A capability's REPLAN signal: which node sent it and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalInfo {
+    pub node_id: String,
+    pub capability_id: String,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub details: Value,
 }
 
 impl ReplanInfo {
     /// A replan asked for by an operator (`operator_rejected`, `operator_replan`).
     pub fn operator(reason: &str, feedback: Option<String>) -> Self {
-        Self { reason: reason.into(), failed_goal_conditions: Vec::new(), feedback }
+        Self { reason: reason.into(), failed_goal_conditions: Vec::new(), feedback, signal: None }
+    }
+
+    /// A replan after failed goal conditions (`goal_condition_failed`).
+    pub fn goal_conditions(failed: Vec<GoalConditionResult>) -> Self {
+        Self { reason: "goal_condition_failed".into(), failed_goal_conditions: failed, feedback: None, signal: None }
+    }
+
+    /// A replan a capability asked for (`capability_signal`).
+    pub fn capability_signal(signal: SignalInfo) -> Self {
+        Self {
+            reason: "capability_signal".into(),
+            failed_goal_conditions: Vec::new(),
+            feedback: None,
+            signal: Some(signal),
+        }
     }
 }
 
@@ -222,6 +251,8 @@ pub enum HitlKind {
     Approval,
     /// Do a human node's work: submit its output or decline.
     HumanTask,
+    /// Answer a node's question (its capability sent a CLARIFY signal).
+    Clarify,
 }
 
 /// What an operator request is about.
@@ -241,6 +272,7 @@ impl HitlKind {
         match self {
             Self::Approval => "approval",
             Self::HumanTask => "human_task",
+            Self::Clarify => "clarify",
         }
     }
 }
@@ -292,10 +324,13 @@ pub struct ClosedRequest {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionInfo {
-    /// `approved`, `rejected`, `submitted` or `declined`.
+    /// `approved`, `rejected`, `submitted`, `declined` or `answered` (a clarify request).
     pub decision: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub feedback: Option<String>,
+    /// The answer to a clarify request, given to the node that asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operator: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]

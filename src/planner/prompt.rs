@@ -12,6 +12,7 @@ use crate::capability::Capability;
 use crate::condition::GoalConditionResult;
 use crate::config::FacetDefinition;
 use crate::envelope::TaskEnvelope;
+use crate::events::payload::SignalInfo;
 use crate::plan::Plan;
 
 /// Longest rendering of one JSON value in a prompt, in characters.
@@ -35,6 +36,8 @@ pub struct Replan<'a> {
     pub failed_goal_conditions: &'a [GoalConditionResult],
     /// What an operator asked for, when an operator asked for the replan.
     pub feedback: Option<&'a str>,
+    /// The REPLAN signal of a capability, when one asked for the replan.
+    pub signal: Option<&'a SignalInfo>,
     pub completed: &'a [CompletedWork],
     pub previous_plan: &'a Plan,
 }
@@ -130,6 +133,20 @@ fn replan_sections(s: &mut String, replan: &Replan<'_>) {
     section(s, "REPLAN REASON", replan.reason);
     if let Some(feedback) = replan.feedback {
         section(s, "OPERATOR FEEDBACK", &format!("An operator asked for a new plan: {feedback}"));
+    }
+    if let Some(signal) = replan.signal {
+        let mut text = format!(
+            "Capability {} (node {}) found the remaining plan invalid: {}\n",
+            signal.capability_id, signal.node_id, signal.reason
+        );
+        if !signal.details.is_null() {
+            let _ = writeln!(text, "Details: {}", truncate(&signal.details.to_string()));
+        }
+        text.push_str(
+            "Plan the remaining work from what was actually built (COMPLETED NODES) and the current run \
+             context; they outweigh the previous plan.\n",
+        );
+        section(s, "CAPABILITY SIGNAL", &text);
     }
     let mut completed = String::new();
     if replan.completed.is_empty() {
@@ -339,6 +356,7 @@ mod tests {
                 reason: "goal_condition_failed",
                 failed_goal_conditions: &failed,
                 feedback: None,
+                signal: None,
                 completed: &completed,
                 previous_plan: &previous,
             }),
@@ -377,6 +395,7 @@ mod tests {
                 reason: "operator_rejected",
                 failed_goal_conditions: &[],
                 feedback: Some("use a friendlier tone"),
+                signal: None,
                 completed: &[],
                 previous_plan: &previous,
             }),

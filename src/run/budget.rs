@@ -45,7 +45,7 @@ impl Refused {
 
     pub fn message(self) -> String {
         match self {
-            Self::Disabled => "Goal conditions failed and replanning is disabled for this run".into(),
+            Self::Disabled => "Replanning is disabled for this run".into(),
             Self::GoalConditionLimit { limit } => {
                 format!("Automatic goal condition replans exceeded the configured limit ({limit})")
             }
@@ -64,6 +64,19 @@ pub struct ReplanBudget {
 impl ReplanBudget {
     pub fn new(limits: ReplanLimits) -> Self {
         Self { limits, goal_condition_replans: 0, replans: 0 }
+    }
+
+    /// Grants one more replan for another reason than failed goal conditions (a capability's
+    /// REPLAN signal) and counts it; returns the run's replan number.
+    pub fn grant_replan(&mut self) -> Result<u32, Refused> {
+        if !self.limits.enabled {
+            return Err(Refused::Disabled);
+        }
+        if self.replans >= self.limits.max_replans {
+            return Err(Refused::TotalLimit { limit: self.limits.max_replans });
+        }
+        self.replans += 1;
+        Ok(self.replans)
     }
 
     /// Grants one more replan for failed goal conditions and counts it; returns its number.
@@ -112,6 +125,16 @@ mod tests {
             ReplanBudget::new(limits(true, 0, 5)).grant_goal_condition_replan().unwrap_err().code(),
             "goal_condition_replan_limit"
         );
+    }
+
+    #[test]
+    fn other_replans_count_toward_the_total_only() {
+        let mut budget = ReplanBudget::new(limits(true, 1, 2));
+        assert_eq!(budget.grant_replan(), Ok(1));
+        assert_eq!(budget.grant_goal_condition_replan(), Ok(1));
+        assert_eq!(budget.grant_replan(), Err(Refused::TotalLimit { limit: 2 }));
+        assert_eq!((budget.goal_condition_replans, budget.replans), (1, 2));
+        assert_eq!(ReplanBudget::new(limits(false, 1, 2)).grant_replan(), Err(Refused::Disabled));
     }
 
     #[test]

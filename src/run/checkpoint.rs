@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use super::context::RunContext;
 use super::operator::HUMAN_OUTPUT_INVALID;
 use super::status::RunStatus;
+use crate::capability::Clarification;
 use crate::condition::GoalConditionResult;
 use crate::events::payload::ReplanInfo;
 use crate::plan::{NodeStatus, Plan};
@@ -71,6 +72,8 @@ pub struct Checkpoint {
     pub completion_approved: bool,
     /// When an operator last decided (the run's time limit counts from then, not from its start).
     pub operator_at: Option<DateTime<Utc>>,
+    /// The questions nodes asked operators (CLARIFY signals) and their answers.
+    pub clarifications: Vec<Clarification>,
     pub next: Resume,
 }
 
@@ -102,6 +105,7 @@ impl Checkpoint {
             interrupted: Vec::new(),
             completion_approved: false,
             operator_at: None,
+            clarifications: Vec::new(),
             next: Resume::Plan(None),
         }
     }
@@ -149,6 +153,7 @@ impl Checkpoint {
             interrupted,
             completion_approved: log.completion_approved,
             operator_at: log.operator_at,
+            clarifications: log.clarifications,
             next,
         })
     }
@@ -168,6 +173,7 @@ struct Replay {
     failed: Option<NodeFailure>,
     completion_approved: bool,
     operator_at: Option<DateTime<Utc>>,
+    clarifications: Vec<Clarification>,
 }
 
 impl Replay {
@@ -230,17 +236,52 @@ impl Replay {
                 });
             }
             "goal_condition_failed" => self.repair = parse(&payload["failedGoalConditions"], seq, kind)?,
+            // A node asked a question: it waits for the answer.
+            "hitl_request" if payload["request"]["kind"] == "clarify" => {
+                let request = &payload["request"];
+                let node_id = field(&request["nodeId"], "nodeId")?;
+                self.nodes.insert(node_id.clone(), NodeStatus::AwaitingHitl);
+                self.clarifications.push(Clarification {
+                    request_id: field(&request["id"], "request id")?,
+                    node_id,
+                    question: field(&request["question"], "question")?,
+                    asked_at: field(&request["createdAt"], "createdAt")?,
+                    answer: None,
+                    answered_at: None,
+                });
+            }
             "hitl_resolved" | "policy_triggered" => {
-                self.operator_at = Some(timestamp()?);
+                // Only an operator's action restarts the clock of the run's time limit.
+                let reason = payload["trigger"]["reason"].as_str().unwrap_or_default();
+                if kind == "hitl_resolved" || reason.starts_with("operator_") {
+                    self.operator_at = Some(timestamp()?);
+                }
                 if let Some(replan) = parse_optional(&payload["replan"], seq, kind)? {
                     self.replan = Some(replan);
                 }
                 let approved = payload["decision"]["decision"] == "approved";
                 self.completion_approved |= approved && payload["request"]["subject"] == "completion";
+                if let Some(answer) = payload["decision"]["answer"].as_str() {
+                    self.answer(&payload["request"]["id"], answer, field(&frame["timestamp"], "timestamp")?);
+                }
             }
             _ => {}
         }
         Ok(())
+    }
+}
+
+impl Replay {
+    /// An operator answered a node's question: the node runs again, with the answer.
+    fn answer(&mut self, request_id: &Value, answer: &str, at: String) {
+        let Some(asked) = self.clarifications.iter_mut().find(|c| *request_id == c.request_id.as_str()) else {
+            return;
+        };
+        asked.answer = Some(answer.to_string());
+        asked.answered_at = Some(at);
+        if self.nodes.get(&asked.node_id) == Some(&NodeStatus::AwaitingHitl) {
+            self.nodes.insert(asked.node_id.clone(), NodeStatus::Pending);
+        }
     }
 }
 
@@ -370,6 +411,48 @@ mod tests {
         assert_eq!(info.failed_goal_conditions.len(), 1);
         assert_eq!(checkpoint.repair, info.failed_goal_conditions);
         assert_eq!(checkpoint.plan.as_ref().map(|p| p.version), Some(1));
+    }
+
+    #[test]
+    fn a_question_keeps_its_node_waiting_until_answered_then_runs_it_again_with_the_answer() {
+        let request = json!({"request": {"id": "q1", "kind": "clarify", "subject": "node", "nodeId": "draft",
+                                         "question": "Which market?", "planVersion": 1, "createdAt": T0}});
+        let frames = [
+            frame(1, "start", None, json!({})),
+            frame(2, "plan_generated", None, two_nodes()),
+            frame(3, "node_start", Some("draft"), json!({})),
+            frame(4, "hitl_request", None, request),
+        ];
+        let waiting = Checkpoint::replay(RunStatus::Running, Counters::default(), &inputs(), &frames).unwrap();
+        assert_eq!(waiting.nodes["draft"], NodeStatus::AwaitingHitl);
+        assert!(waiting.interrupted.is_empty(), "a node waiting for its answer was not interrupted");
+        assert_eq!(waiting.clarifications[0].answer, None);
+
+        let resolved = json!({"request": {"id": "q1", "kind": "clarify", "subject": "node", "status": "resolved"},
+                              "decision": {"decision": "answered", "answer": "EU only"}});
+        let frames = [frames.to_vec(), vec![frame(5, "hitl_resolved", None, resolved)]].concat();
+        let answered = Checkpoint::replay(RunStatus::Running, Counters::default(), &inputs(), &frames).unwrap();
+        assert_eq!(answered.nodes["draft"], NodeStatus::Pending);
+        let asked = &answered.clarifications[0];
+        assert_eq!((asked.node_id.as_str(), asked.answer.as_deref()), ("draft", Some("EU only")));
+        assert_eq!(asked.answered_at.as_deref(), Some(T0));
+        assert!(answered.operator_at.is_some());
+    }
+
+    #[test]
+    fn a_signal_replan_does_not_restart_the_clock_of_the_time_limit() {
+        let replan = json!({"reason": "capability_signal",
+                            "signal": {"nodeId": "draft", "capabilityId": "writer", "reason": "exists"}});
+        let frames = [
+            frame(1, "start", None, json!({})),
+            frame(2, "plan_generated", None, two_nodes()),
+            frame(3, "policy_triggered", None, json!({"trigger": {"reason": "capability_signal"}, "replan": replan})),
+            frame(4, "plan_requested", None, json!({"attempt": 2, "phase": "replan", "replan": replan})),
+        ];
+        let checkpoint = Checkpoint::replay(RunStatus::Planning, Counters::default(), &inputs(), &frames).unwrap();
+        assert_eq!(checkpoint.operator_at, None);
+        let Resume::Plan(Some(info)) = &checkpoint.next else { panic!("{:?}", checkpoint.next) };
+        assert_eq!(info.signal.as_ref().map(|s| s.reason.as_str()), Some("exists"));
     }
 
     #[test]

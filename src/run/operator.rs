@@ -196,7 +196,13 @@ fn resume(
             same_node(pending, &node_id)?;
             Ok(decline(pending, reason, note, actor))
         }
-        (HitlKind::Approval, _) => Err(Refusal::Mismatch {
+        (HitlKind::Clarify, Answer::Decide { request_id, approved, feedback }) => {
+            if let Some(request_id) = request_id.filter(|id| *id != pending.info.id) {
+                return Err(Refusal::StaleRequest { request_id, pending: pending.info.id.clone() });
+            }
+            clarification(pending, approved, feedback, actor)
+        }
+        (HitlKind::Approval | HitlKind::Clarify, _) => Err(Refusal::Mismatch {
             code: "decision_required",
             message: format!("the run waits for a decision on request {}: send `decision`", pending.info.id),
         }),
@@ -235,7 +241,7 @@ fn record(
 }
 
 fn decision_info(decision: &'static str, feedback: Option<String>, actor: &Actor) -> DecisionInfo {
-    DecisionInfo { decision, feedback, operator: actor.operator.clone(), note: actor.note.clone() }
+    DecisionInfo { decision, feedback, answer: None, operator: actor.operator.clone(), note: actor.note.clone() }
 }
 
 /// The `complete {status:"failed"}` frame and the stored error of a run an operator ended.
@@ -347,17 +353,52 @@ fn submission(
 pub const HUMAN_OUTPUT_INVALID: &str = "human_output_invalid";
 
 fn decline(pending: &Pending, reason: String, note: Option<String>, actor: Actor) -> Decision {
-    let node_id = pending.info.node_id.clone().unwrap_or_default();
     let message = format!("The human task was declined: {reason}");
-    let node_error = json!({"code": "human_task_declined", "message": message, "reason": reason, "note": note});
-    let (complete, error) = failed(
-        "human_task_declined",
-        format!("Node \"{node_id}\" failed: {message}"),
-        json!({"nodeId": node_id, "capabilityId": pending.capability_id, "reason": reason}),
-    );
+    refuse_node(pending, "human_task_declined", message, json!({"reason": reason, "note": note}), actor)
+}
+
+/// Answers a node's question: the run goes on and the node runs again with the answer. Rejecting
+/// the request (`approved: false`) declines to answer: the node and the run fail.
+fn clarification(pending: &Pending, approved: bool, text: Option<String>, actor: Actor) -> Result<Decision, Refusal> {
+    let text = text.filter(|t| !t.trim().is_empty());
+    if !approved {
+        let reason = text.as_deref().map(|t| format!(": {t}")).unwrap_or_default();
+        let message = format!("An operator declined to answer the node's question{reason}");
+        return Ok(refuse_node(pending, "clarification_declined", message, json!({"reason": text}), actor));
+    }
+    let answer = text.ok_or_else(|| Refusal::Mismatch {
+        code: "answer_required",
+        message: format!(
+            "request {} asks a question: send the answer as `decision.freeformText` (or `approved: false` to decline)",
+            pending.info.id
+        ),
+    })?;
+    let mut decision = Decision::to(RunStatus::Running);
+    decision.close = Some(Close::Resolved(pending.info.id.clone()));
+    decision.record = Some(record(pending, "answered", None, Some(json!({"answer": answer})), &actor));
+    let info = DecisionInfo { answer: Some(answer), ..decision_info("answered", None, &actor) };
+    decision.events.push(Event::HitlResolved(HitlResolved {
+        request: closed(pending, "resolved"),
+        decision: Some(info),
+        replan: None,
+    }));
+    Ok(decision)
+}
+
+/// A human task declined, or a node's question left unanswered: the node fails, and the run.
+fn refuse_node(pending: &Pending, code: &'static str, message: String, details: Value, actor: Actor) -> Decision {
+    let node_id = pending.info.node_id.clone().unwrap_or_default();
+    let mut node_error = json!({"code": code, "message": message});
+    let mut run_error = json!({"nodeId": node_id, "capabilityId": pending.capability_id});
+    for error in [&mut node_error, &mut run_error] {
+        if let (Some(error), Some(details)) = (error.as_object_mut(), details.as_object()) {
+            error.extend(details.clone());
+        }
+    }
+    let (complete, error) = failed(code, format!("Node \"{node_id}\" failed: {message}"), run_error);
     let mut decision = Decision::to(RunStatus::Failed);
     decision.close = Some(Close::Resolved(pending.info.id.clone()));
-    decision.record = Some(record(pending, "declined", None, Some(json!({"reason": reason, "note": note})), &actor));
+    decision.record = Some(record(pending, "declined", None, Some(details), &actor));
     decision.events = vec![
         Event::HitlResolved(HitlResolved {
             request: closed(pending, "resolved"),
@@ -368,7 +409,7 @@ fn decline(pending: &Pending, reason: String, note: Option<String>, actor: Actor
             node_id: node_id.clone(),
             capability_id: pending.capability_id.clone(),
             label: pending.label.clone(),
-            error: ErrorInfo { code: "human_task_declined".into(), message },
+            error: ErrorInfo { code: code.into(), message },
         }),
         complete,
     ];
@@ -476,7 +517,7 @@ mod tests {
                 question: "?".into(),
                 plan_version: 1,
                 created_at: "t".into(),
-                node_id: (kind == HitlKind::HumanTask).then(|| "review".to_string()),
+                node_id: (kind != HitlKind::Approval).then(|| "review".to_string()),
                 context: Value::Null,
             },
             capability_id: "human.review".into(),
@@ -585,6 +626,27 @@ mod tests {
         assert!(matches!(decide_now(&waiting, resume(wrong)), Err(Refusal::Mismatch { code: "wrong_node", .. })));
         let approve = decide_now(&waiting, resume(decide_answer(true, None)));
         assert!(matches!(approve, Err(Refusal::Mismatch { code: "human_payload_required", .. })));
+    }
+
+    #[test]
+    fn clarify_answer_runs_on_and_declining_fails_the_node() {
+        let asked = state(RunStatus::AwaitingHitl, Some(pending(HitlKind::Clarify, HitlSubject::Node)), 2);
+        let d = decide_now(&asked, resume(decide_answer(true, Some("EU only")))).unwrap();
+        assert_eq!((d.to, d.replan, d.node.clone()), (Some(RunStatus::Running), false, None));
+        let Event::HitlResolved(resolved) = &d.events[0] else { panic!("{:?}", kinds(&d)) };
+        assert_eq!((resolved.decision.as_ref().unwrap().answer.as_deref()), Some("EU only"));
+        assert_eq!(d.record.as_ref().map(|r| r.decision), Some("answered"));
+
+        let empty = decide_now(&asked, resume(decide_answer(true, Some("  "))));
+        assert!(matches!(empty, Err(Refusal::Mismatch { code: "answer_required", .. })));
+        let submit = Answer::Submit { node_id: "review".into(), output: json!({"ok": 1}) };
+        assert!(matches!(decide_now(&asked, resume(submit)), Err(Refusal::Mismatch { code: "decision_required", .. })));
+
+        let d = decide_now(&asked, resume(decide_answer(false, Some("out of scope")))).unwrap();
+        assert_eq!(d.to, Some(RunStatus::Failed));
+        assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::NodeError, FrameKind::Complete]);
+        assert_eq!(d.error.as_ref().unwrap()["code"], "clarification_declined");
+        assert!(matches!(d.node, Some(NodeOutcome::Failed { .. })));
     }
 
     #[test]

@@ -64,6 +64,17 @@ pub fn node_started(
     found(updated, node_id, plan_version)
 }
 
+/// Moves a started node to another unfinished status (`awaiting_hitl`: it asked a question).
+pub fn node_waiting(
+    conn: &mut DbConn,
+    (run_id, plan_version, node_id): (&str, i32, &str),
+    status: &str,
+) -> Result<(), StoreError> {
+    let update = fixed_update(plan_nodes::table, plan_nodes::status.eq(status), node(run_id, plan_version, node_id));
+    let updated = super::on_backend!(conn, |c| update.execute(c))?;
+    found(updated, node_id, plan_version)
+}
+
 /// Records how a node ended: `completed` with its output, or `failed` with its error (JSON).
 pub fn node_finished(
     conn: &mut DbConn,
@@ -134,7 +145,7 @@ pub fn discard_unfinished(conn: &mut DbConn, run_id: &str, plan_version: i32) ->
     let unfinished = plan_nodes::run_id
         .eq(run_id)
         .and(plan_nodes::plan_version.eq(plan_version))
-        .and(plan_nodes::status.eq_any(["pending", "running", "awaiting_human"]));
+        .and(plan_nodes::status.eq_any(["pending", "running", "awaiting_human", "awaiting_hitl"]));
     super::on_backend!(conn, |c| diesel::update(plan_nodes::table.filter(unfinished))
         .set(plan_nodes::status.eq("discarded"))
         .execute(c))?;

@@ -4,6 +4,9 @@
 //! conditions → on failure replan with a `GOAL CONDITION REPAIR` section, within the budget.
 //! Every state change is committed together with the frame that reports it (see [`Recorder`]).
 
+mod requests;
+mod signals;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +23,7 @@ use super::control::Registration;
 use super::operator::{self, Actor};
 use super::recorder::Recorder;
 use super::status::RunStatus;
-use crate::capability::{Capabilities, Capability, CapabilityError, ContextBundle, Executor};
+use crate::capability::{Capabilities, CapabilityError, Clarification, ContextBundle, Executor, Reply};
 use crate::condition::{self, FacetSource, GoalConditionResult};
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::envelope::TaskEnvelope;
@@ -30,7 +33,7 @@ use crate::plan::{NodeStatus, Plan, PlanMetadata, PlanNode};
 use crate::planner::{self, CompletedWork, Diagnostic, DraftContext, PromptInput, RequiredFacet};
 use crate::retry::{Backoff, Retry, RetryPolicy};
 use crate::services::Services;
-use crate::store::hitl::{self, RequestRow};
+use crate::store::hitl;
 use crate::store::plans::{self, PlanNodeRow, PlanVersionRow, RunOutputRow};
 use crate::store::runs::{self, Progress};
 use crate::store::{DbConn, StoreError};
@@ -162,7 +165,7 @@ fn retry_event(scope: &'static str, node_id: Option<String>, retry: Retry, error
 /// A database write committed together with frames.
 type Write = Box<dyn FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync>;
 
-type NodeRun = BoxFuture<'static, (String, Result<Value, CapabilityError>)>;
+type NodeRun = BoxFuture<'static, (String, Result<Reply, CapabilityError>)>;
 
 pub(super) struct Coordinator {
     services: Arc<Services>,
@@ -193,6 +196,8 @@ pub(super) struct Coordinator {
     registration: Registration,
     /// An operator approved the run's result already (asked once per run).
     completion_approved: bool,
+    /// The questions nodes asked operators, and their answers (every node, oldest first).
+    clarifications: Vec<Clarification>,
 }
 
 /// A change to commit: frames, a status transition, the counters, other writes.
@@ -227,6 +232,7 @@ impl Coordinator {
         Self {
             registration,
             completion_approved: checkpoint.completion_approved,
+            clarifications: checkpoint.clarifications,
             capabilities: services.registry.snapshot(),
             services,
             envelope,
@@ -250,6 +256,11 @@ impl Coordinator {
 
     fn run_id(&self) -> String {
         self.recorder.run_id().to_string()
+    }
+
+    /// The current plan's version (0 before the first plan).
+    fn plan_version(&self) -> u32 {
+        self.plan.as_ref().map_or(0, |p| p.version)
     }
 
     /// Runs to the end, starting with `from`. A database failure stops the coordinator where it
@@ -279,8 +290,13 @@ impl Coordinator {
                     Step::Ended => return Ok(()),
                 },
                 Resume::Execute => {
-                    if let Step::Ended = self.execute().await? {
-                        return Ok(());
+                    match self.execute().await? {
+                        Step::Continue(Some(replan)) => {
+                            next = Resume::Plan(Some(replan));
+                            continue;
+                        }
+                        Step::Continue(None) => {}
+                        Step::Ended => return Ok(()),
                     }
                     match self.evaluate_goals().await? {
                         Step::Continue(replan) => Resume::Plan(Some(replan)),
@@ -398,7 +414,7 @@ impl Coordinator {
         json!({
             "latencyMs": (Utc::now() - self.started_at).num_milliseconds(),
             "revisionCount": self.budget.replans,
-            "planVersion": self.plan.as_ref().map_or(0, |p| p.version),
+            "planVersion": self.plan_version(),
             "requiresHitl": self.envelope.approval.completion,
         })
     }
@@ -406,7 +422,7 @@ impl Coordinator {
     /// The run's counters and plan version as they are now.
     fn progress(&self) -> Progress {
         Progress {
-            plan_version: self.plan.as_ref().map_or(0, |p| p.version as i32),
+            plan_version: self.plan_version() as i32,
             planner_attempts: self.planner_attempts as i32,
             goal_condition_replans: self.budget.goal_condition_replans as i32,
             replans: self.budget.replans as i32,
@@ -528,6 +544,7 @@ impl Coordinator {
                     reason: &info.reason,
                     failed_goal_conditions: &info.failed_goal_conditions,
                     feedback: info.feedback.as_deref(),
+                    signal: info.signal.as_ref(),
                     completed: &self.completed,
                     previous_plan,
                 }),
@@ -636,15 +653,17 @@ impl Coordinator {
 
     /// Runs every pending node of the current plan, independent ones concurrently. After a node
     /// fails no new node starts; the ones in flight finish and are recorded, then the run fails.
-    async fn execute(&mut self) -> Result<Step<()>, StoreError> {
+    /// After a capability's REPLAN signal the same, then the replan is returned.
+    async fn execute(&mut self) -> Result<Step<Option<ReplanInfo>>, StoreError> {
         let Some(plan) = self.plan.clone() else {
             return self.fail(Failure::new("internal_error", "no plan to execute"), vec![]).await.map(|_| Step::Ended);
         };
         let max_running = self.services.settings.limits.max_concurrent_nodes.max(1);
         let mut running: FuturesUnordered<NodeRun> = FuturesUnordered::new();
         let mut first_failure: Option<Failure> = None;
+        let mut signalled: Option<ReplanInfo> = None;
         loop {
-            if first_failure.is_none() && !self.cancel_requested() {
+            if first_failure.is_none() && signalled.is_none() && !self.cancel_requested() {
                 let capacity = max_running - running.len();
                 let ready: Vec<PlanNode> = plan.ready(&self.nodes).into_iter().take(capacity).cloned().collect();
                 if !ready.is_empty() {
@@ -668,7 +687,15 @@ impl Coordinator {
             let Some((node_id, result)) = next else { break };
             let Some(node) = plan.node(&node_id).cloned() else { continue };
             let outcome = match result {
-                Ok(output) => self.complete_node(&node, output).await?,
+                Ok(Reply::Output(output)) => self.complete_node(&node, output).await?,
+                Ok(Reply::Signal(signal)) => match self.on_signal(&node, signal).await? {
+                    signals::Outcome::Continue => None,
+                    signals::Outcome::Replan(replan) => {
+                        signalled.get_or_insert(replan);
+                        None
+                    }
+                    signals::Outcome::Failed(failure) => Some(failure),
+                },
                 Err(error) if error.is_transient() && first_failure.is_none() => {
                     match self.retry_node(&node, &error).await? {
                         Some(retry) => {
@@ -687,8 +714,12 @@ impl Coordinator {
         if let Some(failure) = first_failure {
             return self.fail(failure, vec![]).await.map(|_| Step::Ended);
         }
-        if self.nodes.values().any(|s| *s == NodeStatus::AwaitingHuman) {
-            return self.await_human().await.map(|_| Step::Ended);
+        if let Some(replan) = signalled {
+            self.announce_signal_replan(&replan);
+            return Ok(Step::Continue(Some(replan)));
+        }
+        if self.nodes.values().any(|s| matches!(s, NodeStatus::AwaitingHuman | NodeStatus::AwaitingHitl)) {
+            return self.await_operator().await.map(|_| Step::Ended);
         }
         let unfinished: Vec<&str> = plan
             .nodes
@@ -704,7 +735,7 @@ impl Coordinator {
         // Every step's completion is committed before the goals are evaluated: a run stopped in
         // between resumes with the evaluation alone.
         self.flush().await?;
-        Ok(Step::Continue(()))
+        Ok(Step::Continue(None))
     }
 
     /// Ends a run whose nodes were running when it reached its time limit or was cancelled: each
@@ -739,62 +770,6 @@ impl Coordinator {
             })
         })
         .await
-    }
-
-    /// Pauses the run until an operator submits the output of its waiting human node(s).
-    async fn await_human(&mut self) -> Result<(), StoreError> {
-        let waiting: Vec<&String> =
-            self.nodes.iter().filter(|(_, s)| **s == NodeStatus::AwaitingHuman).map(|(id, _)| id).collect();
-        let log = Event::Log(Log {
-            severity: "info".into(),
-            message: "awaiting_human_assignment".into(),
-            details: Some(json!({"event": "awaiting_human", "nodeIds": waiting})),
-        });
-        self.commit(vec![log], RunUpdate::status(RunStatus::AwaitingHuman), |_| Ok(())).await
-    }
-
-    /// Pauses the run on an approval request about `subject`.
-    async fn request_approval(
-        &mut self,
-        subject: HitlSubject,
-        context: Value,
-        write: impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
-    ) -> Result<(), StoreError> {
-        let version = self.plan.as_ref().map_or(0, |p| p.version);
-        let info = HitlRequestInfo {
-            id: uuid::Uuid::now_v7().to_string(),
-            kind: HitlKind::Approval,
-            subject,
-            question: operator::question(subject, version),
-            plan_version: version,
-            created_at: Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true),
-            node_id: None,
-            context,
-        };
-        let row = self.request_row(&info)?;
-        let event = Event::HitlRequest(HitlRequest { request: info });
-        self.commit(vec![event], RunUpdate::status(RunStatus::AwaitingHitl), move |conn| {
-            write(conn)?;
-            hitl::insert(conn, &row)
-        })
-        .await
-    }
-
-    /// The stored form of a request this run makes.
-    fn request_row(&self, info: &HitlRequestInfo) -> Result<RequestRow, StoreError> {
-        Ok(RequestRow {
-            request_id: info.id.clone(),
-            run_id: self.run_id(),
-            kind: info.kind.as_str().into(),
-            subject: info.subject.as_str().into(),
-            plan_version: info.plan_version as i32,
-            node_id: info.node_id.clone(),
-            question: info.question.clone(),
-            details: serde_json::to_string(info)?,
-            status: "pending".into(),
-            created_at: crate::store::now(),
-            closed_at: None,
-        })
     }
 
     /// How a run fails that reached its time limit.
@@ -855,41 +830,6 @@ impl Coordinator {
         Ok(runs)
     }
 
-    /// The task of a human node: its request (the assignment is its context) and stored row.
-    fn human_task(
-        &self,
-        node: &PlanNode,
-        capability: &Capability,
-        at: DateTime<Utc>,
-    ) -> Result<(HitlRequestInfo, RequestRow), StoreError> {
-        let id = uuid::Uuid::now_v7().to_string();
-        let bundle = self.bundle(node);
-        let version = self.plan.as_ref().map_or(0, |p| p.version);
-        let mut instructions = bundle.instructions;
-        if let Executor::Human { instructions: Some(own) } = &capability.executor {
-            instructions.insert(0, own.clone());
-        }
-        let assignment = json!({
-            "taskId": id, "runId": bundle.run_id, "nodeId": node.id, "capabilityId": node.capability_id,
-            "label": node.label, "status": "awaiting_submission", "objective": bundle.objective,
-            "instructions": instructions, "inputs": bundle.inputs, "priorOutputs": bundle.prior_outputs,
-            "outputFacets": node.output_facets, "outputContract": capability.registration.get("outputContract"),
-            "createdAt": at.to_rfc3339_opts(SecondsFormat::Millis, true),
-        });
-        let info = HitlRequestInfo {
-            id,
-            kind: HitlKind::HumanTask,
-            subject: HitlSubject::Node,
-            question: operator::question(HitlSubject::Node, version),
-            plan_version: version,
-            created_at: at.to_rfc3339_opts(SecondsFormat::Millis, true),
-            node_id: Some(node.id.clone()),
-            context: assignment,
-        };
-        let row = self.request_row(&info)?;
-        Ok((info, row))
-    }
-
     /// Grants a transient failure of `node` another attempt, if retries are left: commits a
     /// `retry` frame and returns the delayed attempt.
     async fn retry_node(&mut self, node: &PlanNode, error: &CapabilityError) -> Result<Option<NodeRun>, StoreError> {
@@ -923,7 +863,7 @@ impl Coordinator {
 
     /// (run id, plan version, node id): the key of a node's row in the current plan version.
     fn node_key(&self, node: &PlanNode) -> (String, i32, String) {
-        (self.run_id(), self.plan.as_ref().map_or(0, |p| p.version as i32), node.id.clone())
+        (self.run_id(), self.plan_version() as i32, node.id.clone())
     }
 
     fn bundle(&self, node: &PlanNode) -> ContextBundle {
@@ -958,6 +898,12 @@ impl Coordinator {
             instructions,
             prior_outputs,
             repair,
+            clarifications: self
+                .clarifications
+                .iter()
+                .filter(|c| c.node_id == node.id && c.answer.is_some())
+                .cloned()
+                .collect(),
         }
     }
 
@@ -1009,16 +955,28 @@ impl Coordinator {
     /// Records a node's failure (`validation_error` first for contract violations, then
     /// `node_error`) and returns how the run fails because of it.
     async fn node_failed(&mut self, node: &PlanNode, error: CapabilityError) -> Result<Failure, StoreError> {
-        self.node_retries.remove(&node.id);
-        let mut events = Vec::new();
+        let mut prelude = Vec::new();
         if let CapabilityError::Contract(violations) = &error {
-            events.push(Event::ValidationError(ValidationError {
+            prelude.push(Event::ValidationError(ValidationError {
                 node_id: Some(node.id.clone()),
                 scope: "capability_output",
                 errors: violations.clone(),
             }));
         }
-        let info = ErrorInfo { code: error.code().to_string(), message: error.to_string() };
+        self.record_node_failure(node, error.code(), error.to_string(), prelude).await
+    }
+
+    /// Commits `prelude`, then the `node_error` with `code` and `message`, with the node's row
+    /// failed; returns how the run fails because of it.
+    async fn record_node_failure(
+        &mut self,
+        node: &PlanNode,
+        code: &str,
+        message: String,
+        mut events: Vec<Event>,
+    ) -> Result<Failure, StoreError> {
+        self.node_retries.remove(&node.id);
+        let info = ErrorInfo { code: code.to_string(), message };
         events.push(Event::NodeError(NodeError {
             node_id: node.id.clone(),
             capability_id: node.capability_id.clone(),
@@ -1095,11 +1053,7 @@ impl Coordinator {
                 // Committed with the replan round's first `plan_requested`, which follows at once.
                 self.stage(vec![event], RunUpdate::NONE, write);
                 self.repair = failed.clone();
-                Ok(Step::Continue(ReplanInfo {
-                    reason: "goal_condition_failed".into(),
-                    failed_goal_conditions: failed,
-                    feedback: None,
-                }))
+                Ok(Step::Continue(ReplanInfo::goal_conditions(failed)))
             }
             Err(refused) => {
                 let mut failure = Failure::new(refused.code(), refused.message())
@@ -1138,7 +1092,7 @@ impl Coordinator {
     ) -> Result<RunOutputRow, StoreError> {
         Ok(RunOutputRow {
             run_id: self.run_id(),
-            plan_version: self.plan.as_ref().map_or(0, |p| p.version as i32),
+            plan_version: self.plan_version() as i32,
             status: if satisfied { "satisfied" } else { "unsatisfied" }.into(),
             output: output.to_string(),
             goal_condition_results: serde_json::to_string(results)?,

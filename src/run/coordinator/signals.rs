@@ -1,0 +1,78 @@
+//! What the coordinator does with a capability's signal (see [`crate::capability::signal`]).
+
+use serde_json::{Value, json};
+
+use super::{Coordinator, Failure, RunUpdate};
+use crate::capability::Signal;
+use crate::events::Event;
+use crate::events::payload::{PolicyTriggered, ReplanInfo, SignalInfo, Trigger};
+use crate::plan::PlanNode;
+use crate::store::{StoreError, hitl, plans};
+
+/// How a run goes on after a signal.
+pub(super) enum Outcome {
+    /// Nothing changes for the other nodes (a question was asked).
+    Continue,
+    /// A replan was granted: it starts once the nodes in flight have finished.
+    Replan(ReplanInfo),
+    /// The node failed (a question beyond the allowance, a replan the budget refused).
+    Failed(Failure),
+}
+
+impl Coordinator {
+    pub(super) async fn on_signal(&mut self, node: &PlanNode, signal: Signal) -> Result<Outcome, StoreError> {
+        match signal {
+            Signal::Clarify { question, context } => {
+                Ok(match self.ask_clarification(node, question, context).await? {
+                    Some(failure) => Outcome::Failed(failure),
+                    None => Outcome::Continue,
+                })
+            }
+            Signal::Replan { reason, details } => {
+                self.replan_signal(node, reason, details.unwrap_or(Value::Null)).await
+            }
+        }
+    }
+
+    /// A capability found the remaining plan invalid. A granted replan is counted now and
+    /// announced when it starts ([`Self::announce_signal_replan`]); a refused one fails the node
+    /// with the signal's reason in its error.
+    async fn replan_signal(&mut self, node: &PlanNode, reason: String, details: Value) -> Result<Outcome, StoreError> {
+        self.node_retries.remove(&node.id);
+        match self.budget.grant_replan() {
+            Ok(_) => Ok(Outcome::Replan(ReplanInfo::capability_signal(SignalInfo {
+                node_id: node.id.clone(),
+                capability_id: node.capability_id.clone(),
+                reason,
+                details,
+            }))),
+            Err(refused) => {
+                let message = format!(
+                    "capability {} signalled REPLAN (\"{reason}\") but no replan is granted: {}",
+                    node.capability_id,
+                    refused.message()
+                );
+                let failure = self.record_node_failure(node, "replan_signal_refused", message, Vec::new()).await?;
+                Ok(Outcome::Failed(failure.detail("signal", json!({"reason": reason, "details": details}))))
+            }
+        }
+    }
+
+    /// Stages the `policy_triggered` frame of a granted signal replan (committed with the replan's
+    /// first `plan_requested`): the current plan's unfinished nodes are discarded, and requests
+    /// still open for them (questions, human tasks) are superseded.
+    pub(super) fn announce_signal_replan(&mut self, replan: &ReplanInfo) {
+        let details = serde_json::to_value(&replan.signal).unwrap_or_default();
+        let event = Event::PolicyTriggered(PolicyTriggered {
+            run_id: self.run_id(),
+            trigger: Trigger { reason: replan.reason.clone(), details },
+            replan: replan.clone(),
+        });
+        let (run_id, version) = (self.run_id(), self.plan_version() as i32);
+        let now = crate::store::now();
+        self.stage(vec![event], RunUpdate::NONE, move |conn| {
+            plans::discard_unfinished(conn, &run_id, version)?;
+            hitl::close_all(conn, &run_id, "superseded", now)
+        });
+    }
+}
