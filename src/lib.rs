@@ -22,6 +22,7 @@ pub mod http;
 pub mod llm;
 pub mod plan;
 pub mod planner;
+pub mod policy;
 pub mod retry;
 pub mod run;
 pub mod services;

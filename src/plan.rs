@@ -102,6 +102,20 @@ impl Plan {
             .collect()
     }
 
+    /// `id` and every node after it (reachable along edges), in plan order.
+    pub fn downstream(&self, id: &str) -> Vec<String> {
+        let mut reached = std::collections::HashSet::from([id.to_string()]);
+        let mut frontier = vec![id.to_string()];
+        while let Some(from) = frontier.pop() {
+            for edge in self.edges.iter().filter(|e| e.from == from) {
+                if reached.insert(edge.to.clone()) {
+                    frontier.push(edge.to.clone());
+                }
+            }
+        }
+        self.nodes.iter().filter(|n| reached.contains(&n.id)).map(|n| n.id.clone()).collect()
+    }
+
     /// The ids of direct predecessors of `id`.
     pub fn predecessors<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.edges.iter().filter(move |e| e.to == id).map(|e| e.from.as_str())

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::condition::dsl::{self, Catalog, Scope};
 use crate::condition::{FacetPath, GoalCondition, Rule};
 use crate::contract::OutputContract;
+use crate::policy::{self, RuntimePolicy};
 use crate::retry::RetryOverrides;
 use crate::timeouts::TimeoutOverrides;
 use crate::validation::{BodySchema, FieldError, pointer};
@@ -44,6 +45,8 @@ pub struct TaskEnvelope {
     /// `policies.planner`, passed to the planner as written.
     pub planner_policy: Option<Value>,
     pub replan: ReplanPolicy,
+    /// `policies.runtime`, in order (the first matching policy wins).
+    pub runtime_policies: Vec<RuntimePolicy>,
     /// `policies.retry`.
     pub retry: RetryOverrides,
     /// `policies.timeouts`.
@@ -92,6 +95,12 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         OutputContract::parse(&raw["outputContract"], "/outputContract").map_err(|e| errors.extend(e)).ok();
     let mut dsl_errors = Vec::new();
     let goal_conditions = goal_conditions(&raw, catalog, &mut errors, &mut dsl_errors);
+    let runtime_policies = match raw.pointer("/policies/runtime") {
+        Some(value) => {
+            policy::parse(value, "/policies/runtime", catalog).map_err(|e| errors.extend(e)).unwrap_or_default()
+        }
+        None => Vec::new(),
+    };
     let (Some(output_contract), true) = (output_contract, errors.is_empty()) else {
         return Err(EnvelopeError::Invalid(errors));
     };
@@ -108,6 +117,7 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         goal_conditions,
         planner_policy: policies.and_then(|p| p.get("planner")).cloned(),
         replan,
+        runtime_policies,
         retry: policy_at(policies, "retry", "/policies/retry")?,
         timeouts: policy_at(policies, "timeouts", "/policies/timeouts")?,
         special_instructions: string_list(raw.get("specialInstructions")),
@@ -233,9 +243,6 @@ fn unsupported_features(raw: &Value) -> Vec<FieldError> {
         FieldError::new(path, "unsupported", format!("{what} is not supported by this flexrun version"))
     };
     let mut errors = Vec::new();
-    if raw.pointer("/policies/runtime").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
-        errors.push(unsupported("/policies/runtime", "runtime policies"));
-    }
     if raw.pointer("/constraints/resumeRunId").is_some() {
         errors.push(unsupported("/constraints/resumeRunId", "resuming a run through run.stream"));
     }
@@ -374,11 +381,24 @@ mod tests {
     #[test]
     fn rejects_features_it_does_not_run() {
         let mut body = valid();
-        body["policies"]["runtime"] = json!([{"id": "p"}]);
+        body["policies"]["runtime"] = json!([{"id": "p", "trigger": {"kind": "onMetricBelow", "metric": "m", "threshold": 1}, "action": {"type": "fail"}}]);
         body["constraints"] = json!({"resumeRunId": "r"});
         let errors = problems(body);
         assert!(errors.iter().all(|e| e.code == "unsupported"), "{errors:?}");
-        assert_eq!(errors.len(), 2);
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["/constraints/resumeRunId", "/policies/runtime/0/trigger/kind"]);
+    }
+
+    #[test]
+    fn runtime_policies_are_parsed_in_order() {
+        let mut body = valid();
+        body["policies"]["runtime"] = json!([
+            {"id": "a", "trigger": {"kind": "onStart"}, "action": {"type": "replan"}},
+            {"id": "b", "trigger": {"kind": "onNodeComplete"}, "action": {"type": "emit", "event": "e"}}
+        ]);
+        let envelope = from_value(body, &Catalog::builtin()).unwrap();
+        let ids: Vec<&str> = envelope.runtime_policies.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
     }
 
     #[test]

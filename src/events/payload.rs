@@ -30,7 +30,27 @@ pub struct ReplanInfo {
     pub feedback: Option<String>,
     /// The REPLAN signal that asked for this replan (`capability_signal`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<SignalInfo>,
+    pub signal: Option<Box<SignalInfo>>,
+    /// The runtime policy that asked for this replan (`policy_runtime_replan`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Box<PolicyInfo>>,
+}
+
+/// A runtime policy that fired: which, on what trigger, after which node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyInfo {
+    pub policy_id: String,
+    /// `onStart` or `onNodeComplete`.
+    pub trigger_kind: String,
+    /// The action's name.
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rationale: Option<String>,
 }
 
 /// A capability's REPLAN signal: which node sent it and why.
@@ -47,22 +67,26 @@ pub struct SignalInfo {
 impl ReplanInfo {
     /// A replan asked for by an operator (`operator_rejected`, `operator_replan`).
     pub fn operator(reason: &str, feedback: Option<String>) -> Self {
-        Self { reason: reason.into(), failed_goal_conditions: Vec::new(), feedback, signal: None }
+        Self { reason: reason.into(), feedback, ..Self::empty() }
+    }
+
+    fn empty() -> Self {
+        Self { reason: String::new(), failed_goal_conditions: Vec::new(), feedback: None, signal: None, policy: None }
     }
 
     /// A replan after failed goal conditions (`goal_condition_failed`).
     pub fn goal_conditions(failed: Vec<GoalConditionResult>) -> Self {
-        Self { reason: "goal_condition_failed".into(), failed_goal_conditions: failed, feedback: None, signal: None }
+        Self { reason: "goal_condition_failed".into(), failed_goal_conditions: failed, ..Self::empty() }
     }
 
     /// A replan a capability asked for (`capability_signal`).
     pub fn capability_signal(signal: SignalInfo) -> Self {
-        Self {
-            reason: "capability_signal".into(),
-            failed_goal_conditions: Vec::new(),
-            feedback: None,
-            signal: Some(signal),
-        }
+        Self { reason: "capability_signal".into(), signal: Some(Box::new(signal)), ..Self::empty() }
+    }
+
+    /// A replan a runtime policy asked for (`policy_runtime_replan`).
+    pub fn runtime_policy(policy: PolicyInfo) -> Self {
+        Self { reason: "policy_runtime_replan".into(), policy: Some(Box::new(policy)), ..Self::empty() }
     }
 }
 
@@ -349,6 +373,29 @@ pub struct HitlResolved {
 }
 
 /// A replan asked for by something other than failed goal conditions (here: an operator).
+/// A runtime policy acted without replanning (`emit`, `goto`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyUpdate {
+    #[serde(flatten)]
+    pub policy: PolicyInfo,
+    /// `emit`: the event and its payload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub payload: Value,
+    /// `goto`: the node run again, this policy's attempts so far and its cap, and every node
+    /// that runs again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reset_nodes: Vec<String>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyTriggered {

@@ -12,7 +12,7 @@ use crate::capability::Capability;
 use crate::condition::GoalConditionResult;
 use crate::config::FacetDefinition;
 use crate::envelope::TaskEnvelope;
-use crate::events::payload::SignalInfo;
+use crate::events::payload::{PolicyInfo, SignalInfo};
 use crate::plan::Plan;
 
 /// Longest rendering of one JSON value in a prompt, in characters.
@@ -38,6 +38,8 @@ pub struct Replan<'a> {
     pub feedback: Option<&'a str>,
     /// The REPLAN signal of a capability, when one asked for the replan.
     pub signal: Option<&'a SignalInfo>,
+    /// The runtime policy, when one asked for the replan.
+    pub policy: Option<&'a PolicyInfo>,
     pub completed: &'a [CompletedWork],
     pub previous_plan: &'a Plan,
 }
@@ -147,6 +149,19 @@ fn replan_sections(s: &mut String, replan: &Replan<'_>) {
              context; they outweigh the previous plan.\n",
         );
         section(s, "CAPABILITY SIGNAL", &text);
+    }
+    if let Some(policy) = replan.policy {
+        let mut text =
+            format!("Runtime policy \"{}\" ({}) asked for a new plan", policy.policy_id, policy.trigger_kind);
+        if let Some(node) = &policy.node_id {
+            let _ = write!(text, " after node {node}");
+        }
+        text.push('.');
+        if let Some(rationale) = &policy.rationale {
+            let _ = write!(text, " Rationale: {rationale}");
+        }
+        text.push('\n');
+        section(s, "RUNTIME POLICY", &text);
     }
     let mut completed = String::new();
     if replan.completed.is_empty() {
@@ -357,6 +372,7 @@ mod tests {
                 failed_goal_conditions: &failed,
                 feedback: None,
                 signal: None,
+                policy: None,
                 completed: &completed,
                 previous_plan: &previous,
             }),
@@ -396,6 +412,7 @@ mod tests {
                 failed_goal_conditions: &[],
                 feedback: Some("use a friendlier tone"),
                 signal: None,
+                policy: None,
                 completed: &[],
                 previous_plan: &previous,
             }),

@@ -20,6 +20,7 @@ use crate::condition::GoalConditionResult;
 use crate::events::payload::ReplanInfo;
 use crate::plan::{NodeStatus, Plan};
 use crate::planner::CompletedWork;
+use crate::policy::Fired;
 
 /// What a resumed coordinator does first.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,6 +75,8 @@ pub struct Checkpoint {
     pub operator_at: Option<DateTime<Utc>>,
     /// The questions nodes asked operators (CLARIFY signals) and their answers.
     pub clarifications: Vec<Clarification>,
+    /// What the run's runtime policies have done.
+    pub policies: Fired,
     pub next: Resume,
 }
 
@@ -106,6 +109,7 @@ impl Checkpoint {
             completion_approved: false,
             operator_at: None,
             clarifications: Vec::new(),
+            policies: Fired::default(),
             next: Resume::Plan(None),
         }
     }
@@ -154,6 +158,7 @@ impl Checkpoint {
             completion_approved: log.completion_approved,
             operator_at: log.operator_at,
             clarifications: log.clarifications,
+            policies: log.policies,
             next,
         })
     }
@@ -174,6 +179,7 @@ struct Replay {
     completion_approved: bool,
     operator_at: Option<DateTime<Utc>>,
     clarifications: Vec<Clarification>,
+    policies: Fired,
 }
 
 impl Replay {
@@ -250,7 +256,9 @@ impl Replay {
                     answered_at: None,
                 });
             }
+            "policy_update" => self.policy_acted(payload),
             "hitl_resolved" | "policy_triggered" => {
+                self.policy_acted(&payload["replan"]["policy"]);
                 // Only an operator's action restarts the clock of the run's time limit.
                 let reason = payload["trigger"]["reason"].as_str().unwrap_or_default();
                 if kind == "hitl_resolved" || reason.starts_with("operator_") {
@@ -272,6 +280,20 @@ impl Replay {
 }
 
 impl Replay {
+    /// A runtime policy acted (`policy` is its `PolicyInfo`, with a goto's `attempts` and
+    /// `resetNodes` when it was one).
+    fn policy_acted(&mut self, policy: &Value) {
+        if policy["triggerKind"] == "onStart" {
+            self.policies.on_start = true;
+        }
+        if let (Some(id), Some(attempts)) = (policy["policyId"].as_str(), policy["attempts"].as_u64()) {
+            self.policies.goto_attempts.insert(id.to_string(), attempts as u32);
+        }
+        for node in policy["resetNodes"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+            self.nodes.insert(node.to_string(), NodeStatus::Pending);
+        }
+    }
+
     /// An operator answered a node's question: the node runs again, with the answer.
     fn answer(&mut self, request_id: &Value, answer: &str, at: String) {
         let Some(asked) = self.clarifications.iter_mut().find(|c| *request_id == c.request_id.as_str()) else {
@@ -453,6 +475,29 @@ mod tests {
         assert_eq!(checkpoint.operator_at, None);
         let Resume::Plan(Some(info)) = &checkpoint.next else { panic!("{:?}", checkpoint.next) };
         assert_eq!(info.signal.as_ref().map(|s| s.reason.as_str()), Some("exists"));
+    }
+
+    #[test]
+    fn policy_frames_restore_what_policies_did() {
+        let frames = [
+            frame(1, "start", None, json!({})),
+            frame(2, "plan_generated", None, two_nodes()),
+            frame(3, "policy_update", None, json!({"policyId": "hello", "triggerKind": "onStart", "action": "emit"})),
+            frame(4, "node_start", Some("draft"), json!({})),
+            frame(5, "node_complete", Some("draft"), json!({"output": {"text": "a"}})),
+            frame(
+                6,
+                "policy_update",
+                Some("draft"),
+                json!({"policyId": "again", "triggerKind": "onNodeComplete", "action": "goto", "next": "draft",
+                       "attempts": 1, "maxAttempts": 2, "resetNodes": ["draft", "polish"]}),
+            ),
+        ];
+        let checkpoint = Checkpoint::replay(RunStatus::Running, Counters::default(), &inputs(), &frames).unwrap();
+        assert!(checkpoint.policies.on_start);
+        assert_eq!(checkpoint.policies.goto_attempts["again"], 1);
+        assert_eq!(checkpoint.nodes["draft"], NodeStatus::Pending, "a goto runs the completed node again");
+        assert_eq!(checkpoint.completed.len(), 1, "its earlier output stays until it is replaced");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! conditions → on failure replan with a `GOAL CONDITION REPAIR` section, within the budget.
 //! Every state change is committed together with the frame that reports it (see [`Recorder`]).
 
+mod policies;
 mod requests;
 mod signals;
 
@@ -23,7 +24,7 @@ use super::control::Registration;
 use super::operator::{self, Actor};
 use super::recorder::Recorder;
 use super::status::RunStatus;
-use crate::capability::{Capabilities, CapabilityError, Clarification, ContextBundle, Executor, Reply};
+use crate::capability::{Capabilities, CapabilityError, Clarification, ContextBundle, Executor, Reply, Signal};
 use crate::condition::{self, FacetSource, GoalConditionResult};
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::envelope::TaskEnvelope;
@@ -31,6 +32,7 @@ use crate::events::Event;
 use crate::events::payload::{Retry as RetryFrame, *};
 use crate::plan::{NodeStatus, Plan, PlanMetadata, PlanNode};
 use crate::planner::{self, CompletedWork, Diagnostic, DraftContext, PromptInput, RequiredFacet};
+use crate::policy::Fired;
 use crate::retry::{Backoff, Retry, RetryPolicy};
 use crate::services::Services;
 use crate::store::hitl;
@@ -88,6 +90,16 @@ impl Failure {
         error.extend(self.details.clone());
         Value::Object(error)
     }
+}
+
+/// How a run goes on after a signal or a runtime policy.
+enum Effect {
+    /// As before (a question was asked, an event emitted, nodes reset to run again).
+    Continue,
+    /// A replan was granted: it starts once the nodes in flight have finished.
+    Replan(ReplanInfo),
+    /// The run fails (a node failed; a policy failed the run or was refused its replan).
+    Failed(Failure),
 }
 
 /// What a phase of the run came to.
@@ -198,6 +210,8 @@ pub(super) struct Coordinator {
     completion_approved: bool,
     /// The questions nodes asked operators, and their answers (every node, oldest first).
     clarifications: Vec<Clarification>,
+    /// What the run's runtime policies have done.
+    fired: Fired,
 }
 
 /// A change to commit: frames, a status transition, the counters, other writes.
@@ -233,6 +247,7 @@ impl Coordinator {
             registration,
             completion_approved: checkpoint.completion_approved,
             clarifications: checkpoint.clarifications,
+            fired: checkpoint.policies,
             capabilities: services.registry.snapshot(),
             services,
             envelope,
@@ -544,7 +559,8 @@ impl Coordinator {
                     reason: &info.reason,
                     failed_goal_conditions: &info.failed_goal_conditions,
                     feedback: info.feedback.as_deref(),
-                    signal: info.signal.as_ref(),
+                    signal: info.signal.as_deref(),
+                    policy: info.policy.as_deref(),
                     completed: &self.completed,
                     previous_plan,
                 }),
@@ -653,17 +669,26 @@ impl Coordinator {
 
     /// Runs every pending node of the current plan, independent ones concurrently. After a node
     /// fails no new node starts; the ones in flight finish and are recorded, then the run fails.
-    /// After a capability's REPLAN signal the same, then the replan is returned.
+    /// After a granted replan (a capability's REPLAN signal, a runtime policy) the same, then the
+    /// replan is returned.
     async fn execute(&mut self) -> Result<Step<Option<ReplanInfo>>, StoreError> {
         let Some(plan) = self.plan.clone() else {
             return self.fail(Failure::new("internal_error", "no plan to execute"), vec![]).await.map(|_| Step::Ended);
         };
         let max_running = self.services.settings.limits.max_concurrent_nodes.max(1);
         let mut running: FuturesUnordered<NodeRun> = FuturesUnordered::new();
+        match self.on_start() {
+            Effect::Continue => {}
+            Effect::Replan(replan) => {
+                self.announce_replan(&replan);
+                return Ok(Step::Continue(Some(replan)));
+            }
+            Effect::Failed(failure) => return self.fail(failure, vec![]).await.map(|_| Step::Ended),
+        }
         let mut first_failure: Option<Failure> = None;
-        let mut signalled: Option<ReplanInfo> = None;
+        let mut replan_asked: Option<ReplanInfo> = None;
         loop {
-            if first_failure.is_none() && signalled.is_none() && !self.cancel_requested() {
+            if first_failure.is_none() && replan_asked.is_none() && !self.cancel_requested() {
                 let capacity = max_running - running.len();
                 let ready: Vec<PlanNode> = plan.ready(&self.nodes).into_iter().take(capacity).cloned().collect();
                 if !ready.is_empty() {
@@ -686,36 +711,43 @@ impl Coordinator {
             };
             let Some((node_id, result)) = next else { break };
             let Some(node) = plan.node(&node_id).cloned() else { continue };
-            let outcome = match result {
-                Ok(Reply::Output(output)) => self.complete_node(&node, output).await?,
-                Ok(Reply::Signal(signal)) => match self.on_signal(&node, signal).await? {
-                    signals::Outcome::Continue => None,
-                    signals::Outcome::Replan(replan) => {
-                        signalled.get_or_insert(replan);
-                        None
-                    }
-                    signals::Outcome::Failed(failure) => Some(failure),
+            // While a replan is on its way, the plan is being replaced: no policy is looked at and
+            // a further REPLAN signal asks for nothing more.
+            let replacing = replan_asked.is_some();
+            let effect = match result {
+                Ok(Reply::Output(output)) => match self.complete_node(&node, output).await? {
+                    Some(failure) => Effect::Failed(failure),
+                    None if replacing => Effect::Continue,
+                    None => self.on_node_complete(&node),
                 },
+                Ok(Reply::Signal(Signal::Replan { .. })) if replacing => Effect::Continue,
+                Ok(Reply::Signal(signal)) => self.on_signal(&node, signal).await?,
                 Err(error) if error.is_transient() && first_failure.is_none() => {
                     match self.retry_node(&node, &error).await? {
                         Some(retry) => {
                             running.push(retry);
-                            None
+                            Effect::Continue
                         }
-                        None => Some(self.node_failed(&node, error).await?),
+                        None => Effect::Failed(self.node_failed(&node, error).await?),
                     }
                 }
-                Err(error) => Some(self.node_failed(&node, error).await?),
+                Err(error) => Effect::Failed(self.node_failed(&node, error).await?),
             };
-            if first_failure.is_none() {
-                first_failure = outcome;
+            match effect {
+                Effect::Continue => {}
+                Effect::Replan(replan) => {
+                    replan_asked.get_or_insert(replan);
+                }
+                Effect::Failed(failure) => {
+                    first_failure.get_or_insert(failure);
+                }
             }
         }
         if let Some(failure) = first_failure {
             return self.fail(failure, vec![]).await.map(|_| Step::Ended);
         }
-        if let Some(replan) = signalled {
-            self.announce_signal_replan(&replan);
+        if let Some(replan) = replan_asked {
+            self.announce_replan(&replan);
             return Ok(Step::Continue(Some(replan)));
         }
         if self.nodes.values().any(|s| matches!(s, NodeStatus::AwaitingHuman | NodeStatus::AwaitingHitl)) {

@@ -2,30 +2,20 @@
 
 use serde_json::{Value, json};
 
-use super::{Coordinator, Failure, RunUpdate};
+use super::{Coordinator, Effect, RunUpdate};
 use crate::capability::Signal;
 use crate::events::Event;
 use crate::events::payload::{PolicyTriggered, ReplanInfo, SignalInfo, Trigger};
 use crate::plan::PlanNode;
 use crate::store::{StoreError, hitl, plans};
 
-/// How a run goes on after a signal.
-pub(super) enum Outcome {
-    /// Nothing changes for the other nodes (a question was asked).
-    Continue,
-    /// A replan was granted: it starts once the nodes in flight have finished.
-    Replan(ReplanInfo),
-    /// The node failed (a question beyond the allowance, a replan the budget refused).
-    Failed(Failure),
-}
-
 impl Coordinator {
-    pub(super) async fn on_signal(&mut self, node: &PlanNode, signal: Signal) -> Result<Outcome, StoreError> {
+    pub(super) async fn on_signal(&mut self, node: &PlanNode, signal: Signal) -> Result<Effect, StoreError> {
         match signal {
             Signal::Clarify { question, context } => {
                 Ok(match self.ask_clarification(node, question, context).await? {
-                    Some(failure) => Outcome::Failed(failure),
-                    None => Outcome::Continue,
+                    Some(failure) => Effect::Failed(failure),
+                    None => Effect::Continue,
                 })
             }
             Signal::Replan { reason, details } => {
@@ -35,12 +25,12 @@ impl Coordinator {
     }
 
     /// A capability found the remaining plan invalid. A granted replan is counted now and
-    /// announced when it starts ([`Self::announce_signal_replan`]); a refused one fails the node
-    /// with the signal's reason in its error.
-    async fn replan_signal(&mut self, node: &PlanNode, reason: String, details: Value) -> Result<Outcome, StoreError> {
+    /// announced when it starts ([`Self::announce_replan`]); a refused one fails the node with the
+    /// signal's reason in its error.
+    async fn replan_signal(&mut self, node: &PlanNode, reason: String, details: Value) -> Result<Effect, StoreError> {
         self.node_retries.remove(&node.id);
         match self.budget.grant_replan() {
-            Ok(_) => Ok(Outcome::Replan(ReplanInfo::capability_signal(SignalInfo {
+            Ok(_) => Ok(Effect::Replan(ReplanInfo::capability_signal(SignalInfo {
                 node_id: node.id.clone(),
                 capability_id: node.capability_id.clone(),
                 reason,
@@ -53,16 +43,21 @@ impl Coordinator {
                     refused.message()
                 );
                 let failure = self.record_node_failure(node, "replan_signal_refused", message, Vec::new()).await?;
-                Ok(Outcome::Failed(failure.detail("signal", json!({"reason": reason, "details": details}))))
+                Ok(Effect::Failed(failure.detail("signal", json!({"reason": reason, "details": details}))))
             }
         }
     }
 
-    /// Stages the `policy_triggered` frame of a granted signal replan (committed with the replan's
-    /// first `plan_requested`): the current plan's unfinished nodes are discarded, and requests
-    /// still open for them (questions, human tasks) are superseded.
-    pub(super) fn announce_signal_replan(&mut self, replan: &ReplanInfo) {
-        let details = serde_json::to_value(&replan.signal).unwrap_or_default();
+    /// Stages the `policy_triggered` frame of a granted replan that a signal or a runtime policy
+    /// asked for (committed with the replan's first `plan_requested`): the current plan's
+    /// unfinished nodes are discarded, and requests still open for them (questions, human tasks)
+    /// are superseded.
+    pub(super) fn announce_replan(&mut self, replan: &ReplanInfo) {
+        let details = match (&replan.signal, &replan.policy) {
+            (Some(signal), _) => serde_json::to_value(signal),
+            (None, policy) => serde_json::to_value(policy),
+        }
+        .unwrap_or_default();
         let event = Event::PolicyTriggered(PolicyTriggered {
             run_id: self.run_id(),
             trigger: Trigger { reason: replan.reason.clone(), details },

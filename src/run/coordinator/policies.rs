@@ -1,0 +1,163 @@
+//! Runtime policies in a running run (see [`crate::policy`]): the `onStart` policies before the
+//! first node of the first plan, the `onNodeComplete` policies after each node completes.
+
+use serde_json::json;
+
+use super::{Coordinator, Effect, Failure, RunUpdate};
+use crate::condition::FacetSource;
+use crate::events::Event;
+use crate::events::payload::{Log, PolicyInfo, PolicyUpdate, ReplanInfo};
+use crate::plan::{NodeStatus, PlanNode};
+use crate::policy::{self, Action, CompletedNode, RuntimePolicy};
+use crate::store::plans;
+
+impl Coordinator {
+    /// Looks at the `onStart` policies: once per run, before any node of its first plan starts.
+    pub(super) fn on_start(&mut self) -> Effect {
+        let fresh = self.plan_version() == 1 && self.nodes.values().all(|s| *s == NodeStatus::Pending);
+        if self.fired.on_start || !fresh {
+            return Effect::Continue;
+        }
+        self.fired.on_start = true;
+        let envelope = self.envelope.clone();
+        match policy::on_start(&envelope.runtime_policies) {
+            Some(policy) => self.act(policy, None),
+            None => Effect::Continue,
+        }
+    }
+
+    /// Looks at the `onNodeComplete` policies after `node` completed: the first enabled one whose
+    /// selector and condition match acts.
+    pub(super) fn on_node_complete(&mut self, node: &PlanNode) -> Effect {
+        let envelope = self.envelope.clone();
+        if envelope.runtime_policies.is_empty() {
+            return Effect::Continue;
+        }
+        let Some(work) = self.completed.iter().rfind(|w| w.node_id == node.id) else { return Effect::Continue };
+        let completed = CompletedNode {
+            node_id: &node.id,
+            capability_id: &node.capability_id,
+            kind: &node.kind,
+            stage: &node.stage,
+            output: &work.output,
+        };
+        let (snapshot, run) = (self.context.snapshot(), self.run_facts());
+        let fired = &self.fired;
+        match policy::first_match(&envelope.runtime_policies, &completed, &snapshot, &run, |p| fired.exhausted(p)) {
+            Some(policy) => self.act(policy, Some(node)),
+            None => Effect::Continue,
+        }
+    }
+
+    /// Carries out `policy`'s action (after `node`, for an `onNodeComplete` policy). Frames are
+    /// staged: they commit with whatever the coordinator does next.
+    fn act(&mut self, policy: &RuntimePolicy, node: Option<&PlanNode>) -> Effect {
+        let mut info = PolicyInfo {
+            policy_id: policy.id.clone(),
+            trigger_kind: policy.trigger.kind().into(),
+            action: policy.action.name().into(),
+            node_id: node.map(|n| n.id.clone()),
+            capability_id: node.map(|n| n.capability_id.clone()),
+            rationale: None,
+        };
+        let failure = |code: &'static str, message: String| {
+            let failure = Failure::new(code, message).detail("policyId", policy.id.as_str());
+            match node {
+                Some(node) => failure.detail("nodeId", node.id.as_str()),
+                None => failure,
+            }
+        };
+        match &policy.action {
+            Action::Replan { rationale } => {
+                info.rationale = rationale.clone();
+                match self.budget.grant_replan() {
+                    Ok(_) => Effect::Replan(ReplanInfo::runtime_policy(info)),
+                    Err(refused) => Effect::Failed(failure(
+                        "policy_replan_refused",
+                        format!(
+                            "Runtime policy \"{}\" asked for a replan but none is granted: {}",
+                            policy.id,
+                            refused.message()
+                        ),
+                    )),
+                }
+            }
+            Action::Fail { message } => {
+                let message =
+                    message.clone().unwrap_or_else(|| format!("Runtime policy \"{}\" failed the run", policy.id));
+                Effect::Failed(failure("policy_failed", message))
+            }
+            Action::Emit { event, payload } => {
+                let log = Event::Log(Log {
+                    severity: "info".into(),
+                    message: event.clone(),
+                    details: Some(json!({"policyId": policy.id, "action": "emit", "event": event, "payload": payload})),
+                });
+                let update = update(info, |u| {
+                    u.event = Some(event.clone());
+                    u.payload = payload.clone();
+                });
+                self.stage(vec![update, log], RunUpdate::NONE, |_| Ok(()));
+                Effect::Continue
+            }
+            Action::Goto { next, max_attempts } => self.goto(policy, info, next, *max_attempts, failure),
+        }
+    }
+
+    /// Runs node `next` and every node after it again (those not running or waiting now).
+    fn goto(
+        &mut self,
+        policy: &RuntimePolicy,
+        info: PolicyInfo,
+        next: &str,
+        max_attempts: u32,
+        failure: impl Fn(&'static str, String) -> Failure,
+    ) -> Effect {
+        let Some(plan) = self.plan.clone().filter(|p| p.node(next).is_some()) else {
+            let message = format!(
+                "Runtime policy \"{}\" goes to node \"{next}\", which the current plan does not have",
+                policy.id
+            );
+            return Effect::Failed(failure("policy_goto_unknown_node", message));
+        };
+        let attempts = self.fired.goto_attempts.entry(policy.id.clone()).or_default();
+        *attempts += 1;
+        let attempts = *attempts;
+        let reset: Vec<String> = plan
+            .downstream(next)
+            .into_iter()
+            .filter(|id| matches!(self.nodes.get(id), None | Some(NodeStatus::Pending | NodeStatus::Completed)))
+            .collect();
+        for id in &reset {
+            self.nodes.insert(id.clone(), NodeStatus::Pending);
+        }
+        let event = update(info, |u| {
+            u.next = Some(next.to_string());
+            u.attempts = Some(attempts);
+            u.max_attempts = Some(max_attempts);
+            u.reset_nodes = reset.clone();
+        });
+        let (run_id, version) = (self.run_id(), self.plan_version() as i32);
+        self.stage(vec![event], RunUpdate::NONE, move |conn| {
+            reset
+                .iter()
+                .try_for_each(|id| plans::node_waiting(conn, (&run_id, version, id), NodeStatus::Pending.as_str()))
+        });
+        Effect::Continue
+    }
+}
+
+/// A `policy_update` frame about `info`, completed by `fill`.
+fn update(info: PolicyInfo, fill: impl FnOnce(&mut PolicyUpdate)) -> Event {
+    let mut update = PolicyUpdate {
+        policy: info,
+        event: None,
+        payload: serde_json::Value::Null,
+        next: None,
+        attempts: None,
+        max_attempts: None,
+        reset_nodes: Vec::new(),
+    };
+    fill(&mut update);
+    Event::PolicyUpdate(update)
+}

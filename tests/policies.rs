@@ -1,0 +1,216 @@
+//! Runtime policies end to end: `onNodeComplete` (selector + condition) with each action,
+//! `onStart` replans, `goto` bounded by `maxAttempts`, and envelopes asking for what flexrun does
+//! not run rejected at the boundary.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::*;
+
+fn with_policies(policies: Value) -> Value {
+    let mut envelope = envelope();
+    envelope["policies"] = json!({"runtime": policies});
+    envelope
+}
+
+/// After the writer, when the draft scores below 0.8, do `action`.
+fn low_score(action: Value) -> Value {
+    with_policies(json!([{
+        "id": "low-score",
+        "trigger": {"kind": "onNodeComplete", "selector": {"capabilityId": "writer"},
+                    "condition": {"dsl": "quality_score < 0.8"}},
+        "action": action
+    }]))
+}
+
+/// Plans `draft` (writer scoring `score`); asked again by a policy, `draft` then `polish` (0.9).
+fn writer_scoring(score: f64) -> flexrun::standin::Script {
+    script(move |call| {
+        if call.is_planner() {
+            if call.user.contains("### RUNTIME POLICY") {
+                return plan(&[("draft", "writer"), ("polish", "editor")]);
+            }
+            return plan(&[("draft", "writer")]);
+        }
+        match call.capability_id() {
+            Some("writer") => post(score),
+            _ => post(0.9),
+        }
+    })
+}
+
+fn frames_of<'a>(frames: &'a [flexrun::events::ReceivedFrame], kind: &str) -> Vec<&'a Value> {
+    frames.iter().filter(|f| f.kind == kind).map(|f| &f.payload).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_matching_node_complete_policy_replans_and_one_that_does_not_match_does_nothing() {
+    let server = TestServer::start(writer_scoring(0.5)).await;
+    let action = json!({"type": "replan", "rationale": "the draft scores too low"});
+    let frames = server.run(&low_score(action.clone())).await;
+    assert_eq!(
+        kinds(&frames),
+        [
+            "start",
+            "plan_requested",
+            "plan_generated",
+            "node_start",
+            "node_complete",
+            "policy_triggered",
+            "plan_requested",
+            "plan_generated",
+            "plan_updated",
+            "node_start",
+            "node_complete",
+            "complete"
+        ]
+    );
+    let trigger = &frames[5].payload["trigger"];
+    assert_eq!(trigger["reason"], "policy_runtime_replan");
+    assert_eq!(
+        (trigger["details"]["policyId"].as_str(), trigger["details"]["triggerKind"].as_str()),
+        (Some("low-score"), Some("onNodeComplete"))
+    );
+    assert_eq!(frames[6].payload["replan"]["policy"]["nodeId"], "draft");
+    assert_eq!(frames[9].node_id.as_deref(), Some("polish"), "the completed draft is kept");
+    assert_eq!(frames[11].payload["status"], "completed");
+    let planner = server.planner_calls();
+    assert_eq!(planner.len(), 2);
+    assert!(planner[1].user.contains(
+        "### RUNTIME POLICY\nRuntime policy \"low-score\" (onNodeComplete) asked for a new plan after node draft. \
+         Rationale: the draft scores too low"
+    ));
+    let run = flexrun::store::runs::get(&mut server.db(), &frames[0].run_id).unwrap();
+    assert_eq!(run.replans, 1);
+    server.stop().await;
+
+    let server = TestServer::start(writer_scoring(0.9)).await;
+    let frames = server.run(&low_score(action)).await;
+    assert_eq!(
+        kinds(&frames),
+        ["start", "plan_requested", "plan_generated", "node_start", "node_complete", "complete"]
+    );
+    assert_eq!(server.planner_calls().len(), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_and_emit_actions() {
+    let server = TestServer::start(writer_scoring(0.5)).await;
+    let frames = server.run(&low_score(json!({"type": "fail", "message": "drafts below 0.8 are refused"}))).await;
+    assert_eq!(
+        kinds(&frames),
+        ["start", "plan_requested", "plan_generated", "node_start", "node_complete", "complete"]
+    );
+    let error = &frames[5].payload["error"];
+    assert_eq!(frames[5].payload["status"], "failed");
+    assert_eq!(
+        (error["code"].as_str(), error["message"].as_str()),
+        (Some("policy_failed"), Some("drafts below 0.8 are refused"))
+    );
+    assert_eq!((error["policyId"].as_str(), error["nodeId"].as_str()), (Some("low-score"), Some("draft")));
+
+    // emit: announced, and the run goes on (here to its goal-repair replan, where the editor helps).
+    let frames = server.run(&low_score(json!({"type": "emit", "event": "low_draft", "payload": {"min": 0.8}}))).await;
+    let updates = frames_of(&frames, "policy_update");
+    assert_eq!(updates.len(), 1);
+    assert_eq!((updates[0]["action"].as_str(), updates[0]["event"].as_str()), (Some("emit"), Some("low_draft")));
+    assert_eq!(updates[0]["payload"], json!({"min": 0.8}));
+    let update_at = frames.iter().position(|f| f.kind == "policy_update").unwrap();
+    assert_eq!(frames[update_at + 1].kind, "log");
+    assert_eq!(frames[update_at + 1].message.as_deref(), Some("low_draft"));
+    assert_eq!(frames[update_at + 2].kind, "goal_condition_failed");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goto_runs_the_step_again_at_most_max_attempts_times() {
+    let server = TestServer::start(planner_then(&[("draft", "writer"), ("polish", "editor")], post(0.9))).await;
+    let envelope = with_policies(json!([{
+        "id": "again",
+        "trigger": {"kind": "onNodeComplete", "selector": {"nodeId": "polish"}},
+        "action": {"type": "goto", "next": "draft", "maxAttempts": 2}
+    }]));
+    let frames = server.run(&envelope).await;
+    let updates = frames_of(&frames, "policy_update");
+    let attempts: Vec<u64> = updates.iter().map(|u| u["attempts"].as_u64().unwrap()).collect();
+    assert_eq!(attempts, [1, 2]);
+    assert_eq!(updates[0]["resetNodes"], json!(["draft", "polish"]));
+    assert_eq!(updates[0]["maxAttempts"], 2);
+    assert_eq!(server.capability_calls("writer"), 3);
+    assert_eq!(server.capability_calls("editor"), 3);
+    assert_eq!(frames.last().unwrap().payload["status"], "completed");
+    let run_id = &frames[0].run_id;
+    let nodes = flexrun::store::plans::nodes(&mut server.db(), run_id).unwrap();
+    assert!(nodes.iter().all(|n| n.status == "completed"), "{nodes:?}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_start_policy_replans_before_any_node_runs() {
+    let server = TestServer::start(writer_scoring(0.9)).await;
+    let envelope = with_policies(json!([
+        {"id": "rethink", "trigger": {"kind": "onStart"}, "action": {"type": "replan", "rationale": "plan twice"}}
+    ]));
+    let frames = server.run(&envelope).await;
+    assert_eq!(
+        &kinds(&frames)[..7],
+        [
+            "start",
+            "plan_requested",
+            "plan_generated",
+            "policy_triggered",
+            "plan_requested",
+            "plan_generated",
+            "plan_updated"
+        ]
+    );
+    assert_eq!(frames[3].payload["trigger"]["details"]["triggerKind"], "onStart");
+    assert_eq!(frames.last().unwrap().payload["status"], "completed");
+    assert_eq!(server.planner_calls().len(), 2, "onStart fires once per run");
+    assert_eq!(server.capability_calls("writer"), 1, "no node of the first plan ran");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triggers_and_actions_flexrun_does_not_run_are_400_with_their_pointers() {
+    let server = TestServer::start(writer_scoring(0.9)).await;
+    let cases = [
+        (
+            json!({"kind": "onValidationFail"}),
+            json!({"type": "fail"}),
+            "/policies/runtime/0/trigger/kind",
+            "unsupported",
+        ),
+        (
+            json!({"kind": "onTimeout", "ms": 10}),
+            json!({"type": "fail"}),
+            "/policies/runtime/0/trigger/kind",
+            "unsupported",
+        ),
+        (
+            json!({"kind": "onMetricBelow", "metric": "m", "threshold": 1}),
+            json!({"type": "fail"}),
+            "/policies/runtime/0/trigger/kind",
+            "unsupported",
+        ),
+        (json!({"kind": "onStart"}), json!({"type": "replan_run"}), "/policies/runtime/0/action/type", "legacy_action"),
+        (json!({"kind": "onStart"}), json!({"type": "hitl"}), "/policies/runtime/0/action/type", "unsupported"),
+    ];
+    for (trigger, action, path, code) in cases {
+        let body = with_policies(json!([{"id": "p", "trigger": trigger, "action": action}]));
+        let response = server.post_run(&body).await;
+        assert_eq!(response.status(), 400, "{trigger} {action}");
+        let error: Value = response.json().await.unwrap();
+        let detail = &error["error"]["details"][0];
+        assert_eq!((detail["path"].as_str(), detail["code"].as_str()), (Some(path), Some(code)), "{error}");
+    }
+    let body = with_policies(json!([{"id": "p", "trigger": {"kind": "onStart"}, "action": {"type": "fail_run"}}]));
+    let error: Value = server.post_run(&body).await.json().await.unwrap();
+    assert_eq!(
+        error["error"]["details"][0]["message"],
+        "Legacy runtime policy action \"fail_run\" detected. Update the policy to use canonical action \"fail\"."
+    );
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0);
+    server.stop().await;
+}
