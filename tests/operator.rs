@@ -138,6 +138,7 @@ async fn approval_lifecycle_with_an_operator_replan() {
     assert_eq!(requests[1]["decision"]["operator"]["displayName"], "Ada");
     assert_eq!(requests[1]["decision"]["note"], "looks fine");
     assert_eq!(run["run"]["replans"]["total"], 1, "an operator replan counts toward maxReplans");
+    assert_eq!(run["run"]["replans"]["operator"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,8 +80,21 @@ async fn a_matching_node_complete_policy_replans_and_one_that_does_not_match_doe
         "### RUNTIME POLICY\nRuntime policy \"low-score\" (onNodeComplete) asked for a new plan after node draft. \
          Rationale: the draft scores too low"
     ));
+    // One budget view: counted by reason and in total, persisted, shown on plan_requested and
+    // in GET /runs/{id}.
+    assert_eq!(frames[1].payload["budget"]["used"]["total"], 0);
+    assert_eq!(
+        frames[6].payload["budget"]["used"],
+        json!({"total": 1, "goalCondition": 0, "capabilitySignal": 0, "runtimePolicy": 1, "operator": 0})
+    );
+    assert_eq!(frames[6].payload["budget"]["maxReplans"], 4);
     let run = flexrun::store::runs::get(&mut server.db(), &frames[0].run_id).unwrap();
-    assert_eq!(run.replans, 1);
+    assert_eq!((run.replans, run.policy_replans, run.signal_replans), (1, 1, 0));
+    let url = server.url(&format!("/api/v1/flex/runs/{}", frames[0].run_id));
+    let shown: Value = server.http.get(url).bearer_auth(OPERATOR_KEY).send().await.unwrap().json().await.unwrap();
+    assert_eq!(shown["run"]["replans"]["runtimePolicy"], 1);
+    assert_eq!(shown["run"]["replanBudget"]["used"]["total"], 1);
+    assert_eq!(shown["run"]["replanBudget"]["maxGoalConditionReplans"], 2);
     server.stop().await;
 
     let server = TestServer::start(writer_scoring(0.9)).await;

@@ -252,7 +252,8 @@ async fn a_replan_signal_replans_around_the_completed_work() {
 
     let run_id = &frames[0].run_id;
     let run = flexrun::store::runs::get(&mut server.db(), run_id).unwrap();
-    assert_eq!((run.replans, run.goal_condition_replans), (1, 0));
+    assert_eq!((run.replans, run.goal_condition_replans, run.signal_replans), (1, 0, 1));
+    assert_eq!(frames[7].payload["budget"]["used"]["capabilitySignal"], 1);
     let nodes = flexrun::store::plans::nodes(&mut server.db(), run_id).unwrap();
     let first_publish = nodes.iter().find(|n| n.plan_version == 1 && n.node_id == "publish").unwrap();
     assert_eq!(first_publish.status, "discarded");

@@ -1,5 +1,6 @@
 //! Payloads of each frame type, with the anchor's field names (spec §4).
 
+use crate::run::budget::BudgetView;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -104,6 +105,8 @@ pub struct PlanRequested {
     pub attempt: u32,
     pub phase: Phase,
     pub capabilities: Vec<CapabilitySummary>,
+    /// The run's replan caps and what it used of them, this request's replan included.
+    pub budget: BudgetView,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replan: Option<ReplanInfo>,
 }

@@ -16,6 +16,7 @@ use super::sse::frame_stream;
 use crate::envelope;
 use crate::events;
 use crate::run::RunStatus;
+use crate::run::budget::{BudgetView, ReplanLimits};
 use crate::run::context::RunContext;
 use crate::services::Services;
 use crate::store::hitl::{self, DecisionRow, RequestRow};
@@ -164,7 +165,10 @@ pub async fn get_run(
             "runId": run.run_id, "status": run.status, "objective": run.objective,
             "threadId": run.thread_id, "correlationId": run.correlation_id,
             "planVersion": run.plan_version, "plannerAttempts": run.planner_attempts,
-            "replans": {"total": run.replans, "goalCondition": run.goal_condition_replans},
+            "replans": run.replan_counts(),
+            "replanBudget": ReplanLimits::of_stored(&envelope, &services.settings.replan)
+                .map(|limits| BudgetView { limits, used: run.replan_counts() })
+                .ok(),
             "result": json_or_null(run.result.as_deref()), "error": json_or_null(run.error.as_deref()),
             "createdAt": run.created_at.and_utc(), "updatedAt": run.updated_at.and_utc(),
         },

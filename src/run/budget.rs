@@ -15,6 +15,17 @@ pub struct ReplanLimits {
 }
 
 impl ReplanLimits {
+    /// The limits of a stored run: its envelope's `policies.replan` (as stored, already
+    /// validated) over the configured ones.
+    pub fn of_stored(envelope: &serde_json::Value, settings: &ReplanSettings) -> Result<Self, serde_json::Error> {
+        let policy: ReplanPolicy = envelope
+            .pointer("/policies/replan")
+            .map(|p| serde_json::from_value(p.clone()))
+            .transpose()?
+            .unwrap_or_default();
+        Ok(Self::resolve(&policy, settings))
+    }
+
     /// The envelope's values where given, the configured ones otherwise.
     pub fn resolve(policy: &ReplanPolicy, settings: &ReplanSettings) -> Self {
         Self {
@@ -54,46 +65,81 @@ impl Refused {
     }
 }
 
+/// How many replans a run made, in total and by what asked for them. Operator replans are
+/// counted by the operator's transaction (`run::control`), the others here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplanCounts {
+    /// Every replan of the run, whatever asked for it.
+    pub total: u32,
+    pub goal_condition: u32,
+    pub capability_signal: u32,
+    pub runtime_policy: u32,
+    pub operator: u32,
+}
+
+/// What asks for a replan during a run (besides failed goal conditions, which have their own cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    CapabilitySignal,
+    RuntimePolicy,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplanBudget {
     pub limits: ReplanLimits,
-    pub goal_condition_replans: u32,
-    pub replans: u32,
+    pub counts: ReplanCounts,
+}
+
+/// A run's replan budget as `GET /runs/{id}` and `plan_requested` show it: the caps and what was
+/// used of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetView {
+    #[serde(flatten)]
+    pub limits: ReplanLimits,
+    pub used: ReplanCounts,
 }
 
 impl ReplanBudget {
-    pub fn new(limits: ReplanLimits) -> Self {
-        Self { limits, goal_condition_replans: 0, replans: 0 }
+    pub fn new(limits: ReplanLimits, counts: ReplanCounts) -> Self {
+        Self { limits, counts }
     }
 
-    /// Grants one more replan for another reason than failed goal conditions (a capability's
-    /// REPLAN signal) and counts it; returns the run's replan number.
-    pub fn grant_replan(&mut self) -> Result<u32, Refused> {
-        if !self.limits.enabled {
-            return Err(Refused::Disabled);
+    pub fn view(&self) -> BudgetView {
+        BudgetView { limits: self.limits, used: self.counts }
+    }
+
+    /// Grants one more replan for `reason` and counts it; returns the run's replan number.
+    pub fn grant_replan(&mut self, reason: Reason) -> Result<u32, Refused> {
+        self.check_total()?;
+        match reason {
+            Reason::CapabilitySignal => self.counts.capability_signal += 1,
+            Reason::RuntimePolicy => self.counts.runtime_policy += 1,
         }
-        if self.replans >= self.limits.max_replans {
-            return Err(Refused::TotalLimit { limit: self.limits.max_replans });
-        }
-        self.replans += 1;
-        Ok(self.replans)
+        self.counts.total += 1;
+        Ok(self.counts.total)
     }
 
     /// Grants one more replan for failed goal conditions and counts it; returns its number.
     pub fn grant_goal_condition_replan(&mut self) -> Result<u32, Refused> {
-        let limits = self.limits;
-        if !limits.enabled {
+        if self.limits.enabled && self.counts.goal_condition >= self.limits.max_goal_condition_replans {
+            return Err(Refused::GoalConditionLimit { limit: self.limits.max_goal_condition_replans });
+        }
+        self.check_total()?;
+        self.counts.goal_condition += 1;
+        self.counts.total += 1;
+        Ok(self.counts.goal_condition)
+    }
+
+    fn check_total(&self) -> Result<(), Refused> {
+        if !self.limits.enabled {
             return Err(Refused::Disabled);
         }
-        if self.goal_condition_replans >= limits.max_goal_condition_replans {
-            return Err(Refused::GoalConditionLimit { limit: limits.max_goal_condition_replans });
+        if self.counts.total >= self.limits.max_replans {
+            return Err(Refused::TotalLimit { limit: self.limits.max_replans });
         }
-        if self.replans >= limits.max_replans {
-            return Err(Refused::TotalLimit { limit: limits.max_replans });
-        }
-        self.goal_condition_replans += 1;
-        self.replans += 1;
-        Ok(self.goal_condition_replans)
+        Ok(())
     }
 }
 
@@ -105,36 +151,38 @@ mod tests {
         ReplanLimits { enabled, max_goal_condition_replans: goal, max_replans: total }
     }
 
+    fn budget(enabled: bool, goal: u32, total: u32) -> ReplanBudget {
+        ReplanBudget::new(limits(enabled, goal, total), ReplanCounts::default())
+    }
+
     #[test]
     fn grants_up_to_the_goal_condition_cap() {
-        let mut budget = ReplanBudget::new(limits(true, 2, 4));
+        let mut budget = budget(true, 2, 4);
         assert_eq!(budget.grant_goal_condition_replan(), Ok(1));
         assert_eq!(budget.grant_goal_condition_replan(), Ok(2));
         assert_eq!(budget.grant_goal_condition_replan(), Err(Refused::GoalConditionLimit { limit: 2 }));
-        assert_eq!((budget.goal_condition_replans, budget.replans), (2, 2));
+        assert_eq!((budget.counts.goal_condition, budget.counts.total), (2, 2));
     }
 
     #[test]
     fn total_cap_and_disabled() {
-        let mut budget = ReplanBudget::new(limits(true, 5, 1));
-        assert_eq!(budget.grant_goal_condition_replan(), Ok(1));
-        assert_eq!(budget.grant_goal_condition_replan(), Err(Refused::TotalLimit { limit: 1 }));
-        let mut off = ReplanBudget::new(limits(false, 5, 5));
-        assert_eq!(off.grant_goal_condition_replan(), Err(Refused::Disabled));
-        assert_eq!(
-            ReplanBudget::new(limits(true, 0, 5)).grant_goal_condition_replan().unwrap_err().code(),
-            "goal_condition_replan_limit"
-        );
+        let mut capped = budget(true, 5, 1);
+        assert_eq!(capped.grant_goal_condition_replan(), Ok(1));
+        assert_eq!(capped.grant_goal_condition_replan(), Err(Refused::TotalLimit { limit: 1 }));
+        assert_eq!(budget(false, 5, 5).grant_goal_condition_replan(), Err(Refused::Disabled));
+        assert_eq!(budget(true, 0, 5).grant_goal_condition_replan().unwrap_err().code(), "goal_condition_replan_limit");
     }
 
     #[test]
-    fn other_replans_count_toward_the_total_only() {
-        let mut budget = ReplanBudget::new(limits(true, 1, 2));
-        assert_eq!(budget.grant_replan(), Ok(1));
+    fn every_reason_is_counted_and_shares_the_total() {
+        let mut budget = budget(true, 1, 3);
+        assert_eq!(budget.grant_replan(Reason::CapabilitySignal), Ok(1));
         assert_eq!(budget.grant_goal_condition_replan(), Ok(1));
-        assert_eq!(budget.grant_replan(), Err(Refused::TotalLimit { limit: 2 }));
-        assert_eq!((budget.goal_condition_replans, budget.replans), (1, 2));
-        assert_eq!(ReplanBudget::new(limits(false, 1, 2)).grant_replan(), Err(Refused::Disabled));
+        assert_eq!(budget.grant_replan(Reason::RuntimePolicy), Ok(3));
+        assert_eq!(budget.grant_replan(Reason::RuntimePolicy), Err(Refused::TotalLimit { limit: 3 }));
+        let used = budget.view().used;
+        assert_eq!((used.total, used.goal_condition, used.capability_signal, used.runtime_policy), (3, 1, 1, 1));
+        assert_eq!(self::budget(false, 1, 2).grant_replan(Reason::CapabilitySignal), Err(Refused::Disabled));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::budget::ReplanCounts;
 use super::context::RunContext;
 use super::operator::HUMAN_OUTPUT_INVALID;
 use super::status::RunStatus;
@@ -46,8 +47,7 @@ pub struct NodeFailure {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     pub planner_attempts: u32,
-    pub goal_condition_replans: u32,
-    pub replans: u32,
+    pub replans: ReplanCounts,
 }
 
 /// A run's committed state.

@@ -17,7 +17,6 @@ use super::budget::ReplanLimits;
 use super::operator::{self, Actor, Close, Command, Decision, NodeOutcome, Pending, Refusal, RunState};
 use super::status::RunStatus;
 use crate::capability::check_output;
-use crate::envelope::ReplanPolicy;
 use crate::events::payload::HitlRequestInfo;
 use crate::events::{BusMessage, FollowError, Frame, FrameHeader, follow};
 use crate::services::Services;
@@ -178,12 +177,7 @@ fn commit(conn: &mut DbConn, services: &Services, run_id: &str, command: Command
 /// The run as [`operator::decide`] sees it.
 fn run_state(conn: &mut DbConn, services: &Services, row: &RunRow, status: RunStatus) -> Result<RunState, StoreError> {
     let envelope: Value = serde_json::from_str(&row.envelope)?;
-    let policy: ReplanPolicy = envelope
-        .pointer("/policies/replan")
-        .map(|p| serde_json::from_value(p.clone()))
-        .transpose()?
-        .unwrap_or_default();
-    let limits = ReplanLimits::resolve(&policy, &services.settings.replan);
+    let limits = ReplanLimits::of_stored(&envelope, &services.settings.replan)?;
     let pending = hitl::pending(conn, &row.run_id)?.map(|r| pending_request(&r)).transpose()?;
     Ok(RunState {
         run_id: row.run_id.clone(),
@@ -206,11 +200,11 @@ pub fn pending_request(row: &RequestRow) -> Result<Pending, StoreError> {
 fn write(conn: &mut DbConn, row: &RunRow, status: RunStatus, decision: &Decision) -> Result<(), StoreError> {
     let (run_id, version, now) = (row.run_id.as_str(), row.plan_version, crate::store::now());
     if let Some(to) = decision.to {
-        let progress = decision.replan.then(|| Progress {
-            plan_version: row.plan_version,
-            planner_attempts: row.planner_attempts,
-            goal_condition_replans: row.goal_condition_replans,
-            replans: row.replans + 1,
+        let progress = decision.replan.then(|| {
+            let mut counts = row.replan_counts();
+            counts.operator += 1;
+            counts.total += 1;
+            Progress::new(row.plan_version as u32, row.planner_attempts as u32, &counts)
         });
         runs::transition(conn, run_id, status, to, progress.as_ref())?;
     }

@@ -102,6 +102,9 @@ pub async fn start(
         updated_at: now,
         idempotency_key: idempotency.as_ref().map(|i| i.key.clone()),
         request_hash: idempotency.as_ref().map(|i| i.request_hash.clone()),
+        signal_replans: 0,
+        policy_replans: 0,
+        operator_replans: 0,
     };
     let started_at = start.timestamp;
     let logged = LoggedFrame { seq: start.seq, event_type: start.kind.as_str().to_string(), json: start.json.clone() };
@@ -241,11 +244,7 @@ fn checkpoint(
 ) -> Result<(TaskEnvelope, Checkpoint), ResumeError> {
     let envelope = envelope::from_value(serde_json::from_str(&row.envelope)?, &services.registry.catalog())?;
     let frames = log.iter().map(|f| serde_json::from_str(&f.json)).collect::<Result<Vec<serde_json::Value>, _>>()?;
-    let counters = Counters {
-        planner_attempts: row.planner_attempts as u32,
-        goal_condition_replans: row.goal_condition_replans as u32,
-        replans: row.replans as u32,
-    };
+    let counters = Counters { planner_attempts: row.planner_attempts as u32, replans: row.replan_counts() };
     let checkpoint = Checkpoint::replay(status, counters, &envelope.inputs, &frames)?;
     Ok((envelope, checkpoint))
 }

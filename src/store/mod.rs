@@ -257,6 +257,9 @@ mod tests {
             updated_at: now(),
             idempotency_key: None,
             request_hash: None,
+            signal_replans: 0,
+            policy_replans: 0,
+            operator_replans: 0,
         }
     }
 

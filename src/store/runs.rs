@@ -7,6 +7,7 @@ use diesel::prelude::*;
 use super::schema::runs;
 use super::{DbConn, StoreError, fixed_update};
 use crate::run::RunStatus;
+use crate::run::budget::ReplanCounts;
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = runs)]
@@ -29,9 +30,23 @@ pub struct RunRow {
     pub idempotency_key: Option<String>,
     /// SHA-256 of that request's body (hex).
     pub request_hash: Option<String>,
+    pub signal_replans: i32,
+    pub policy_replans: i32,
+    pub operator_replans: i32,
 }
 
 impl RunRow {
+    /// The run's replans, in total and by reason.
+    pub fn replan_counts(&self) -> ReplanCounts {
+        ReplanCounts {
+            total: self.replans as u32,
+            goal_condition: self.goal_condition_replans as u32,
+            capability_signal: self.signal_replans as u32,
+            runtime_policy: self.policy_replans as u32,
+            operator: self.operator_replans as u32,
+        }
+    }
+
     pub fn status(&self) -> Result<RunStatus, StoreError> {
         self.status.parse().map_err(|e: crate::run::UnknownStatus| StoreError::Conflict(e.to_string()))
     }
@@ -45,6 +60,23 @@ pub struct Progress {
     pub planner_attempts: i32,
     pub goal_condition_replans: i32,
     pub replans: i32,
+    pub signal_replans: i32,
+    pub policy_replans: i32,
+    pub operator_replans: i32,
+}
+
+impl Progress {
+    pub fn new(plan_version: u32, planner_attempts: u32, replans: &ReplanCounts) -> Self {
+        Self {
+            plan_version: plan_version as i32,
+            planner_attempts: planner_attempts as i32,
+            goal_condition_replans: replans.goal_condition as i32,
+            replans: replans.total as i32,
+            signal_replans: replans.capability_signal as i32,
+            policy_replans: replans.runtime_policy as i32,
+            operator_replans: replans.operator as i32,
+        }
+    }
 }
 
 pub fn insert(conn: &mut DbConn, row: &RunRow) -> Result<(), StoreError> {

@@ -31,6 +31,9 @@ diesel::table! {
         updated_at -> Timestamp,
         idempotency_key -> Nullable<Text>,
         request_hash -> Nullable<Text>,
+        signal_replans -> Integer,
+        policy_replans -> Integer,
+        operator_replans -> Integer,
     }
 }
 

@@ -230,9 +230,8 @@ impl Coordinator {
         mut recorder: Recorder,
         checkpoint: Checkpoint,
     ) -> Self {
-        let mut budget = ReplanBudget::new(ReplanLimits::resolve(&envelope.replan, &services.settings.replan));
-        budget.goal_condition_replans = checkpoint.counters.goal_condition_replans;
-        budget.replans = checkpoint.counters.replans;
+        let limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
+        let budget = ReplanBudget::new(limits, checkpoint.counters.replans);
         let retry = RetryPolicy::resolve(&envelope.retry, &services.settings.retry);
         let timeouts = Timeouts::resolve(&envelope.timeouts, &services.settings);
         // Time spent waiting for an operator does not count against the run's limit.
@@ -428,7 +427,7 @@ impl Coordinator {
     fn run_facts(&self) -> Value {
         json!({
             "latencyMs": (Utc::now() - self.started_at).num_milliseconds(),
-            "revisionCount": self.budget.replans,
+            "revisionCount": self.budget.counts.total,
             "planVersion": self.plan_version(),
             "requiresHitl": self.envelope.approval.completion,
         })
@@ -436,12 +435,7 @@ impl Coordinator {
 
     /// The run's counters and plan version as they are now.
     fn progress(&self) -> Progress {
-        Progress {
-            plan_version: self.plan_version() as i32,
-            planner_attempts: self.planner_attempts as i32,
-            goal_condition_replans: self.budget.goal_condition_replans as i32,
-            replans: self.budget.replans as i32,
-        }
+        Progress::new(self.plan_version(), self.planner_attempts, &self.budget.counts)
     }
 
     // ----- planning -----------------------------------------------------------------------------
@@ -459,6 +453,7 @@ impl Coordinator {
                 attempt,
                 phase,
                 capabilities: self.capability_summaries(),
+                budget: self.budget.view(),
                 replan: replan.clone(),
             });
             let to = (self.status != RunStatus::Planning).then_some(RunStatus::Planning);
@@ -1089,7 +1084,7 @@ impl Coordinator {
             }
             Err(refused) => {
                 let mut failure = Failure::new(refused.code(), refused.message())
-                    .detail("attempts", self.budget.goal_condition_replans)
+                    .detail("attempts", self.budget.counts.goal_condition)
                     .detail("limit", self.budget.limits.max_goal_condition_replans);
                 failure.output = output;
                 failure.goal_condition_results = Some(results);

@@ -9,6 +9,7 @@ use crate::events::Event;
 use crate::events::payload::{Log, PolicyInfo, PolicyUpdate, ReplanInfo};
 use crate::plan::{NodeStatus, PlanNode};
 use crate::policy::{self, Action, CompletedNode, RuntimePolicy};
+use crate::run::budget::Reason;
 use crate::store::plans;
 
 impl Coordinator {
@@ -70,7 +71,7 @@ impl Coordinator {
         match &policy.action {
             Action::Replan { rationale } => {
                 info.rationale = rationale.clone();
-                match self.budget.grant_replan() {
+                match self.budget.grant_replan(Reason::RuntimePolicy) {
                     Ok(_) => Effect::Replan(ReplanInfo::runtime_policy(info)),
                     Err(refused) => Effect::Failed(failure(
                         "policy_replan_refused",

@@ -7,6 +7,7 @@ use crate::capability::Signal;
 use crate::events::Event;
 use crate::events::payload::{PolicyTriggered, ReplanInfo, SignalInfo, Trigger};
 use crate::plan::PlanNode;
+use crate::run::budget::Reason;
 use crate::store::{StoreError, hitl, plans};
 
 impl Coordinator {
@@ -29,7 +30,7 @@ impl Coordinator {
     /// signal's reason in its error.
     async fn replan_signal(&mut self, node: &PlanNode, reason: String, details: Value) -> Result<Effect, StoreError> {
         self.node_retries.remove(&node.id);
-        match self.budget.grant_replan() {
+        match self.budget.grant_replan(Reason::CapabilitySignal) {
             Ok(_) => Ok(Effect::Replan(ReplanInfo::capability_signal(SignalInfo {
                 node_id: node.id.clone(),
                 capability_id: node.capability_id.clone(),
