@@ -112,6 +112,7 @@ pub struct Limits {
     pub capability_timeout_secs: u64,
     pub max_capability_response_bytes: usize,
     pub max_clarifications_per_run: u32,
+    pub post_condition_max_retries: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -3,9 +3,10 @@
 //! the boundary into [`RuntimePolicy`] values; [`first_match`] picks the policy that fires. Pure:
 //! no I/O, the coordinator carries the actions out.
 //!
-//! Supported here: triggers `onStart` and `onNodeComplete` (selector + condition), actions
-//! `replan`, `fail`, `emit` and `goto`. Every other trigger or action the anchor's schema names is
-//! rejected with a clear error instead of being accepted and ignored.
+//! Supported here: triggers `onStart`, `onNodeComplete` (selector + condition) and
+//! `onPostConditionFailed` (selector + `maxRetries`), actions `replan`, `fail`, `emit` and `goto`
+//! (not after post-conditions). Every other trigger or action the anchor's schema names is rejected
+//! with a clear error instead of being accepted and ignored.
 
 use std::collections::{HashMap, HashSet};
 
@@ -31,6 +32,9 @@ pub enum Trigger {
     OnStart,
     /// After each node (not a human one) completes, if the node matches.
     OnNodeComplete { selector: Selector, condition: Option<PolicyCondition> },
+    /// When a matching node's output fails its capability's post-conditions: `max_retries` more
+    /// attempts (else the capability's own, else the configured number), then the action.
+    OnPostConditionFailed { selector: Selector, max_retries: Option<u32> },
 }
 
 impl Trigger {
@@ -38,6 +42,7 @@ impl Trigger {
         match self {
             Self::OnStart => "onStart",
             Self::OnNodeComplete { .. } => "onNodeComplete",
+            Self::OnPostConditionFailed { .. } => "onPostConditionFailed",
         }
     }
 }
@@ -112,6 +117,8 @@ pub struct CompletedNode<'a> {
     pub output: &'a Value,
 }
 
+const TRIGGERS: &str = "onStart, onNodeComplete, onPostConditionFailed";
+
 const LEGACY_ACTIONS: [(&str, &str); 7] = [
     ("goto_node", "goto"),
     ("retry_node", "goto"),
@@ -171,6 +178,13 @@ fn policy(entry: &Value, at: &str, catalog: &Catalog) -> Result<RuntimePolicy, V
     let action = action(fields.get("action").unwrap_or(&Value::Null), &format!("{at}/action"))
         .map_err(|e| errors.extend(e))
         .ok();
+    if let (Some(Trigger::OnPostConditionFailed { .. }), Some(Action::Goto { .. })) = (&trigger, &action) {
+        errors.push(FieldError::new(
+            format!("{at}/action/type"),
+            "unsupported",
+            "after failed post-conditions a policy may replan, fail or emit; `goto` is not one of them",
+        ));
+    }
     match (trigger, action) {
         (Some(trigger), Some(action)) if errors.is_empty() => Ok(RuntimePolicy { id, enabled, trigger, action }),
         _ => Err(errors),
@@ -187,20 +201,27 @@ fn trigger(value: &Value, at: &str, catalog: &Catalog) -> Result<Trigger, Vec<Fi
                 value.get("condition").map(|c| condition(c, &format!("{at}/condition"), catalog)).transpose()?;
             Ok(Trigger::OnNodeComplete { selector, condition })
         }
-        Some(kind @ ("onPostConditionFailed" | "onValidationFail" | "onTimeout" | "onMetricBelow" | "manual")) => {
-            Err(vec![FieldError::new(
-                format!("{at}/kind"),
-                "unsupported",
-                format!(
-                    "runtime policy trigger \"{kind}\" is not supported by this flexrun version; supported \
-                     triggers: onStart, onNodeComplete"
-                ),
-            )])
+        Some("onPostConditionFailed") => {
+            let selector = selector(value.get("selector"), &format!("{at}/selector"))?;
+            let max_retries = match value.get("maxRetries") {
+                None => None,
+                Some(n) => Some(n.as_u64().filter(|n| *n <= 10).ok_or_else(|| {
+                    vec![FieldError::new(format!("{at}/maxRetries"), "range", "`maxRetries` must be an integer 0..=10")]
+                })? as u32),
+            };
+            Ok(Trigger::OnPostConditionFailed { selector, max_retries })
         }
+        Some(kind @ ("onValidationFail" | "onTimeout" | "onMetricBelow" | "manual")) => Err(vec![FieldError::new(
+            format!("{at}/kind"),
+            "unsupported",
+            format!(
+                "runtime policy trigger \"{kind}\" is not supported by this flexrun version; supported triggers: {TRIGGERS}"
+            ),
+        )]),
         Some(other) => Err(vec![FieldError::new(
             format!("{at}/kind"),
             "unknown_trigger",
-            format!("unknown runtime policy trigger \"{other}\"; supported triggers: onStart, onNodeComplete"),
+            format!("unknown runtime policy trigger \"{other}\"; supported triggers: {TRIGGERS}"),
         )]),
         None => Err(vec![FieldError::new(format!("{at}/kind"), "required", "a trigger needs a `kind`")]),
     }
@@ -313,6 +334,16 @@ pub fn on_start(policies: &[RuntimePolicy]) -> Option<&RuntimePolicy> {
     policies.iter().find(|p| p.enabled && p.trigger == Trigger::OnStart)
 }
 
+/// The first enabled `onPostConditionFailed` policy whose selector matches `node`.
+pub fn on_post_condition_failed<'p>(
+    policies: &'p [RuntimePolicy],
+    node: &CompletedNode<'_>,
+) -> Option<&'p RuntimePolicy> {
+    policies.iter().filter(|p| p.enabled).find(
+        |policy| matches!(&policy.trigger, Trigger::OnPostConditionFailed { selector, .. } if selector.matches(node)),
+    )
+}
+
 /// The first enabled `onNodeComplete` policy whose selector matches `node` and whose condition
 /// holds (an evaluation error counts as not holding). `skip` leaves out policies that may not fire
 /// again (a `goto` past its attempts). `snapshot` and `run` are what `facets.*` and `run.*` read.
@@ -389,6 +420,10 @@ mod tests {
     #[test]
     fn rejects_unsupported_legacy_and_unknown_with_their_pointers() {
         let error = |policy: Value| parse_one(policy).unwrap_err();
+        let e = error(
+            json!({"id": "g", "trigger": {"kind": "onPostConditionFailed"}, "action": {"type": "goto", "next": "a"}}),
+        );
+        assert_eq!((e[0].path.as_str(), e[0].code.as_str()), ("/policies/runtime/0/action/type", "unsupported"));
         let e = error(json!({"id": "t", "trigger": {"kind": "onTimeout", "ms": 5}, "action": {"type": "fail"}}));
         assert_eq!((e[0].path.as_str(), e[0].code.as_str()), ("/policies/runtime/0/trigger/kind", "unsupported"));
         let e = error(json!({"id": "l", "trigger": {"kind": "onStart"}, "action": {"type": "hitl_pause"}}));

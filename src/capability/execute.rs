@@ -36,6 +36,19 @@ pub struct ContextBundle {
     /// The questions this node asked operators (CLARIFY signals) and their answers, oldest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub clarifications: Vec<Clarification>,
+    /// Why the previous attempt's output was refused, when the node runs again after failing its
+    /// capability's post-conditions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub post_condition_failures: Option<PostConditionFailures>,
+}
+
+/// The post-conditions the previous output failed, and how many attempts are left.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PostConditionFailures {
+    pub failures: Vec<GoalConditionResult>,
+    pub failures_so_far: u32,
+    pub max_retries: u32,
 }
 
 /// A question a node asked through a CLARIFY signal, and the operator's answer.
@@ -272,6 +285,13 @@ fn ai_prompt(capability: &Capability, instructions: &str, bundle: &ContextBundle
     if !bundle.repair.is_empty() {
         let repair = serde_json::to_string(&bundle.repair).unwrap_or_default();
         let _ = write!(user, "\n### GOAL CONDITIONS TO REPAIR\nYour output must make these hold:\n{repair}\n");
+    }
+    if let Some(failed) = &bundle.post_condition_failures {
+        let failed = serde_json::to_string(failed).unwrap_or_default();
+        let _ = write!(
+            user,
+            "\n### PREVIOUS POST-CONDITION FAILURES\nPrevious post-condition failures detected.\n{failed}\n"
+        );
     }
     if !bundle.clarifications.is_empty() {
         let _ = write!(user, "\n### CLARIFICATIONS\nYou asked, and an operator answered:\n");

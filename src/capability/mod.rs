@@ -5,7 +5,7 @@ mod execute;
 mod registry;
 pub mod signal;
 
-pub use execute::{CapabilityError, Clarification, ContextBundle, Executors, check_output};
+pub use execute::{CapabilityError, Clarification, ContextBundle, Executors, PostConditionFailures, check_output};
 pub use registry::{Capabilities, Registry, RegistryError, catalog, registration_files};
 pub use signal::{Reply, Signal};
 
@@ -15,6 +15,8 @@ use reqwest::Url;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::condition::dsl::Catalog;
+use crate::condition::{self, GoalCondition, Problems};
 use crate::contract::OutputContract;
 use crate::validation::{BodySchema, FieldError};
 
@@ -83,6 +85,11 @@ pub struct Capability {
     pub input_facets: Vec<String>,
     pub output_facets: Vec<String>,
     pub output_contract: OutputContract,
+    /// Conditions every output must meet before its node completes (checked on the candidate
+    /// output; a failure runs the node again, then the policy's action).
+    pub post_conditions: Vec<GoalCondition>,
+    /// `metadata.postConditionPolicy.maxRetries`: attempts after a failed post-condition.
+    pub post_condition_retries: Option<u32>,
     /// The registration as submitted (stored, and returned by `GET /capabilities`).
     pub registration: Value,
 }
@@ -122,13 +129,6 @@ impl Capability {
         let raw: RawRegistration = serde_json::from_value(registration.clone())
             .map_err(|e| vec![FieldError::new("", "invalid", e.to_string())])?;
         let mut errors = Vec::new();
-        if registration.get("postConditions").is_some() {
-            errors.push(FieldError::new(
-                "/postConditions",
-                "unsupported",
-                "capability post-conditions are not supported by this flexrun version",
-            ));
-        }
         let executor = executor(&raw, policy).map_err(|e| errors.push(e)).ok();
         let output_contract = OutputContract::parse(&registration["outputContract"], "/outputContract")
             .map_err(|e| errors.extend(e))
@@ -139,6 +139,23 @@ impl Capability {
         if let Some(input) = registration.get("inputContract") {
             errors.extend(OutputContract::parse(input, "/inputContract").err().unwrap_or_default());
         }
+        let post_conditions = match &output_contract {
+            Some(contract) => post_conditions(&registration, contract, &raw.output_facets)
+                .map_err(|e| errors.extend(e))
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let post_condition_retries = match registration.pointer("/metadata/postConditionPolicy/maxRetries") {
+            None => None,
+            Some(n) => n.as_u64().filter(|n| *n <= 10).map(|n| n as u32).or_else(|| {
+                errors.push(FieldError::new(
+                    "/metadata/postConditionPolicy/maxRetries",
+                    "range",
+                    "`maxRetries` must be an integer 0..=10",
+                ));
+                None
+            }),
+        };
         match (executor, output_contract) {
             (Some(executor), Some(output_contract)) if errors.is_empty() => Ok(Self {
                 id: raw.capability_id,
@@ -150,6 +167,8 @@ impl Capability {
                 input_facets: raw.input_facets,
                 output_facets: raw.output_facets,
                 output_contract,
+                post_conditions,
+                post_condition_retries,
                 registration,
             }),
             _ => Err(errors),
@@ -187,6 +206,60 @@ fn http_endpoint(endpoint: &str, policy: &RegistrationPolicy) -> Result<Url, Fie
         )));
     }
     Ok(url)
+}
+
+/// The facet schemas a JSON Schema output contract declares: with one output facet, the whole
+/// schema; with several, the schema's properties named after them.
+pub(crate) fn facet_schemas<'a>(
+    contract: &'a OutputContract,
+    output_facets: &'a [String],
+) -> Vec<(&'a str, &'a Value)> {
+    let OutputContract::JsonSchema { schema, .. } = contract else { return Vec::new() };
+    match output_facets {
+        [only] => vec![(only.as_str(), schema.source())],
+        many => many
+            .iter()
+            .filter_map(|f| schema.source().pointer(&format!("/properties/{f}")).map(|s| (f.as_str(), s)))
+            .collect(),
+    }
+}
+
+/// Parses `postConditions`: facet conditions on the capability's own output facets (names
+/// relative to the value at `path`, or `facets.<own facet>` paths), no facet and path twice.
+fn post_conditions(
+    registration: &Value,
+    contract: &OutputContract,
+    output_facets: &[String],
+) -> Result<Vec<GoalCondition>, Vec<FieldError>> {
+    let Some(entries) = registration.get("postConditions").and_then(Value::as_array) else { return Ok(Vec::new()) };
+    let catalog = Catalog::with_facets(facet_schemas(contract, output_facets));
+    let mut errors = Vec::new();
+    let mut conditions: Vec<GoalCondition> = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let at = format!("/postConditions/{i}");
+        let facet = entry["facet"].as_str().unwrap_or_default();
+        if !output_facets.iter().any(|f| f == facet) {
+            errors.push(FieldError::new(
+                format!("{at}/facet"),
+                "undeclared_facet",
+                format!(
+                    "a post-condition checks one of the capability's output facets ({}), not \"{facet}\"",
+                    output_facets.join(", ")
+                ),
+            ));
+            continue;
+        }
+        match condition::parse(entry, &at, &catalog) {
+            Ok(c) if conditions.iter().any(|d| d.facet == c.facet && d.path == c.path) => errors.push(FieldError::new(
+                at,
+                "duplicate",
+                format!("duplicate post-condition for facet \"{}\" at path \"{}\"", c.facet, c.path),
+            )),
+            Ok(c) => conditions.push(c),
+            Err(Problems::Shape(e) | Problems::Dsl(e)) => errors.extend(e),
+        }
+    }
+    if errors.is_empty() { Ok(conditions) } else { Err(errors) }
 }
 
 /// A facets-mode output contract must only name facets the capability declares it outputs.
@@ -270,11 +343,26 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_parts_are_rejected_not_ignored() {
+    fn post_conditions_compile_against_the_capabilitys_own_facets() {
         let mut r = registration();
-        r["postConditions"] = json!([]);
-        let codes: Vec<_> = Capability::parse(r, &policy()).unwrap_err().into_iter().map(|e| e.path).collect();
-        assert_eq!(codes, ["/postConditions"]);
+        r["postConditions"] = json!([
+            {"facet": "post_copy", "path": "/status", "condition": {"dsl": "status == \"ready\""}},
+            {"facet": "post_copy", "path": "/score", "condition": {"jsonLogic": {">": [{"var": "score"}, 1]}}}
+        ]);
+        r["metadata"] = json!({"postConditionPolicy": {"maxRetries": 2}});
+        let capability = Capability::parse(r.clone(), &policy()).unwrap();
+        assert_eq!(capability.post_conditions.len(), 2);
+        assert_eq!(capability.post_conditions[0].expression, "status == \"ready\"");
+        assert_eq!(capability.post_condition_retries, Some(2));
+
+        r["postConditions"] = json!([
+            {"facet": "post_copy", "path": "/status", "condition": {"dsl": "status == 1"}},
+            {"facet": "post_copy", "path": "/status", "condition": {"dsl": "status == 2"}},
+            {"facet": "tags", "path": "", "condition": {"dsl": "value == 1"}}
+        ]);
+        let errors = Capability::parse(r, &policy()).unwrap_err();
+        let found: Vec<_> = errors.iter().map(|e| (e.path.as_str(), e.code.as_str())).collect();
+        assert_eq!(found, [("/postConditions/1", "duplicate"), ("/postConditions/2/facet", "undeclared_facet")]);
     }
 
     #[test]

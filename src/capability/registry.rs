@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use super::{Capability, RegistrationPolicy};
 use crate::condition::dsl::Catalog;
-use crate::contract::OutputContract;
 use crate::store::capabilities::{self as rows, CapabilityRow};
 use crate::store::{Store, StoreError};
 use crate::validation::FieldError;
@@ -156,14 +155,7 @@ pub fn registration_files(dir: &Path) -> Result<Vec<(PathBuf, Value)>, RegistryE
 pub fn catalog(configured: &[(String, Value)], capabilities: &Capabilities) -> Catalog {
     let mut facets: Vec<(&str, &Value)> = configured.iter().map(|(f, s)| (f.as_str(), s)).collect();
     for capability in capabilities.values() {
-        let OutputContract::JsonSchema { schema, .. } = &capability.output_contract else { continue };
-        match capability.output_facets.as_slice() {
-            [only] => facets.push((only.as_str(), schema.source())),
-            many => facets.extend(
-                many.iter()
-                    .filter_map(|f| schema.source().pointer(&format!("/properties/{f}")).map(|s| (f.as_str(), s))),
-            ),
-        }
+        facets.extend(super::facet_schemas(&capability.output_contract, &capability.output_facets));
     }
     Catalog::with_facets(facets)
 }

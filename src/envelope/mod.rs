@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::condition::dsl::{self, Catalog, Scope};
-use crate::condition::{FacetPath, GoalCondition, Rule};
+use crate::condition::dsl::Catalog;
+use crate::condition::{self, GoalCondition, Problems};
 use crate::contract::OutputContract;
 use crate::policy::{self, RuntimePolicy};
 use crate::retry::RetryOverrides;
@@ -186,54 +186,13 @@ fn goal_conditions(
     let mut conditions = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let at = pointer(["goal_condition".to_string(), i.to_string()]);
-        match goal_condition(entry, &at, catalog) {
+        match condition::parse(entry, &at, catalog) {
             Ok(condition) => conditions.push(condition),
             Err(Problems::Shape(e)) => errors.extend(e),
             Err(Problems::Dsl(e)) => dsl_errors.extend(e),
         }
     }
     conditions
-}
-
-enum Problems {
-    Shape(Vec<FieldError>),
-    Dsl(Vec<FieldError>),
-}
-
-fn goal_condition(entry: &Value, at: &str, catalog: &Catalog) -> Result<GoalCondition, Problems> {
-    let facet = entry["facet"].as_str().unwrap_or_default().to_string();
-    let path = FacetPath::parse(entry["path"].as_str().unwrap_or_default())
-        .map_err(|message| Problems::Shape(vec![FieldError::new(format!("{at}/path"), "invalid_pointer", message)]))?;
-    let condition = &entry["condition"];
-    if let Some(source) = condition.get("dsl").and_then(Value::as_str) {
-        // The DSL wins over a `jsonLogic` given alongside: it is what gets compiled and shown.
-        let schema = catalog.schema_at(&facet, &path.segments());
-        let at_dsl = format!("{at}/condition/dsl");
-        let compiled =
-            dsl::compile(source, catalog, Scope::Relative { schema: schema.as_ref() }).map_err(|errors| {
-                Problems::Dsl(errors.into_iter().map(|e| FieldError::from_dsl(at_dsl.clone(), e)).collect())
-            })?;
-        let rule = Rule::from_dsl(compiled.json_logic, compiled.eval_logic)
-            .map_err(|message| Problems::Dsl(vec![FieldError::new(at_dsl.clone(), "invalid_json_logic", message)]))?;
-        return Ok(GoalCondition {
-            facet,
-            path,
-            dsl: Some(source.to_string()),
-            expression: compiled.canonical_dsl,
-            rule,
-            variables: compiled.variables,
-        });
-    }
-    let json_logic = condition.get("jsonLogic").cloned().unwrap_or(Value::Null);
-    let expression = dsl::from_json_logic(&json_logic, catalog).unwrap_or_else(|_| json_logic.to_string());
-    let rule = Rule::compile(json_logic).map_err(|message| {
-        Problems::Shape(vec![FieldError::new(
-            format!("{at}/condition/jsonLogic"),
-            "invalid_json_logic",
-            format!("not a valid JSON-Logic rule: {message}"),
-        )])
-    })?;
-    Ok(GoalCondition { facet, path, dsl: None, expression, rule, variables: Vec::new() })
 }
 
 /// Envelope features that later flexrun versions implement. Rejecting them keeps a caller from

@@ -189,6 +189,18 @@ pub struct NodeComplete {
     /// `human` for an output a person submitted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executor_type: Option<&'static str>,
+    /// The capability's post-conditions on this output (all hold).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub post_condition_results: Vec<GoalConditionResult>,
+}
+
+/// The post-condition results of a completed node, as `complete` summarises them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PostConditionSummary {
+    pub node_id: String,
+    pub capability_id: String,
+    pub results: Vec<GoalConditionResult>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -268,6 +280,9 @@ pub struct Complete {
     pub goal_condition_results: Option<Vec<GoalConditionResult>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+    /// The latest post-condition results of every node whose capability has post-conditions.
+    #[serde(rename = "post_condition_results", skip_serializing_if = "Vec::is_empty")]
+    pub post_condition_results: Vec<PostConditionSummary>,
 }
 
 /// What an operator request asks for.
@@ -397,6 +412,9 @@ pub struct PolicyUpdate {
     pub max_attempts: Option<u32>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reset_nodes: Vec<String>,
+    /// `retry` after failed post-conditions: the results of the attempt that failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub post_condition_results: Vec<GoalConditionResult>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -183,6 +183,7 @@ pub async fn get_run(
             "capabilityId": n.capability_id, "status": n.status,
             "output": json_or_null(n.output.as_deref()), "error": json_or_null(n.error.as_deref()),
             "startedAt": n.started_at.map(|t| t.and_utc()), "completedAt": n.completed_at.map(|t| t.and_utc()),
+            "postConditionResults": json_or_null(n.post_condition_results.as_deref()),
         })).collect::<Vec<_>>(),
         "outputs": outputs.iter().map(|o| json!({
             "planVersion": o.plan_version, "status": o.status, "output": json_or_null(Some(&o.output)),

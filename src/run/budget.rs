@@ -76,6 +76,7 @@ pub struct ReplanCounts {
     pub capability_signal: u32,
     pub runtime_policy: u32,
     pub operator: u32,
+    pub post_condition: u32,
 }
 
 /// What asks for a replan during a run (besides failed goal conditions, which have their own cap).
@@ -83,6 +84,7 @@ pub struct ReplanCounts {
 pub enum Reason {
     CapabilitySignal,
     RuntimePolicy,
+    PostCondition,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +118,7 @@ impl ReplanBudget {
         match reason {
             Reason::CapabilitySignal => self.counts.capability_signal += 1,
             Reason::RuntimePolicy => self.counts.runtime_policy += 1,
+            Reason::PostCondition => self.counts.post_condition += 1,
         }
         self.counts.total += 1;
         Ok(self.counts.total)

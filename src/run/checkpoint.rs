@@ -18,7 +18,7 @@ use super::operator::HUMAN_OUTPUT_INVALID;
 use super::status::RunStatus;
 use crate::capability::Clarification;
 use crate::condition::GoalConditionResult;
-use crate::events::payload::ReplanInfo;
+use crate::events::payload::{PostConditionSummary, ReplanInfo};
 use crate::plan::{NodeStatus, Plan};
 use crate::planner::CompletedWork;
 use crate::policy::Fired;
@@ -77,7 +77,30 @@ pub struct Checkpoint {
     pub clarifications: Vec<Clarification>,
     /// What the run's runtime policies have done.
     pub policies: Fired,
+    pub post_conditions: PostConditionState,
     pub next: Resume,
+}
+
+/// Post-conditions of a run's nodes: the latest results of completed nodes (summarised on
+/// `complete`) and the failed attempts of nodes that run again.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PostConditionState {
+    pub passed: Vec<PostConditionSummary>,
+    /// Failed attempts so far and the failures of the last one, by node id.
+    pub failing: HashMap<String, (u32, Vec<GoalConditionResult>)>,
+}
+
+impl PostConditionState {
+    /// A node completed with `results` (empty: its capability has none).
+    pub fn passed(&mut self, node_id: &str, capability_id: &str, results: Vec<GoalConditionResult>) {
+        self.failing.remove(node_id);
+        self.passed.retain(|p| p.node_id != node_id);
+        if !results.is_empty() {
+            let summary =
+                PostConditionSummary { node_id: node_id.into(), capability_id: capability_id.into(), results };
+            self.passed.push(summary);
+        }
+    }
 }
 
 /// Why a run's log cannot be resumed from.
@@ -110,6 +133,7 @@ impl Checkpoint {
             operator_at: None,
             clarifications: Vec::new(),
             policies: Fired::default(),
+            post_conditions: PostConditionState::default(),
             next: Resume::Plan(None),
         }
     }
@@ -159,6 +183,7 @@ impl Checkpoint {
             operator_at: log.operator_at,
             clarifications: log.clarifications,
             policies: log.policies,
+            post_conditions: log.post_conditions,
             next,
         })
     }
@@ -180,6 +205,7 @@ struct Replay {
     operator_at: Option<DateTime<Utc>>,
     clarifications: Vec<Clarification>,
     policies: Fired,
+    post_conditions: PostConditionState,
 }
 
 impl Replay {
@@ -225,6 +251,8 @@ impl Replay {
                     output_facets: node.output_facets.clone(),
                     output: payload["output"].clone(),
                 };
+                let results = parse_optional(&payload["postConditionResults"], seq, kind)?.unwrap_or_default();
+                self.post_conditions.passed(&id, &work.capability_id, results);
                 self.completed.retain(|w| w.node_id != id);
                 self.completed.push(work);
                 self.nodes.insert(id, NodeStatus::Completed);
@@ -255,6 +283,12 @@ impl Replay {
                     answer: None,
                     answered_at: None,
                 });
+            }
+            "policy_update" if payload["action"] == "retry" => {
+                let failures: Vec<GoalConditionResult> = parse(&payload["postConditionResults"], seq, kind)?;
+                let attempts = payload["attempts"].as_u64().unwrap_or_default() as u32;
+                let failing = failures.into_iter().filter(|r| !r.satisfied).collect();
+                self.post_conditions.failing.insert(node_id(), (attempts, failing));
             }
             "policy_update" => self.policy_acted(payload),
             "hitl_resolved" | "policy_triggered" => {

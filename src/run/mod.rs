@@ -105,6 +105,7 @@ pub async fn start(
         signal_replans: 0,
         policy_replans: 0,
         operator_replans: 0,
+        post_condition_replans: 0,
     };
     let started_at = start.timestamp;
     let logged = LoggedFrame { seq: start.seq, event_type: start.kind.as_str().to_string(), json: start.json.clone() };
@@ -257,6 +258,7 @@ async fn abandon(mut recorder: Recorder, status: RunStatus, reason: &ResumeError
         output: serde_json::Value::Null,
         goal_condition_results: None,
         error: Some(error.clone()),
+        post_condition_results: Vec::new(),
     });
     let run_id = recorder.run_id().to_string();
     let result = recorder

@@ -255,6 +255,7 @@ fn failed(code: &str, message: String, extra: Value) -> (Event, Value) {
         output: Value::Null,
         goal_condition_results: None,
         error: Some(error.clone()),
+        post_condition_results: Vec::new(),
     });
     (complete, error)
 }
@@ -342,6 +343,7 @@ fn submission(
             completed_at: now.to_rfc3339_opts(SecondsFormat::Millis, true),
             output: output.clone(),
             executor_type: Some("human"),
+            post_condition_results: Vec::new(),
         }),
     ];
     decision.node = Some(NodeOutcome::Completed { node_id, output });
@@ -484,6 +486,7 @@ fn cancel(state: &RunState, stopped: bool, actor: Actor) -> Result<Decision, Ref
         output: Value::Null,
         goal_condition_results: None,
         error: Some(error.clone()),
+        post_condition_results: Vec::new(),
     }));
     decision.error = Some(error);
     Ok(decision)

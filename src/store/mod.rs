@@ -260,6 +260,7 @@ mod tests {
             signal_replans: 0,
             policy_replans: 0,
             operator_replans: 0,
+            post_condition_replans: 0,
         }
     }
 

@@ -29,6 +29,8 @@ pub struct PlanNodeRow {
     pub error: Option<String>,
     pub started_at: Option<NaiveDateTime>,
     pub completed_at: Option<NaiveDateTime>,
+    /// The capability's post-condition results on the node's output (JSON array).
+    pub post_condition_results: Option<String>,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -71,6 +73,21 @@ pub fn node_waiting(
     status: &str,
 ) -> Result<(), StoreError> {
     let update = fixed_update(plan_nodes::table, plan_nodes::status.eq(status), node(run_id, plan_version, node_id));
+    let updated = super::on_backend!(conn, |c| update.execute(c))?;
+    found(updated, node_id, plan_version)
+}
+
+/// Stores a completed node's post-condition results (JSON).
+pub fn node_post_conditions(
+    conn: &mut DbConn,
+    (run_id, plan_version, node_id): (&str, i32, &str),
+    results: &str,
+) -> Result<(), StoreError> {
+    let update = fixed_update(
+        plan_nodes::table,
+        plan_nodes::post_condition_results.eq(Some(results)),
+        node(run_id, plan_version, node_id),
+    );
     let updated = super::on_backend!(conn, |c| update.execute(c))?;
     found(updated, node_id, plan_version)
 }

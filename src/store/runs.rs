@@ -33,6 +33,7 @@ pub struct RunRow {
     pub signal_replans: i32,
     pub policy_replans: i32,
     pub operator_replans: i32,
+    pub post_condition_replans: i32,
 }
 
 impl RunRow {
@@ -44,6 +45,7 @@ impl RunRow {
             capability_signal: self.signal_replans as u32,
             runtime_policy: self.policy_replans as u32,
             operator: self.operator_replans as u32,
+            post_condition: self.post_condition_replans as u32,
         }
     }
 
@@ -63,6 +65,7 @@ pub struct Progress {
     pub signal_replans: i32,
     pub policy_replans: i32,
     pub operator_replans: i32,
+    pub post_condition_replans: i32,
 }
 
 impl Progress {
@@ -75,6 +78,7 @@ impl Progress {
             signal_replans: replans.capability_signal as i32,
             policy_replans: replans.runtime_policy as i32,
             operator_replans: replans.operator as i32,
+            post_condition_replans: replans.post_condition as i32,
         }
     }
 }

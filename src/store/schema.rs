@@ -34,6 +34,7 @@ diesel::table! {
         signal_replans -> Integer,
         policy_replans -> Integer,
         operator_replans -> Integer,
+        post_condition_replans -> Integer,
     }
 }
 
@@ -59,6 +60,7 @@ diesel::table! {
         error -> Nullable<Text>,
         started_at -> Nullable<Timestamp>,
         completed_at -> Nullable<Timestamp>,
+        post_condition_results -> Nullable<Text>,
     }
 }
 

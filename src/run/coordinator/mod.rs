@@ -5,6 +5,7 @@
 //! Every state change is committed together with the frame that reports it (see [`Recorder`]).
 
 mod policies;
+mod post_conditions;
 mod requests;
 mod signals;
 
@@ -18,13 +19,15 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value, json};
 
 use super::budget::{ReplanBudget, ReplanLimits};
-use super::checkpoint::{Checkpoint, Resume};
+use super::checkpoint::{Checkpoint, PostConditionState, Resume};
 use super::context::{NodeOutput, RunContext};
 use super::control::Registration;
 use super::operator::{self, Actor};
 use super::recorder::Recorder;
 use super::status::RunStatus;
-use crate::capability::{Capabilities, CapabilityError, Clarification, ContextBundle, Executor, Reply, Signal};
+use crate::capability::{
+    Capabilities, CapabilityError, Clarification, ContextBundle, Executor, PostConditionFailures, Reply, Signal,
+};
 use crate::condition::{self, FacetSource, GoalConditionResult};
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::envelope::TaskEnvelope;
@@ -212,6 +215,8 @@ pub(super) struct Coordinator {
     clarifications: Vec<Clarification>,
     /// What the run's runtime policies have done.
     fired: Fired,
+    /// Post-condition results of completed nodes, and the attempts of nodes that failed theirs.
+    post_conditions: PostConditionState,
 }
 
 /// A change to commit: frames, a status transition, the counters, other writes.
@@ -247,6 +252,7 @@ impl Coordinator {
             completion_approved: checkpoint.completion_approved,
             clarifications: checkpoint.clarifications,
             fired: checkpoint.policies,
+            post_conditions: checkpoint.post_conditions,
             capabilities: services.registry.snapshot(),
             services,
             envelope,
@@ -654,6 +660,7 @@ impl Coordinator {
                     error: None,
                     started_at: None,
                     completed_at: carried.map(|_| now),
+                    post_condition_results: None,
                 }
             })
             .collect();
@@ -710,11 +717,20 @@ impl Coordinator {
             // a further REPLAN signal asks for nothing more.
             let replacing = replan_asked.is_some();
             let effect = match result {
-                Ok(Reply::Output(output)) => match self.complete_node(&node, output).await? {
-                    Some(failure) => Effect::Failed(failure),
-                    None if replacing => Effect::Continue,
-                    None => self.on_node_complete(&node),
-                },
+                Ok(Reply::Output(output)) => {
+                    let results = self.post_condition_results(&node, &output);
+                    if !condition::all_satisfied(&results) {
+                        let (effect, retry) = self.post_conditions_failed(&node, results, replacing).await?;
+                        running.extend(retry);
+                        effect
+                    } else {
+                        match self.complete_node(&node, output, results).await? {
+                            Some(failure) => Effect::Failed(failure),
+                            None if replacing => Effect::Continue,
+                            None => self.on_node_complete(&node),
+                        }
+                    }
+                }
                 Ok(Reply::Signal(Signal::Replan { .. })) if replacing => Effect::Continue,
                 Ok(Reply::Signal(signal)) => self.on_signal(&node, signal).await?,
                 Err(error) if error.is_transient() && first_failure.is_none() => {
@@ -931,11 +947,23 @@ impl Coordinator {
                 .filter(|c| c.node_id == node.id && c.answer.is_some())
                 .cloned()
                 .collect(),
+            post_condition_failures: self.post_conditions.failing.get(&node.id).map(|(attempts, failures)| {
+                PostConditionFailures {
+                    failures: failures.clone(),
+                    failures_so_far: *attempts,
+                    max_retries: self.post_condition_budget(node, &Value::Null).1,
+                }
+            }),
         }
     }
 
     /// Records a node's output. Returns the failure if a value breaks the facet catalog.
-    async fn complete_node(&mut self, node: &PlanNode, output: Value) -> Result<Option<Failure>, StoreError> {
+    async fn complete_node(
+        &mut self,
+        node: &PlanNode,
+        output: Value,
+        post_results: Vec<GoalConditionResult>,
+    ) -> Result<Option<Failure>, StoreError> {
         self.node_retries.remove(&node.id);
         let violations = self.services.facets.output_violations(&node.output_facets, &output);
         if !violations.is_empty() {
@@ -959,13 +987,18 @@ impl Coordinator {
             completed_at: at,
             output: output.clone(),
             executor_type: None,
+            post_condition_results: post_results.clone(),
         });
         let output_json = output.to_string();
+        let results_json = (!post_results.is_empty()).then(|| serde_json::to_string(&post_results)).transpose()?;
         let finished = completed_at.naive_utc();
+        self.post_conditions.passed(&node.id, &node.capability_id, post_results);
         // Committed with whatever the coordinator does next: starting the nodes this one unblocked,
         // evaluating the goals, or (while other nodes run) an immediate flush.
         self.stage(vec![event], RunUpdate::NONE, move |conn| {
-            plans::node_finished(conn, (&run_id, version, &node_id), "completed", Some(&output_json), None, finished)
+            let key = (run_id.as_str(), version, node_id.as_str());
+            plans::node_finished(conn, key, "completed", Some(&output_json), None, finished)?;
+            results_json.map_or(Ok(()), |results| plans::node_post_conditions(conn, key, &results))
         });
         self.nodes.insert(node.id.clone(), NodeStatus::Completed);
         self.completed.retain(|w| w.node_id != node.id);
@@ -1055,6 +1088,7 @@ impl Coordinator {
                 output: output.clone(),
                 goal_condition_results: (!results.is_empty()).then_some(results),
                 error: None,
+                post_condition_results: self.post_conditions.passed.clone(),
             });
             let (run_id, result) = (self.run_id(), output.to_string());
             self.commit(vec![complete], RunUpdate::status(RunStatus::Completed), move |conn| {
@@ -1172,6 +1206,7 @@ impl Coordinator {
             output: failure.output,
             goal_condition_results: failure.goal_condition_results,
             error: Some(error.clone()),
+            post_condition_results: self.post_conditions.passed.clone(),
         }));
         let (run_id, error) = (self.run_id(), error.to_string());
         self.commit(events, RunUpdate::status(to), move |conn| {

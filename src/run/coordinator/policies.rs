@@ -149,7 +149,7 @@ impl Coordinator {
 }
 
 /// A `policy_update` frame about `info`, completed by `fill`.
-fn update(info: PolicyInfo, fill: impl FnOnce(&mut PolicyUpdate)) -> Event {
+pub(super) fn update(info: PolicyInfo, fill: impl FnOnce(&mut PolicyUpdate)) -> Event {
     let mut update = PolicyUpdate {
         policy: info,
         event: None,
@@ -158,6 +158,7 @@ fn update(info: PolicyInfo, fill: impl FnOnce(&mut PolicyUpdate)) -> Event {
         attempts: None,
         max_attempts: None,
         reset_nodes: Vec::new(),
+        post_condition_results: Vec::new(),
     };
     fill(&mut update);
     Event::PolicyUpdate(update)
