@@ -4,8 +4,8 @@
 //! no I/O, the coordinator carries the actions out.
 //!
 //! Supported here: triggers `onStart`, `onNodeComplete` (selector + condition) and
-//! `onPostConditionFailed` (selector + `maxRetries`), actions `replan`, `fail`, `emit` and `goto`
-//! (not after post-conditions). Every other trigger or action the anchor's schema names is rejected
+//! `onPostConditionFailed` (selector + `maxRetries`), actions `replan`, `fail`, `emit`, `goto`,
+//! `pause` and `hitl` (after post-conditions: `replan`, `fail`, `emit`). Every other trigger or action the anchor's schema names is rejected
 //! with a clear error instead of being accepted and ignored.
 
 use std::collections::{HashMap, HashSet};
@@ -74,6 +74,11 @@ pub enum Action {
     Emit { event: String, payload: Value },
     /// Run node `next` and every node after it again, at most `max_attempts` times per policy.
     Goto { next: String, max_attempts: u32 },
+    /// Wait for an operator (`awaiting_hitl`); approving goes on.
+    Pause { reason: Option<String> },
+    /// Ask an operator: approving does `approve` (none: go on), rejecting does `reject` (none:
+    /// the run fails, or replans with the operator's feedback).
+    Hitl { rationale: Option<String>, approve: Option<Box<Action>>, reject: Option<Box<Action>> },
 }
 
 impl Action {
@@ -83,6 +88,8 @@ impl Action {
             Self::Fail { .. } => "fail",
             Self::Emit { .. } => "emit",
             Self::Goto { .. } => "goto",
+            Self::Pause { .. } => "pause",
+            Self::Hitl { .. } => "hitl",
         }
     }
 }
@@ -178,11 +185,13 @@ fn policy(entry: &Value, at: &str, catalog: &Catalog) -> Result<RuntimePolicy, V
     let action = action(fields.get("action").unwrap_or(&Value::Null), &format!("{at}/action"))
         .map_err(|e| errors.extend(e))
         .ok();
-    if let (Some(Trigger::OnPostConditionFailed { .. }), Some(Action::Goto { .. })) = (&trigger, &action) {
+    if let (Some(Trigger::OnPostConditionFailed { .. }), Some(action)) = (&trigger, &action)
+        && !matches!(action, Action::Replan { .. } | Action::Fail { .. } | Action::Emit { .. })
+    {
         errors.push(FieldError::new(
             format!("{at}/action/type"),
             "unsupported",
-            "after failed post-conditions a policy may replan, fail or emit; `goto` is not one of them",
+            format!("after failed post-conditions a policy may replan, fail or emit, not {}", action.name()),
         ));
     }
     match (trigger, action) {
@@ -299,14 +308,27 @@ fn action(value: &Value, at: &str) -> Result<Action, Vec<FieldError>> {
             };
             Ok(Action::Goto { next, max_attempts })
         }
-        Some(kind @ ("hitl" | "pause")) => Err(error(
-            "/type",
-            "unsupported",
-            format!(
-                "runtime policy action \"{kind}\" is not supported by this flexrun version; supported actions: \
-                 replan, fail, emit, goto"
-            ),
-        )),
+        Some("pause") => Ok(Action::Pause { reason: text("reason") }),
+        Some("hitl") => {
+            let follow_up = |key: &str| -> Result<Option<Box<Action>>, Vec<FieldError>> {
+                let Some(follow) = value.get(key) else { return Ok(None) };
+                let action = action(follow, &format!("{at}/{key}"))?;
+                if matches!(action, Action::Hitl { .. } | Action::Pause { .. }) {
+                    return Err(error(
+                        &format!("/{key}/type"),
+                        "unsupported",
+                        format!("`{key}` may replan, fail, emit or goto, not wait for an operator again"),
+                    ));
+                }
+                Ok(Some(Box::new(action)))
+            };
+            let approve = follow_up("approveAction");
+            let reject = follow_up("rejectAction");
+            match (approve, reject) {
+                (Ok(approve), Ok(reject)) => Ok(Action::Hitl { rationale: text("rationale"), approve, reject }),
+                (approve, reject) => Err([approve.err(), reject.err()].into_iter().flatten().flatten().collect()),
+            }
+        }
         Some(legacy) if LEGACY_ACTIONS.iter().any(|(old, _)| *old == legacy) => {
             let canonical = LEGACY_ACTIONS.iter().find(|(old, _)| *old == legacy).map_or("", |(_, new)| new);
             Err(error(
@@ -415,6 +437,11 @@ mod tests {
         assert_eq!(condition.as_ref().unwrap().expression, "quality_score < 0.8");
         let start = parse_one(json!({"id": "s", "trigger": {"kind": "onStart"}, "action": {"type": "replan"}}));
         assert_eq!(start.unwrap().trigger, Trigger::OnStart);
+        let ask = parse_one(json!({"id": "a", "trigger": {"kind": "onStart"}, "action": {"type": "hitl",
+            "rationale": "check", "rejectAction": {"type": "goto", "next": "draft"}}}));
+        let Action::Hitl { rationale, approve, reject } = ask.unwrap().action else { panic!() };
+        assert_eq!((rationale.as_deref(), approve), (Some("check"), None));
+        assert_eq!(reject.as_deref(), Some(&Action::Goto { next: "draft".into(), max_attempts: 1 }));
     }
 
     #[test]
@@ -426,6 +453,12 @@ mod tests {
         assert_eq!((e[0].path.as_str(), e[0].code.as_str()), ("/policies/runtime/0/action/type", "unsupported"));
         let e = error(json!({"id": "t", "trigger": {"kind": "onTimeout", "ms": 5}, "action": {"type": "fail"}}));
         assert_eq!((e[0].path.as_str(), e[0].code.as_str()), ("/policies/runtime/0/trigger/kind", "unsupported"));
+        let e = error(json!({"id": "h", "trigger": {"kind": "onStart"},
+                             "action": {"type": "hitl", "approveAction": {"type": "pause"}}}));
+        assert_eq!(
+            (e[0].path.as_str(), e[0].code.as_str()),
+            ("/policies/runtime/0/action/approveAction/type", "unsupported")
+        );
         let e = error(json!({"id": "l", "trigger": {"kind": "onStart"}, "action": {"type": "hitl_pause"}}));
         assert_eq!(e[0].code, "legacy_action");
         assert_eq!(

@@ -208,7 +208,18 @@ async fn triggers_and_actions_flexrun_does_not_run_are_400_with_their_pointers()
             "unsupported",
         ),
         (json!({"kind": "onStart"}), json!({"type": "replan_run"}), "/policies/runtime/0/action/type", "legacy_action"),
-        (json!({"kind": "onStart"}), json!({"type": "hitl"}), "/policies/runtime/0/action/type", "unsupported"),
+        (
+            json!({"kind": "onPostConditionFailed"}),
+            json!({"type": "pause"}),
+            "/policies/runtime/0/action/type",
+            "unsupported",
+        ),
+        (
+            json!({"kind": "onStart"}),
+            json!({"type": "hitl", "rejectAction": {"type": "hitl"}}),
+            "/policies/runtime/0/action/rejectAction/type",
+            "unsupported",
+        ),
     ];
     for (trigger, action, path, code) in cases {
         let body = with_policies(json!([{"id": "p", "trigger": trigger, "action": action}]));
@@ -225,5 +236,103 @@ async fn triggers_and_actions_flexrun_does_not_run_are_400_with_their_pointers()
         "Legacy runtime policy action \"fail_run\" detected. Update the policy to use canonical action \"fail\"."
     );
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0);
+    server.stop().await;
+}
+
+async fn resume(
+    server: &TestServer,
+    run_id: &str,
+    request_id: &str,
+    approved: bool,
+) -> Vec<flexrun::events::ReceivedFrame> {
+    let body = json!({"runId": run_id, "decision": {"requestId": request_id, "approved": approved}});
+    let response = server
+        .http
+        .post(server.url("/api/v1/flex/run.resume"))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    read_frames(response, usize::MAX).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_waits_for_an_operator_and_approval_goes_on() {
+    let server = TestServer::start(writer_scoring(0.9)).await;
+    let envelope = with_policies(json!([
+        {"id": "look", "trigger": {"kind": "onNodeComplete", "selector": {"nodeId": "draft"}},
+         "action": {"type": "pause", "reason": "check the draft"}}
+    ]));
+    let frames = server.run(&envelope).await;
+    assert_eq!(
+        kinds(&frames),
+        ["start", "plan_requested", "plan_generated", "node_start", "node_complete", "hitl_request", "log"]
+    );
+    let request = &frames[5].payload["request"];
+    assert_eq!((request["kind"].as_str(), request["subject"].as_str()), (Some("approval"), Some("policy")));
+    assert_eq!(request["question"], "Runtime policy \"look\" paused the run: check the draft. Approve to go on.");
+    assert_eq!(request["context"]["policyId"], "look");
+    assert_eq!(frames[6].message.as_deref(), Some("awaiting_policy_decision"));
+    let run_id = frames[0].run_id.clone();
+    server.wait_for_status(&run_id, "awaiting_hitl").await;
+
+    let frames = resume(&server, &run_id, request["id"].as_str().unwrap(), true).await;
+    assert_eq!(kinds(&frames), ["hitl_resolved", "complete"]);
+    assert_eq!(frames[1].payload["status"], "completed");
+    assert_eq!(server.capability_calls("writer"), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hitl_runs_the_approve_or_reject_action_the_operator_chose() {
+    let server = TestServer::start(writer_scoring(0.9)).await;
+    let envelope = with_policies(json!([
+        {"id": "review", "trigger": {"kind": "onNodeComplete", "selector": {"nodeId": "draft"}},
+         "action": {"type": "hitl", "rationale": "is the draft on brand?",
+                    "approveAction": {"type": "emit", "event": "on_brand"},
+                    "rejectAction": {"type": "replan", "rationale": "off brand"}}}
+    ]));
+
+    // Approved: the approve action (emit), then the run goes on.
+    let frames = server.run(&envelope).await;
+    let run_id = frames[0].run_id.clone();
+    let request = frames.iter().find(|f| f.kind == "hitl_request").unwrap().payload["request"].clone();
+    assert_eq!(request["context"]["approveAction"], "emit");
+    assert_eq!(request["context"]["rejectAction"], "replan");
+    let frames = resume(&server, &run_id, request["id"].as_str().unwrap(), true).await;
+    assert_eq!(kinds(&frames), ["hitl_resolved", "policy_update", "log", "complete"]);
+    assert_eq!(frames[1].payload["event"], "on_brand");
+    assert_eq!(frames[1].payload["requestId"], request["id"]);
+    assert_eq!(frames[3].payload["status"], "completed");
+
+    // Rejected: the reject action (a replan), not a failed run.
+    let frames = server.run(&envelope).await;
+    let run_id = frames[0].run_id.clone();
+    let request_id = frames.iter().find(|f| f.kind == "hitl_request").unwrap().payload["request"]["id"].clone();
+    let frames = resume(&server, &run_id, request_id.as_str().unwrap(), false).await;
+    assert_eq!(&kinds(&frames)[..3], ["hitl_resolved", "policy_triggered", "plan_requested"]);
+    assert_eq!(frames[1].payload["trigger"]["reason"], "policy_runtime_replan");
+    assert_eq!(frames[1].payload["trigger"]["details"]["rationale"], "off brand");
+    assert_eq!(frames.last().unwrap().payload["status"], "completed");
+    let run = flexrun::store::runs::get(&mut server.db(), &run_id).unwrap();
+    assert_eq!((run.replans, run.policy_replans), (1, 1));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_start_hitl_without_a_reject_action_fails_the_run_when_rejected() {
+    let server = TestServer::start(writer_scoring(0.9)).await;
+    let envelope = with_policies(json!([
+        {"id": "gate", "trigger": {"kind": "onStart"}, "action": {"type": "hitl", "rationale": "go?"}}
+    ]));
+    let frames = server.run(&envelope).await;
+    assert_eq!(kinds(&frames), ["start", "plan_requested", "plan_generated", "hitl_request", "log"]);
+    let request_id = frames[3].payload["request"]["id"].as_str().unwrap().to_string();
+    let frames = resume(&server, &frames[0].run_id, &request_id, false).await;
+    assert_eq!(kinds(&frames), ["hitl_resolved", "complete"]);
+    assert_eq!(frames[1].payload["error"]["code"], "operator_rejected");
+    assert_eq!(server.capability_calls("writer"), 0, "no node ran before the gate");
     server.stop().await;
 }

@@ -52,6 +52,10 @@ pub struct PolicyInfo {
     pub capability_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rationale: Option<String>,
+    /// The operator request whose decision this action follows (a `hitl` policy's
+    /// `approveAction` or `rejectAction`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// A capability's REPLAN signal: which node sent it and why.
@@ -307,6 +311,8 @@ pub enum HitlSubject {
     Completion,
     /// A human node.
     Node,
+    /// A runtime policy's `pause` or `hitl` action.
+    Policy,
 }
 
 impl HitlKind {
@@ -325,6 +331,7 @@ impl HitlSubject {
             Self::Plan => "plan",
             Self::Completion => "completion",
             Self::Node => "node",
+            Self::Policy => "policy",
         }
     }
 }

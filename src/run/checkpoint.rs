@@ -78,7 +78,20 @@ pub struct Checkpoint {
     /// What the run's runtime policies have done.
     pub policies: Fired,
     pub post_conditions: PostConditionState,
+    /// A runtime policy's `pause`/`hitl` request waits for an operator.
+    pub policy_request_open: bool,
+    /// An operator decided on a policy's `hitl` request; its follow-up action is not done yet.
+    pub policy_follow_up: Option<PolicyFollowUp>,
     pub next: Resume,
+}
+
+/// An operator's decision on a runtime policy's request, for its follow-up action.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyFollowUp {
+    pub request_id: String,
+    pub policy_id: String,
+    pub node_id: Option<String>,
+    pub approved: bool,
 }
 
 /// Post-conditions of a run's nodes: the latest results of completed nodes (summarised on
@@ -134,6 +147,8 @@ impl Checkpoint {
             clarifications: Vec::new(),
             policies: Fired::default(),
             post_conditions: PostConditionState::default(),
+            policy_request_open: false,
+            policy_follow_up: None,
             next: Resume::Plan(None),
         }
     }
@@ -184,6 +199,8 @@ impl Checkpoint {
             clarifications: log.clarifications,
             policies: log.policies,
             post_conditions: log.post_conditions,
+            policy_request_open: !log.policy_requests.is_empty(),
+            policy_follow_up: log.policy_follow_up,
             next,
         })
     }
@@ -206,6 +223,9 @@ struct Replay {
     clarifications: Vec<Clarification>,
     policies: Fired,
     post_conditions: PostConditionState,
+    /// Open requests of runtime policies: request id → (policy id, node id).
+    policy_requests: HashMap<String, (String, Option<String>)>,
+    policy_follow_up: Option<PolicyFollowUp>,
 }
 
 impl Replay {
@@ -230,6 +250,8 @@ impl Replay {
                 let plan: Plan = parse(&payload["plan"], seq, kind)?;
                 self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
                 self.plan = Some(plan);
+                // A new plan supersedes what runtime policies of the old one were waiting on.
+                self.policy_requests.clear();
                 self.failed = None;
             }
             "node_start" => {
@@ -270,6 +292,13 @@ impl Replay {
                 });
             }
             "goal_condition_failed" => self.repair = parse(&payload["failedGoalConditions"], seq, kind)?,
+            "hitl_request" if payload["request"]["subject"] == "policy" => {
+                let request = &payload["request"];
+                self.policy_acted(&request["context"]);
+                let policy_id = field(&request["context"]["policyId"], "policyId")?;
+                let node = request["nodeId"].as_str().map(String::from);
+                self.policy_requests.insert(field(&request["id"], "request id")?, (policy_id, node));
+            }
             // A node asked a question: it waits for the answer.
             "hitl_request" if payload["request"]["kind"] == "clarify" => {
                 let request = &payload["request"];
@@ -303,6 +332,17 @@ impl Replay {
                 }
                 let approved = payload["decision"]["decision"] == "approved";
                 self.completion_approved |= approved && payload["request"]["subject"] == "completion";
+                if let Some((policy_id, node_id)) =
+                    payload["request"]["id"].as_str().and_then(|id| self.policy_requests.remove(id))
+                {
+                    let request_id = payload["request"]["id"].as_str().unwrap_or_default().to_string();
+                    self.policy_follow_up = payload["decision"]["decision"].as_str().map(|decision| PolicyFollowUp {
+                        request_id,
+                        policy_id,
+                        node_id,
+                        approved: decision == "approved",
+                    });
+                }
                 if let Some(answer) = payload["decision"]["answer"].as_str() {
                     self.answer(&payload["request"]["id"], answer, field(&frame["timestamp"], "timestamp")?);
                 }
@@ -317,6 +357,9 @@ impl Replay {
     /// A runtime policy acted (`policy` is its `PolicyInfo`, with a goto's `attempts` and
     /// `resetNodes` when it was one).
     fn policy_acted(&mut self, policy: &Value) {
+        if self.policy_follow_up.as_ref().is_some_and(|f| policy["requestId"] == f.request_id.as_str()) {
+            self.policy_follow_up = None;
+        }
         if policy["triggerKind"] == "onStart" {
             self.policies.on_start = true;
         }
@@ -532,6 +575,39 @@ mod tests {
         assert_eq!(checkpoint.policies.goto_attempts["again"], 1);
         assert_eq!(checkpoint.nodes["draft"], NodeStatus::Pending, "a goto runs the completed node again");
         assert_eq!(checkpoint.completed.len(), 1, "its earlier output stays until it is replaced");
+    }
+
+    #[test]
+    fn a_policy_request_waits_then_its_decision_is_followed_up_once() {
+        let request = json!({"request": {"id": "p1", "kind": "approval", "subject": "policy", "nodeId": "draft",
+            "question": "?", "planVersion": 1, "createdAt": T0,
+            "context": {"policyId": "review", "triggerKind": "onNodeComplete", "action": "hitl"}}});
+        let mut frames = vec![
+            frame(1, "start", None, json!({})),
+            frame(2, "plan_generated", None, two_nodes()),
+            frame(3, "hitl_request", Some("draft"), request),
+        ];
+        let open = Checkpoint::replay(RunStatus::Running, Counters::default(), &inputs(), &frames).unwrap();
+        assert!(open.policy_request_open);
+        assert_eq!(open.policy_follow_up, None);
+
+        let resolved = json!({"request": {"id": "p1", "kind": "approval", "subject": "policy", "status": "resolved"},
+                              "decision": {"decision": "rejected"}});
+        frames.push(frame(4, "hitl_resolved", None, resolved));
+        let decided = Checkpoint::replay(RunStatus::Running, Counters::default(), &inputs(), &frames).unwrap();
+        assert!(!decided.policy_request_open);
+        let expected = PolicyFollowUp {
+            request_id: "p1".into(),
+            policy_id: "review".into(),
+            node_id: Some("draft".into()),
+            approved: false,
+        };
+        assert_eq!(decided.policy_follow_up, Some(expected));
+
+        let done = json!({"policyId": "review", "triggerKind": "onNodeComplete", "action": "emit", "requestId": "p1"});
+        frames.push(frame(5, "policy_update", None, done));
+        let followed = Checkpoint::replay(RunStatus::Running, Counters::default(), &inputs(), &frames).unwrap();
+        assert_eq!(followed.policy_follow_up, None, "a follow-up that was done is not done again");
     }
 
     #[test]

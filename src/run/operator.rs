@@ -263,7 +263,9 @@ fn failed(code: &str, message: String, extra: Value) -> (Event, Value) {
 fn approval(state: &RunState, pending: &Pending, approved: bool, feedback: Option<String>, actor: Actor) -> Decision {
     let feedback = feedback.filter(|f| !f.trim().is_empty());
     let verdict = if approved { "approved" } else { "rejected" };
-    let replan = (!approved && feedback.is_some() && state.replans_left > 0)
+    // A policy's `rejectAction` decides what a rejection does; the coordinator carries it out.
+    let follows_up = pending.info.subject == HitlSubject::Policy && !pending.info.context["rejectAction"].is_null();
+    let replan = (!approved && !follows_up && feedback.is_some() && state.replans_left > 0)
         .then(|| ReplanInfo::operator("operator_rejected", feedback.clone()));
     let resolved = Event::HitlResolved(HitlResolved {
         request: closed(pending, "resolved"),
@@ -274,7 +276,7 @@ fn approval(state: &RunState, pending: &Pending, approved: bool, feedback: Optio
     decision.close = Some(Close::Resolved(pending.info.id.clone()));
     decision.record = Some(record(pending, verdict, feedback.clone(), None, &actor));
     decision.events.push(resolved);
-    if approved {
+    if approved || follows_up {
         return decision;
     }
     if replan.is_some() {
@@ -503,6 +505,7 @@ pub fn question(subject: HitlSubject, plan_version: u32) -> String {
         HitlSubject::Plan => format!("Approve plan version {plan_version} before any of its steps runs?"),
         HitlSubject::Completion => "Approve the run's result before it completes?".into(),
         HitlSubject::Node => "Submit this node's output, or decline the task.".into(),
+        HitlSubject::Policy => "A runtime policy asks for an operator's approval.".into(),
     }
 }
 

@@ -19,7 +19,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Map, Value, json};
 
 use super::budget::{ReplanBudget, ReplanLimits};
-use super::checkpoint::{Checkpoint, PostConditionState, Resume};
+use super::checkpoint::{Checkpoint, PolicyFollowUp, PostConditionState, Resume};
 use super::context::{NodeOutput, RunContext};
 use super::control::Registration;
 use super::operator::{self, Actor};
@@ -217,6 +217,10 @@ pub(super) struct Coordinator {
     fired: Fired,
     /// Post-condition results of completed nodes, and the attempts of nodes that failed theirs.
     post_conditions: PostConditionState,
+    /// A runtime policy's `pause`/`hitl` request is open: no node starts, the run waits.
+    awaiting_policy: bool,
+    /// An operator decided on a policy's `hitl` request: its follow-up action is still to do.
+    policy_follow_up: Option<PolicyFollowUp>,
 }
 
 /// A change to commit: frames, a status transition, the counters, other writes.
@@ -253,6 +257,8 @@ impl Coordinator {
             clarifications: checkpoint.clarifications,
             fired: checkpoint.policies,
             post_conditions: checkpoint.post_conditions,
+            awaiting_policy: checkpoint.policy_request_open,
+            policy_follow_up: checkpoint.policy_follow_up,
             capabilities: services.registry.snapshot(),
             services,
             envelope,
@@ -679,7 +685,11 @@ impl Coordinator {
         };
         let max_running = self.services.settings.limits.max_concurrent_nodes.max(1);
         let mut running: FuturesUnordered<NodeRun> = FuturesUnordered::new();
-        match self.on_start() {
+        let first = match self.policy_follow_up.take() {
+            Some(decided) => self.follow_up(decided),
+            None => self.on_start(),
+        };
+        match first {
             Effect::Continue => {}
             Effect::Replan(replan) => {
                 self.announce_replan(&replan);
@@ -690,7 +700,7 @@ impl Coordinator {
         let mut first_failure: Option<Failure> = None;
         let mut replan_asked: Option<ReplanInfo> = None;
         loop {
-            if first_failure.is_none() && replan_asked.is_none() && !self.cancel_requested() {
+            if first_failure.is_none() && replan_asked.is_none() && !self.awaiting_policy && !self.cancel_requested() {
                 let capacity = max_running - running.len();
                 let ready: Vec<PlanNode> = plan.ready(&self.nodes).into_iter().take(capacity).cloned().collect();
                 if !ready.is_empty() {
@@ -761,7 +771,8 @@ impl Coordinator {
             self.announce_replan(&replan);
             return Ok(Step::Continue(Some(replan)));
         }
-        if self.nodes.values().any(|s| matches!(s, NodeStatus::AwaitingHuman | NodeStatus::AwaitingHitl)) {
+        let waiting = self.nodes.values().any(|s| matches!(s, NodeStatus::AwaitingHuman | NodeStatus::AwaitingHitl));
+        if waiting || self.awaiting_policy {
             return self.await_operator().await.map(|_| Step::Ended);
         }
         let unfinished: Vec<&str> = plan

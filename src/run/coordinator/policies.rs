@@ -1,7 +1,7 @@
 //! Runtime policies in a running run (see [`crate::policy`]): the `onStart` policies before the
 //! first node of the first plan, the `onNodeComplete` policies after each node completes.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Coordinator, Effect, Failure, RunUpdate};
 use crate::condition::FacetSource;
@@ -10,6 +10,7 @@ use crate::events::payload::{Log, PolicyInfo, PolicyUpdate, ReplanInfo};
 use crate::plan::{NodeStatus, PlanNode};
 use crate::policy::{self, Action, CompletedNode, RuntimePolicy};
 use crate::run::budget::Reason;
+use crate::run::checkpoint::PolicyFollowUp;
 use crate::store::plans;
 
 impl Coordinator {
@@ -50,25 +51,38 @@ impl Coordinator {
         }
     }
 
-    /// Carries out `policy`'s action (after `node`, for an `onNodeComplete` policy). Frames are
-    /// staged: they commit with whatever the coordinator does next.
+    /// Carries out `policy`'s action (after `node`, for an `onNodeComplete` policy).
     fn act(&mut self, policy: &RuntimePolicy, node: Option<&PlanNode>) -> Effect {
-        let mut info = PolicyInfo {
-            policy_id: policy.id.clone(),
-            trigger_kind: policy.trigger.kind().into(),
-            action: policy.action.name().into(),
-            node_id: node.map(|n| n.id.clone()),
-            capability_id: node.map(|n| n.capability_id.clone()),
-            rationale: None,
+        let info = policy_info(&policy.id, policy.trigger.kind(), &policy.action, node, None);
+        self.perform(&policy.action, info, node)
+    }
+
+    /// What an operator's decision on a policy's `hitl` request asks for: its `approveAction` or
+    /// `rejectAction` (none: the run goes on as it was).
+    pub(super) fn follow_up(&mut self, decided: PolicyFollowUp) -> Effect {
+        let envelope = self.envelope.clone();
+        let Some(policy) = envelope.runtime_policies.iter().find(|p| p.id == decided.policy_id) else {
+            return Effect::Continue;
         };
+        let Action::Hitl { approve, reject, .. } = &policy.action else { return Effect::Continue };
+        let Some(action) = (if decided.approved { approve } else { reject }) else { return Effect::Continue };
+        let node = decided.node_id.as_deref().and_then(|id| self.plan.as_ref()?.node(id).cloned());
+        let info = policy_info(&policy.id, policy.trigger.kind(), action, node.as_ref(), Some(decided.request_id));
+        self.perform(action, info, node.as_ref())
+    }
+
+    /// Does `action` (described by `info`). Frames are staged: they commit with whatever the
+    /// coordinator does next.
+    fn perform(&mut self, action: &Action, mut info: PolicyInfo, node: Option<&PlanNode>) -> Effect {
+        let id = info.policy_id.clone();
         let failure = |code: &'static str, message: String| {
-            let failure = Failure::new(code, message).detail("policyId", policy.id.as_str());
+            let failure = Failure::new(code, message).detail("policyId", id.as_str());
             match node {
                 Some(node) => failure.detail("nodeId", node.id.as_str()),
                 None => failure,
             }
         };
-        match &policy.action {
+        match action {
             Action::Replan { rationale } => {
                 info.rationale = rationale.clone();
                 match self.budget.grant_replan(Reason::RuntimePolicy) {
@@ -76,23 +90,21 @@ impl Coordinator {
                     Err(refused) => Effect::Failed(failure(
                         "policy_replan_refused",
                         format!(
-                            "Runtime policy \"{}\" asked for a replan but none is granted: {}",
-                            policy.id,
+                            "Runtime policy \"{id}\" asked for a replan but none is granted: {}",
                             refused.message()
                         ),
                     )),
                 }
             }
             Action::Fail { message } => {
-                let message =
-                    message.clone().unwrap_or_else(|| format!("Runtime policy \"{}\" failed the run", policy.id));
+                let message = message.clone().unwrap_or_else(|| format!("Runtime policy \"{id}\" failed the run"));
                 Effect::Failed(failure("policy_failed", message))
             }
             Action::Emit { event, payload } => {
                 let log = Event::Log(Log {
                     severity: "info".into(),
                     message: event.clone(),
-                    details: Some(json!({"policyId": policy.id, "action": "emit", "event": event, "payload": payload})),
+                    details: Some(json!({"policyId": id, "action": "emit", "event": event, "payload": payload})),
                 });
                 let update = update(info, |u| {
                     u.event = Some(event.clone());
@@ -101,14 +113,23 @@ impl Coordinator {
                 self.stage(vec![update, log], RunUpdate::NONE, |_| Ok(()));
                 Effect::Continue
             }
-            Action::Goto { next, max_attempts } => self.goto(policy, info, next, *max_attempts, failure),
+            Action::Goto { next, max_attempts } => self.goto(info, next, *max_attempts, failure),
+            Action::Pause { reason } => {
+                let question = format!("Runtime policy \"{id}\" paused the run{}. Approve to go on.", suffix(reason));
+                self.ask_operator(info, question, node, Value::Null)
+            }
+            Action::Hitl { rationale, approve, reject } => {
+                let question = format!("Runtime policy \"{id}\" asks for an operator's approval{}.", suffix(rationale));
+                let follow_ups = json!({"approveAction": approve.as_ref().map(|a| a.name()),
+                                        "rejectAction": reject.as_ref().map(|a| a.name())});
+                self.ask_operator(info, question, node, follow_ups)
+            }
         }
     }
 
     /// Runs node `next` and every node after it again (those not running or waiting now).
     fn goto(
         &mut self,
-        policy: &RuntimePolicy,
         info: PolicyInfo,
         next: &str,
         max_attempts: u32,
@@ -117,11 +138,11 @@ impl Coordinator {
         let Some(plan) = self.plan.clone().filter(|p| p.node(next).is_some()) else {
             let message = format!(
                 "Runtime policy \"{}\" goes to node \"{next}\", which the current plan does not have",
-                policy.id
+                info.policy_id
             );
             return Effect::Failed(failure("policy_goto_unknown_node", message));
         };
-        let attempts = self.fired.goto_attempts.entry(policy.id.clone()).or_default();
+        let attempts = self.fired.goto_attempts.entry(info.policy_id.clone()).or_default();
         *attempts += 1;
         let attempts = *attempts;
         let reset: Vec<String> = plan
@@ -146,6 +167,30 @@ impl Coordinator {
         });
         Effect::Continue
     }
+}
+
+/// What a frame says about a policy that acted.
+fn policy_info(
+    id: &str,
+    trigger_kind: &str,
+    action: &Action,
+    node: Option<&PlanNode>,
+    request_id: Option<String>,
+) -> PolicyInfo {
+    PolicyInfo {
+        policy_id: id.to_string(),
+        trigger_kind: trigger_kind.to_string(),
+        action: action.name().into(),
+        node_id: node.map(|n| n.id.clone()),
+        capability_id: node.map(|n| n.capability_id.clone()),
+        rationale: None,
+        request_id,
+    }
+}
+
+/// `": <text>"`, or nothing.
+fn suffix(text: &Option<String>) -> String {
+    text.as_deref().map(|t| format!(": {t}")).unwrap_or_default()
 }
 
 /// A `policy_update` frame about `info`, completed by `fill`.

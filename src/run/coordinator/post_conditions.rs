@@ -84,6 +84,7 @@ impl Coordinator {
             node_id: Some(node.id.clone()),
             capability_id: Some(node.capability_id.clone()),
             rationale: None,
+            request_id: None,
         };
         if attempts <= max_retries {
             self.post_conditions.failing.insert(node.id.clone(), (attempts, failed));

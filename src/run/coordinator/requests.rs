@@ -4,10 +4,10 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use super::{Coordinator, Failure, RunUpdate};
+use super::{Coordinator, Effect, Failure, RunUpdate};
 use crate::capability::{Capability, Clarification, Executor};
 use crate::events::Event;
-use crate::events::payload::{HitlKind, HitlRequest, HitlRequestInfo, HitlSubject, Log};
+use crate::events::payload::{HitlKind, HitlRequest, HitlRequestInfo, HitlSubject, Log, PolicyInfo};
 use crate::plan::{NodeStatus, PlanNode};
 use crate::run::operator;
 use crate::run::status::RunStatus;
@@ -25,7 +25,9 @@ impl Coordinator {
             ids
         };
         let asking = waiting(NodeStatus::AwaitingHitl);
-        let (to, message, nodes) = if asking.is_empty() {
+        let (to, message, nodes) = if self.awaiting_policy {
+            (RunStatus::AwaitingHitl, "awaiting_policy_decision", asking)
+        } else if asking.is_empty() {
             (RunStatus::AwaitingHuman, "awaiting_human_assignment", waiting(NodeStatus::AwaitingHuman))
         } else {
             (RunStatus::AwaitingHitl, "awaiting_clarification", asking)
@@ -120,6 +122,32 @@ impl Coordinator {
         self.node_retries.remove(&node.id);
         self.nodes.insert(node.id.clone(), NodeStatus::AwaitingHitl);
         Ok(None)
+    }
+
+    /// A runtime policy's `pause` or `hitl` action: the request is staged and no further node
+    /// starts; once the nodes in flight have finished the run waits (`awaiting_hitl`).
+    pub(super) fn ask_operator(
+        &mut self,
+        policy: PolicyInfo,
+        question: String,
+        node: Option<&PlanNode>,
+        follow_ups: Value,
+    ) -> Effect {
+        let mut context = serde_json::to_value(&policy).unwrap_or_default();
+        if let (Some(context), Some(follow_ups)) = (context.as_object_mut(), follow_ups.as_object()) {
+            context.extend(follow_ups.clone());
+        }
+        let info = self.request(HitlKind::Approval, HitlSubject::Policy, question, node, context);
+        match self.request_row(&info) {
+            Ok(row) => {
+                self.stage(vec![Event::HitlRequest(HitlRequest { request: info })], RunUpdate::NONE, move |conn| {
+                    hitl::insert(conn, &row)
+                });
+                self.awaiting_policy = true;
+                Effect::Continue
+            }
+            Err(error) => Effect::Failed(Failure::new("internal_error", error.to_string())),
+        }
     }
 
     /// A new request of this run, created now.
