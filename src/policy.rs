@@ -5,7 +5,7 @@
 //!
 //! Supported here: triggers `onStart`, `onNodeComplete` (selector + condition) and
 //! `onPostConditionFailed` (selector + `maxRetries`), actions `replan`, `fail`, `emit`, `goto`,
-//! `pause` and `hitl` (after post-conditions: `replan`, `fail`, `emit`). Every other trigger or action the anchor's schema names is rejected
+//! `pause` and `hitl` (after post-conditions: `replan`, `fail`, `emit`, `hitl`). Every other trigger or action the anchor's schema names is rejected
 //! with a clear error instead of being accepted and ignored.
 
 use std::collections::{HashMap, HashSet};
@@ -186,12 +186,12 @@ fn policy(entry: &Value, at: &str, catalog: &Catalog) -> Result<RuntimePolicy, V
         .map_err(|e| errors.extend(e))
         .ok();
     if let (Some(Trigger::OnPostConditionFailed { .. }), Some(action)) = (&trigger, &action)
-        && !matches!(action, Action::Replan { .. } | Action::Fail { .. } | Action::Emit { .. })
+        && !matches!(action, Action::Replan { .. } | Action::Fail { .. } | Action::Emit { .. } | Action::Hitl { .. })
     {
         errors.push(FieldError::new(
             format!("{at}/action/type"),
             "unsupported",
-            format!("after failed post-conditions a policy may replan, fail or emit, not {}", action.name()),
+            format!("after failed post-conditions a policy may replan, fail, emit or hitl, not {}", action.name()),
         ));
     }
     match (trigger, action) {

@@ -179,3 +179,56 @@ async fn bad_post_conditions_are_400_with_their_pointers() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_may_accept_an_output_that_failed_its_post_conditions() {
+    let options = Options { capabilities: vec![checked_writer()], ..Options::default() };
+    let server = TestServer::start_with(planner_then(&[("draft", "writer")], post(0.4)), options).await;
+    let mut envelope = with_policy(
+        json!({"kind": "onPostConditionFailed", "maxRetries": 0}),
+        json!({"type": "hitl", "rationale": "a person decides"}),
+    );
+    envelope.as_object_mut().unwrap().remove("goal_condition");
+
+    let frames = server.run(&envelope).await;
+    assert_eq!(kinds(&frames), ["start", "plan_requested", "plan_generated", "node_start", "hitl_request", "log"]);
+    let request = frames[4].payload["request"].clone();
+    assert_eq!((request["subject"].as_str(), request["nodeId"].as_str()), (Some("policy"), Some("draft")));
+    assert_eq!(request["context"]["candidateOutput"]["quality_score"], 0.4);
+    assert!(request["question"].as_str().unwrap().contains("quality_score >= 0.8"));
+    let run_id = frames[0].run_id.clone();
+    server.wait_for_status(&run_id, "awaiting_hitl").await;
+
+    let body = json!({"runId": run_id, "decision": {"requestId": request["id"], "approved": true}});
+    let response = server
+        .http
+        .post(server.url("/api/v1/flex/run.resume"))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(kinds(&frames), ["hitl_resolved", "node_complete", "complete"]);
+    assert_eq!(frames[1].payload["output"]["quality_score"], 0.4);
+    assert_eq!(frames[1].payload["postConditionResults"][0]["satisfied"], false);
+    assert_eq!(frames[2].payload["status"], "completed");
+    assert_eq!(server.capability_calls("writer"), 1, "the accepted output is not produced again");
+
+    // Rejected without a rejectAction: the run fails.
+    let frames = server.run(&envelope).await;
+    let request_id = frames[4].payload["request"]["id"].clone();
+    let body = json!({"runId": frames[0].run_id, "decision": {"requestId": request_id, "approved": false}});
+    let response = server
+        .http
+        .post(server.url("/api/v1/flex/run.resume"))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(kinds(&frames), ["hitl_resolved", "complete"]);
+    assert_eq!(frames[1].payload["error"]["code"], "operator_rejected");
+    server.stop().await;
+}

@@ -186,7 +186,11 @@ fn resume(
             if let Some(request_id) = request_id.filter(|id| *id != pending.info.id) {
                 return Err(Refusal::StaleRequest { request_id, pending: pending.info.id.clone() });
             }
-            Ok(approval(state, pending, approved, feedback, actor))
+            let mut decision = approval(state, pending, approved, feedback, actor);
+            if approved {
+                accept_candidate(pending, now, &mut decision);
+            }
+            Ok(decision)
         }
         (HitlKind::HumanTask, Answer::Submit { node_id, output }) => {
             same_node(pending, &node_id)?;
@@ -298,6 +302,26 @@ fn approval(state: &RunState, pending: &Pending, approved: bool, feedback: Optio
     decision.events.push(complete);
     decision.error = Some(error);
     decision
+}
+
+/// An operator approved a policy request about an output that failed its capability's
+/// post-conditions (`context.candidateOutput`): the node completes with that output.
+fn accept_candidate(pending: &Pending, now: DateTime<Utc>, decision: &mut Decision) {
+    let context = &pending.info.context;
+    let (Some(output), Some(node_id)) = (context.get("candidateOutput"), pending.info.node_id.clone()) else {
+        return;
+    };
+    let results = serde_json::from_value(context["postConditionResults"].clone()).unwrap_or_default();
+    decision.events.push(Event::NodeComplete(NodeComplete {
+        node_id: node_id.clone(),
+        capability_id: pending.capability_id.clone(),
+        label: pending.label.clone(),
+        completed_at: now.to_rfc3339_opts(SecondsFormat::Millis, true),
+        output: output.clone(),
+        executor_type: None,
+        post_condition_results: results,
+    }));
+    decision.node = Some(NodeOutcome::Completed { node_id, output: output.clone() });
 }
 
 fn submission(

@@ -730,7 +730,7 @@ impl Coordinator {
                 Ok(Reply::Output(output)) => {
                     let results = self.post_condition_results(&node, &output);
                     if !condition::all_satisfied(&results) {
-                        let (effect, retry) = self.post_conditions_failed(&node, results, replacing).await?;
+                        let (effect, retry) = self.post_conditions_failed(&node, &output, results, replacing).await?;
                         running.extend(retry);
                         effect
                     } else {

@@ -61,11 +61,12 @@ impl Coordinator {
 
     /// `node`'s output failed its post-conditions (`results`). While attempts are left: a
     /// `policy_update {action: "retry"}` and the node's next attempt. Then the policy's action:
-    /// `replan` (counted as a post-condition replan), `emit` (announced, then the node fails), or
-    /// `fail`. While a replan is on its way (`replacing`) the node is left to it.
+    /// `replan` (counted as a post-condition replan), `emit` (announced, then the node fails),
+    /// `hitl` (an operator may accept the output anyway), or `fail`. While a replan is on its way (`replacing`) the node is left to it.
     pub(super) async fn post_conditions_failed(
         &mut self,
         node: &PlanNode,
+        output: &Value,
         results: Vec<GoalConditionResult>,
         replacing: bool,
     ) -> Result<(Effect, Option<NodeRun>), StoreError> {
@@ -137,6 +138,20 @@ impl Coordinator {
                 });
                 let prelude = vec![emitted, log];
                 Effect::Failed(self.record_node_failure(node, "post_condition_failed", message, prelude).await?)
+            }
+            Some(Action::Hitl { rationale, approve, reject }) => {
+                let question = format!(
+                    "Node \"{}\" failed its capability's post-conditions ({}){}. Approve to accept its output anyway.",
+                    node.id,
+                    expressions.join("; "),
+                    rationale.as_deref().map(|r| format!(": {r}")).unwrap_or_default()
+                );
+                let details = json!({
+                    "approveAction": approve.as_ref().map(|a| a.name()),
+                    "rejectAction": reject.as_ref().map(|a| a.name()),
+                    "label": node.label, "candidateOutput": output, "postConditionResults": results,
+                });
+                self.ask_operator(PolicyInfo { action: "hitl".into(), ..info }, question, Some(node), details)
             }
             Some(Action::Fail { message: Some(custom) }) => Effect::Failed(
                 self.record_node_failure(node, "post_condition_failed", custom.clone(), Vec::new()).await?,
