@@ -18,16 +18,6 @@ async fn post_json(server: &TestServer, path: &str, body: Value) -> reqwest::Res
     server.http.post(server.url(path)).bearer_auth(OPERATOR_KEY).json(&body).send().await.expect(path)
 }
 
-/// `run.resume`; the status code and, for a 200, every frame until the stream ends.
-async fn resume(server: &TestServer, body: Value) -> (u16, Vec<ReceivedFrame>, Value) {
-    let response = post_json(server, "/api/v1/flex/run.resume", body).await;
-    let status = response.status().as_u16();
-    if status == 200 {
-        return (status, read_frames(response, usize::MAX).await, Value::Null);
-    }
-    (status, Vec::new(), response.json().await.unwrap())
-}
-
 /// The run's frames after `after`, until the stream ends (the run ends or pauses).
 async fn follow(server: &TestServer, run_id: &str, after: u64) -> Vec<ReceivedFrame> {
     let url = server.url(&format!("/api/v1/flex/runs/{run_id}/stream?after={after}"));

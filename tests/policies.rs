@@ -239,25 +239,6 @@ async fn triggers_and_actions_flexrun_does_not_run_are_400_with_their_pointers()
     server.stop().await;
 }
 
-async fn resume(
-    server: &TestServer,
-    run_id: &str,
-    request_id: &str,
-    approved: bool,
-) -> Vec<flexrun::events::ReceivedFrame> {
-    let body = json!({"runId": run_id, "decision": {"requestId": request_id, "approved": approved}});
-    let response = server
-        .http
-        .post(server.url("/api/v1/flex/run.resume"))
-        .bearer_auth(OPERATOR_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    read_frames(response, usize::MAX).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_waits_for_an_operator_and_approval_goes_on() {
     let server = TestServer::start(writer_scoring(0.9)).await;
@@ -278,7 +259,7 @@ async fn pause_waits_for_an_operator_and_approval_goes_on() {
     let run_id = frames[0].run_id.clone();
     server.wait_for_status(&run_id, "awaiting_hitl").await;
 
-    let frames = resume(&server, &run_id, request["id"].as_str().unwrap(), true).await;
+    let frames = resume(&server, decision(&run_id, request["id"].as_str().unwrap(), true, None)).await.1;
     assert_eq!(kinds(&frames), ["hitl_resolved", "complete"]);
     assert_eq!(frames[1].payload["status"], "completed");
     assert_eq!(server.capability_calls("writer"), 1);
@@ -301,7 +282,7 @@ async fn hitl_runs_the_approve_or_reject_action_the_operator_chose() {
     let request = frames.iter().find(|f| f.kind == "hitl_request").unwrap().payload["request"].clone();
     assert_eq!(request["context"]["approveAction"], "emit");
     assert_eq!(request["context"]["rejectAction"], "replan");
-    let frames = resume(&server, &run_id, request["id"].as_str().unwrap(), true).await;
+    let frames = resume(&server, decision(&run_id, request["id"].as_str().unwrap(), true, None)).await.1;
     assert_eq!(kinds(&frames), ["hitl_resolved", "policy_update", "log", "complete"]);
     assert_eq!(frames[1].payload["event"], "on_brand");
     assert_eq!(frames[1].payload["requestId"], request["id"]);
@@ -311,7 +292,7 @@ async fn hitl_runs_the_approve_or_reject_action_the_operator_chose() {
     let frames = server.run(&envelope).await;
     let run_id = frames[0].run_id.clone();
     let request_id = frames.iter().find(|f| f.kind == "hitl_request").unwrap().payload["request"]["id"].clone();
-    let frames = resume(&server, &run_id, request_id.as_str().unwrap(), false).await;
+    let frames = resume(&server, decision(&run_id, request_id.as_str().unwrap(), false, None)).await.1;
     assert_eq!(&kinds(&frames)[..3], ["hitl_resolved", "policy_triggered", "plan_requested"]);
     assert_eq!(frames[1].payload["trigger"]["reason"], "policy_runtime_replan");
     assert_eq!(frames[1].payload["trigger"]["details"]["rationale"], "off brand");
@@ -330,7 +311,7 @@ async fn an_on_start_hitl_without_a_reject_action_fails_the_run_when_rejected() 
     let frames = server.run(&envelope).await;
     assert_eq!(kinds(&frames), ["start", "plan_requested", "plan_generated", "hitl_request", "log"]);
     let request_id = frames[3].payload["request"]["id"].as_str().unwrap().to_string();
-    let frames = resume(&server, &frames[0].run_id, &request_id, false).await;
+    let frames = resume(&server, decision(&frames[0].run_id, &request_id, false, None)).await.1;
     assert_eq!(kinds(&frames), ["hitl_resolved", "complete"]);
     assert_eq!(frames[1].payload["error"]["code"], "operator_rejected");
     assert_eq!(server.capability_calls("writer"), 0, "no node ran before the gate");

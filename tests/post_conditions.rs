@@ -199,16 +199,8 @@ async fn an_operator_may_accept_an_output_that_failed_its_post_conditions() {
     let run_id = frames[0].run_id.clone();
     server.wait_for_status(&run_id, "awaiting_hitl").await;
 
-    let body = json!({"runId": run_id, "decision": {"requestId": request["id"], "approved": true}});
-    let response = server
-        .http
-        .post(server.url("/api/v1/flex/run.resume"))
-        .bearer_auth(OPERATOR_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let frames = read_frames(response, usize::MAX).await;
+    let request_id = request["id"].as_str().unwrap();
+    let (_, frames, _) = resume(&server, decision(&run_id, request_id, true, None)).await;
     assert_eq!(kinds(&frames), ["hitl_resolved", "node_complete", "complete"]);
     assert_eq!(frames[1].payload["output"]["quality_score"], 0.4);
     assert_eq!(frames[1].payload["postConditionResults"][0]["satisfied"], false);
@@ -218,16 +210,7 @@ async fn an_operator_may_accept_an_output_that_failed_its_post_conditions() {
     // Rejected without a rejectAction: the run fails.
     let frames = server.run(&envelope).await;
     let request_id = frames[4].payload["request"]["id"].clone();
-    let body = json!({"runId": frames[0].run_id, "decision": {"requestId": request_id, "approved": false}});
-    let response = server
-        .http
-        .post(server.url("/api/v1/flex/run.resume"))
-        .bearer_auth(OPERATOR_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let frames = read_frames(response, usize::MAX).await;
+    let (_, frames, _) = resume(&server, decision(&frames[0].run_id, request_id.as_str().unwrap(), false, None)).await;
     assert_eq!(kinds(&frames), ["hitl_resolved", "complete"]);
     assert_eq!(frames[1].payload["error"]["code"], "operator_rejected");
     server.stop().await;

@@ -5,7 +5,6 @@ mod support;
 
 use std::sync::Arc;
 
-use flexrun::events::ReceivedFrame;
 use serde_json::{Value, json};
 use support::*;
 
@@ -20,30 +19,6 @@ fn clarify(question: &str) -> Value {
 
 fn good_post() -> Value {
     json!({"text": "EU post", "quality_score": 0.9})
-}
-
-async fn resume(server: &TestServer, body: Value) -> (u16, Vec<ReceivedFrame>, Value) {
-    let response = server
-        .http
-        .post(server.url("/api/v1/flex/run.resume"))
-        .bearer_auth(OPERATOR_KEY)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    if status == 200 {
-        return (status, read_frames(response, usize::MAX).await, Value::Null);
-    }
-    (status, Vec::new(), response.json().await.unwrap())
-}
-
-fn answer(run_id: &str, request_id: &str, approved: bool, text: Option<&str>) -> Value {
-    let mut decision = json!({"requestId": request_id, "approved": approved});
-    if let Some(text) = text {
-        decision["freeformText"] = json!(text);
-    }
-    json!({"runId": run_id, "operator": {"id": "op-7"}, "decision": decision})
 }
 
 /// A server whose `draft` step is an `http` capability answering `replies` in turn, with
@@ -82,10 +57,10 @@ async fn a_question_pauses_the_run_and_its_answer_reaches_the_node_that_asked() 
     let request_id = request["id"].as_str().unwrap();
 
     // An approval without an answer is not an answer.
-    let (status, _, body) = resume(&server, answer(&run_id, request_id, true, None)).await;
+    let (status, _, body) = resume(&server, decision(&run_id, request_id, true, None)).await;
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("answer_required")), "{body}");
 
-    let (status, frames, _) = resume(&server, answer(&run_id, request_id, true, Some("EU only"))).await;
+    let (status, frames, _) = resume(&server, decision(&run_id, request_id, true, Some("EU only"))).await;
     assert_eq!(status, 200);
     assert_eq!(kinds(&frames), ["hitl_resolved", "node_start", "node_complete", "complete"]);
     assert_eq!(frames[0].payload["decision"]["decision"], "answered");
@@ -126,7 +101,7 @@ async fn an_ai_capability_asks_through_its_structured_output() {
     let run_id = frames[0].run_id.clone();
     let request_id = frames.iter().find(|f| f.kind == "hitl_request").unwrap().payload["request"]["id"].clone();
     let (status, frames, _) =
-        resume(&server, answer(&run_id, request_id.as_str().unwrap(), true, Some("casual"))).await;
+        resume(&server, decision(&run_id, request_id.as_str().unwrap(), true, Some("casual"))).await;
     assert_eq!(status, 200);
     assert_eq!(frames.last().unwrap().payload["status"], "completed");
 
@@ -148,7 +123,7 @@ async fn questions_beyond_the_allowance_fail_the_node_and_a_declined_one_fails_t
     let frames = server.run(&envelope()).await;
     let run_id = frames[0].run_id.clone();
     let request_id = frames[4].payload["request"]["id"].as_str().unwrap().to_string();
-    let (_, frames, _) = resume(&server, answer(&run_id, &request_id, true, Some("EU"))).await;
+    let (_, frames, _) = resume(&server, decision(&run_id, &request_id, true, Some("EU"))).await;
     assert_eq!(kinds(&frames), ["hitl_resolved", "node_start", "node_error", "complete"]);
     assert_eq!(frames[2].payload["error"]["code"], "clarification_limit");
     assert_eq!(frames[3].payload["error"]["cause"], "clarification_limit");
@@ -157,7 +132,7 @@ async fn questions_beyond_the_allowance_fail_the_node_and_a_declined_one_fails_t
     let frames = server.run(&envelope()).await;
     let run_id = frames[0].run_id.clone();
     let request_id = frames[4].payload["request"]["id"].as_str().unwrap().to_string();
-    let (_, frames, _) = resume(&server, answer(&run_id, &request_id, false, Some("out of scope"))).await;
+    let (_, frames, _) = resume(&server, decision(&run_id, &request_id, false, Some("out of scope"))).await;
     assert_eq!(kinds(&frames), ["hitl_resolved", "node_error", "complete"]);
     assert_eq!(frames[1].payload["error"]["code"], "clarification_declined");
     assert_eq!(frames[2].payload["error"]["code"], "clarification_declined");

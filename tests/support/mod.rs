@@ -156,6 +156,27 @@ impl TestServer {
     }
 }
 
+/// `run.resume` with `body` (operator key): the status and, for a 200, every frame until the
+/// stream ends; otherwise the error body.
+pub async fn resume(server: &TestServer, body: Value) -> (u16, Vec<ReceivedFrame>, Value) {
+    let url = server.url("/api/v1/flex/run.resume");
+    let response = server.http.post(url).bearer_auth(OPERATOR_KEY).json(&body).send().await.expect("run.resume");
+    let status = response.status().as_u16();
+    if status == 200 {
+        return (status, read_frames(response, usize::MAX).await, Value::Null);
+    }
+    (status, Vec::new(), response.json().await.unwrap())
+}
+
+/// A `run.resume` body deciding request `request_id` (with `freeformText` when `text` is given).
+pub fn decision(run_id: &str, request_id: &str, approved: bool, text: Option<&str>) -> Value {
+    let mut decision = json!({"requestId": request_id, "approved": approved});
+    if let Some(text) = text {
+        decision["freeformText"] = json!(text);
+    }
+    json!({"runId": run_id, "operator": {"id": "op-7"}, "decision": decision})
+}
+
 /// The frames of a run's event log in the SQLite file at `db_path`, parsed.
 pub fn event_log(db_path: &std::path::Path, run_id: &str) -> Vec<(u64, String, Value)> {
     let mut db = DbConn::establish(db_path.to_str().unwrap()).expect("open test database");
