@@ -278,9 +278,9 @@ fn ai_prompt(capability: &Capability, instructions: &str, bundle: &ContextBundle
     for instruction in &bundle.instructions {
         let _ = writeln!(user, "- {instruction}");
     }
-    let _ = write!(user, "\n### INPUTS\n{}\n", Value::Object(bundle.inputs.clone()));
+    let _ = write!(user, "\n### INPUTS\n{}\n", json_text(&bundle.inputs));
     if !bundle.prior_outputs.is_empty() {
-        let _ = write!(user, "\n### PRIOR OUTPUTS\n{}\n", Value::Object(bundle.prior_outputs.clone()));
+        let _ = write!(user, "\n### PRIOR OUTPUTS\n{}\n", json_text(&bundle.prior_outputs));
     }
     if !bundle.repair.is_empty() {
         let repair = serde_json::to_string(&bundle.repair).unwrap_or_default();
@@ -303,6 +303,11 @@ fn ai_prompt(capability: &Capability, instructions: &str, bundle: &ContextBundle
     let contract = serde_json::to_string(&capability.output_contract).unwrap_or_default();
     let _ = write!(user, "\n### OUTPUT CONTRACT\n{contract}\n");
     (system, user)
+}
+
+/// A JSON object as compact text, without copying it into a `Value` first.
+fn json_text(map: &Map<String, Value>) -> String {
+    serde_json::to_string(map).unwrap_or_default()
 }
 
 #[cfg(test)]
