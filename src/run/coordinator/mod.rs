@@ -3,7 +3,14 @@
 //! plan → execute the DAG (independent nodes concurrently) → compose the output → evaluate goal
 //! conditions → on failure replan with a `GOAL CONDITION REPAIR` section, within the budget.
 //! Every state change is committed together with the frame that reports it (see [`Recorder`]).
+//!
+//! This file holds the coordinator's state, its commit discipline and the execution loop; the
+//! other files are the phases and side paths: `planning` (drafts → plan), `goals` (output, goal
+//! conditions, completion and failure), `requests` (operator requests and pauses), `signals`
+//! (capability signals), `policies` (runtime policies), `post_conditions`.
 
+mod goals;
+mod planning;
 mod policies;
 mod post_conditions;
 mod requests;
@@ -29,17 +36,16 @@ use crate::capability::{
     Capabilities, CapabilityError, Clarification, ContextBundle, Executor, PostConditionFailures, Reply, Signal,
 };
 use crate::condition::{self, FacetSource, GoalConditionResult};
-use crate::contract::{OutputContract, SchemaViolation};
 use crate::envelope::TaskEnvelope;
 use crate::events::Event;
 use crate::events::payload::{Retry as RetryFrame, *};
-use crate::plan::{NodeStatus, Plan, PlanMetadata, PlanNode};
-use crate::planner::{self, CompletedWork, Diagnostic, DraftContext, PromptInput, RequiredFacet};
+use crate::plan::{NodeStatus, Plan, PlanNode};
+use crate::planner::CompletedWork;
 use crate::policy::Fired;
 use crate::retry::{Backoff, Retry, RetryPolicy};
 use crate::services::Services;
 use crate::store::hitl;
-use crate::store::plans::{self, PlanNodeRow, PlanVersionRow, RunOutputRow};
+use crate::store::plans::{self};
 use crate::store::runs::{self, Progress};
 use crate::store::{DbConn, StoreError};
 use crate::timeouts::Timeouts;
@@ -450,229 +456,6 @@ impl Coordinator {
         Progress::new(self.plan_version(), self.planner_attempts, &self.budget.counts)
     }
 
-    // ----- planning -----------------------------------------------------------------------------
-
-    /// One planning round: up to [`planner::DRAFT_ATTEMPTS`] drafts, the later ones told what was
-    /// wrong with the earlier. Installs the first valid plan.
-    async fn plan_round(&mut self, replan: Option<ReplanInfo>) -> Result<Step<()>, StoreError> {
-        let phase = if replan.is_some() { Phase::Replan } else { Phase::Initial };
-        self.capabilities = self.services.registry.snapshot();
-        let mut rejected: Vec<Diagnostic> = Vec::new();
-        for _ in 0..planner::DRAFT_ATTEMPTS {
-            self.planner_attempts += 1;
-            let attempt = self.planner_attempts;
-            let requested = Event::PlanRequested(PlanRequested {
-                attempt,
-                phase,
-                capabilities: self.capability_summaries(),
-                budget: self.budget.view(),
-                replan: replan.clone(),
-            });
-            let to = (self.status != RunStatus::Planning).then_some(RunStatus::Planning);
-            self.commit(vec![requested], RunUpdate { to, progress: true }, |_| Ok(())).await?;
-
-            let draft = match self.draft_with_retries(&replan, &rejected).await? {
-                Ok(draft) => draft,
-                Err(failure) => {
-                    return self.fail(failure.detail("attempt", attempt), vec![]).await.map(|_| Step::Ended);
-                }
-            };
-            let compiled = draft.map_err(|d| vec![d]).and_then(|draft| self.compile(&draft, attempt, phase));
-            match compiled {
-                Ok(plan) => {
-                    self.install(plan, replan)?;
-                    if self.envelope.approval.plan {
-                        self.request_approval(HitlSubject::Plan, Value::Null, |_| Ok(())).await?;
-                        return Ok(Step::Ended);
-                    }
-                    return Ok(Step::Continue(()));
-                }
-                Err(diagnostics) => {
-                    rejected = diagnostics.clone();
-                    // Committed with what follows at once: the next `plan_requested`, or the failure.
-                    let rejected = Event::PlanRejected(PlanRejected { attempt, phase, diagnostics });
-                    self.stage(vec![rejected], RunUpdate::NONE, |_| Ok(()));
-                }
-            }
-        }
-        let failure = Failure::new(
-            "plan_rejected",
-            format!("The planner produced no valid plan in {} attempts", planner::DRAFT_ATTEMPTS),
-        )
-        .detail("diagnostics", serde_json::to_value(&rejected).unwrap_or_default());
-        self.fail(failure, vec![]).await.map(|_| Step::Ended)
-    }
-
-    /// Asks the planner, retrying transient failures with backoff (each retry announced by a
-    /// `retry` frame). A permanent failure, or the last transient one, is returned as the run's
-    /// failure.
-    async fn draft_with_retries(
-        &mut self,
-        replan: &Option<ReplanInfo>,
-        rejected: &[Diagnostic],
-    ) -> Result<Result<Result<Value, Diagnostic>, Failure>, StoreError> {
-        let mut backoff = self.retry.backoff();
-        loop {
-            let answer = match self.until(self.ask_planner(replan, rejected)).await {
-                Ok(answer) => answer,
-                Err(interrupt) => return Ok(Err(self.interrupted(interrupt))),
-            };
-            let error = match answer {
-                Ok(draft) => return Ok(Ok(draft)),
-                Err(error) => error,
-            };
-            let retry = if error.is_transient() { backoff.next_retry(error.retry_after()) } else { None };
-            let Some(retry) = retry else {
-                let retried = if error.is_transient() {
-                    format!(" after {} retries", self.retry.max_retries)
-                } else {
-                    String::new()
-                };
-                let failure = Failure::new("planner_error", format!("The planner call failed{retried}: {error}"))
-                    .detail("transient", error.is_transient());
-                return Ok(Err(failure));
-            };
-            self.commit(vec![retry_event("planner", None, retry, &error)], RunUpdate::NONE, |_| Ok(())).await?;
-            if let Err(interrupt) = self.until(tokio::time::sleep(retry.delay)).await {
-                return Ok(Err(self.interrupted(interrupt)));
-            }
-        }
-    }
-
-    fn capability_summaries(&self) -> Vec<CapabilitySummary> {
-        self.capabilities
-            .values()
-            .map(|c| CapabilitySummary {
-                capability_id: c.id.clone(),
-                display_name: c.display_name.clone(),
-                status: "active",
-            })
-            .collect()
-    }
-
-    async fn ask_planner(
-        &self,
-        replan: &Option<ReplanInfo>,
-        rejected: &[Diagnostic],
-    ) -> Result<Result<Value, Diagnostic>, crate::llm::LlmError> {
-        let capabilities: Vec<_> = self.capabilities.values().cloned().collect();
-        let previous = self.plan.clone();
-        let input = PromptInput {
-            envelope: &self.envelope,
-            capabilities: &capabilities,
-            facet_catalog: self.services.facets.definitions(),
-            replan: match (replan, previous.as_deref()) {
-                (Some(info), Some(previous_plan)) => Some(planner::Replan {
-                    reason: &info.reason,
-                    failed_goal_conditions: &info.failed_goal_conditions,
-                    feedback: info.feedback.as_deref(),
-                    signal: info.signal.as_deref(),
-                    policy: info.policy.as_deref(),
-                    completed: &self.completed,
-                    previous_plan,
-                }),
-                _ => None,
-            },
-            rejected_draft: rejected,
-        };
-        self.services.planner.draft(&input, self.timeouts.model_call).await
-    }
-
-    fn compile(&self, draft: &Value, attempt: u32, phase: Phase) -> Result<Plan, Vec<Diagnostic>> {
-        let mut required: Vec<RequiredFacet> = self
-            .envelope
-            .output_contract
-            .facets()
-            .iter()
-            .map(|facet| RequiredFacet { facet: facet.clone(), because: "output_contract" })
-            .collect();
-        for goal in &self.envelope.goal_conditions {
-            required.push(RequiredFacet { facet: goal.facet.clone(), because: "goal_condition" });
-        }
-        let available = self.context.facet_names().cloned().collect();
-        let completed = self.completed.iter().map(|w| (w.node_id.clone(), w.capability_id.clone())).collect();
-        let cx = DraftContext {
-            capabilities: &self.capabilities,
-            available_facets: &available,
-            required_facets: &required,
-            completed: &completed,
-            version: self.plan.as_ref().map_or(1, |p| p.version + 1),
-            metadata: PlanMetadata {
-                planner_model: self.services.planner.model().to_string(),
-                planner_attempt: attempt,
-                phase,
-                draft_node_count: draft.get("nodes").and_then(Value::as_array).map_or(0, Vec::len),
-            },
-        };
-        planner::draft::compile(draft, &cx)
-    }
-
-    /// Stores a new plan version and announces it (`plan_generated`, and `plan_updated` on a replan).
-    fn install(&mut self, plan: Plan, replan: Option<ReplanInfo>) -> Result<(), StoreError> {
-        let previous_version = self.plan.as_ref().map(|p| p.version);
-        let version = plan.version;
-        self.recorder.set_plan_version(version);
-        let mut events = vec![Event::PlanGenerated(PlanGenerated {
-            plan: PlanView { run_id: self.run_id(), plan: plan.clone() },
-            replan: replan.clone(),
-        })];
-        if let (Some(previous_version), Some(info)) = (previous_version, replan) {
-            events.push(Event::PlanUpdated(PlanUpdated {
-                previous_version,
-                version,
-                trigger: Trigger {
-                    reason: info.reason.clone(),
-                    details: json!({"failedGoalConditions": info.failed_goal_conditions}),
-                },
-                replan: info,
-                nodes: plan.nodes.clone(),
-                edges: plan.edges.clone(),
-            }));
-        }
-        let (version_row, node_rows) = self.plan_rows(&plan)?;
-        self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
-        self.plan = Some(Arc::new(plan));
-        // Committed with the first nodes' `node_start`, which follows at once.
-        let update = RunUpdate { to: Some(RunStatus::Running), progress: true };
-        self.stage(events, update, move |conn| plans::insert_version(conn, &version_row, &node_rows));
-        Ok(())
-    }
-
-    fn plan_rows(&self, plan: &Plan) -> Result<(PlanVersionRow, Vec<PlanNodeRow>), StoreError> {
-        let run_id = self.run_id();
-        let now = crate::store::now();
-        let version = PlanVersionRow {
-            run_id: run_id.clone(),
-            version: plan.version as i32,
-            plan: serde_json::to_string(plan)?,
-            replan_trigger: None,
-            created_at: now,
-        };
-        let nodes = plan
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(position, node)| {
-                let carried =
-                    self.completed.iter().find(|w| w.node_id == node.id && node.status == NodeStatus::Completed);
-                PlanNodeRow {
-                    run_id: run_id.clone(),
-                    plan_version: plan.version as i32,
-                    node_id: node.id.clone(),
-                    position: position as i32,
-                    capability_id: node.capability_id.clone(),
-                    status: node.status.as_str().to_string(),
-                    output: carried.map(|w| w.output.to_string()),
-                    error: None,
-                    started_at: None,
-                    completed_at: carried.map(|_| now),
-                    post_condition_results: None,
-                }
-            })
-            .collect();
-        Ok((version, nodes))
-    }
-
     // ----- execution ----------------------------------------------------------------------------
 
     /// Runs every pending node of the current plan, independent ones concurrently. After a node
@@ -1063,169 +846,5 @@ impl Coordinator {
         .await?;
         self.nodes.insert(node.id.clone(), NodeStatus::Failed);
         Ok(node_failure(&node.id, &node.capability_id, &info.code, &info.message))
-    }
-
-    // ----- goals and completion -----------------------------------------------------------------
-
-    /// Composes the output, checks the output contract and the goal conditions; completes the run,
-    /// or asks for a repair replan, or fails when the budget is spent.
-    async fn evaluate_goals(&mut self) -> Result<Step<ReplanInfo>, StoreError> {
-        let output = self.compose_output();
-        let violations = self.contract_violations(&output);
-        if !violations.is_empty() {
-            let prelude = vec![Event::ValidationError(ValidationError {
-                node_id: None,
-                scope: "final_output",
-                errors: violations,
-            })];
-            let mut failure =
-                Failure::new("final_output_invalid", "The composed output does not match the output contract");
-            failure.output = output;
-            return self.fail(failure, prelude).await.map(|_| Step::Ended);
-        }
-        let facts = GoalData { context: &self.context, run: self.run_facts() };
-        let results = condition::evaluate_all(&self.envelope.goal_conditions, &facts);
-        let satisfied = condition::all_satisfied(&results);
-        let record = self.output_row(&output, &results, satisfied)?;
-        let write = move |conn: &mut DbConn| plans::record_output(conn, &record);
-        if satisfied && self.envelope.approval.completion && !self.completion_approved {
-            let context = json!({"output": output, "goal_condition_results": results});
-            self.request_approval(HitlSubject::Completion, context, write).await?;
-            return Ok(Step::Ended);
-        }
-        if satisfied {
-            let complete = Event::Complete(Complete {
-                status: CompleteStatus::Completed,
-                output: output.clone(),
-                goal_condition_results: (!results.is_empty()).then_some(results),
-                error: None,
-                post_condition_results: self.post_conditions.passed.clone(),
-            });
-            let (run_id, result) = (self.run_id(), output.to_string());
-            self.commit(vec![complete], RunUpdate::status(RunStatus::Completed), move |conn| {
-                write(conn)?;
-                runs::save_outcome(conn, &run_id, Some(&result), None)
-            })
-            .await?;
-            return Ok(Step::Ended);
-        }
-        let failed: Vec<GoalConditionResult> = results.iter().filter(|r| !r.satisfied).cloned().collect();
-        match self.budget.grant_goal_condition_replan() {
-            Ok(attempt) => {
-                let event = Event::GoalConditionFailed(GoalConditionFailed {
-                    run_id: self.run_id(),
-                    trigger: Trigger {
-                        reason: "goal_condition_failed".into(),
-                        details: json!({"failedGoalConditions": failed}),
-                    },
-                    failed_goal_conditions: failed.clone(),
-                    attempt,
-                    limit: self.budget.limits.max_goal_condition_replans,
-                });
-                // Committed with the replan round's first `plan_requested`, which follows at once.
-                self.stage(vec![event], RunUpdate::NONE, write);
-                self.repair = failed.clone();
-                Ok(Step::Continue(ReplanInfo::goal_conditions(failed)))
-            }
-            Err(refused) => {
-                let mut failure = Failure::new(refused.code(), refused.message())
-                    .detail("attempts", self.budget.counts.goal_condition)
-                    .detail("limit", self.budget.limits.max_goal_condition_replans);
-                failure.output = output;
-                failure.goal_condition_results = Some(results);
-                self.finish_failed(failure, vec![], write).await.map(|_| Step::Ended)
-            }
-        }
-    }
-
-    /// How the composed output breaks the envelope's output contract: its JSON Schema, or the
-    /// facets it lists that no node produced.
-    fn contract_violations(&self, output: &Value) -> Vec<SchemaViolation> {
-        match &self.envelope.output_contract {
-            OutputContract::JsonSchema { schema, .. } => schema.violations(output),
-            OutputContract::Facets { facets } => facets
-                .iter()
-                .filter(|facet| output.get(facet.as_str()).is_none())
-                .map(|facet| SchemaViolation {
-                    instance_path: crate::validation::pointer([facet]),
-                    keyword: "required".into(),
-                    message: format!("no node produced facet \"{facet}\""),
-                })
-                .collect(),
-            OutputContract::Freeform { .. } => Vec::new(),
-        }
-    }
-
-    fn output_row(
-        &self,
-        output: &Value,
-        results: &[GoalConditionResult],
-        satisfied: bool,
-    ) -> Result<RunOutputRow, StoreError> {
-        Ok(RunOutputRow {
-            run_id: self.run_id(),
-            plan_version: self.plan_version() as i32,
-            status: if satisfied { "satisfied" } else { "unsatisfied" }.into(),
-            output: output.to_string(),
-            goal_condition_results: serde_json::to_string(results)?,
-            recorded_at: crate::store::now(),
-        })
-    }
-
-    /// The run's output per its contract: the listed facets (facets mode), the schema's top-level
-    /// properties found as facets (json_schema mode), else the last plan node's output.
-    fn compose_output(&self) -> Value {
-        let from_facets = |names: &mut dyn Iterator<Item = &String>| -> Map<String, Value> {
-            names.filter_map(|name| self.context.facet_value(name).map(|v| (name.clone(), v.clone()))).collect()
-        };
-        let last_output = || {
-            let plan = self.plan.as_deref();
-            plan.and_then(|p| p.nodes.last())
-                .and_then(|last| self.completed.iter().rev().find(|w| w.node_id == last.id))
-                .map(|w| w.output.clone())
-                .unwrap_or(Value::Null)
-        };
-        match &self.envelope.output_contract {
-            OutputContract::Facets { facets } => Value::Object(from_facets(&mut facets.iter())),
-            OutputContract::JsonSchema { schema, .. } => {
-                let properties = schema.source().get("properties").and_then(Value::as_object);
-                let picked = properties.map(|p| from_facets(&mut p.keys())).unwrap_or_default();
-                if picked.is_empty() { last_output() } else { Value::Object(picked) }
-            }
-            OutputContract::Freeform { .. } => last_output(),
-        }
-    }
-
-    /// Ends the run as failed: optional `prelude` frames, then `complete {status:"failed"}`.
-    async fn fail(&mut self, failure: Failure, prelude: Vec<Event>) -> Result<(), StoreError> {
-        self.finish_failed(failure, prelude, |_| Ok(())).await
-    }
-
-    /// [`Self::fail`], committing `write` in the same transaction.
-    async fn finish_failed<F>(&mut self, failure: Failure, mut events: Vec<Event>, write: F) -> Result<(), StoreError>
-    where
-        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
-    {
-        tracing::info!(run_id = %self.run_id(), code = failure.code, message = %failure.message, "run failed");
-        let error = failure.error_json();
-        let (ending, to) = match failure.ending {
-            CompleteStatus::Cancelled => (CompleteStatus::Cancelled, RunStatus::Cancelled),
-            _ => (CompleteStatus::Failed, RunStatus::Failed),
-        };
-        events.push(Event::Complete(Complete {
-            status: ending,
-            output: failure.output,
-            goal_condition_results: failure.goal_condition_results,
-            error: Some(error.clone()),
-            post_condition_results: self.post_conditions.passed.clone(),
-        }));
-        let (run_id, error) = (self.run_id(), error.to_string());
-        self.commit(events, RunUpdate::status(to), move |conn| {
-            write(conn)?;
-            // Nobody answers a request of a run that ended.
-            hitl::close_all(conn, &run_id, "cancelled", crate::store::now())?;
-            runs::save_outcome(conn, &run_id, None, Some(&error))
-        })
-        .await
     }
 }
