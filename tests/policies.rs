@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use serde_json::{Value, json};
 use support::*;
 
@@ -315,5 +317,41 @@ async fn an_on_start_hitl_without_a_reject_action_fails_the_run_when_rejected() 
     assert_eq!(kinds(&frames), ["hitl_resolved", "complete"]);
     assert_eq!(frames[1].payload["error"]["code"], "operator_rejected");
     assert_eq!(server.capability_calls("writer"), 0, "no node ran before the gate");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replan_while_a_policy_waits_supersedes_the_wait() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let tagger_calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let calls = tagger_calls.clone();
+    let server = TestServer::start(script(move |call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer"), ("tags", "tagger")]);
+        }
+        match call.capability_id() {
+            // The tagger runs alongside the draft and, the first time, finds the plan wrong.
+            Some("tagger") if calls.fetch_add(1, Ordering::SeqCst) == 0 => {
+                Reply::json(json!({"signal": "REPLAN", "reason": "tags exist already"}))
+                    .after(Duration::from_millis(300))
+            }
+            Some("tagger") => Reply::json(json!({"tags": ["rust"]})),
+            _ => post(0.9),
+        }
+    }))
+    .await;
+    let envelope = with_policies(json!([
+        {"id": "look", "trigger": {"kind": "onNodeComplete", "selector": {"nodeId": "draft"}}, "action": {"type": "pause"}}
+    ]));
+    let frames = server.run(&envelope).await;
+    let kinds = kinds(&frames);
+    let asked = kinds.iter().position(|k| *k == "hitl_request").expect("the draft's policy asked");
+    let replanned = kinds.iter().position(|k| *k == "policy_triggered").expect("the signal replanned");
+    assert!(asked < replanned, "{kinds:?}");
+    assert_eq!(frames.last().unwrap().payload["status"], "completed", "{kinds:?}");
+    let run_id = &frames[0].run_id;
+    let superseded = server
+        .count(&format!("SELECT COUNT(*) AS n FROM hitl_requests WHERE run_id = '{run_id}' AND status = 'superseded'"));
+    assert_eq!(superseded, 1);
     server.stop().await;
 }

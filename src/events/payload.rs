@@ -89,6 +89,20 @@ impl ReplanInfo {
         Self { reason: "capability_signal".into(), signal: Some(Box::new(signal)), ..Self::empty() }
     }
 
+    /// What a `trigger.details` says about this replan: the signal or policy that asked for it,
+    /// else the failed goal conditions, else the operator's feedback.
+    pub fn details(&self) -> Value {
+        let details = match (&self.signal, &self.policy) {
+            (Some(signal), _) => serde_json::to_value(signal),
+            (None, Some(policy)) => serde_json::to_value(policy),
+            (None, None) if !self.failed_goal_conditions.is_empty() => {
+                Ok(serde_json::json!({"failedGoalConditions": self.failed_goal_conditions}))
+            }
+            (None, None) => Ok(serde_json::json!({"feedback": self.feedback})),
+        };
+        details.unwrap_or_default()
+    }
+
     /// A replan a runtime policy asked for (`policy_runtime_replan`).
     pub fn runtime_policy(policy: PolicyInfo) -> Self {
         Self { reason: "policy_runtime_replan".into(), policy: Some(Box::new(policy)), ..Self::empty() }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Coordinator, Failure, RunUpdate, Step, retry_event};
 use crate::events::Event;
@@ -182,10 +182,7 @@ impl Coordinator {
             events.push(Event::PlanUpdated(PlanUpdated {
                 previous_version,
                 version,
-                trigger: Trigger {
-                    reason: info.reason.clone(),
-                    details: json!({"failedGoalConditions": info.failed_goal_conditions}),
-                },
+                trigger: Trigger { reason: info.reason.clone(), details: info.details() },
                 replan: info,
                 nodes: plan.nodes.clone(),
                 edges: plan.edges.clone(),
@@ -194,6 +191,8 @@ impl Coordinator {
         let (version_row, node_rows) = self.plan_rows(&plan)?;
         self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
         self.plan = Some(Arc::new(plan));
+        // What a policy of the old plan waited on was superseded with it.
+        self.awaiting_policy = false;
         // Committed with the first nodes' `node_start`, which follows at once.
         let update = RunUpdate { to: Some(RunStatus::Running), progress: true };
         self.stage(events, update, move |conn| plans::insert_version(conn, &version_row, &node_rows));

@@ -54,11 +54,7 @@ impl Coordinator {
     /// unfinished nodes are discarded, and requests still open for them (questions, human tasks)
     /// are superseded.
     pub(super) fn announce_replan(&mut self, replan: &ReplanInfo) {
-        let details = match (&replan.signal, &replan.policy) {
-            (Some(signal), _) => serde_json::to_value(signal),
-            (None, policy) => serde_json::to_value(policy),
-        }
-        .unwrap_or_default();
+        let details = replan.details();
         let event = Event::PolicyTriggered(PolicyTriggered {
             run_id: self.run_id(),
             trigger: Trigger { reason: replan.reason.clone(), details },
