@@ -7,7 +7,7 @@
 //! (from /proc of the server process), time to first frame, and the server's peak memory.
 //!
 //! Environment: `BENCH_RUNS` (runs per concurrency level, default 400), `BENCH_LEVELS` (default
-//! "1,8,32").
+//! "1,8,32"), `BENCH_PIN=1` (server on its own core), `BENCH_SERVER_BIN` (another server binary).
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -82,9 +82,11 @@ impl Server {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         // BENCH_PIN=1 runs the server on CPU 1 and leaves CPU 0 to the clients and the stand-in.
         let pinned = std::env::var("BENCH_PIN").is_ok_and(|v| v == "1");
-        let mut command = if pinned { Command::new("taskset") } else { Command::new(env!("CARGO_BIN_EXE_flexrun")) };
+        // BENCH_SERVER_BIN runs another build of the server (to compare two builds back to back).
+        let binary = std::env::var("BENCH_SERVER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_flexrun").to_string());
+        let mut command = if pinned { Command::new("taskset") } else { Command::new(&binary) };
         if pinned {
-            command.args(["-c", "1", env!("CARGO_BIN_EXE_flexrun")]);
+            command.args(["-c", "1", &binary]);
         }
         let child = command
             .arg("serve")

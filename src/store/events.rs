@@ -8,24 +8,25 @@ use super::schema::run_events;
 use super::{DbConn, StoreError};
 use crate::events::Frame;
 
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+/// A frame as inserted: borrowed, so a frame's JSON is not copied on its way to SQLite.
+#[derive(Insertable)]
 #[diesel(table_name = run_events)]
-pub struct EventRow {
-    pub run_id: String,
-    pub seq: i64,
-    pub event_type: String,
-    pub frame: String,
-    pub created_at: chrono::NaiveDateTime,
+struct NewEvent<'a> {
+    run_id: &'a str,
+    seq: i64,
+    event_type: &'a str,
+    frame: &'a str,
+    created_at: chrono::NaiveDateTime,
 }
 
 /// Appends frames; the primary key (run, seq) rejects a duplicate sequence number.
 pub fn append(conn: &mut DbConn, run_id: &str, frames: &[Frame]) -> Result<(), StoreError> {
     for frame in frames {
-        let row = EventRow {
-            run_id: run_id.to_string(),
+        let row = NewEvent {
+            run_id,
             seq: frame.seq as i64,
-            event_type: frame.kind.as_str().to_string(),
-            frame: frame.json.to_string(),
+            event_type: frame.kind.as_str(),
+            frame: &frame.json,
             created_at: frame.timestamp.naive_utc(),
         };
         super::on_backend!(conn, |c| diesel::insert_into(run_events::table).values(&row).execute(c))?;
