@@ -315,3 +315,33 @@ async fn a_paused_run_survives_a_crash_and_is_approved_from_the_command_line() {
     let (ok, _) = flexrun_cli(&server, &["cancel", &run_id]).await;
     assert!(!ok, "cancelling a completed run fails");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_survives_a_crash_and_is_answered_from_the_command_line() {
+    // The writer asks which market to write for, until it is told.
+    let model = StandIn::start(flexrun::standin::script(|call| match call.capability_id() {
+        Some("writer") if !call.user.contains("### CLARIFICATIONS") => {
+            Reply::json(json!({"signal": "CLARIFY", "question": "Which market?"}))
+        }
+        _ => two_steps(call),
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let (run_id, response) = server.post_run(&envelope()).await;
+    assert_eq!(kinds(&read_frames(response, usize::MAX).await).last(), Some(&"log"));
+    server.kill();
+    server.restart().await;
+
+    let (ok, shown) = flexrun_cli(&server, &["runs", "show", &run_id]).await;
+    assert!(ok && shown.contains("clarify node v1: pending"), "{shown}");
+    let (ok, printed) = flexrun_cli(&server, &["resume", &run_id, "--answer", "EU only", "--json"]).await;
+    assert!(ok, "{printed}");
+    let frames: Vec<Value> = printed.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let printed: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
+    assert_eq!(printed, ["hitl_resolved", "node_start", "node_complete", "node_start", "node_complete", "complete"]);
+    assert_eq!(frames[0]["payload"]["decision"]["answer"], "EU only");
+    let writer: Vec<ChatCall> = model.calls().into_iter().filter(|c| c.capability_id() == Some("writer")).collect();
+    assert_eq!(writer.len(), 2, "asked once, then ran once more with the answer");
+    assert!(writer[1].user.contains("Answer: EU only"));
+}
