@@ -334,7 +334,7 @@ async fn a_question_survives_a_crash_and_is_answered_from_the_command_line() {
     server.restart().await;
 
     let (ok, shown) = flexrun_cli(&server, &["runs", "show", &run_id]).await;
-    assert!(ok && shown.contains("clarify node v1: pending"), "{shown}");
+    assert!(ok && shown.contains("clarify node v1: pending\n    Which market?"), "{shown}");
     let (ok, printed) = flexrun_cli(&server, &["resume", &run_id, "--answer", "EU only", "--json"]).await;
     assert!(ok, "{printed}");
     let frames: Vec<Value> = printed.lines().map(|line| serde_json::from_str(line).unwrap()).collect();

@@ -127,7 +127,14 @@ fn show(body: &Value) {
     let run = &body["run"];
     println!("run {}  {}", text(&run["runId"]), text(&run["status"]));
     println!("  objective: {}", text(&run["objective"]));
-    println!("  plan version {}, replans {}", text(&run["planVersion"]), text(&run["replans"]["total"]));
+    let replans = &run["replans"];
+    let by_reason: Vec<String> = ["goalCondition", "capabilitySignal", "runtimePolicy", "postCondition", "operator"]
+        .iter()
+        .filter(|reason| replans[**reason].as_u64().is_some_and(|n| n > 0))
+        .map(|reason| format!("{reason} {}", replans[*reason]))
+        .collect();
+    let by_reason = if by_reason.is_empty() { String::new() } else { format!(" ({})", by_reason.join(", ")) };
+    println!("  plan version {}, replans {}{by_reason}", text(&run["planVersion"]), text(&replans["total"]));
     if !run["error"].is_null() {
         println!("  error: {} — {}", text(&run["error"]["code"]), text(&run["error"]["message"]));
     }
@@ -141,9 +148,9 @@ fn show(body: &Value) {
         );
     }
     for request in body["hitlRequests"].as_array().into_iter().flatten() {
-        let decision = request["decision"]["decision"].as_str().unwrap_or("");
+        let decision = request["decision"]["decision"].as_str().map(|d| format!(" {d}")).unwrap_or_default();
         println!(
-            "  request {} {} {} v{}: {} {}",
+            "  request {} {} {} v{}: {}{}",
             text(&request["id"]),
             text(&request["kind"]),
             text(&request["subject"]),
@@ -151,6 +158,10 @@ fn show(body: &Value) {
             text(&request["status"]),
             decision
         );
+        // What an operator answering from here needs to read.
+        if request["status"] == "pending" {
+            println!("    {}", text(&request["question"]));
+        }
     }
 }
 
