@@ -251,13 +251,26 @@ async fn pause_waits_for_an_operator_and_approval_goes_on() {
     let frames = server.run(&envelope).await;
     assert_eq!(
         kinds(&frames),
-        ["start", "plan_requested", "plan_generated", "node_start", "node_complete", "hitl_request", "log"]
+        [
+            "start",
+            "plan_requested",
+            "plan_generated",
+            "node_start",
+            "node_complete",
+            "policy_update",
+            "hitl_request",
+            "log"
+        ]
     );
-    let request = &frames[5].payload["request"];
+    assert_eq!(
+        (frames[5].payload["action"].as_str(), frames[5].payload["reason"].as_str()),
+        (Some("pause"), Some("check the draft"))
+    );
+    let request = &frames[6].payload["request"];
     assert_eq!((request["kind"].as_str(), request["subject"].as_str()), (Some("approval"), Some("policy")));
     assert_eq!(request["question"], "Runtime policy \"look\" paused the run: check the draft. Approve to go on.");
     assert_eq!(request["context"]["policyId"], "look");
-    assert_eq!(frames[6].message.as_deref(), Some("awaiting_policy_decision"));
+    assert_eq!(frames[7].message.as_deref(), Some("awaiting_policy_decision"));
     let run_id = frames[0].run_id.clone();
     server.wait_for_status(&run_id, "awaiting_hitl").await;
 

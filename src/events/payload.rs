@@ -421,6 +421,9 @@ pub struct PolicyUpdate {
     /// `emit`: the event and its payload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
+    /// `pause`: why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     #[serde(skip_serializing_if = "Value::is_null")]
     pub payload: Value,
     /// `goto`: the node run again, this policy's attempts so far and its cap, and every node

@@ -116,6 +116,9 @@ impl Coordinator {
             Action::Goto { next, max_attempts } => self.goto(info, next, *max_attempts, failure),
             Action::Pause { reason } => {
                 let question = format!("Runtime policy \"{id}\" paused the run{}. Approve to go on.", suffix(reason));
+                // As the anchor announces a pause; the request is what an operator answers.
+                let paused = update(info.clone(), |u| u.reason = reason.clone());
+                self.stage(vec![paused], RunUpdate::NONE, |_| Ok(()));
                 self.ask_operator(info, question, node, Value::Null)
             }
             Action::Hitl { rationale, approve, reject } => {
@@ -198,6 +201,7 @@ pub(super) fn update(info: PolicyInfo, fill: impl FnOnce(&mut PolicyUpdate)) -> 
     let mut update = PolicyUpdate {
         policy: info,
         event: None,
+        reason: None,
         payload: serde_json::Value::Null,
         next: None,
         attempts: None,
