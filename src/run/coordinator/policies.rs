@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{Coordinator, Effect, Failure, RunUpdate};
-use crate::condition::FacetSource;
+use crate::condition::{FacetSource, GoalConditionResult};
 use crate::events::Event;
 use crate::events::payload::{Log, PolicyInfo, PolicyUpdate, ReplanInfo};
 use crate::plan::{NodeStatus, PlanNode};
@@ -101,16 +101,7 @@ impl Coordinator {
                 Effect::Failed(failure("policy_failed", message))
             }
             Action::Emit { event, payload } => {
-                let log = Event::Log(Log {
-                    severity: "info".into(),
-                    message: event.clone(),
-                    details: Some(json!({"policyId": id, "action": "emit", "event": event, "payload": payload})),
-                });
-                let update = update(info, |u| {
-                    u.event = Some(event.clone());
-                    u.payload = payload.clone();
-                });
-                self.stage(vec![update, log], RunUpdate::NONE, |_| Ok(()));
+                self.stage(emitted(info, event, payload, Vec::new()), RunUpdate::NONE, |_| Ok(()));
                 Effect::Continue
             }
             Action::Goto { next, max_attempts } => self.goto(info, next, *max_attempts, failure),
@@ -194,6 +185,22 @@ fn policy_info(
 /// `": <text>"`, or nothing.
 fn suffix(text: &Option<String>) -> String {
     text.as_deref().map(|t| format!(": {t}")).unwrap_or_default()
+}
+
+/// The frames of an `emit` action: a `policy_update` with the event (and the post-condition
+/// results that led to it, if any) and a `log` frame naming it.
+pub(super) fn emitted(info: PolicyInfo, event: &str, payload: &Value, results: Vec<GoalConditionResult>) -> Vec<Event> {
+    let log = Event::Log(Log {
+        severity: "info".into(),
+        message: event.to_string(),
+        details: Some(json!({"policyId": info.policy_id, "action": "emit", "event": event, "payload": payload})),
+    });
+    let update = update(PolicyInfo { action: "emit".into(), ..info }, |u| {
+        u.event = Some(event.to_string());
+        u.payload = payload.clone();
+        u.post_condition_results = results;
+    });
+    vec![update, log]
 }
 
 /// A `policy_update` frame about `info`, completed by `fill`.

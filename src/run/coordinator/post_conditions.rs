@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::policies::update;
+use super::policies::{emitted, update};
 use super::{Coordinator, Effect, GoalData, NodeRun, RunUpdate};
 use crate::condition::{self, GoalConditionResult};
-use crate::events::Event;
-use crate::events::payload::{Log, PolicyInfo, ReplanInfo};
+use crate::events::payload::{PolicyInfo, ReplanInfo};
 use crate::plan::PlanNode;
 use crate::policy::{self, Action, CompletedNode, RuntimePolicy, Trigger};
 use crate::run::budget::Reason;
@@ -124,19 +123,7 @@ impl Coordinator {
                 }
             }
             Some(Action::Emit { event, payload }) => {
-                let log = Event::Log(Log {
-                    severity: "info".into(),
-                    message: event.clone(),
-                    details: Some(
-                        json!({"policyId": info.policy_id, "action": "emit", "event": event, "payload": payload}),
-                    ),
-                });
-                let emitted = update(PolicyInfo { action: "emit".into(), ..info }, |u| {
-                    u.event = Some(event.clone());
-                    u.payload = payload.clone();
-                    u.post_condition_results = results;
-                });
-                let prelude = vec![emitted, log];
+                let prelude = emitted(info, event, payload, results);
                 Effect::Failed(self.record_node_failure(node, "post_condition_failed", message, prelude).await?)
             }
             Some(Action::Hitl { rationale, approve, reject }) => {
