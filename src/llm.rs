@@ -4,6 +4,11 @@
 //! async-openai's own retry layer is replaced by a plain transport, so a call here is exactly one
 //! HTTP request: retry decisions belong to flexrun, which records them, and hidden retries would
 //! multiply the attempts a caller configured.
+//!
+//! The request and response bodies are flexrun's own small types, sent through async-openai's
+//! "bring your own types" calls: the request borrows the prompts and schemas (serialized once,
+//! never copied), and the response reads only the fields flexrun uses, so OpenAI-compatible
+//! servers that leave out or add other fields still work.
 
 use std::time::Duration;
 
@@ -11,11 +16,8 @@ use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::HttpRequestFactory;
-use async_openai::types::chat::{
-    ChatCompletionRequestMessage, ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
-    CreateChatCompletionRequestArgs, ResponseFormat, ResponseFormatJsonSchema,
-};
 use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::LlmSettings;
@@ -58,24 +60,109 @@ impl LlmError {
 }
 
 /// The shape the answer must have.
-#[derive(Debug, Clone)]
-pub enum ResponseShape {
+#[derive(Debug, Clone, Copy)]
+pub enum ResponseShape<'a> {
     /// Plain text.
     Text,
     /// Any JSON object (`response_format: json_object`).
     JsonObject,
-    /// JSON matching `schema` (`response_format: json_schema`, non-strict: flexrun validates).
-    JsonSchema { name: String, schema: Value },
+    /// JSON matching `schema`, or also `or` when given (sent as `anyOf`)
+    /// (`response_format: json_schema`, non-strict: flexrun validates).
+    JsonSchema { name: &'a str, schema: &'a Value, or: Option<&'a Value> },
 }
 
 /// One system + user exchange.
 #[derive(Debug, Clone)]
-pub struct ChatRequest {
+pub struct ChatRequest<'a> {
     pub system: String,
     pub user: String,
-    pub shape: ResponseShape,
+    pub shape: ResponseShape<'a>,
     /// How long the call may take.
     pub timeout: Duration,
+}
+
+/// The Chat Completions request body.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: [Message<'a>; 2],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<Format<'a>>,
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Format<'a> {
+    JsonObject,
+    JsonSchema { json_schema: JsonSchema<'a> },
+}
+
+#[derive(Serialize)]
+struct JsonSchema<'a> {
+    name: &'a str,
+    schema: Schema<'a>,
+    strict: bool,
+}
+
+/// A schema, or `{"anyOf": [a, b]}` written without building it.
+enum Schema<'a> {
+    One(&'a Value),
+    AnyOf([&'a Value; 2]),
+}
+
+impl Serialize for Schema<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Self::One(schema) => schema.serialize(serializer),
+            Self::AnyOf(schemas) => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("anyOf", schemas)?;
+                map.end()
+            }
+        }
+    }
+}
+
+impl<'a> ResponseShape<'a> {
+    fn format(self) -> Option<Format<'a>> {
+        match self {
+            Self::Text => None,
+            Self::JsonObject => Some(Format::JsonObject),
+            Self::JsonSchema { name, schema, or } => {
+                let schema = match or {
+                    Some(other) => Schema::AnyOf([schema, other]),
+                    None => Schema::One(schema),
+                };
+                Some(Format::JsonSchema { json_schema: JsonSchema { name, schema, strict: false } })
+            }
+        }
+    }
+}
+
+/// The parts of a chat completion flexrun reads.
+#[derive(Deserialize)]
+struct Completion {
+    choices: Vec<Choice>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: AssistantMessage,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct AssistantMessage {
+    #[serde(default)]
+    content: Option<String>,
 }
 
 /// A configured model client. Creating it makes no network call.
@@ -103,31 +190,21 @@ impl LlmClient {
     }
 
     /// Sends one request and returns the assistant message content.
-    pub async fn complete(&self, request: ChatRequest) -> Result<String, LlmError> {
-        let messages: Vec<ChatCompletionRequestMessage> = vec![
-            ChatCompletionRequestSystemMessage::from(request.system).into(),
-            ChatCompletionRequestUserMessage::from(request.user).into(),
-        ];
-        let mut args = CreateChatCompletionRequestArgs::default();
-        args.model(&self.model).messages(messages);
-        match request.shape {
-            ResponseShape::Text => {}
-            ResponseShape::JsonObject => {
-                args.response_format(ResponseFormat::JsonObject);
-            }
-            ResponseShape::JsonSchema { name, schema } => {
-                args.response_format(ResponseFormat::JsonSchema {
-                    json_schema: ResponseFormatJsonSchema { description: None, name, schema, strict: Some(false) },
-                });
-            }
-        }
-        let body = args.build().map_err(|e| LlmError::Request(e.to_string()))?;
-        let response = tokio::time::timeout(request.timeout, self.client.chat().create(body))
+    pub async fn complete(&self, request: ChatRequest<'_>) -> Result<String, LlmError> {
+        let body = Body {
+            model: &self.model,
+            messages: [
+                Message { role: "system", content: &request.system },
+                Message { role: "user", content: &request.user },
+            ],
+            response_format: request.shape.format(),
+        };
+        let response: Completion = tokio::time::timeout(request.timeout, self.client.chat().create_byot(&body))
             .await
             .map_err(|_| LlmError::Timeout(request.timeout))?
             .map_err(|e| classify(e, request.timeout))?;
         let choice = response.choices.into_iter().next();
-        let finish = choice.as_ref().and_then(|c| c.finish_reason).map(|r| format!(" (finish reason {r:?})"));
+        let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref()).map(|r| format!(" (finish reason {r})"));
         choice
             .and_then(|c| c.message.content)
             .filter(|content| !content.trim().is_empty())
@@ -240,6 +317,45 @@ mod tests {
         assert_eq!(parse_json_content("```json\n{\"a\":1}\n```").unwrap(), json!({"a": 1}));
         assert_eq!(parse_json_content("```\n[1]\n```\n").unwrap(), json!([1]));
         assert!(parse_json_content("Sure! Here is the plan").unwrap_err().contains("not valid JSON"));
+    }
+
+    #[test]
+    fn the_request_body_is_the_chat_completions_wire_format() {
+        let (schema, other) = (json!({"type": "object"}), json!({"required": ["signal"]}));
+        let body = |shape: ResponseShape<'_>| {
+            serde_json::to_value(Body {
+                model: "m",
+                messages: [Message { role: "system", content: "s" }, Message { role: "user", content: "u" }],
+                response_format: shape.format(),
+            })
+            .unwrap()
+        };
+        let messages = json!([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]);
+        assert_eq!(body(ResponseShape::Text), json!({"model": "m", "messages": messages}));
+        assert_eq!(body(ResponseShape::JsonObject)["response_format"], json!({"type": "json_object"}));
+        assert_eq!(
+            body(ResponseShape::JsonSchema { name: "n", schema: &schema, or: None })["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": false}})
+        );
+        assert_eq!(
+            body(ResponseShape::JsonSchema { name: "n", schema: &schema, or: Some(&other) })["response_format"]["json_schema"]
+                ["schema"],
+            json!({"anyOf": [schema, other]})
+        );
+    }
+
+    #[test]
+    fn a_completion_needs_only_its_choices() {
+        let minimal: Completion = serde_json::from_value(json!({"choices": [{"message": {"content": "x"}}]})).unwrap();
+        assert_eq!(minimal.choices[0].message.content.as_deref(), Some("x"));
+        let full: Completion = serde_json::from_value(json!({
+            "id": "c", "object": "chat.completion", "created": 0, "model": "m", "usage": {"total_tokens": 3},
+            "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": null}}]
+        }))
+        .unwrap();
+        assert_eq!(full.choices[0].finish_reason.as_deref(), Some("length"));
+        assert!(full.choices[0].message.content.is_none());
+        assert!(serde_json::from_value::<Completion>(json!({"id": "c"})).is_err());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::signal::{self, InvalidSignal, Reply};
 use super::{Capability, Executor};
@@ -179,12 +179,12 @@ impl Executors {
         timeout: Duration,
     ) -> Result<Value, CapabilityError> {
         let (system, user) = ai_prompt(capability, instructions, bundle);
+        let name = schema_name(&capability.id);
         let shape = match &capability.output_contract {
             // The model may answer with its output or with a signal.
-            OutputContract::JsonSchema { schema, .. } => ResponseShape::JsonSchema {
-                name: schema_name(&capability.id),
-                schema: json!({"anyOf": [schema.source(), signal::schema()]}),
-            },
+            OutputContract::JsonSchema { schema, .. } => {
+                ResponseShape::JsonSchema { name: &name, schema: schema.source(), or: Some(&signal::SCHEMA) }
+            }
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
         };

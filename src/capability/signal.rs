@@ -9,6 +9,8 @@
 //! The top-level key `signal` is reserved: an answer that has it is a signal, checked here, and
 //! never an output, so a signal and an output are mutually exclusive.
 
+use std::sync::LazyLock;
+
 use serde_json::{Map, Value, json};
 
 /// The longest question or reason accepted (characters).
@@ -74,7 +76,7 @@ fn parse(mut fields: Map<String, Value>) -> Result<Signal, InvalidSignal> {
 }
 
 /// The JSON Schema of a signal, offered to `ai` capabilities next to their output schema.
-pub fn schema() -> Value {
+pub static SCHEMA: LazyLock<Value> = LazyLock::new(|| {
     json!({
         "type": "object",
         "required": ["signal"],
@@ -87,7 +89,7 @@ pub fn schema() -> Value {
             "details": {}
         }
     })
-}
+});
 
 /// What an `ai` capability is told about signals (part of its system prompt).
 pub const PROMPT: &str = "If you cannot do this step without an answer from a person, answer only \

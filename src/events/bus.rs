@@ -1,7 +1,7 @@
 //! Per-run broadcast of committed frames to live subscribers in this process.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
@@ -12,8 +12,9 @@ const CAPACITY: usize = 256;
 
 #[derive(Debug, Clone)]
 pub enum BusMessage {
-    /// A frame, already committed to the event log.
-    Frame(Frame),
+    /// The frames of one commit, in order, already in the event log. One message per commit: a
+    /// subscriber wakes once and writes them to its client together.
+    Frames(Arc<[Frame]>),
     /// The run stopped being active (ended or paused): subscribers catch up and finish.
     Settled,
 }

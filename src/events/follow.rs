@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 
-use super::{Bus, BusMessage, FrameKind};
+use super::{Bus, BusMessage, Frame, FrameKind};
 use crate::store::events::{self, LoggedFrame};
 use crate::store::{Store, StoreError, runs};
 
@@ -105,19 +105,29 @@ impl Follower {
                 continue;
             }
             match self.live.recv().await {
-                Ok(BusMessage::Frame(frame)) if frame.seq <= self.last => {}
-                Ok(BusMessage::Frame(frame)) if frame.seq == self.last + 1 => self.pending.push_back(LoggedFrame {
-                    seq: frame.seq,
-                    event_type: frame.kind.as_str().to_string(),
-                    json: frame.json,
-                }),
-                Ok(BusMessage::Frame(_)) | Err(RecvError::Lagged(_)) => self.replay_log(),
+                Ok(BusMessage::Frames(frames)) => self.take_live(&frames),
+                Err(RecvError::Lagged(_)) => self.replay_log(),
                 Ok(BusMessage::Settled) | Err(RecvError::Closed) => {
                     self.settled = Some(true);
                     self.replay_log();
                 }
             }
         }
+    }
+
+    /// Queues the live frames that follow the last one delivered; a gap means frames were missed
+    /// (the subscription started between commits), so the log is read instead.
+    fn take_live(&mut self, frames: &[Frame]) {
+        let delivered = self.last + self.pending.len() as u64;
+        let fresh = || frames.iter().filter(move |frame| frame.seq > delivered);
+        if fresh().zip(delivered + 1..).any(|(frame, seq)| frame.seq != seq) {
+            return self.replay_log();
+        }
+        self.pending.extend(fresh().map(|frame| LoggedFrame {
+            seq: frame.seq,
+            event_type: frame.kind.as_str().to_string(),
+            json: frame.json.clone(),
+        }));
     }
 
     fn replay_log(&mut self) {

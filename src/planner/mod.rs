@@ -52,7 +52,7 @@ impl Planner {
         let (system, user) = prompt::build(input);
         let shape = match self.format {
             PlannerResponseFormat::JsonSchema => {
-                ResponseShape::JsonSchema { name: "plan_draft".into(), schema: DRAFT_SCHEMA.clone() }
+                ResponseShape::JsonSchema { name: "plan_draft", schema: &DRAFT_SCHEMA, or: None }
             }
             PlannerResponseFormat::JsonObject => ResponseShape::JsonObject,
             PlannerResponseFormat::None => ResponseShape::Text,

@@ -115,8 +115,8 @@ pub async fn apply(services: &Arc<Services>, run_id: &str, command: Command) -> 
         })
         .await??;
     let frames = follow(services.store.clone(), &services.bus, run_id.to_string(), committed.after).boxed();
-    for frame in committed.frames {
-        services.bus.publish(run_id, BusMessage::Frame(frame));
+    if !committed.frames.is_empty() {
+        services.bus.publish(run_id, BusMessage::Frames(committed.frames.into()));
     }
     if committed.status.is_active() {
         super::resume(services, run_id, false).await?;
@@ -136,7 +136,7 @@ async fn stop(services: &Services, run_id: &str, actor: &Actor) -> bool {
         loop {
             match live.recv().await {
                 Ok(BusMessage::Settled) | Err(RecvError::Closed) => return,
-                Ok(BusMessage::Frame(_)) | Err(RecvError::Lagged(_)) => {}
+                Ok(BusMessage::Frames(_)) | Err(RecvError::Lagged(_)) => {}
             }
         }
     };

@@ -35,7 +35,7 @@ impl Recorder {
     where
         F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static,
     {
-        let frames: Vec<Frame> = events
+        let frames: Arc<[Frame]> = events
             .iter()
             .enumerate()
             .map(|(i, event)| Frame::encode(&self.header, self.next_seq + i as u64, event))
@@ -49,8 +49,8 @@ impl Recorder {
             })
             .await?;
         self.next_seq += frames.len() as u64;
-        for frame in frames {
-            self.bus.publish(&self.header.run_id, BusMessage::Frame(frame));
+        if !frames.is_empty() {
+            self.bus.publish(&self.header.run_id, BusMessage::Frames(frames));
         }
         Ok(())
     }
