@@ -70,7 +70,6 @@ impl<F, V, P> diesel::query_builder::QueryId for FixedUpdate<F, V, P> {
 impl<F, V, P, C> diesel::RunQueryDsl<C> for FixedUpdate<F, V, P> {}
 
 pub mod capabilities;
-mod checkpointer;
 pub mod events;
 pub mod hitl;
 pub mod plans;
@@ -164,19 +163,6 @@ fn configure(conn: &mut DbConn) -> Result<(), diesel::result::Error> {
     Ok(())
 }
 
-/// For SQLite: turns the writer's automatic checkpoints off and starts the background
-/// checkpointer, which runs until the returned sender (kept by the writer thread) is dropped.
-fn checkpoints(writer: &mut DbConn, url: &str) -> Result<Option<std::sync::mpsc::Sender<()>>, StoreError> {
-    #[allow(irrefutable_let_patterns)]
-    let DbConn::Sqlite(sqlite) = writer else { return Ok(None) };
-    sqlite.batch_execute("PRAGMA wal_autocheckpoint = 0;")?;
-    let mut conn = DbConn::establish(url).map_err(|e| StoreError::Connection(e.to_string()))?;
-    configure(&mut conn)?;
-    let (alive, stop) = std::sync::mpsc::channel();
-    checkpointer::start(conn, stop).map_err(|e| StoreError::Connection(format!("starting the checkpointer: {e}")))?;
-    Ok(Some(alive))
-}
-
 /// Turns a configured URL into what diesel expects.
 fn connection_url(url: &str) -> Result<String, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -205,11 +191,9 @@ impl Store {
             .max_size(8)
             .connection_timeout(Duration::from_secs(10))
             .connection_customizer(Box::new(SqliteSettings))
-            .build(ConnectionManager::new(url.clone()))
+            .build(ConnectionManager::new(url))
             .map_err(|e| StoreError::Connection(e.to_string()))?;
-        let checkpoints = checkpoints(&mut conn, &url)?;
-        let writer = Writer::start(conn, checkpoints)
-            .map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?;
+        let writer = Writer::start(conn).map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?;
         Ok(Self { reads, writer })
     }
 
@@ -311,20 +295,6 @@ mod tests {
         // Alone in its batch, a failing write also leaves nothing.
         assert!(store.write(insert_then_fail("d")).await.is_err());
         assert!(!exists(&store, "d").await);
-    }
-
-    #[tokio::test]
-    async fn commits_reach_the_database_file_in_the_background() {
-        let (dir, store) = temp_store();
-        store.write(|conn| runs::insert(conn, &run_row("a"))).await.unwrap();
-        // Far below the 1,000 pages of SQLite's own automatic checkpoint: only the checkpointer
-        // copies the row from the WAL into the database file.
-        tokio::time::sleep(checkpointer::INTERVAL * 3).await;
-        let copy = dir.path().join("copy.db");
-        std::fs::copy(dir.path().join("t.db"), &copy).unwrap();
-        let mut conn = DbConn::establish(copy.to_str().unwrap()).unwrap();
-        assert!(runs::get(&mut conn, "a").is_ok(), "the database file alone has the committed run");
-        drop(store);
     }
 
     #[test]

@@ -34,11 +34,9 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Moves `conn` to a new thread that executes submitted writes until every handle is dropped.
-    /// `companion` (the checkpointer's lifeline) is dropped when the thread ends.
-    pub(super) fn start(mut conn: DbConn, companion: Option<mpsc::Sender<()>>) -> std::io::Result<Self> {
+    pub(super) fn start(mut conn: DbConn) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
         thread::Builder::new().name("flexrun-db-writer".into()).spawn(move || {
-            let _companion = companion;
             while let Ok(first) = queue.recv() {
                 let mut batch = vec![first];
                 batch.extend(queue.try_iter().take(MAX_BATCH - 1));
