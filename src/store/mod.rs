@@ -297,6 +297,21 @@ mod tests {
         assert!(!exists(&store, "d").await);
     }
 
+    #[tokio::test]
+    async fn the_wal_stays_bounded_under_continuous_writes() {
+        let (dir, store) = temp_store();
+        let envelope = "x".repeat(16 * 1024);
+        // 1,200 commits of 16 KiB each: 19 MiB through a WAL that SQLite restarts after each
+        // checkpoint of 1,000 pages (4 MiB).
+        for i in 0..1200 {
+            let row = RunRow { envelope: envelope.clone(), ..run_row("r") };
+            let row = RunRow { run_id: format!("r{i}"), ..row };
+            store.write(move |conn| runs::insert(conn, &row)).await.unwrap();
+        }
+        let wal = std::fs::metadata(dir.path().join("t.db-wal")).unwrap().len();
+        assert!(wal < 8 << 20, "the WAL grew to {wal} bytes");
+    }
+
     #[test]
     fn per_frame_updates_are_prepared_once() {
         use diesel::connection::InstrumentationEvent;
