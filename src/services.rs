@@ -33,7 +33,7 @@ pub struct Services {
     pub facets: FacetCatalog,
     /// The run coordinators of this process, so operators can stop them.
     pub coordinators: crate::run::Coordinators,
-    /// The multi-threaded runtime run coordinators are spawned on (the HTTP workers run their own).
+    /// The runtime run coordinators are spawned on (the HTTP workers run their own).
     pub runtime: tokio::runtime::Handle,
 }
 
