@@ -263,8 +263,7 @@ async fn abandon(mut recorder: Recorder, status: RunStatus, reason: &ResumeError
     let run_id = recorder.run_id().to_string();
     let result = recorder
         .record(vec![complete], move |conn| {
-            runs::transition(conn, &run_id, status, RunStatus::Failed, None)?;
-            runs::save_outcome(conn, &run_id, None, Some(&error.to_string()))
+            runs::end(conn, &run_id, status, RunStatus::Failed, &runs::Outcome::Error(error.to_string()))
         })
         .await;
     recorder.settle();

@@ -22,29 +22,46 @@ macro_rules! on_backend {
 }
 pub(crate) use on_backend;
 
-/// `UPDATE <table> SET <values> WHERE <predicate>` that SQLite prepares once per connection.
+/// `UPDATE <table> SET <values> WHERE <predicate>` that SQLite prepares once per connection and
+/// finds again without building its SQL text.
 ///
 /// diesel marks every `UpdateStatement` as unsafe to cache (a changeset of `Option`s changes its
 /// SQL from call to call), so each update would be parsed again on every call. The updates
-/// flexrun makes per frame have a fixed shape: built from the same parts, this statement is cached
-/// by its SQL text and kept prepared. Only use it with values whose columns do not vary.
+/// flexrun makes per frame have a fixed shape: each is built at one call site by
+/// [`fixed_update!`], whose own marker type `K` keys the statement cache. Only use it with values
+/// whose columns do not vary.
 #[derive(Debug, Clone, Copy)]
-pub struct FixedUpdate<F, V, P> {
+pub struct FixedUpdate<K, F, V, P> {
+    site: std::marker::PhantomData<K>,
     from: F,
     values: V,
     predicate: P,
 }
 
-/// Builds a [`FixedUpdate`].
-pub fn fixed_update<T, V, P>(table: T, values: V, predicate: P) -> FixedUpdate<T::FromClause, V::Changeset, P>
+/// Builds a [`FixedUpdate`] keyed by `K`; see [`fixed_update!`].
+pub fn fixed_update_at<K, T, V, P>(table: T, values: V, predicate: P) -> FixedUpdate<K, T::FromClause, V::Changeset, P>
 where
     T: diesel::Table,
     V: diesel::AsChangeset<Target = T>,
 {
-    FixedUpdate { from: diesel::QuerySource::from_clause(&table), values: values.as_changeset(), predicate }
+    FixedUpdate {
+        site: std::marker::PhantomData,
+        from: diesel::QuerySource::from_clause(&table),
+        values: values.as_changeset(),
+        predicate,
+    }
 }
 
-impl<F, V, P, DB> diesel::query_builder::QueryFragment<DB> for FixedUpdate<F, V, P>
+/// `fixed_update!(table, values, predicate)`: a [`FixedUpdate`] keyed by this call site.
+macro_rules! fixed_update {
+    ($table:expr, $values:expr, $predicate:expr $(,)?) => {{
+        /// This call site, as the statement cache's key for the statement it builds.
+        enum Site {}
+        $crate::store::fixed_update_at::<Site, _, _, _>($table, $values, $predicate)
+    }};
+}
+
+impl<K, F, V, P, DB> diesel::query_builder::QueryFragment<DB> for FixedUpdate<K, F, V, P>
 where
     DB: diesel::backend::Backend,
     F: diesel::query_builder::QueryFragment<DB>,
@@ -59,15 +76,20 @@ where
         out.push_sql(" WHERE ");
         self.predicate.walk_ast(out.reborrow())
     }
+
+    /// Its shape never varies (see the type's docs), so no walk over it is needed to know.
+    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> diesel::QueryResult<bool> {
+        Ok(true)
+    }
 }
 
-/// No static id: the statement cache keys it by its SQL text, which never varies.
-impl<F, V, P> diesel::query_builder::QueryId for FixedUpdate<F, V, P> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
+/// The call site's marker: one call site, one SQL text.
+impl<K: 'static, F, V, P> diesel::query_builder::QueryId for FixedUpdate<K, F, V, P> {
+    type QueryId = K;
+    const HAS_STATIC_QUERY_ID: bool = true;
 }
 
-impl<F, V, P, C> diesel::RunQueryDsl<C> for FixedUpdate<F, V, P> {}
+impl<K, F, V, P, C> diesel::RunQueryDsl<C> for FixedUpdate<K, F, V, P> {}
 
 pub mod capabilities;
 pub mod events;

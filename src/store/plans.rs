@@ -4,7 +4,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
 use super::schema::{plan_nodes, plan_versions, run_outputs};
-use super::{DbConn, StoreError, fixed_update};
+use super::{DbConn, StoreError};
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = plan_versions)]
@@ -61,7 +61,7 @@ pub fn node_started(
     at: NaiveDateTime,
 ) -> Result<(), StoreError> {
     let values = (plan_nodes::status.eq(status), plan_nodes::started_at.eq(Some(at)));
-    let update = fixed_update(plan_nodes::table, values, node(run_id, plan_version, node_id));
+    let update = fixed_update!(plan_nodes::table, values, node(run_id, plan_version, node_id));
     let updated = super::on_backend!(conn, |c| update.execute(c))?;
     found(updated, node_id, plan_version)
 }
@@ -72,7 +72,7 @@ pub fn node_waiting(
     (run_id, plan_version, node_id): (&str, i32, &str),
     status: &str,
 ) -> Result<(), StoreError> {
-    let update = fixed_update(plan_nodes::table, plan_nodes::status.eq(status), node(run_id, plan_version, node_id));
+    let update = fixed_update!(plan_nodes::table, plan_nodes::status.eq(status), node(run_id, plan_version, node_id));
     let updated = super::on_backend!(conn, |c| update.execute(c))?;
     found(updated, node_id, plan_version)
 }
@@ -83,7 +83,7 @@ pub fn node_post_conditions(
     (run_id, plan_version, node_id): (&str, i32, &str),
     results: &str,
 ) -> Result<(), StoreError> {
-    let update = fixed_update(
+    let update = fixed_update!(
         plan_nodes::table,
         plan_nodes::post_condition_results.eq(Some(results)),
         node(run_id, plan_version, node_id),
@@ -107,7 +107,7 @@ pub fn node_finished(
         plan_nodes::error.eq(error),
         plan_nodes::completed_at.eq(Some(at)),
     );
-    let update = fixed_update(plan_nodes::table, values, node(run_id, plan_version, node_id));
+    let update = fixed_update!(plan_nodes::table, values, node(run_id, plan_version, node_id));
     let updated = super::on_backend!(conn, |c| update.execute(c))?;
     found(updated, node_id, plan_version)
 }
@@ -143,8 +143,18 @@ pub fn nodes(conn: &mut DbConn, run_id: &str) -> Result<Vec<PlanNodeRow>, StoreE
 
 /// Records one goal evaluation (replacing an earlier one of the same plan version).
 pub fn record_output(conn: &mut DbConn, row: &RunOutputRow) -> Result<(), StoreError> {
-    super::on_backend!(conn, |c| diesel::delete(run_outputs::table.find((&row.run_id, row.plan_version))).execute(c))?;
-    super::on_backend!(conn, |c| diesel::insert_into(run_outputs::table).values(row).execute(c))?;
+    let evaluation = (
+        run_outputs::status.eq(&row.status),
+        run_outputs::output.eq(&row.output),
+        run_outputs::goal_condition_results.eq(&row.goal_condition_results),
+        run_outputs::recorded_at.eq(row.recorded_at),
+    );
+    super::on_backend!(conn, |c| diesel::insert_into(run_outputs::table)
+        .values(row)
+        .on_conflict((run_outputs::run_id, run_outputs::plan_version))
+        .do_update()
+        .set(evaluation)
+        .execute(c))?;
     Ok(())
 }
 

@@ -5,7 +5,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
 use super::schema::runs;
-use super::{DbConn, StoreError, fixed_update};
+use super::{DbConn, StoreError};
 use crate::run::RunStatus;
 use crate::run::budget::ReplanCounts;
 
@@ -116,7 +116,7 @@ pub fn active_ids(conn: &mut DbConn) -> Result<Vec<String>, StoreError> {
 // Every update below has a fixed shape, so SQLite prepares it once per connection.
 
 pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {
-    let update = fixed_update(runs::table, (progress, runs::updated_at.eq(super::now())), runs::run_id.eq(run_id));
+    let update = fixed_update!(runs::table, (progress, runs::updated_at.eq(super::now())), runs::run_id.eq(run_id));
     super::on_backend!(conn, |c| update.execute(c))?;
     Ok(())
 }
@@ -128,9 +128,16 @@ pub fn save_outcome(
     result: Option<&str>,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
-    let update = fixed_update(runs::table, (runs::result.eq(result), runs::error.eq(error)), runs::run_id.eq(run_id));
+    let update = fixed_update!(runs::table, (runs::result.eq(result), runs::error.eq(error)), runs::run_id.eq(run_id));
     super::on_backend!(conn, |c| update.execute(c))?;
     Ok(())
+}
+
+/// How a run ended: its final output (JSON) when it completed, its error (JSON) when it did not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Result(String),
+    Error(String),
 }
 
 /// Moves a run from `from` to `to` (saving `progress` in the same statement, if given) when the
@@ -143,21 +150,56 @@ pub fn transition(
     to: RunStatus,
     progress: Option<&Progress>,
 ) -> Result<(), StoreError> {
-    if !from.can_become(to) {
-        return Err(StoreError::Conflict(format!("a run cannot go from {from} to {to}")));
-    }
+    allowed(from, to)?;
     let run = runs::run_id.eq(run_id).and(runs::status.eq(from.as_str()));
     let status = (runs::status.eq(to.as_str()), runs::updated_at.eq(super::now()));
     let updated = match progress {
         Some(progress) => {
-            let update = fixed_update(runs::table, (status, progress), run);
+            let update = fixed_update!(runs::table, (status, progress), run);
             super::on_backend!(conn, |c| update.execute(c))?
         }
         None => {
-            let update = fixed_update(runs::table, status, run);
+            let update = fixed_update!(runs::table, status, run);
             super::on_backend!(conn, |c| update.execute(c))?
         }
     };
+    moved(conn, run_id, from, updated)
+}
+
+/// [`transition`] to a terminal status, storing the run's `outcome` in the same statement.
+pub fn end(
+    conn: &mut DbConn,
+    run_id: &str,
+    from: RunStatus,
+    to: RunStatus,
+    outcome: &Outcome,
+) -> Result<(), StoreError> {
+    allowed(from, to)?;
+    if !to.is_terminal() {
+        return Err(StoreError::Conflict(format!("a run does not end in {to}")));
+    }
+    let (result, error) = match outcome {
+        Outcome::Result(result) => (Some(result.as_str()), None),
+        Outcome::Error(error) => (None, Some(error.as_str())),
+    };
+    let run = runs::run_id.eq(run_id).and(runs::status.eq(from.as_str()));
+    let values = (
+        runs::status.eq(to.as_str()),
+        runs::updated_at.eq(super::now()),
+        runs::result.eq(result),
+        runs::error.eq(error),
+    );
+    let update = fixed_update!(runs::table, values, run);
+    let updated = super::on_backend!(conn, |c| update.execute(c))?;
+    moved(conn, run_id, from, updated)
+}
+
+fn allowed(from: RunStatus, to: RunStatus) -> Result<(), StoreError> {
+    if from.can_become(to) { Ok(()) } else { Err(StoreError::Conflict(format!("a run cannot go from {from} to {to}"))) }
+}
+
+/// Whether the compare-and-set update of a run in `from` found it there.
+fn moved(conn: &mut DbConn, run_id: &str, from: RunStatus, updated: usize) -> Result<(), StoreError> {
     if updated == 1 {
         return Ok(());
     }

@@ -11,7 +11,7 @@ use crate::events::payload::*;
 use crate::run::status::RunStatus;
 use crate::store::hitl;
 use crate::store::plans::{self, RunOutputRow};
-use crate::store::runs;
+use crate::store::runs::Outcome;
 use crate::store::{DbConn, StoreError};
 
 impl Coordinator {
@@ -49,12 +49,8 @@ impl Coordinator {
                 error: None,
                 post_condition_results: self.post_conditions.passed.clone(),
             });
-            let (run_id, result) = (self.run_id(), output.to_string());
-            self.commit(vec![complete], RunUpdate::status(RunStatus::Completed), move |conn| {
-                write(conn)?;
-                runs::save_outcome(conn, &run_id, Some(&result), None)
-            })
-            .await?;
+            let outcome = Outcome::Result(output.to_string());
+            self.commit_end(vec![complete], RunStatus::Completed, outcome, write).await?;
             return Ok(Step::Ended);
         }
         let failed: Vec<GoalConditionResult> = results.iter().filter(|r| !r.satisfied).cloned().collect();
@@ -172,12 +168,11 @@ impl Coordinator {
             error: Some(error.clone()),
             post_condition_results: self.post_conditions.passed.clone(),
         }));
-        let (run_id, error) = (self.run_id(), error.to_string());
-        self.commit(events, RunUpdate::status(to), move |conn| {
+        let run_id = self.run_id();
+        self.commit_end(events, to, Outcome::Error(error.to_string()), move |conn| {
             write(conn)?;
             // Nobody answers a request of a run that ended.
-            hitl::close_all(conn, &run_id, "cancelled", crate::store::now())?;
-            runs::save_outcome(conn, &run_id, None, Some(&error))
+            hitl::close_all(conn, &run_id, "cancelled", crate::store::now())
         })
         .await
     }

@@ -46,7 +46,7 @@ use crate::retry::{Backoff, Retry, RetryPolicy};
 use crate::services::Services;
 use crate::store::hitl;
 use crate::store::plans::{self};
-use crate::store::runs::{self, Progress};
+use crate::store::runs::{self, Outcome, Progress};
 use crate::store::{DbConn, StoreError};
 use crate::timeouts::Timeouts;
 
@@ -234,6 +234,8 @@ struct Staged {
     events: Vec<Event>,
     transition: Option<(RunStatus, RunStatus)>,
     progress: Option<Progress>,
+    /// Set with the transition that ends the run.
+    outcome: Option<Outcome>,
     write: Write,
 }
 
@@ -392,7 +394,24 @@ impl Coordinator {
     {
         let transition = update.to.map(|to| (std::mem::replace(&mut self.status, to), to));
         let progress = update.progress.then(|| self.progress());
-        self.staged.push(Staged { events, transition, progress, write: Box::new(write) });
+        self.staged.push(Staged { events, transition, progress, outcome: None, write: Box::new(write) });
+    }
+
+    /// Commits the end of the run: `events`, the terminal status `to` with the run's `outcome` and
+    /// whatever `write` does, in one transaction.
+    async fn commit_end<F>(
+        &mut self,
+        events: Vec<Event>,
+        to: RunStatus,
+        outcome: Outcome,
+        write: F,
+    ) -> Result<(), StoreError>
+    where
+        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
+    {
+        let transition = Some((std::mem::replace(&mut self.status, to), to));
+        self.staged.push(Staged { events, transition, progress: None, outcome: Some(outcome), write: Box::new(write) });
+        self.flush().await
     }
 
     /// Commits everything staged, in order, in one transaction (nothing when nothing is staged).
@@ -406,10 +425,13 @@ impl Coordinator {
         self.recorder
             .record(events, move |conn| {
                 for change in staged {
-                    match (change.transition, &change.progress) {
-                        (Some((from, to)), progress) => runs::transition(conn, &run_id, from, to, progress.as_ref())?,
-                        (None, Some(progress)) => runs::save_progress(conn, &run_id, progress)?,
-                        (None, None) => {}
+                    match (change.transition, &change.progress, &change.outcome) {
+                        (Some((from, to)), _, Some(outcome)) => runs::end(conn, &run_id, from, to, outcome)?,
+                        (Some((from, to)), progress, None) => {
+                            runs::transition(conn, &run_id, from, to, progress.as_ref())?
+                        }
+                        (None, Some(progress), _) => runs::save_progress(conn, &run_id, progress)?,
+                        (None, None, _) => {}
                     }
                     (change.write)(conn)?;
                 }
@@ -569,9 +591,9 @@ impl Coordinator {
                 Failure::new("plan_deadlock", format!("no node can start; unfinished: {}", unfinished.join(", ")));
             return self.fail(failure, vec![]).await.map(|_| Step::Ended);
         }
-        // Every step's completion is committed before the goals are evaluated: a run stopped in
-        // between resumes with the evaluation alone.
-        self.flush().await?;
+        // The last completion stays staged: the goal evaluation that follows at once (pure, no
+        // call in between) commits it together with its outcome. A run stopped in between runs
+        // that node again; its completion was never committed, so nobody saw it.
         Ok(Step::Continue(None))
     }
 
