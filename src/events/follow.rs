@@ -55,20 +55,19 @@ pub fn follow(
     })
 }
 
-/// Streams a run that was just created: `live` was subscribed before its coordinator started and
-/// `start` is its only committed frame, so nothing needs to be read back from the log.
+/// Streams a run that was just created: `live` was subscribed before its first commit, so every
+/// frame arrives live and nothing needs to be read back from the log.
 pub fn follow_new(
     store: Store,
     live: broadcast::Receiver<BusMessage>,
     run_id: String,
-    start: LoggedFrame,
 ) -> impl Stream<Item = Result<LoggedFrame, FollowError>> + use<> {
     stream(Follower {
         store,
         run_id,
         live,
         last: 0,
-        pending: VecDeque::from([start]),
+        pending: VecDeque::new(),
         replay: false,
         caught_up: true,
         settled: Some(false),

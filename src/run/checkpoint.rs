@@ -28,6 +28,9 @@ use crate::policy::Fired;
 pub enum Resume {
     /// Ask the planner: for a first plan, or again for the replan this reason asked for.
     Plan(Option<ReplanInfo>),
+    /// Ask the planner for a new run's first plan: its `plan_requested` was committed with the
+    /// run's creation.
+    Requested,
     /// Run the current plan's unfinished nodes, then evaluate the goal conditions.
     Execute,
     /// A node's failure was committed before the run could fail: the run fails with it.

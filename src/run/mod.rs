@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::envelope::{self, EnvelopeError, TaskEnvelope};
 use crate::events::payload::{Complete, CompleteStatus, Start};
-use crate::events::{Event, FollowError, Frame, FrameHeader, follow, follow_new};
+use crate::events::{Event, FollowError, FrameHeader, follow, follow_new};
 use crate::services::Services;
 use crate::store::StoreError;
 use crate::store::events::{self, LoggedFrame};
@@ -58,7 +58,8 @@ pub enum StartError {
 
 /// Creates a run for a validated envelope and starts its coordinator in the background.
 ///
-/// Returns once the run row and its `start` frame (seq 1) are committed together; the run then
+/// Returns once the run row, its `start` frame (seq 1) and its first `plan_requested` are committed
+/// together; the run then
 /// proceeds whether or not anyone reads `frames`. With an `idempotency` key that already made a
 /// run, that run's stream is returned instead (from `start`), if the request body is the same.
 pub async fn start(
@@ -70,21 +71,21 @@ pub async fn start(
     let run_id = Uuid::now_v7().to_string();
     let correlation_id =
         correlation_id.or_else(|| envelope.correlation_id.clone()).unwrap_or_else(|| Uuid::now_v7().to_string());
+    if let Some(idempotency) = &idempotency {
+        let key = idempotency.key.clone();
+        if let Some(existing) = services.store.read(move |conn| runs::by_idempotency_key(conn, &key)).await? {
+            return rejoin(services, idempotency, existing);
+        }
+    }
     let header = FrameHeader {
         run_id: run_id.as_str().into(),
         correlation_id: correlation_id.as_str().into(),
         plan_version: None,
     };
-    let start = Frame::encode(
-        &header,
-        1,
-        &Event::Start(Start {
-            run_id: run_id.clone(),
-            thread_id: envelope.thread_id.clone(),
-            correlation_id: correlation_id.clone(),
-        }),
-    );
-    let now = crate::store::now();
+    let start =
+        Start { run_id: run_id.clone(), thread_id: envelope.thread_id.clone(), correlation_id: correlation_id.clone() };
+    let started_at = chrono::Utc::now();
+    let now = started_at.naive_utc();
     let row = RunRow {
         run_id: run_id.clone(),
         status: RunStatus::Pending.as_str().to_string(),
@@ -107,42 +108,26 @@ pub async fn start(
         operator_replans: 0,
         post_condition_replans: 0,
     };
-    let started_at = start.timestamp;
-    let logged = LoggedFrame { seq: start.seq, event_type: start.kind.as_str().to_string(), json: start.json.clone() };
-    let (id, key) = (run_id.clone(), row.idempotency_key.clone());
-    let created = services
-        .store
-        .write(move |conn| {
-            // Checked by the single writer, so two requests with one key cannot both insert.
-            if let Some(existing) = key.as_deref().map(|key| runs::by_idempotency_key(conn, key)).transpose()?.flatten()
-            {
-                return Ok(Some(existing));
-            }
-            runs::insert(conn, &row)?;
-            events::append(conn, &id, &[start])?;
-            Ok(None)
-        })
-        .await;
-    let existing = match (created, &idempotency) {
-        (Ok(existing), _) => existing,
-        // Another server sharing the database inserted the same key first.
-        (Err(error), Some(idempotency)) if error.is_unique_violation() => {
-            let key = idempotency.key.clone();
-            let existing = services.store.read(move |conn| runs::by_idempotency_key(conn, &key)).await?;
-            Some(existing.ok_or(error)?)
-        }
-        (Err(error), _) => return Err(error.into()),
-    };
-    if let (Some(existing), Some(idempotency)) = (existing, &idempotency) {
-        return rejoin(services, idempotency, existing);
-    }
+    // Subscribed before the first commit: the stream gets every frame, `start` first.
     let live = services.bus.subscribe(&run_id);
-    metrics::counter!("flexrun_runs_started_total").increment(1);
-    let recorder = Recorder::new(header, 1, services.store.clone(), services.bus.clone());
+    let recorder = Recorder::new(header, 0, services.store.clone(), services.bus.clone());
     let checkpoint = Checkpoint::fresh(&envelope.inputs, started_at);
-    let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder, checkpoint);
-    services.runtime.spawn(coordinator.drive(Resume::Plan(None)));
-    let frames = follow_new(services.store.clone(), live, run_id.clone(), logged).boxed();
+    let mut coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder, checkpoint);
+    if let Err(error) = coordinator.open(start, row).await {
+        coordinator.abandon();
+        return match &idempotency {
+            // Another request (or a server sharing the database) made a run with this key first.
+            Some(idempotency) if error.is_unique_violation() => {
+                let key = idempotency.key.clone();
+                let existing = services.store.read(move |conn| runs::by_idempotency_key(conn, &key)).await?;
+                rejoin(services, idempotency, existing.ok_or(error)?)
+            }
+            _ => Err(error.into()),
+        };
+    }
+    metrics::counter!("flexrun_runs_started_total").increment(1);
+    services.runtime.spawn(coordinator.drive(Resume::Requested));
+    let frames = follow_new(services.store.clone(), live, run_id.clone()).boxed();
     Ok(StartedRun { run_id, frames, replayed: false })
 }
 

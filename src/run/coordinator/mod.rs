@@ -311,6 +311,16 @@ impl Coordinator {
             }
         }
         // Whatever happened, nobody waits forever for frames that will not come.
+        self.release();
+    }
+
+    /// Lets go of a run that was never created (its first commit failed).
+    pub(super) fn abandon(self) {
+        self.release();
+    }
+
+    /// Leaves the registry of coordinators and tells followers no more frames come from here.
+    fn release(&self) {
         self.services.coordinators.deregister(self.recorder.run_id(), &self.registration);
         self.recorder.settle();
     }
@@ -319,7 +329,11 @@ impl Coordinator {
         let mut next = from;
         loop {
             next = match next {
-                Resume::Plan(replan) => match self.plan_round(replan).await? {
+                Resume::Plan(replan) => match self.plan_round(replan, false).await? {
+                    Step::Continue(()) => Resume::Execute,
+                    Step::Ended => return Ok(()),
+                },
+                Resume::Requested => match self.plan_round(None, true).await? {
                     Step::Continue(()) => Resume::Execute,
                     Step::Ended => return Ok(()),
                 },
@@ -352,8 +366,7 @@ impl Coordinator {
             Ok(()) => self.drive(from).await,
             Err(error) => {
                 tracing::error!(run_id = %self.run_id(), %error, "could not resume the run");
-                self.services.coordinators.deregister(self.recorder.run_id(), &self.registration);
-                self.recorder.settle();
+                self.release();
             }
         }
     }

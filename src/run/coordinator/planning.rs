@@ -12,26 +12,54 @@ use crate::planner::{self, Diagnostic, DraftContext, PromptInput, RequiredFacet}
 use crate::run::status::RunStatus;
 use crate::store::StoreError;
 use crate::store::plans::{self, PlanNodeRow, PlanVersionRow};
+use crate::store::runs::{self, RunRow};
 
 impl Coordinator {
-    /// One planning round: up to [`planner::DRAFT_ATTEMPTS`] drafts, the later ones told what was
-    /// wrong with the earlier. Installs the first valid plan.
-    pub(super) async fn plan_round(&mut self, replan: Option<ReplanInfo>) -> Result<Step<()>, StoreError> {
-        let phase = if replan.is_some() { Phase::Replan } else { Phase::Initial };
+    /// Creates a new run in one commit: its row (`planning` from the start), its `start` frame and
+    /// the first `plan_requested`. Then [`Self::drive`] it from [`Resume::Requested`].
+    ///
+    /// [`Resume::Requested`]: crate::run::checkpoint::Resume::Requested
+    pub(in crate::run) async fn open(&mut self, start: Start, mut row: RunRow) -> Result<(), StoreError> {
         self.capabilities = self.services.registry.snapshot();
+        let requested = self.plan_request(Phase::Initial, None);
+        self.status = RunStatus::Planning;
+        row.status = RunStatus::Planning.as_str().into();
+        row.planner_attempts = self.planner_attempts as i32;
+        self.commit(vec![Event::Start(start), requested], RunUpdate::NONE, move |conn| runs::insert(conn, &row)).await
+    }
+
+    /// The next planner attempt's `plan_requested`.
+    fn plan_request(&mut self, phase: Phase, replan: Option<ReplanInfo>) -> Event {
+        self.planner_attempts += 1;
+        Event::PlanRequested(PlanRequested {
+            attempt: self.planner_attempts,
+            phase,
+            capabilities: self.capability_summaries(),
+            budget: self.budget.view(),
+            replan,
+        })
+    }
+
+    /// One planning round: up to [`planner::DRAFT_ATTEMPTS`] drafts, the later ones told what was
+    /// wrong with the earlier. Installs the first valid plan. `requested`: the round's first
+    /// `plan_requested` is committed already (a new run's, by [`Self::open`]).
+    pub(super) async fn plan_round(
+        &mut self,
+        replan: Option<ReplanInfo>,
+        mut requested: bool,
+    ) -> Result<Step<()>, StoreError> {
+        let phase = if replan.is_some() { Phase::Replan } else { Phase::Initial };
+        if !requested {
+            self.capabilities = self.services.registry.snapshot();
+        }
         let mut rejected: Vec<Diagnostic> = Vec::new();
         for _ in 0..planner::DRAFT_ATTEMPTS {
-            self.planner_attempts += 1;
+            if !std::mem::take(&mut requested) {
+                let event = self.plan_request(phase, replan.clone());
+                let to = (self.status != RunStatus::Planning).then_some(RunStatus::Planning);
+                self.commit(vec![event], RunUpdate { to, progress: true }, |_| Ok(())).await?;
+            }
             let attempt = self.planner_attempts;
-            let requested = Event::PlanRequested(PlanRequested {
-                attempt,
-                phase,
-                capabilities: self.capability_summaries(),
-                budget: self.budget.view(),
-                replan: replan.clone(),
-            });
-            let to = (self.status != RunStatus::Planning).then_some(RunStatus::Planning);
-            self.commit(vec![requested], RunUpdate { to, progress: true }, |_| Ok(())).await?;
 
             let draft = match self.draft_with_retries(&replan, &rejected).await? {
                 Ok(draft) => draft,
