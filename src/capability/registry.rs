@@ -106,7 +106,7 @@ impl Registry {
             registered_at: now,
             updated_at: now,
         };
-        self.store.write(move |conn| rows::save(conn, row)).await?;
+        self.store.write(move |conn| rows::save(conn, row.clone())).await?;
         let mut current = self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut next = Capabilities::clone(&current);
         next.insert(capability.id.clone(), capability.clone());

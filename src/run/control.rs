@@ -108,7 +108,7 @@ pub async fn apply(services: &Arc<Services>, run_id: &str, command: Command) -> 
     // A refusal writes nothing; a failed write rolls the whole command back.
     let committed = services
         .store
-        .write(move |conn| match commit(conn, &shared, &id, command) {
+        .write(move |conn| match commit(conn, &shared, &id, command.clone()) {
             Ok(committed) => Ok(Ok(committed)),
             Err(ControlError::Refused(refusal)) => Ok(Err(refusal)),
             Err(ControlError::Store(error)) => Err(error),

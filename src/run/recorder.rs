@@ -33,7 +33,7 @@ impl Recorder {
     /// On failure nothing is committed and the sequence numbers are reused.
     pub async fn record<F>(&mut self, events: Vec<Event>, write: F) -> Result<(), StoreError>
     where
-        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + 'static,
+        F: Fn(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
     {
         let frames: Arc<[Frame]> = events
             .iter()

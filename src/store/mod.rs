@@ -2,8 +2,9 @@
 //! through one [`DbConn`] (`MultiConnection`) so every query is written once.
 //!
 //! Reads use a small connection pool. Writes go through one writer thread that *group-commits*:
-//! it takes every write waiting in its queue, runs each in its own savepoint inside a single
-//! transaction, commits once and only then answers each caller. That is SQLite's single-writer
+//! it takes every write waiting in its queue, runs them all inside a single transaction, commits
+//! once and only then answers each caller. Should one of them fail, the batch is rolled back and
+//! run again with each write in its own savepoint, so only the failed write is lost. That is SQLite's single-writer
 //! model made explicit (no `SQLITE_BUSY` between flexrun's own writers) and it amortises the
 //! commit over concurrent runs. A caller is answered only after its write is durable, which is
 //! what "a frame is in the event log before it is sent" relies on.
@@ -240,10 +241,11 @@ impl Store {
         self.read(|conn| Ok(diesel::sql_query("SELECT 1").execute(conn).map(drop)?)).await
     }
 
-    /// Runs `f` atomically (all of it or none) and returns once it is committed.
+    /// Runs `f` atomically (all of it or none) and returns once it is committed. `f` may run
+    /// twice (see the writer's group commit), so it must only act on the database.
     pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
     where
-        F: FnOnce(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
+        F: Fn(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
         self.writer.submit(f).await

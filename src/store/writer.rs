@@ -12,30 +12,61 @@ use super::{DbConn, StoreError};
 /// Most writes folded into one transaction.
 const MAX_BATCH: usize = 256;
 
-/// How one write is kept apart from the others of its batch.
+/// How the writes of one batch share its transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Isolation {
-    /// Alone in the batch: the batch transaction itself is enough.
-    Transaction,
-    /// Shares the batch: its own savepoint, so a failure rolls back only this write.
+    /// Straight in the batch transaction: the first failure rolls back the whole batch.
+    Shared,
+    /// Each in its own savepoint, so a failure rolls back only that write.
     Savepoint,
 }
 
-/// Reports the commit outcome to the caller of one write.
-type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
-/// One write: runs inside the batch transaction; returns how to answer its caller and whether it
-/// succeeded.
-type Job = Box<dyn FnOnce(&mut DbConn, Isolation) -> (Finish, bool) + Send>;
+/// One write: run in a batch transaction (a second time, if the first attempt at its batch was
+/// rolled back), then told how the commit went.
+trait Job: Send {
+    /// Runs the write, replacing the outcome of an earlier run; says whether it succeeded.
+    fn run(&mut self, conn: &mut DbConn, isolation: Isolation) -> bool;
+    /// Answers the write's caller: the commit's outcome, then the write's own.
+    fn finish(self: Box<Self>, commit: Result<(), String>);
+}
+
+/// A submitted write and its caller's answer channel.
+struct Write<F, T> {
+    write: F,
+    outcome: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<F, T> Job for Write<F, T>
+where
+    F: Fn(&mut DbConn) -> Result<T, StoreError> + Send,
+    T: Send,
+{
+    fn run(&mut self, conn: &mut DbConn, isolation: Isolation) -> bool {
+        let outcome = match isolation {
+            Isolation::Shared => (self.write)(conn),
+            Isolation::Savepoint => conn.transaction(|conn| (self.write)(conn)),
+        };
+        let succeeded = outcome.is_ok();
+        self.outcome = Some(outcome);
+        succeeded
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), String>) {
+        let outcome = self.outcome.unwrap_or_else(|| Err(StoreError::Commit("the write did not run".into())));
+        let _ = self.reply.send(commit.map_err(StoreError::Commit).and(outcome));
+    }
+}
 
 #[derive(Clone)]
 pub(super) struct Writer {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Box<dyn Job>>,
 }
 
 impl Writer {
     /// Moves `conn` to a new thread that executes submitted writes until every handle is dropped.
     pub(super) fn start(mut conn: DbConn) -> std::io::Result<Self> {
-        let (jobs, queue) = mpsc::channel::<Job>();
+        let (jobs, queue) = mpsc::channel::<Box<dyn Job>>();
         thread::Builder::new().name("flexrun-db-writer".into()).spawn(move || {
             while let Ok(first) = queue.recv() {
                 let mut batch = vec![first];
@@ -46,52 +77,64 @@ impl Writer {
         Ok(Self { jobs })
     }
 
-    pub(super) async fn submit<T, F>(&self, f: F) -> Result<T, StoreError>
+    /// Queues `write` and waits for its commit. It may run twice (the first attempt rolled back
+    /// because another write of its batch failed), so it must not act outside the database.
+    pub(super) async fn submit<T, F>(&self, write: F) -> Result<T, StoreError>
     where
-        F: FnOnce(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
+        F: Fn(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job: Job = Box::new(move |conn, isolation| {
-            let outcome = match isolation {
-                Isolation::Savepoint => conn.transaction(f),
-                Isolation::Transaction => f(conn),
-            };
-            let succeeded = outcome.is_ok();
-            let finish: Finish = Box::new(move |commit: Result<(), String>| {
-                let _ = reply.send(commit.map_err(StoreError::Commit).and(outcome));
-            });
-            (finish, succeeded)
-        });
+        let job: Box<dyn Job> = Box::new(Write { write, outcome: None, reply });
         self.jobs.send(job).map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
     }
 }
 
-fn commit_batch(conn: &mut DbConn, batch: Vec<Job>) {
-    let isolation = if batch.len() == 1 { Isolation::Transaction } else { Isolation::Savepoint };
-    let mut finishers = Vec::with_capacity(batch.len());
-    let mut failed = false;
-    let committed = conn.transaction::<_, DieselError, _>(|conn| {
-        for job in batch {
-            let (finish, succeeded) = job(conn, isolation);
-            failed |= !succeeded;
-            finishers.push(finish);
-        }
-        // A lone write that failed must leave nothing behind: roll the transaction back.
-        if failed && isolation == Isolation::Transaction { Err(DieselError::RollbackTransaction) } else { Ok(()) }
-    });
-    let outcome = match committed {
-        Ok(()) => Ok(()),
-        // The write's own error is what its caller hears about.
-        Err(DieselError::RollbackTransaction) if failed => Ok(()),
-        Err(error) => {
-            tracing::error!(%error, writes = finishers.len(), "database commit failed");
-            Err(error.to_string())
+/// How one attempt at a batch went.
+enum Attempt {
+    Committed,
+    /// A write failed and everything was rolled back (only in [`Isolation::Shared`]).
+    WriteFailed,
+    CommitFailed(String),
+}
+
+/// Commits a batch. First every write shares the transaction, with no savepoint to pay for; only
+/// if one of them fails is the batch run again, each write in its own savepoint, so the failure
+/// rolls back that write alone and the others still commit.
+fn commit_batch(conn: &mut DbConn, mut batch: Vec<Box<dyn Job>>) {
+    let attempt = match attempt(conn, &mut batch, Isolation::Shared) {
+        Attempt::WriteFailed if batch.len() > 1 => attempt(conn, &mut batch, Isolation::Savepoint),
+        other => other,
+    };
+    let commit = match attempt {
+        // A lone write that failed: its own error is what its caller hears about.
+        Attempt::Committed | Attempt::WriteFailed => Ok(()),
+        Attempt::CommitFailed(error) => {
+            tracing::error!(%error, writes = batch.len(), "database commit failed");
+            Err(error)
         }
     };
-    metrics::histogram!("flexrun_db_writes_per_commit").record(finishers.len() as f64);
-    for finish in finishers {
-        finish(outcome.clone());
+    metrics::histogram!("flexrun_db_writes_per_commit").record(batch.len() as f64);
+    for job in batch {
+        job.finish(commit.clone());
+    }
+}
+
+fn attempt(conn: &mut DbConn, batch: &mut [Box<dyn Job>], isolation: Isolation) -> Attempt {
+    let mut failed = false;
+    let committed = conn.transaction::<_, DieselError, _>(|conn| {
+        for job in batch.iter_mut() {
+            if !job.run(conn, isolation) && isolation == Isolation::Shared {
+                failed = true;
+                return Err(DieselError::RollbackTransaction);
+            }
+        }
+        Ok(())
+    });
+    match committed {
+        Ok(()) => Attempt::Committed,
+        Err(DieselError::RollbackTransaction) if failed => Attempt::WriteFailed,
+        Err(error) => Attempt::CommitFailed(error.to_string()),
     }
 }

@@ -153,7 +153,7 @@ impl Coordinator {
         write: F,
     ) -> Result<(), StoreError>
     where
-        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
+        F: Fn(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
     {
         tracing::info!(run_id = %self.run_id(), code = failure.code, message = %failure.message, "run failed");
         let error = failure.error_json();

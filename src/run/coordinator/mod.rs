@@ -184,7 +184,7 @@ fn retry_event(scope: &'static str, node_id: Option<String>, retry: Retry, error
 }
 
 /// A database write committed together with frames.
-type Write = Box<dyn FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync>;
+type Write = Box<dyn Fn(&mut DbConn) -> Result<(), StoreError> + Send + Sync>;
 
 type NodeRun = BoxFuture<'static, (String, Result<Reply, CapabilityError>)>;
 
@@ -392,7 +392,7 @@ impl Coordinator {
     /// staged), in one transaction.
     async fn commit<F>(&mut self, events: Vec<Event>, update: RunUpdate, write: F) -> Result<(), StoreError>
     where
-        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
+        F: Fn(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
     {
         self.stage(events, update, write);
         self.flush().await
@@ -403,7 +403,7 @@ impl Coordinator {
     /// several changes cost one transaction. The run's status moves on right away.
     fn stage<F>(&mut self, events: Vec<Event>, update: RunUpdate, write: F)
     where
-        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
+        F: Fn(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
     {
         let transition = update.to.map(|to| (std::mem::replace(&mut self.status, to), to));
         let progress = update.progress.then(|| self.progress());
@@ -420,7 +420,7 @@ impl Coordinator {
         write: F,
     ) -> Result<(), StoreError>
     where
-        F: FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
+        F: Fn(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
     {
         let transition = Some((std::mem::replace(&mut self.status, to), to));
         self.staged.push(Staged { events, transition, progress: None, outcome: Some(outcome), write: Box::new(write) });
@@ -437,7 +437,7 @@ impl Coordinator {
         let run_id = self.run_id();
         self.recorder
             .record(events, move |conn| {
-                for change in staged {
+                for change in &staged {
                     match (change.transition, &change.progress, &change.outcome) {
                         (Some((from, to)), _, Some(outcome)) => runs::end(conn, &run_id, from, to, outcome)?,
                         (Some((from, to)), progress, None) => {
@@ -827,7 +827,7 @@ impl Coordinator {
         self.stage(vec![event], RunUpdate::NONE, move |conn| {
             let key = (run_id.as_str(), version, node_id.as_str());
             plans::node_finished(conn, key, "completed", Some(&output_json), None, finished)?;
-            results_json.map_or(Ok(()), |results| plans::node_post_conditions(conn, key, &results))
+            results_json.as_deref().map_or(Ok(()), |results| plans::node_post_conditions(conn, key, results))
         });
         self.nodes.insert(node.id.clone(), NodeStatus::Completed);
         self.completed.retain(|w| w.node_id != node.id);

@@ -45,7 +45,7 @@ impl Coordinator {
         &mut self,
         subject: HitlSubject,
         context: Value,
-        write: impl FnOnce(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
+        write: impl Fn(&mut DbConn) -> Result<(), StoreError> + Send + Sync + 'static,
     ) -> Result<(), StoreError> {
         let version = self.plan_version();
         let info = self.request(HitlKind::Approval, subject, operator::question(subject, version), None, context);
