@@ -59,8 +59,7 @@ pub enum StartError {
 /// Creates a run for a validated envelope and starts its coordinator in the background.
 ///
 /// Returns once the run row, its `start` frame (seq 1) and its first `plan_requested` are committed
-/// together; the run then
-/// proceeds whether or not anyone reads `frames`. With an `idempotency` key that already made a
+/// together; the run then proceeds whether or not anyone reads `frames`. With an `idempotency` key that already made a
 /// run, that run's stream is returned instead (from `start`), if the request body is the same.
 pub async fn start(
     services: &Arc<Services>,
@@ -88,7 +87,8 @@ pub async fn start(
     let now = started_at.naive_utc();
     let row = RunRow {
         run_id: run_id.clone(),
-        status: RunStatus::Pending.as_str().to_string(),
+        // Committed with the first plan request (`Coordinator::open`).
+        status: RunStatus::Planning.as_str().to_string(),
         objective: envelope.objective.clone(),
         envelope: envelope.raw.to_string(),
         thread_id: envelope.thread_id.clone(),

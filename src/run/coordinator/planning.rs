@@ -23,7 +23,6 @@ impl Coordinator {
         self.capabilities = self.services.registry.snapshot();
         let requested = self.plan_request(Phase::Initial, None);
         self.status = RunStatus::Planning;
-        row.status = RunStatus::Planning.as_str().into();
         row.planner_attempts = self.planner_attempts as i32;
         self.commit(vec![Event::Start(start), requested], RunUpdate::NONE, move |conn| runs::insert(conn, &row)).await
     }
