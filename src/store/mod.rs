@@ -263,7 +263,7 @@ mod tests {
     use crate::run::RunStatus;
     use runs::RunRow;
 
-    fn run_row(id: &str) -> RunRow {
+    pub(super) fn run_row(id: &str) -> RunRow {
         RunRow {
             run_id: id.into(),
             status: "pending".into(),

@@ -138,3 +138,67 @@ fn attempt(conn: &mut DbConn, batch: &mut [Box<dyn Job>], isolation: Isolation) 
         Err(error) => Attempt::CommitFailed(error.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use diesel_migrations::MigrationHarness;
+
+    use super::*;
+    use crate::store::{configure, runs, tests::run_row};
+
+    fn connection(dir: &tempfile::TempDir) -> DbConn {
+        let mut conn = DbConn::establish(dir.path().join("t.db").to_str().unwrap()).unwrap();
+        configure(&mut conn).unwrap();
+        conn.run_pending_migrations(crate::store::MIGRATIONS).unwrap();
+        conn
+    }
+
+    /// A write that inserts run `id` (then fails, if `fail`), counting how often it ran.
+    fn insert(
+        id: &'static str,
+        fail: bool,
+        runs_made: Arc<AtomicUsize>,
+    ) -> (Box<dyn Job>, oneshot::Receiver<Result<(), StoreError>>) {
+        let (reply, answer) = oneshot::channel();
+        let write = move |conn: &mut DbConn| {
+            runs_made.fetch_add(1, Ordering::SeqCst);
+            runs::insert(conn, &run_row(id))?;
+            if fail { Err(StoreError::Conflict("refused".into())) } else { Ok(()) }
+        };
+        (Box::new(Write { write, outcome: None, reply }), answer)
+    }
+
+    #[test]
+    fn a_failing_write_makes_its_batch_run_again_with_a_savepoint_per_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = connection(&dir);
+        let counts: Vec<Arc<AtomicUsize>> = (0..3).map(|_| Arc::default()).collect();
+        let (a, a_answer) = insert("a", false, counts[0].clone());
+        let (b, b_answer) = insert("b", true, counts[1].clone());
+        let (c, c_answer) = insert("c", false, counts[2].clone());
+        commit_batch(&mut conn, vec![a, b, c]);
+        assert!(a_answer.blocking_recv().unwrap().is_ok());
+        assert!(matches!(b_answer.blocking_recv().unwrap(), Err(StoreError::Conflict(_))));
+        assert!(c_answer.blocking_recv().unwrap().is_ok());
+        // Shared attempt: a, then b fails and stops it; savepoint attempt: a, b, c.
+        let ran: Vec<usize> = counts.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+        assert_eq!(ran, [2, 2, 1]);
+        assert!(runs::get(&mut conn, "a").is_ok() && runs::get(&mut conn, "c").is_ok());
+        assert!(runs::get(&mut conn, "b").is_err(), "the failed write left nothing");
+    }
+
+    #[test]
+    fn a_batch_that_succeeds_runs_each_write_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = connection(&dir);
+        let count = Arc::new(AtomicUsize::new(0));
+        let (jobs, answers): (Vec<_>, Vec<_>) =
+            ["a", "b", "c"].into_iter().map(|id| insert(id, false, count.clone())).unzip();
+        commit_batch(&mut conn, jobs);
+        assert!(answers.into_iter().all(|answer| answer.blocking_recv().unwrap().is_ok()));
+        assert_eq!(count.load(Ordering::SeqCst), 3);
+    }
+}
