@@ -204,8 +204,21 @@ fn connection_url(url: &str) -> Result<String, StoreError> {
 }
 
 impl Store {
-    /// Opens the database at `url`, applies pending migrations and starts the writer.
+    /// Opens the database at `url`, applies pending migrations and starts the writer, which
+    /// answers each write from its own thread.
     pub fn open(url: &str) -> Result<Self, StoreError> {
+        Self::start(url, None)
+    }
+
+    /// Like [`Store::open`], but the writer answers the writes of each commit from one task on
+    /// `runtime`, which wakes that runtime once per commit instead of once per write (see
+    /// `Writer::start`). For the runtime that submits most writes; it must be driven for as long
+    /// as the store is used, or writes are not answered.
+    pub fn open_answering_on(url: &str, runtime: tokio::runtime::Handle) -> Result<Self, StoreError> {
+        Self::start(url, Some(runtime))
+    }
+
+    fn start(url: &str, answers: Option<tokio::runtime::Handle>) -> Result<Self, StoreError> {
         let url = connection_url(url)?;
         let mut conn = DbConn::establish(&url).map_err(|e| StoreError::Connection(e.to_string()))?;
         configure(&mut conn)?;
@@ -216,7 +229,8 @@ impl Store {
             .connection_customizer(Box::new(SqliteSettings))
             .build(ConnectionManager::new(url))
             .map_err(|e| StoreError::Connection(e.to_string()))?;
-        let writer = Writer::start(conn).map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?;
+        let writer =
+            Writer::start(conn, answers).map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?;
         Ok(Self { reads, writer })
     }
 

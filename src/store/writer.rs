@@ -5,6 +5,7 @@ use std::thread;
 
 use diesel::Connection;
 use diesel::result::Error as DieselError;
+use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::{DbConn, StoreError};
@@ -65,13 +66,25 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Moves `conn` to a new thread that executes submitted writes until every handle is dropped.
-    pub(super) fn start(mut conn: DbConn) -> std::io::Result<Self> {
+    ///
+    /// With `answers`, a batch's callers are answered by one task spawned on that runtime instead
+    /// of by the writer thread: waking a task of a current-thread runtime from another thread
+    /// costs a system call per task, from one of its own tasks nothing, so the runtime that
+    /// submits most writes (the run coordinators') is woken once per commit rather than once per
+    /// write. Callers on other runtimes are answered from that task, as cheaply as before.
+    pub(super) fn start(mut conn: DbConn, answers: Option<Handle>) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Box<dyn Job>>();
         thread::Builder::new().name("flexrun-db-writer".into()).spawn(move || {
             while let Ok(first) = queue.recv() {
                 let mut batch = vec![first];
                 batch.extend(queue.try_iter().take(MAX_BATCH - 1));
-                commit_batch(&mut conn, batch);
+                let commit = commit_batch(&mut conn, &mut batch);
+                let answered = Answers { batch, commit };
+                match &answers {
+                    // A runtime that has shut down drops the task unpolled, which still answers.
+                    Some(runtime) => drop(runtime.spawn(async move { drop(answered) })),
+                    None => drop(answered),
+                }
             }
         })?;
         Ok(Self { jobs })
@@ -99,25 +112,37 @@ enum Attempt {
     CommitFailed(String),
 }
 
-/// Commits a batch. First every write shares the transaction, with no savepoint to pay for; only
-/// if one of them fails is the batch run again, each write in its own savepoint, so the failure
-/// rolls back that write alone and the others still commit.
-fn commit_batch(conn: &mut DbConn, mut batch: Vec<Box<dyn Job>>) {
-    let attempt = match attempt(conn, &mut batch, Isolation::Shared) {
-        Attempt::WriteFailed if batch.len() > 1 => attempt(conn, &mut batch, Isolation::Savepoint),
+/// Commits a batch and says how the commit went. First every write shares the transaction, with
+/// no savepoint to pay for; only if one of them fails is the batch run again, each write in its
+/// own savepoint, so the failure rolls back that write alone and the others still commit.
+fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn Job>]) -> Result<(), String> {
+    let attempt = match attempt(conn, batch, Isolation::Shared) {
+        Attempt::WriteFailed if batch.len() > 1 => attempt(conn, batch, Isolation::Savepoint),
         other => other,
     };
-    let commit = match attempt {
+    metrics::histogram!("flexrun_db_writes_per_commit").record(batch.len() as f64);
+    match attempt {
         // A lone write that failed: its own error is what its caller hears about.
         Attempt::Committed | Attempt::WriteFailed => Ok(()),
         Attempt::CommitFailed(error) => {
             tracing::error!(%error, writes = batch.len(), "database commit failed");
             Err(error)
         }
-    };
-    metrics::histogram!("flexrun_db_writes_per_commit").record(batch.len() as f64);
-    for job in batch {
-        job.finish(commit.clone());
+    }
+}
+
+/// A committed batch whose callers are told how their writes went when it is dropped, wherever
+/// that happens: so no caller is left waiting, even if the task meant to answer never runs.
+struct Answers {
+    batch: Vec<Box<dyn Job>>,
+    commit: Result<(), String>,
+}
+
+impl Drop for Answers {
+    fn drop(&mut self) {
+        for job in self.batch.drain(..) {
+            job.finish(self.commit.clone());
+        }
     }
 }
 
@@ -179,7 +204,10 @@ mod tests {
         let (a, a_answer) = insert("a", false, counts[0].clone());
         let (b, b_answer) = insert("b", true, counts[1].clone());
         let (c, c_answer) = insert("c", false, counts[2].clone());
-        commit_batch(&mut conn, vec![a, b, c]);
+        let mut batch = vec![a, b, c];
+        let commit = commit_batch(&mut conn, &mut batch);
+        assert_eq!(commit, Ok(()));
+        drop(Answers { batch, commit });
         assert!(a_answer.blocking_recv().unwrap().is_ok());
         assert!(matches!(b_answer.blocking_recv().unwrap(), Err(StoreError::Conflict(_))));
         assert!(c_answer.blocking_recv().unwrap().is_ok());
@@ -195,10 +223,39 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = connection(&dir);
         let count = Arc::new(AtomicUsize::new(0));
-        let (jobs, answers): (Vec<_>, Vec<_>) =
+        let (mut jobs, answers): (Vec<_>, Vec<_>) =
             ["a", "b", "c"].into_iter().map(|id| insert(id, false, count.clone())).unzip();
-        commit_batch(&mut conn, jobs);
+        let commit = commit_batch(&mut conn, &mut jobs);
+        drop(Answers { batch: jobs, commit });
         assert!(answers.into_iter().all(|answer| answer.blocking_recv().unwrap().is_ok()));
         assert_eq!(count.load(Ordering::SeqCst), 3);
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn writes_are_answered_through_the_answer_runtime_whichever_runtime_submitted_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let answers = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+        let writer = Writer::start(connection(&dir), Some(answers.handle().clone())).unwrap();
+        let insert = |id: &'static str| move |conn: &mut DbConn| runs::insert(conn, &run_row(id));
+        answers.block_on(writer.submit(insert("on-the-answer-runtime"))).unwrap();
+        // A current-thread runtime of its own, as the HTTP workers have: answered from the other.
+        runtime().block_on(writer.submit(insert("elsewhere"))).unwrap();
+        let mut conn = connection(&dir);
+        assert!(runs::get(&mut conn, "on-the-answer-runtime").is_ok() && runs::get(&mut conn, "elsewhere").is_ok());
+    }
+
+    #[test]
+    fn writes_are_still_answered_after_the_answer_runtime_has_shut_down() {
+        let dir = tempfile::tempdir().unwrap();
+        let answers = runtime();
+        let writer = Writer::start(connection(&dir), Some(answers.handle().clone())).unwrap();
+        drop(answers);
+        let write = |conn: &mut DbConn| runs::insert(conn, &run_row("late"));
+        runtime().block_on(writer.submit(write)).expect("answered, not left waiting or told the writer is gone");
+        assert!(runs::get(&mut connection(&dir), "late").is_ok());
     }
 }
