@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use diesel::prelude::*;
 
+use super::fixed::fixed;
 use super::schema::run_events;
 use super::{DbConn, StoreError};
 use crate::events::Frame;
@@ -29,7 +30,8 @@ pub fn append(conn: &mut DbConn, run_id: &str, frames: &[Frame]) -> Result<(), S
             frame: &frame.json,
             created_at: frame.timestamp.naive_utc(),
         };
-        super::on_backend!(conn, |c| diesel::insert_into(run_events::table).values(&row).execute(c))?;
+        let insert = fixed!(diesel::insert_into(run_events::table).values(&row));
+        super::on_backend!(conn, |c| insert.execute(c))?;
     }
     Ok(())
 }

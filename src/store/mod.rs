@@ -23,77 +23,9 @@ macro_rules! on_backend {
 }
 pub(crate) use on_backend;
 
-/// `UPDATE <table> SET <values> WHERE <predicate>` that SQLite prepares once per connection and
-/// finds again without building its SQL text.
-///
-/// diesel marks every `UpdateStatement` as unsafe to cache (a changeset of `Option`s changes its
-/// SQL from call to call), so each update would be parsed again on every call. The updates
-/// flexrun makes per frame have a fixed shape: each is built at one call site by
-/// [`fixed_update!`], whose own marker type `K` keys the statement cache. Only use it with values
-/// whose columns do not vary.
-#[derive(Debug, Clone, Copy)]
-pub struct FixedUpdate<K, F, V, P> {
-    site: std::marker::PhantomData<K>,
-    from: F,
-    values: V,
-    predicate: P,
-}
-
-/// Builds a [`FixedUpdate`] keyed by `K`; see [`fixed_update!`].
-pub fn fixed_update_at<K, T, V, P>(table: T, values: V, predicate: P) -> FixedUpdate<K, T::FromClause, V::Changeset, P>
-where
-    T: diesel::Table,
-    V: diesel::AsChangeset<Target = T>,
-{
-    FixedUpdate {
-        site: std::marker::PhantomData,
-        from: diesel::QuerySource::from_clause(&table),
-        values: values.as_changeset(),
-        predicate,
-    }
-}
-
-/// `fixed_update!(table, values, predicate)`: a [`FixedUpdate`] keyed by this call site.
-macro_rules! fixed_update {
-    ($table:expr, $values:expr, $predicate:expr $(,)?) => {{
-        /// This call site, as the statement cache's key for the statement it builds.
-        enum Site {}
-        $crate::store::fixed_update_at::<Site, _, _, _>($table, $values, $predicate)
-    }};
-}
-
-impl<K, F, V, P, DB> diesel::query_builder::QueryFragment<DB> for FixedUpdate<K, F, V, P>
-where
-    DB: diesel::backend::Backend,
-    F: diesel::query_builder::QueryFragment<DB>,
-    V: diesel::query_builder::QueryFragment<DB>,
-    P: diesel::query_builder::QueryFragment<DB>,
-{
-    fn walk_ast<'b>(&'b self, mut out: diesel::query_builder::AstPass<'_, 'b, DB>) -> diesel::QueryResult<()> {
-        out.push_sql("UPDATE ");
-        self.from.walk_ast(out.reborrow())?;
-        out.push_sql(" SET ");
-        self.values.walk_ast(out.reborrow())?;
-        out.push_sql(" WHERE ");
-        self.predicate.walk_ast(out.reborrow())
-    }
-
-    /// Its shape never varies (see the type's docs), so no walk over it is needed to know.
-    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> diesel::QueryResult<bool> {
-        Ok(true)
-    }
-}
-
-/// The call site's marker: one call site, one SQL text.
-impl<K: 'static, F, V, P> diesel::query_builder::QueryId for FixedUpdate<K, F, V, P> {
-    type QueryId = K;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl<K, F, V, P, C> diesel::RunQueryDsl<C> for FixedUpdate<K, F, V, P> {}
-
 pub mod capabilities;
 pub mod events;
+pub mod fixed;
 pub mod hitl;
 pub mod plans;
 pub mod runs;
@@ -351,7 +283,9 @@ mod tests {
     }
 
     #[test]
-    fn per_frame_updates_are_prepared_once() {
+    fn per_frame_statements_are_prepared_once() {
+        use crate::events::payload::Log;
+        use crate::events::{Event, Frame, FrameHeader};
         use diesel::connection::InstrumentationEvent;
         use std::sync::{Arc, Mutex};
         let (dir, store) = temp_store();
@@ -369,11 +303,27 @@ mod tests {
         });
         runs::insert(&mut conn, &run_row("r")).unwrap();
         let inserts = *cached.lock().unwrap();
-        for _ in 0..3 {
+        let header = FrameHeader { run_id: "r".into(), correlation_id: "c".into(), plan_version: None };
+        for i in 0..3 {
             runs::save_outcome(&mut conn, "r", None, Some("{}")).unwrap();
             plans::node_started(&mut conn, ("r", 1, "n"), "running", now()).ok();
+            let log = Log { severity: "info".into(), message: "m".into(), details: None };
+            let frame = Frame::encode(&header, i + 1, &Event::Log(log));
+            events::append(&mut conn, "r", &[frame]).unwrap();
+            let output = plans::RunOutputRow {
+                run_id: "r".into(),
+                plan_version: 1,
+                status: format!("evaluation {i}"),
+                output: "{}".into(),
+                goal_condition_results: "[]".into(),
+                recorded_at: now(),
+            };
+            plans::record_output(&mut conn, &output).unwrap();
         }
-        assert_eq!(*cached.lock().unwrap() - inserts, 2, "two statements, each prepared once");
+        assert_eq!(*cached.lock().unwrap() - inserts, 4, "four statements, each prepared once");
+        let outputs = plans::outputs(&mut conn, "r").unwrap();
+        assert_eq!(outputs.len(), 1, "one evaluation per plan version, replaced");
+        assert_eq!(outputs[0].status, "evaluation 2");
     }
 
     #[tokio::test]

@@ -3,6 +3,7 @@
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
+use super::fixed::{fixed, update, upsert};
 use super::schema::{plan_nodes, plan_versions, run_outputs};
 use super::{DbConn, StoreError};
 
@@ -61,8 +62,8 @@ pub fn node_started(
     at: NaiveDateTime,
 ) -> Result<(), StoreError> {
     let values = (plan_nodes::status.eq(status), plan_nodes::started_at.eq(Some(at)));
-    let update = fixed_update!(plan_nodes::table, values, node(run_id, plan_version, node_id));
-    let updated = super::on_backend!(conn, |c| update.execute(c))?;
+    let statement = fixed!(update(plan_nodes::table, values, node(run_id, plan_version, node_id)));
+    let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     found(updated, node_id, plan_version)
 }
 
@@ -72,8 +73,9 @@ pub fn node_waiting(
     (run_id, plan_version, node_id): (&str, i32, &str),
     status: &str,
 ) -> Result<(), StoreError> {
-    let update = fixed_update!(plan_nodes::table, plan_nodes::status.eq(status), node(run_id, plan_version, node_id));
-    let updated = super::on_backend!(conn, |c| update.execute(c))?;
+    let statement =
+        fixed!(update(plan_nodes::table, plan_nodes::status.eq(status), node(run_id, plan_version, node_id)));
+    let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     found(updated, node_id, plan_version)
 }
 
@@ -83,12 +85,12 @@ pub fn node_post_conditions(
     (run_id, plan_version, node_id): (&str, i32, &str),
     results: &str,
 ) -> Result<(), StoreError> {
-    let update = fixed_update!(
+    let statement = fixed!(update(
         plan_nodes::table,
         plan_nodes::post_condition_results.eq(Some(results)),
-        node(run_id, plan_version, node_id),
-    );
-    let updated = super::on_backend!(conn, |c| update.execute(c))?;
+        node(run_id, plan_version, node_id)
+    ));
+    let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     found(updated, node_id, plan_version)
 }
 
@@ -107,8 +109,8 @@ pub fn node_finished(
         plan_nodes::error.eq(error),
         plan_nodes::completed_at.eq(Some(at)),
     );
-    let update = fixed_update!(plan_nodes::table, values, node(run_id, plan_version, node_id));
-    let updated = super::on_backend!(conn, |c| update.execute(c))?;
+    let statement = fixed!(update(plan_nodes::table, values, node(run_id, plan_version, node_id)));
+    let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     found(updated, node_id, plan_version)
 }
 
@@ -149,12 +151,9 @@ pub fn record_output(conn: &mut DbConn, row: &RunOutputRow) -> Result<(), StoreE
         run_outputs::goal_condition_results.eq(&row.goal_condition_results),
         run_outputs::recorded_at.eq(row.recorded_at),
     );
-    super::on_backend!(conn, |c| diesel::insert_into(run_outputs::table)
-        .values(row)
-        .on_conflict((run_outputs::run_id, run_outputs::plan_version))
-        .do_update()
-        .set(evaluation)
-        .execute(c))?;
+    let insert = diesel::insert_into(run_outputs::table).values(row);
+    let upsert = fixed!(upsert(insert, &["run_id", "plan_version"], evaluation));
+    super::on_backend!(conn, |c| upsert.execute(c))?;
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
+use super::fixed::{fixed, update};
 use super::schema::runs;
 use super::{DbConn, StoreError};
 use crate::run::RunStatus;
@@ -116,8 +117,8 @@ pub fn active_ids(conn: &mut DbConn) -> Result<Vec<String>, StoreError> {
 // Every update below has a fixed shape, so SQLite prepares it once per connection.
 
 pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {
-    let update = fixed_update!(runs::table, (progress, runs::updated_at.eq(super::now())), runs::run_id.eq(run_id));
-    super::on_backend!(conn, |c| update.execute(c))?;
+    let statement = fixed!(update(runs::table, (progress, runs::updated_at.eq(super::now())), runs::run_id.eq(run_id)));
+    super::on_backend!(conn, |c| statement.execute(c))?;
     Ok(())
 }
 
@@ -128,8 +129,9 @@ pub fn save_outcome(
     result: Option<&str>,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
-    let update = fixed_update!(runs::table, (runs::result.eq(result), runs::error.eq(error)), runs::run_id.eq(run_id));
-    super::on_backend!(conn, |c| update.execute(c))?;
+    let statement =
+        fixed!(update(runs::table, (runs::result.eq(result), runs::error.eq(error)), runs::run_id.eq(run_id)));
+    super::on_backend!(conn, |c| statement.execute(c))?;
     Ok(())
 }
 
@@ -155,12 +157,12 @@ pub fn transition(
     let status = (runs::status.eq(to.as_str()), runs::updated_at.eq(super::now()));
     let updated = match progress {
         Some(progress) => {
-            let update = fixed_update!(runs::table, (status, progress), run);
-            super::on_backend!(conn, |c| update.execute(c))?
+            let statement = fixed!(update(runs::table, (status, progress), run));
+            super::on_backend!(conn, |c| statement.execute(c))?
         }
         None => {
-            let update = fixed_update!(runs::table, status, run);
-            super::on_backend!(conn, |c| update.execute(c))?
+            let statement = fixed!(update(runs::table, status, run));
+            super::on_backend!(conn, |c| statement.execute(c))?
         }
     };
     moved(conn, run_id, from, updated)
@@ -189,8 +191,8 @@ pub fn end(
         runs::result.eq(result),
         runs::error.eq(error),
     );
-    let update = fixed_update!(runs::table, values, run);
-    let updated = super::on_backend!(conn, |c| update.execute(c))?;
+    let statement = fixed!(update(runs::table, values, run));
+    let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     moved(conn, run_id, from, updated)
 }
 

@@ -1,0 +1,220 @@
+//! Statements whose SQL text never varies, prepared once per connection and found again in
+//! diesel's statement cache without building their SQL.
+//!
+//! diesel keys its statement cache by a statement's SQL text unless the statement's type names
+//! it, and it never caches an `UPDATE` or an upsert, because a changeset of `Option`s changes the
+//! SQL from call to call. Without help each update would be parsed by SQLite again on every call
+//! and each insert would have its SQL built just to look it up. The statements flexrun makes per
+//! frame and per node have a fixed shape: [`fixed!`] wraps one in a [`Fixed`] whose marker type,
+//! declared at the call site, is its cache key. Updates and upserts are written with [`update`]
+//! and [`upsert`], which build the same SQL as diesel without marking it uncacheable.
+//!
+//! Only use it where the SQL cannot vary: no `Option<Eq<…>>` changesets or insertable `Option`
+//! fields (`col.eq(option)` is fine: it binds NULL), no `eq_any`. Debug builds check this on
+//! every execution and panic if a call site produces a second SQL text, or wraps a statement
+//! diesel would not cache anyway.
+
+use std::marker::PhantomData;
+
+use diesel::backend::Backend;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::{AsChangeset, QueryResult, Table};
+
+/// A statement keyed in the statement cache by its call site's marker type `K`; see [`fixed!`].
+#[derive(Debug, Clone, Copy)]
+pub struct Fixed<K, Q> {
+    site: PhantomData<K>,
+    query: Q,
+}
+
+/// Wraps `query` as the statement of call site `K`; use [`fixed!`], which declares `K`.
+pub fn fixed_at<K, Q>(query: Q) -> Fixed<K, Q> {
+    Fixed { site: PhantomData, query }
+}
+
+/// `fixed!(statement)`: the statement as a [`Fixed`] keyed by this call site.
+macro_rules! fixed {
+    ($query:expr $(,)?) => {{
+        /// This call site, as the statement cache's key for the statement it builds.
+        enum Site {}
+        $crate::store::fixed::fixed_at::<Site, _>($query)
+    }};
+}
+pub(crate) use fixed;
+
+impl<K: 'static, Q, DB> QueryFragment<DB> for Fixed<K, Q>
+where
+    DB: Backend + 'static,
+    DB::QueryBuilder: Default,
+    Q: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        #[cfg(debug_assertions)]
+        checks::fixed_and_cacheable::<K, Q, DB>(&self.query, out.backend())?;
+        self.query.walk_ast(out)
+    }
+}
+
+/// The call site's marker: one call site, one SQL text.
+impl<K: 'static, Q> QueryId for Fixed<K, Q> {
+    type QueryId = K;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<K, Q, C> diesel::RunQueryDsl<C> for Fixed<K, Q> {}
+
+/// `UPDATE <table> SET <values> WHERE <predicate>`, as diesel writes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Update<F, V, P> {
+    from: F,
+    values: V,
+    predicate: P,
+}
+
+/// An [`Update`] of the rows of `table` that match `predicate`.
+pub fn update<T, V, P>(table: T, values: V, predicate: P) -> Update<T::FromClause, V::Changeset, P>
+where
+    T: Table,
+    V: AsChangeset<Target = T>,
+{
+    Update { from: table.from_clause(), values: values.as_changeset(), predicate }
+}
+
+impl<F, V, P, DB> QueryFragment<DB> for Update<F, V, P>
+where
+    DB: Backend,
+    F: QueryFragment<DB>,
+    V: QueryFragment<DB>,
+    P: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        self.from.walk_ast(out.reborrow())?;
+        out.push_sql(" SET ");
+        self.values.walk_ast(out.reborrow())?;
+        out.push_sql(" WHERE ");
+        self.predicate.walk_ast(out)
+    }
+}
+
+/// `<insert> ON CONFLICT (<key>) DO UPDATE SET <values>`: an insert that replaces the columns
+/// in `values` of the row already stored under the same `key` (SQLite and PostgreSQL alike).
+#[derive(Debug, Clone, Copy)]
+pub struct Upsert<I, V> {
+    insert: I,
+    key: &'static [&'static str],
+    values: V,
+}
+
+/// An [`Upsert`]; `key` names the columns of the unique index the conflict is on.
+pub fn upsert<I, V: AsChangeset>(insert: I, key: &'static [&'static str], values: V) -> Upsert<I, V::Changeset> {
+    Upsert { insert, key, values: values.as_changeset() }
+}
+
+impl<I, V, DB> QueryFragment<DB> for Upsert<I, V>
+where
+    DB: Backend,
+    I: QueryFragment<DB>,
+    V: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.insert.walk_ast(out.reborrow())?;
+        out.push_sql(" ON CONFLICT (");
+        for (i, column) in self.key.iter().enumerate() {
+            if i > 0 {
+                out.push_sql(", ");
+            }
+            out.push_identifier(column)?;
+        }
+        out.push_sql(") DO UPDATE SET ");
+        self.values.walk_ast(out)
+    }
+}
+
+#[cfg(debug_assertions)]
+mod checks {
+    use std::any::TypeId;
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex, PoisonError};
+
+    use diesel::QueryResult;
+    use diesel::backend::Backend;
+    use diesel::query_builder::{QueryBuilder, QueryFragment};
+
+    /// Panics if call site `K` has produced another SQL text on backend `DB` before (the cache
+    /// would run the first text's prepared statement with this one's binds), or if diesel would
+    /// not cache its statement at all.
+    pub(super) fn fixed_and_cacheable<K: 'static, Q, DB>(query: &Q, backend: &DB) -> QueryResult<()>
+    where
+        DB: Backend + 'static,
+        DB::QueryBuilder: Default,
+        Q: QueryFragment<DB>,
+    {
+        static SEEN: LazyLock<Mutex<HashMap<(TypeId, TypeId), String>>> = LazyLock::new(Default::default);
+        assert!(
+            query.is_safe_to_cache_prepared(backend)?,
+            "a fixed!() statement that diesel marks uncacheable; write it with store::fixed::update or upsert"
+        );
+        let mut builder = DB::QueryBuilder::default();
+        query.to_sql(&mut builder, backend)?;
+        let sql = builder.finish();
+        let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+        let first = seen.entry((TypeId::of::<K>(), TypeId::of::<DB>())).or_insert_with(|| sql.clone());
+        assert_eq!(*first, sql, "a fixed!() statement changed its SQL text; it must not (see store::fixed)");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::prelude::*;
+
+    use crate::store::schema::runs;
+    use crate::store::{DbConn, runs as run_rows, tests::run_row};
+
+    fn connection(dir: &tempfile::TempDir) -> DbConn {
+        use diesel_migrations::MigrationHarness;
+        let mut conn = DbConn::establish(dir.path().join("t.db").to_str().unwrap()).unwrap();
+        conn.run_pending_migrations(crate::store::MIGRATIONS).unwrap();
+        run_rows::insert(&mut conn, &run_row("a")).unwrap();
+        conn
+    }
+
+    /// Sets a run's `thread_id` at one call site, as `Some` (a bound value) or `None` (which
+    /// diesel's `Option` changeset leaves out of the SQL).
+    fn set_thread(conn: &mut DbConn, thread: Option<&str>) -> QueryResult<usize> {
+        let values = (runs::status.eq("running"), thread.map(|t| runs::thread_id.eq(t)));
+        let statement = fixed!(super::update(runs::table, values, runs::run_id.eq("a")));
+        crate::store::on_backend!(conn, |c| statement.execute(c))
+    }
+
+    #[test]
+    fn an_update_changes_the_rows_its_predicate_selects() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = connection(&dir);
+        for thread in ["t1", "t2"] {
+            assert_eq!(set_thread(&mut conn, Some(thread)).unwrap(), 1);
+            assert_eq!(run_rows::get(&mut conn, "a").unwrap().thread_id.as_deref(), Some(thread));
+        }
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a fixed!() statement changed its SQL text")]
+    fn a_call_site_whose_sql_varies_is_caught_in_debug_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = connection(&dir);
+        let _ = set_thread(&mut conn, Some("t1"));
+        let _ = set_thread(&mut conn, None);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a fixed!() statement that diesel marks uncacheable")]
+    fn a_statement_diesel_would_not_cache_is_caught_in_debug_builds() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = connection(&dir);
+        let statement = fixed!(diesel::update(runs::table).set(runs::status.eq("running")));
+        let _ = crate::store::on_backend!(&mut conn, |c| statement.execute(c));
+    }
+}
