@@ -152,7 +152,8 @@ pub fn record_output(conn: &mut DbConn, row: &RunOutputRow) -> Result<(), StoreE
         run_outputs::recorded_at.eq(row.recorded_at),
     );
     let insert = diesel::insert_into(run_outputs::table).values(row);
-    let upsert = fixed!(upsert(insert, &["run_id", "plan_version"], evaluation));
+    let key = &[run_outputs::run_id::NAME, run_outputs::plan_version::NAME];
+    let upsert = fixed!(upsert(insert, key, evaluation));
     super::on_backend!(conn, |c| upsert.execute(c))?;
     Ok(())
 }
