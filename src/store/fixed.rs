@@ -10,9 +10,12 @@
 //! and [`upsert`], which build the same SQL as diesel without marking it uncacheable.
 //!
 //! Only use it where the SQL cannot vary: no `Option<Eq<…>>` changesets or insertable `Option`
-//! fields (`col.eq(option)` is fine: it binds NULL), no `eq_any`. Debug builds check this on
-//! every execution and panic if a call site produces a second SQL text, or wraps a statement
-//! diesel would not cache anyway.
+//! fields (`col.eq(option)` is fine: it binds NULL), no `eq_any`. Nor inside a generic function
+//! whose type parameters shape the statement (say, a helper taking the changeset): the marker
+//! declared in its body is one type for every instantiation, so two statements would share one
+//! cache entry. That is why the node updates in `plans.rs` each write their own `fixed!` rather
+//! than sharing a helper. Debug builds check all this on every execution and panic if a call site
+//! produces a second SQL text, or wraps a statement diesel would not cache anyway.
 
 use std::marker::PhantomData;
 
