@@ -5,7 +5,7 @@
 //! it, and it never caches an `UPDATE` or an upsert, because a changeset of `Option`s changes the
 //! SQL from call to call. Without help each update would be parsed by SQLite again on every call
 //! and each insert would have its SQL built just to look it up. The statements flexrun makes per
-//! frame and per node have a fixed shape: [`fixed!`] wraps one in a [`Fixed`] whose marker type,
+//! frame and per node have a fixed shape: `fixed!` wraps one in a [`Fixed`] whose marker type,
 //! declared at the call site, is its cache key. Updates and upserts are written with [`update`]
 //! and [`upsert`], which build the same SQL as diesel without marking it uncacheable.
 //!
@@ -23,14 +23,14 @@ use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::{AsChangeset, QueryResult, Table};
 
-/// A statement keyed in the statement cache by its call site's marker type `K`; see [`fixed!`].
+/// A statement keyed in the statement cache by its call site's marker type `K`; see `fixed!`.
 #[derive(Debug, Clone, Copy)]
 pub struct Fixed<K, Q> {
     site: PhantomData<K>,
     query: Q,
 }
 
-/// Wraps `query` as the statement of call site `K`; use [`fixed!`], which declares `K`.
+/// Wraps `query` as the statement of call site `K`; use `fixed!`, which declares `K`.
 pub fn fixed_at<K, Q>(query: Q) -> Fixed<K, Q> {
     Fixed { site: PhantomData, query }
 }
