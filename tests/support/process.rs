@@ -5,6 +5,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use flexrun::events::ReceivedFrame;
@@ -133,7 +134,35 @@ impl Drop for ServerProcess {
     }
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, which stays free while its server is down for a restart.
+///
+/// A port from the kernel's ephemeral range (what binding port 0 gives) can be taken, while the
+/// server is down, as the local port of any outgoing connection — the stand-in model's clients,
+/// another test's requests — and the restart then fails with "address already in use". So the
+/// port comes from just below that range, which the kernel never hands out by itself, and each
+/// port is handed out once per test process.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = ephemeral_range_start();
+    let span = ephemeral_low.saturating_sub(RESERVED_BELOW).max(1);
+    let offset = std::process::id() % span;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < span, "no free port below the ephemeral range");
+        let port = u16::try_from(RESERVED_BELOW + (offset + n) % span).expect("ports fit in u16");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// Ports below this are left to well-known services.
+const RESERVED_BELOW: u32 = 10_000;
+
+/// The lowest port the kernel picks for outgoing connections (Linux's default if unreadable).
+fn ephemeral_range_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
