@@ -41,8 +41,8 @@ impl Services {
     /// Opens the database (migrating it), loads capabilities and prepares the model clients.
     /// Makes no network call. Must be called from within the runtime that will drive runs.
     pub async fn start(settings: Settings) -> Result<Arc<Self>, StartError> {
-        // Run coordinators submit most writes: their runtime is woken once per commit.
-        let store = Store::open_answering_on(&settings.database_url, tokio::runtime::Handle::current())?;
+        // Run coordinators submit most writes: with SQLite their runtime commits them itself.
+        let store = Store::open_on(&settings.database_url, &tokio::runtime::Handle::current())?;
         let facets = FacetCatalog::new(settings.facets.clone())?;
         let policy =
             RegistrationPolicy { allowed_url_prefixes: settings.http_capabilities.allowed_url_prefixes.clone() };

@@ -1,8 +1,8 @@
 //! Persistence with diesel: embedded SQLite by default, PostgreSQL with `--features postgres`,
 //! through one [`DbConn`] (`MultiConnection`) so every query is written once.
 //!
-//! Reads use a small connection pool. Writes go through one writer thread that *group-commits*:
-//! it takes every write waiting in its queue, runs them all inside a single transaction, commits
+//! Reads use a small connection pool. Writes go through one writer that *group-commits*: it takes
+//! every write waiting in its queue, runs them all inside a single transaction, commits
 //! once and only then answers each caller. Should one of them fail, the batch is rolled back and
 //! run again with each write in its own savepoint, so only the failed write is lost. That is SQLite's single-writer
 //! model made explicit (no `SQLITE_BUSY` between flexrun's own writers) and it amortises the
@@ -136,21 +136,20 @@ fn connection_url(url: &str) -> Result<String, StoreError> {
 }
 
 impl Store {
-    /// Opens the database at `url`, applies pending migrations and starts the writer, which
-    /// answers each write from its own thread.
+    /// Opens the database at `url`, applies pending migrations and starts the writer on a thread
+    /// of its own.
     pub fn open(url: &str) -> Result<Self, StoreError> {
         Self::start(url, None)
     }
 
-    /// Like [`Store::open`], but the writer answers the writes of each commit from one task on
-    /// `runtime`, which wakes that runtime once per commit instead of once per write (see
-    /// `Writer::start`). For the runtime that submits most writes; it must be driven for as long
-    /// as the store is used, or writes are not answered.
-    pub fn open_answering_on(url: &str, runtime: tokio::runtime::Handle) -> Result<Self, StoreError> {
+    /// Like [`Store::open`], for the runtime that submits most writes (the run coordinators'):
+    /// with SQLite the writer is a task on `runtime` that commits on its thread (see
+    /// `store::writer`), so `runtime` must be driven for as long as the store is used.
+    pub fn open_on(url: &str, runtime: &tokio::runtime::Handle) -> Result<Self, StoreError> {
         Self::start(url, Some(runtime))
     }
 
-    fn start(url: &str, answers: Option<tokio::runtime::Handle>) -> Result<Self, StoreError> {
+    fn start(url: &str, runtime: Option<&tokio::runtime::Handle>) -> Result<Self, StoreError> {
         let url = connection_url(url)?;
         let mut conn = DbConn::establish(&url).map_err(|e| StoreError::Connection(e.to_string()))?;
         configure(&mut conn)?;
@@ -161,8 +160,10 @@ impl Store {
             .connection_customizer(Box::new(SqliteSettings))
             .build(ConnectionManager::new(url))
             .map_err(|e| StoreError::Connection(e.to_string()))?;
-        let writer =
-            Writer::start(conn, answers).map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?;
+        let writer = match runtime {
+            Some(runtime) if matches!(conn, DbConn::Sqlite(_)) => Writer::on_runtime(conn, runtime),
+            _ => Writer::on_thread(conn).map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?,
+        };
         Ok(Self { reads, writer })
     }
 

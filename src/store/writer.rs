@@ -1,17 +1,28 @@
-//! The group-committing writer thread (see the module docs of [`crate::store`]).
+//! The group-committing writer (see the module docs of [`crate::store`]).
+//!
+//! It runs in one of two places. With SQLite, as a task on the runtime that submits most writes
+//! (the run coordinators'): a commit there is a few local file writes, so that runtime's thread
+//! runs it itself, and every task ready on it queues its write before the batch is taken —
+//! no thread hand-off per commit and larger batches (about 5 % less CPU per run at 32 clients,
+//! 40 % fewer context switches). The price: while it commits, nothing else on that runtime runs.
+//! With PostgreSQL a commit is a network round trip, which must not stall the runtime, and without
+//! a runtime there is nowhere to put the task: there it runs on a thread of its own.
 
-use std::sync::mpsc;
 use std::thread;
 
 use diesel::Connection;
 use diesel::result::Error as DieselError;
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{DbConn, StoreError};
 
 /// Most writes folded into one transaction.
 const MAX_BATCH: usize = 256;
+
+/// How often the writer task lets the other ready tasks of its runtime run before it takes a
+/// batch, as long as each round queues more writes: their writes then share the commit.
+const GATHER_ROUNDS: usize = 3;
 
 /// How the writes of one batch share its transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,32 +70,36 @@ where
     }
 }
 
+type Queue = mpsc::UnboundedReceiver<Box<dyn Job>>;
+
+/// Submits writes to the one connection that makes them. Cheap to clone; the writer stops when
+/// every handle is dropped (or its runtime shuts down: callers then get
+/// [`StoreError::WriterGone`]).
 #[derive(Clone)]
 pub(super) struct Writer {
-    jobs: mpsc::Sender<Box<dyn Job>>,
+    jobs: mpsc::UnboundedSender<Box<dyn Job>>,
 }
 
 impl Writer {
-    /// Moves `conn` to a new thread that executes submitted writes until every handle is dropped.
-    ///
-    /// With `answers`, a batch's callers are answered by one task spawned on that runtime instead
-    /// of by the writer thread: waking a task of a current-thread runtime from another thread
-    /// costs a system call per task, from one of its own tasks nothing, so the runtime that
-    /// submits most writes (the run coordinators') is woken once per commit rather than once per
-    /// write. Callers on other runtimes are answered from that task, as cheaply as before.
-    pub(super) fn start(mut conn: DbConn, answers: Option<Handle>) -> std::io::Result<Self> {
-        let (jobs, queue) = mpsc::channel::<Box<dyn Job>>();
+    /// Runs the writer as a task on `runtime`, committing on that runtime's thread (see the module
+    /// docs for when that is right). The runtime must be driven for as long as writes are made.
+    pub(super) fn on_runtime(mut conn: DbConn, runtime: &Handle) -> Self {
+        let (jobs, mut queue) = mpsc::unbounded_channel();
+        runtime.spawn(async move {
+            while let Some(first) = queue.recv().await {
+                gather(&queue).await;
+                commit_and_answer(&mut conn, take_batch(first, &mut queue));
+            }
+        });
+        Self { jobs }
+    }
+
+    /// Runs the writer on a thread of its own.
+    pub(super) fn on_thread(mut conn: DbConn) -> std::io::Result<Self> {
+        let (jobs, mut queue) = mpsc::unbounded_channel();
         thread::Builder::new().name("flexrun-db-writer".into()).spawn(move || {
-            while let Ok(first) = queue.recv() {
-                let mut batch = vec![first];
-                batch.extend(queue.try_iter().take(MAX_BATCH - 1));
-                let commit = commit_batch(&mut conn, &mut batch);
-                let answered = Answers { batch, commit };
-                match &answers {
-                    // A runtime that has shut down drops the task unpolled, which still answers.
-                    Some(runtime) => drop(runtime.spawn(async move { drop(answered) })),
-                    None => drop(answered),
-                }
+            while let Some(first) = queue.blocking_recv() {
+                commit_and_answer(&mut conn, take_batch(first, &mut queue));
             }
         })?;
         Ok(Self { jobs })
@@ -101,6 +116,38 @@ impl Writer {
         let job: Box<dyn Job> = Box::new(Write { write, outcome: None, reply });
         self.jobs.send(job).map_err(|_| StoreError::WriterGone)?;
         answer.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
+/// Lets the other ready tasks of the runtime (and the I/O they were waiting for) run, up to
+/// [`GATHER_ROUNDS`] times while each round adds writes to the queue.
+async fn gather(queue: &Queue) {
+    let mut queued = queue.len();
+    for _ in 0..GATHER_ROUNDS {
+        tokio::task::yield_now().await;
+        if queue.len() == queued {
+            return;
+        }
+        queued = queue.len();
+    }
+}
+
+/// `first` and whatever else is queued, up to [`MAX_BATCH`] writes.
+fn take_batch(first: Box<dyn Job>, queue: &mut Queue) -> Vec<Box<dyn Job>> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH
+        && let Ok(job) = queue.try_recv()
+    {
+        batch.push(job);
+    }
+    batch
+}
+
+/// Commits `batch` and answers each of its callers.
+fn commit_and_answer(conn: &mut DbConn, mut batch: Vec<Box<dyn Job>>) {
+    let commit = commit_batch(conn, &mut batch);
+    for job in batch {
+        job.finish(commit.clone());
     }
 }
 
@@ -131,21 +178,6 @@ fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn Job>]) -> Result<(), Str
     }
 }
 
-/// A committed batch whose callers are told how their writes went when it is dropped, wherever
-/// that happens: so no caller is left waiting, even if the task meant to answer never runs.
-struct Answers {
-    batch: Vec<Box<dyn Job>>,
-    commit: Result<(), String>,
-}
-
-impl Drop for Answers {
-    fn drop(&mut self) {
-        for job in self.batch.drain(..) {
-            job.finish(self.commit.clone());
-        }
-    }
-}
-
 fn attempt(conn: &mut DbConn, batch: &mut [Box<dyn Job>], isolation: Isolation) -> Attempt {
     let mut failed = false;
     let committed = conn.transaction::<_, DieselError, _>(|conn| {
@@ -169,6 +201,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use diesel::connection::InstrumentationEvent;
     use diesel_migrations::MigrationHarness;
 
     use super::*;
@@ -207,7 +240,7 @@ mod tests {
         let mut batch = vec![a, b, c];
         let commit = commit_batch(&mut conn, &mut batch);
         assert_eq!(commit, Ok(()));
-        drop(Answers { batch, commit });
+        batch.into_iter().for_each(|job| job.finish(commit.clone()));
         assert!(a_answer.blocking_recv().unwrap().is_ok());
         assert!(matches!(b_answer.blocking_recv().unwrap(), Err(StoreError::Conflict(_))));
         assert!(c_answer.blocking_recv().unwrap().is_ok());
@@ -223,10 +256,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = connection(&dir);
         let count = Arc::new(AtomicUsize::new(0));
-        let (mut jobs, answers): (Vec<_>, Vec<_>) =
+        let (jobs, answers): (Vec<_>, Vec<_>) =
             ["a", "b", "c"].into_iter().map(|id| insert(id, false, count.clone())).unzip();
-        let commit = commit_batch(&mut conn, &mut jobs);
-        drop(Answers { batch: jobs, commit });
+        commit_and_answer(&mut conn, jobs);
         assert!(answers.into_iter().all(|answer| answer.blocking_recv().unwrap().is_ok()));
         assert_eq!(count.load(Ordering::SeqCst), 3);
     }
@@ -235,27 +267,89 @@ mod tests {
         tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
     }
 
-    #[test]
-    fn writes_are_answered_through_the_answer_runtime_whichever_runtime_submitted_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let answers = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
-        let writer = Writer::start(connection(&dir), Some(answers.handle().clone())).unwrap();
-        let insert = |id: &'static str| move |conn: &mut DbConn| runs::insert(conn, &run_row(id));
-        answers.block_on(writer.submit(insert("on-the-answer-runtime"))).unwrap();
-        // A current-thread runtime of its own, as the HTTP workers have: answered from the other.
-        runtime().block_on(writer.submit(insert("elsewhere"))).unwrap();
-        let mut conn = connection(&dir);
-        assert!(runs::get(&mut conn, "on-the-answer-runtime").is_ok() && runs::get(&mut conn, "elsewhere").is_ok());
+    /// A connection that counts its commits.
+    fn counting_commits(dir: &tempfile::TempDir) -> (DbConn, Arc<AtomicUsize>) {
+        let mut conn = connection(dir);
+        let commits = Arc::new(AtomicUsize::new(0));
+        let counter = commits.clone();
+        conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+            if matches!(event, InstrumentationEvent::CommitTransaction { .. }) {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        (conn, commits)
+    }
+
+    fn insert_run(id: String) -> impl Fn(&mut DbConn) -> Result<(), StoreError> {
+        move |conn| runs::insert(conn, &run_row(&id))
     }
 
     #[test]
-    fn writes_are_still_answered_after_the_answer_runtime_has_shut_down() {
+    fn writes_of_tasks_woken_before_the_batch_is_taken_share_its_commit() {
         let dir = tempfile::tempdir().unwrap();
-        let answers = runtime();
-        let writer = Writer::start(connection(&dir), Some(answers.handle().clone())).unwrap();
-        drop(answers);
-        let write = |conn: &mut DbConn| runs::insert(conn, &run_row("late"));
-        runtime().block_on(writer.submit(write)).expect("answered, not left waiting or told the writer is gone");
-        assert!(runs::get(&mut connection(&dir), "late").is_ok());
+        let (conn, commits) = counting_commits(&dir);
+        let runtime = runtime();
+        // Spawned from within the runtime, the writer task waits for writes before the tasks run.
+        let writer = runtime.block_on(async { Writer::on_runtime(conn, &Handle::current()) });
+        let woken = Arc::new(tokio::sync::Notify::new());
+        runtime.block_on(async {
+            // Four tasks write once woken (as by a model's answer arriving)...
+            let mut tasks: Vec<_> = (4..8)
+                .map(|id| {
+                    let (writer, woken) = (writer.clone(), woken.clone().notified_owned());
+                    tokio::spawn(async move {
+                        woken.await;
+                        writer.submit(insert_run(format!("run-{id}"))).await
+                    })
+                })
+                .collect();
+            // ...and four write straight away, the first waking the others once its write is queued.
+            tasks.extend((0..4).map(|id| {
+                let (writer, woken) = (writer.clone(), woken.clone());
+                tokio::spawn(async move {
+                    let write = writer.submit(insert_run(format!("run-{id}")));
+                    futures::pin_mut!(write);
+                    assert!(futures::poll!(&mut write).is_pending());
+                    if id == 0 {
+                        woken.notify_waiters();
+                    }
+                    write.await
+                })
+            }));
+            for task in tasks {
+                task.await.unwrap().unwrap();
+            }
+        });
+        assert_eq!(commits.load(Ordering::SeqCst), 1, "one commit for the eight writes");
+        let mut conn = connection(&dir);
+        assert!((0..8).all(|id| runs::get(&mut conn, &format!("run-{id}")).is_ok()));
+    }
+
+    #[test]
+    fn writes_from_another_runtime_are_committed_by_the_writer_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let coordinators = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+        let writer = Writer::on_runtime(connection(&dir), coordinators.handle());
+        // A current-thread runtime of its own, as the HTTP workers have.
+        runtime().block_on(writer.submit(insert_run("elsewhere".into()))).unwrap();
+        assert!(runs::get(&mut connection(&dir), "elsewhere").is_ok());
+    }
+
+    #[test]
+    fn a_writer_whose_runtime_has_shut_down_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let coordinators = runtime();
+        let writer = Writer::on_runtime(connection(&dir), coordinators.handle());
+        drop(coordinators);
+        let outcome = runtime().block_on(writer.submit(insert_run("late".into())));
+        assert!(matches!(outcome, Err(StoreError::WriterGone)), "told, not left waiting: {outcome:?}");
+    }
+
+    #[test]
+    fn the_writer_thread_commits_and_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Writer::on_thread(connection(&dir)).unwrap();
+        runtime().block_on(writer.submit(insert_run("threaded".into()))).unwrap();
+        assert!(runs::get(&mut connection(&dir), "threaded").is_ok());
     }
 }
