@@ -341,8 +341,11 @@ mod tests {
         let coordinators = runtime();
         let writer = Writer::on_runtime(connection(&dir), coordinators.handle());
         drop(coordinators);
-        let outcome = runtime().block_on(writer.submit(insert_run("late".into())));
-        assert!(matches!(outcome, Err(StoreError::WriterGone)), "told, not left waiting: {outcome:?}");
+        let outcome = runtime().block_on(async {
+            let write = writer.submit(insert_run("late".into()));
+            tokio::time::timeout(std::time::Duration::from_secs(5), write).await
+        });
+        assert!(matches!(outcome, Ok(Err(StoreError::WriterGone))), "told, not left waiting: {outcome:?}");
     }
 
     #[test]
