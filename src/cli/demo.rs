@@ -75,7 +75,8 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
-fn demo_script() -> standin::Script {
+/// The demo's stand-in model: the plans and capability answers `flexrun demo` runs on.
+pub fn demo_script() -> standin::Script {
     standin::script(|call| {
         if call.is_planner() {
             let repair = call.user.contains("### GOAL CONDITION REPAIR");

@@ -7,6 +7,8 @@ mod dsl;
 mod operate;
 mod progress;
 
+pub use demo::demo_script;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
