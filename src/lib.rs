@@ -30,4 +30,5 @@ pub mod standin;
 pub mod timeouts;
 
 pub mod store;
+pub mod suggest;
 pub mod validation;

@@ -15,10 +15,10 @@ use reqwest::Url;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::condition::GoalCondition;
 use crate::condition::dsl::Catalog;
-use crate::condition::{self, GoalCondition, Problems};
 use crate::contract::OutputContract;
-use crate::validation::{BodySchema, FieldError};
+use crate::validation::{self, BodySchema, ConditionProblems, FieldError};
 
 static SCHEMA: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("registration.schema.json")));
 
@@ -249,14 +249,14 @@ fn post_conditions(
             ));
             continue;
         }
-        match condition::parse(entry, &at, &catalog) {
+        match validation::parse_facet_condition(entry, &at, &catalog) {
             Ok(c) if conditions.iter().any(|d| d.facet == c.facet && d.path == c.path) => errors.push(FieldError::new(
                 at,
                 "duplicate",
                 format!("duplicate post-condition for facet \"{}\" at path \"{}\"", c.facet, c.path),
             )),
             Ok(c) => conditions.push(c),
-            Err(Problems::Shape(e) | Problems::Dsl(e)) => errors.extend(e),
+            Err(ConditionProblems::Shape(e) | ConditionProblems::Dsl(e)) => errors.extend(e),
         }
     }
     if errors.is_empty() { Ok(conditions) } else { Err(errors) }

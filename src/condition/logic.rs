@@ -131,7 +131,7 @@ fn check_operators(rule: &Value) -> Result<(), String> {
             if let (1, Some((name, arguments))) = (map.len(), map.iter().next()) {
                 if !ENGINE.builtin_operator_names().any(|known| known == name) {
                     let mut message = format!("unknown operator `{name}`");
-                    if let Some(close) = crate::validation::closest(name, ENGINE.builtin_operator_names()) {
+                    if let Some(close) = crate::suggest::closest(name, ENGINE.builtin_operator_names()) {
                         message.push_str(&format!("; did you mean `{close}`?"));
                     }
                     return Err(message);

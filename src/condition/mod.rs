@@ -5,11 +5,9 @@
 
 pub mod dsl;
 mod logic;
-mod parse;
 mod path;
 
 pub use logic::{RUN_CONTEXT_VAR, RUN_VAR, Rule};
-pub use parse::{Problems, parse};
 pub use path::FacetPath;
 
 use std::borrow::Cow;

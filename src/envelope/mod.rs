@@ -7,13 +7,13 @@ use std::sync::LazyLock;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::condition::GoalCondition;
 use crate::condition::dsl::Catalog;
-use crate::condition::{self, GoalCondition, Problems};
 use crate::contract::OutputContract;
 use crate::policy::{self, RuntimePolicy};
 use crate::retry::RetryOverrides;
 use crate::timeouts::TimeoutOverrides;
-use crate::validation::{BodySchema, FieldError, pointer};
+use crate::validation::{self, BodySchema, ConditionProblems, FieldError, pointer};
 
 static SCHEMA: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("task-envelope.schema.json")));
 
@@ -186,10 +186,10 @@ fn goal_conditions(
     let mut conditions = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let at = pointer(["goal_condition".to_string(), i.to_string()]);
-        match condition::parse(entry, &at, catalog) {
+        match validation::parse_facet_condition(entry, &at, catalog) {
             Ok(condition) => conditions.push(condition),
-            Err(Problems::Shape(e)) => errors.extend(e),
-            Err(Problems::Dsl(e)) => dsl_errors.extend(e),
+            Err(ConditionProblems::Shape(e)) => errors.extend(e),
+            Err(ConditionProblems::Dsl(e)) => dsl_errors.extend(e),
         }
     }
     conditions

@@ -199,7 +199,7 @@ impl Catalog {
     /// run of leading dotted segments.
     pub fn suggest(&self, name: &str) -> Option<&str> {
         let names = self.variables.iter().map(|v| v.dsl_path.as_str());
-        if let Some(close) = crate::validation::closest(name, names) {
+        if let Some(close) = crate::suggest::closest(name, names) {
             return Some(close);
         }
         let segments: Vec<&str> = name.split('.').collect();

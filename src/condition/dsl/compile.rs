@@ -176,7 +176,7 @@ impl<'a> Checker<'a> {
         match self.scope {
             Scope::Relative { schema: Some(schema) } if !name.starts_with("facets.") && !name.starts_with("run.") => {
                 let fields = schema.get("properties").and_then(Value::as_object)?;
-                crate::validation::closest(name, fields.keys().map(String::as_str)).map(String::from)
+                crate::suggest::closest(name, fields.keys().map(String::as_str)).map(String::from)
             }
             _ => self.catalog.suggest(name).map(String::from),
         }

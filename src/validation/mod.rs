@@ -1,12 +1,20 @@
 //! Boundary validation shared by every request body flexrun accepts (task envelopes, capability
 //! registrations): a JSON Schema check that reports *every* offending field by JSON Pointer, with a
-//! "did you mean" for unknown keys, plus the [`FieldError`] type the HTTP layer turns into a 400.
+//! "did you mean" for unknown keys, the parsing of the facet conditions a body carries, plus the
+//! [`FieldError`] type the HTTP layer turns into a 400.
+//!
+//! This module may use [`crate::condition`]; the condition modules never use it.
 
 use jsonschema::error::ValidationErrorKind;
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::condition::dsl::{DslError, Range};
+use crate::suggest::closest;
+
+mod facet_condition;
+
+pub use facet_condition::{ConditionProblems, parse_facet_condition};
 
 /// One problem with one field of a request body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -117,21 +125,6 @@ fn unknown_field(parent: &str, key: &str, allowed: &[String]) -> FieldError {
     FieldError::new(format!("{parent}{}", pointer([key])), "unknown_field", message)
 }
 
-/// The candidate closest to `word`, if one is close enough to be a plausible typo: at most one
-/// edit per three characters (at least one). Case and `_`/`-` are ignored, so `goalConditions`
-/// finds `goal_condition`.
-pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let normalise = |s: &str| s.to_lowercase().replace(['_', '-'], "");
-    let target = normalise(word);
-    let allowed = (target.chars().count() / 3).max(1);
-    candidates
-        .into_iter()
-        .map(|candidate| (candidate, strsim::damerau_levenshtein(&target, &normalise(candidate))))
-        .filter(|(_, distance)| *distance <= allowed)
-        .min_by_key(|(_, distance)| *distance)
-        .map(|(candidate, _)| candidate)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,11 +158,5 @@ mod tests {
     fn pointer_escapes_segments() {
         assert_eq!(pointer(["a/b", "c~d"]), "/a~1b/c~0d");
         assert_eq!(pointer(Vec::<String>::new()), "");
-    }
-
-    #[test]
-    fn closest_ignores_far_candidates() {
-        assert_eq!(closest("zzz", ["objective", "inputs"]), None);
-        assert_eq!(closest("objectve", ["objective", "inputs"]), Some("objective"));
     }
 }

@@ -1,15 +1,16 @@
-//! Parsing facet conditions (goal conditions and post-conditions) at the boundary.
+//! Parsing facet conditions (goal conditions of an envelope, post-conditions of a capability) at
+//! the boundary, every problem a [`FieldError`] at its JSON Pointer.
 
 use serde_json::Value;
 
-use super::dsl::{self, Catalog, Scope};
-use super::{FacetPath, GoalCondition, Rule};
-use crate::validation::FieldError;
+use super::FieldError;
+use crate::condition::dsl::{self, Catalog, Scope};
+use crate::condition::{FacetPath, GoalCondition, Rule};
 
 /// Why a facet condition was not accepted: its shape, or its DSL (answered apart, with
 /// `invalid_condition_dsl`).
 #[derive(Debug)]
-pub enum Problems {
+pub enum ConditionProblems {
     Shape(Vec<FieldError>),
     Dsl(Vec<FieldError>),
 }
@@ -17,10 +18,11 @@ pub enum Problems {
 /// Parses a facet condition `{facet, path, condition: {dsl} | {jsonLogic}}` found at `at` (a goal
 /// condition of an envelope, a post-condition of a capability). DSL names are relative to the
 /// value at `path`, or catalog paths.
-pub fn parse(entry: &Value, at: &str, catalog: &Catalog) -> Result<GoalCondition, Problems> {
+pub fn parse_facet_condition(entry: &Value, at: &str, catalog: &Catalog) -> Result<GoalCondition, ConditionProblems> {
     let facet = entry["facet"].as_str().unwrap_or_default().to_string();
-    let path = FacetPath::parse(entry["path"].as_str().unwrap_or_default())
-        .map_err(|message| Problems::Shape(vec![FieldError::new(format!("{at}/path"), "invalid_pointer", message)]))?;
+    let path = FacetPath::parse(entry["path"].as_str().unwrap_or_default()).map_err(|message| {
+        ConditionProblems::Shape(vec![FieldError::new(format!("{at}/path"), "invalid_pointer", message)])
+    })?;
     let condition = &entry["condition"];
     if let Some(source) = condition.get("dsl").and_then(Value::as_str) {
         // The DSL wins over a `jsonLogic` given alongside: it is what gets compiled and shown.
@@ -28,10 +30,11 @@ pub fn parse(entry: &Value, at: &str, catalog: &Catalog) -> Result<GoalCondition
         let at_dsl = format!("{at}/condition/dsl");
         let compiled =
             dsl::compile(source, catalog, Scope::Relative { schema: schema.as_ref() }).map_err(|errors| {
-                Problems::Dsl(errors.into_iter().map(|e| FieldError::from_dsl(at_dsl.clone(), e)).collect())
+                ConditionProblems::Dsl(errors.into_iter().map(|e| FieldError::from_dsl(at_dsl.clone(), e)).collect())
             })?;
-        let rule = Rule::from_dsl(compiled.json_logic, compiled.eval_logic)
-            .map_err(|message| Problems::Dsl(vec![FieldError::new(at_dsl.clone(), "invalid_json_logic", message)]))?;
+        let rule = Rule::from_dsl(compiled.json_logic, compiled.eval_logic).map_err(|message| {
+            ConditionProblems::Dsl(vec![FieldError::new(at_dsl.clone(), "invalid_json_logic", message)])
+        })?;
         return Ok(GoalCondition {
             facet,
             path,
@@ -44,7 +47,7 @@ pub fn parse(entry: &Value, at: &str, catalog: &Catalog) -> Result<GoalCondition
     let json_logic = condition.get("jsonLogic").cloned().unwrap_or(Value::Null);
     let expression = dsl::from_json_logic(&json_logic, catalog).unwrap_or_else(|_| json_logic.to_string());
     let rule = Rule::compile(json_logic).map_err(|message| {
-        Problems::Shape(vec![FieldError::new(
+        ConditionProblems::Shape(vec![FieldError::new(
             format!("{at}/condition/jsonLogic"),
             "invalid_json_logic",
             format!("not a valid JSON-Logic rule: {message}"),
