@@ -7,8 +7,7 @@ use serde_json::Value;
 use crate::condition::GoalConditionResult;
 use crate::contract::SchemaViolation;
 pub use crate::plan::Phase;
-use crate::plan::{Edge, Plan, PlanNode};
-use crate::planner::Diagnostic;
+use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -5,49 +5,11 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::capability::Capabilities;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::capability::Capability;
-use crate::plan::{Edge, NodeStatus, Plan, PlanMetadata, PlanNode, blocked_by_cycles};
-
-/// One problem with a draft (sent in `plan_rejected` and fed back to the planner).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Diagnostic {
-    pub code: &'static str,
-    pub message: String,
-    pub severity: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub node_stage: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub capability_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub facet: Option<String>,
-}
-
-impl Diagnostic {
-    /// The model's reply could not be read as JSON at all.
-    pub fn not_json(problem: &str) -> Self {
-        Self::error("DRAFT_NOT_JSON", format!("the planner reply is {problem}; answer with one JSON object"))
-    }
-
-    fn error(code: &'static str, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), severity: "error", node_stage: None, capability_id: None, facet: None }
-    }
-    fn stage(mut self, stage: &str) -> Self {
-        self.node_stage = Some(stage.to_string());
-        self
-    }
-    fn capability(mut self, id: &str) -> Self {
-        self.capability_id = Some(id.to_string());
-        self
-    }
-    fn facet(mut self, facet: &str) -> Self {
-        self.facet = Some(facet.to_string());
-        self
-    }
-}
+use crate::plan::{Diagnostic, Edge, NodeStatus, Plan, PlanMetadata, PlanNode, blocked_by_cycles};
 
 /// A facet the plan must produce (or find already available), and why.
 #[derive(Debug, Clone)]

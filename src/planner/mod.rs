@@ -15,8 +15,9 @@ use crate::config::PlannerResponseFormat;
 use std::time::Duration;
 
 use crate::llm::{ChatRequest, LlmClient, LlmError, ResponseShape, parse_json_content};
+use crate::plan::Diagnostic;
 
-pub use draft::{Diagnostic, DraftContext, RequiredFacet};
+pub use draft::{DraftContext, RequiredFacet};
 pub use prompt::{CompletedWork, PromptInput, Replan};
 
 /// Planning rounds get this many drafts: the first, and one more that sees the first one's problems.

@@ -7,13 +7,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::draft::Diagnostic;
 use crate::capability::Capability;
 use crate::condition::GoalConditionResult;
 use crate::config::FacetDefinition;
 use crate::envelope::TaskEnvelope;
 use crate::events::payload::{PolicyInfo, SignalInfo};
-use crate::plan::Plan;
+use crate::plan::{Diagnostic, Plan};
 
 /// Longest rendering of one JSON value in a prompt, in characters.
 const MAX_VALUE_CHARS: usize = 2000;

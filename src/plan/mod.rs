@@ -1,9 +1,14 @@
 //! Plans: a versioned DAG of capability steps. Pure data and graph logic (readiness, cycles);
-//! the planner builds plans, the run coordinator walks them.
+//! the planner builds plans, the run coordinator walks them. A draft that cannot become a plan
+//! is answered with [`Diagnostic`]s.
+
+mod diagnostic;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
+
+pub use diagnostic::Diagnostic;
 
 /// The state of one node within a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
