@@ -59,7 +59,7 @@ impl Serialize for CompiledSchema {
 }
 
 /// One schema violation of a produced value (sent in `validation_error` frames).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SchemaViolation {
     pub instance_path: String,

@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::condition::dsl::{self, Catalog, Scope};
@@ -37,12 +38,37 @@ pub enum Trigger {
     OnPostConditionFailed { selector: Selector, max_retries: Option<u32> },
 }
 
-impl Trigger {
-    pub fn kind(&self) -> &'static str {
+/// The name of a trigger, as policies and frames spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TriggerKind {
+    OnStart,
+    OnNodeComplete,
+    OnPostConditionFailed,
+}
+
+impl TriggerKind {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::OnStart => "onStart",
-            Self::OnNodeComplete { .. } => "onNodeComplete",
-            Self::OnPostConditionFailed { .. } => "onPostConditionFailed",
+            Self::OnNodeComplete => "onNodeComplete",
+            Self::OnPostConditionFailed => "onPostConditionFailed",
+        }
+    }
+}
+
+impl std::fmt::Display for TriggerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Trigger {
+    pub fn kind(&self) -> TriggerKind {
+        match self {
+            Self::OnStart => TriggerKind::OnStart,
+            Self::OnNodeComplete { .. } => TriggerKind::OnNodeComplete,
+            Self::OnPostConditionFailed { .. } => TriggerKind::OnPostConditionFailed,
         }
     }
 }

@@ -9,7 +9,13 @@ use crate::events::Bus;
 use crate::facet::{FacetCatalog, FacetCatalogError};
 use crate::llm::LlmClient;
 use crate::planner::Planner;
+use crate::run::claims::Claims;
+use crate::run::state::RunState;
 use crate::store::{Store, StoreError};
+
+/// Sees the state of a run after each commit of its log. Tests use it to check that a live
+/// run's state equals the fold of its committed log at every step.
+pub type CommitObserver = Arc<dyn Fn(&RunState) + Send + Sync>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -31,8 +37,10 @@ pub struct Services {
     pub planner: Planner,
     pub executors: Executors,
     pub facets: FacetCatalog,
-    /// The run coordinators of this process, so operators can stop them.
-    pub coordinators: crate::run::Coordinators,
+    /// The runs whose log this process writes, and how to stop the task writing one.
+    pub claims: Arc<Claims>,
+    /// Sees every commit of every run's log (tests); a server has none.
+    pub commit_observer: Option<CommitObserver>,
     /// The runtime run coordinators are spawned on (the HTTP workers run their own).
     pub runtime: tokio::runtime::Handle,
 }
@@ -41,6 +49,11 @@ impl Services {
     /// Opens the database (migrating it), loads capabilities and prepares the model clients.
     /// Makes no network call. Must be called from within the runtime that will drive runs.
     pub async fn start(settings: Settings) -> Result<Arc<Self>, StartError> {
+        Self::start_observed(settings, None).await
+    }
+
+    /// [`Self::start`], with `observer` seeing every commit of every run's log.
+    pub async fn start_observed(settings: Settings, observer: Option<CommitObserver>) -> Result<Arc<Self>, StartError> {
         // Run coordinators submit most writes: with SQLite their runtime commits them itself.
         let store = Store::open_on(&settings.database_url, &tokio::runtime::Handle::current())?;
         let facets = FacetCatalog::new(settings.facets.clone())?;
@@ -60,7 +73,8 @@ impl Services {
             planner,
             executors,
             facets,
-            coordinators: Default::default(),
+            claims: Arc::default(),
+            commit_observer: observer,
             runtime: tokio::runtime::Handle::current(),
         }))
     }

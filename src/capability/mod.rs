@@ -65,10 +65,33 @@ pub enum Executor {
 impl Executor {
     /// The registration's `agentType`.
     pub fn agent_type(&self) -> &'static str {
+        self.executor_type().as_str()
+    }
+
+    pub fn executor_type(&self) -> ExecutorType {
         match self {
-            Self::Ai { .. } => "ai",
-            Self::Http { .. } => "http",
-            Self::Human { .. } => "human",
+            Self::Ai { .. } => ExecutorType::Ai,
+            Self::Http { .. } => ExecutorType::Http,
+            Self::Human { .. } => ExecutorType::Human,
+        }
+    }
+}
+
+/// How a capability runs: one model call, one HTTP call, or a person's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutorType {
+    Ai,
+    Http,
+    Human,
+}
+
+impl ExecutorType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ai => "ai",
+            Self::Http => "http",
+            Self::Human => "human",
         }
     }
 }

@@ -57,8 +57,9 @@ impl FrameKind {
     }
 }
 
-/// An event of a run, before it has a sequence number. Serialises as its payload.
-#[derive(Debug, Clone, Serialize)]
+/// An event of a run, before it has a sequence number. Serialises as its payload; a stored or
+/// received frame decodes back into it ([`Frame::decode`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Event {
     Start(Start),
@@ -117,13 +118,41 @@ impl Event {
         }
     }
 
-    /// A one-line summary, sent as the top-level `message` where the anchor has one.
+    /// A one-line summary, sent as the top-level `message` (node errors and logs have one).
     pub fn message(&self) -> Option<&str> {
         match self {
             Self::NodeError(e) => Some(&e.error.message),
             Self::Log(e) => Some(&e.message),
             _ => None,
         }
+    }
+
+    /// The event of a frame of type `kind`: its payload, with the frame's top-level `nodeId`
+    /// where the payload leaves it to the frame.
+    pub fn decode(kind: FrameKind, payload: &str, node_id: Option<String>) -> Result<Self, serde_json::Error> {
+        use serde_json::from_str as read;
+        let node = || node_id.clone().unwrap_or_default();
+        Ok(match kind {
+            FrameKind::Start => Self::Start(read(payload)?),
+            FrameKind::PlanRequested => Self::PlanRequested(read(payload)?),
+            FrameKind::PlanRejected => Self::PlanRejected(read(payload)?),
+            FrameKind::PlanGenerated => Self::PlanGenerated(read(payload)?),
+            FrameKind::PlanUpdated => Self::PlanUpdated(read(payload)?),
+            FrameKind::NodeStart => Self::NodeStart(NodeStart { node_id: node(), ..read(payload)? }),
+            FrameKind::NodeComplete => Self::NodeComplete(NodeComplete { node_id: node(), ..read(payload)? }),
+            FrameKind::NodeError => Self::NodeError(NodeError { node_id: node(), ..read(payload)? }),
+            FrameKind::ValidationError => {
+                Self::ValidationError(ValidationError { node_id: node_id.clone(), ..read(payload)? })
+            }
+            FrameKind::GoalConditionFailed => Self::GoalConditionFailed(read(payload)?),
+            FrameKind::PolicyTriggered => Self::PolicyTriggered(read(payload)?),
+            FrameKind::PolicyUpdate => Self::PolicyUpdate(read(payload)?),
+            FrameKind::HitlRequest => Self::HitlRequest(read(payload)?),
+            FrameKind::HitlResolved => Self::HitlResolved(read(payload)?),
+            FrameKind::Log => Self::Log(read(payload)?),
+            FrameKind::Retry => Self::Retry(Retry { node_id: node_id.clone(), ..read(payload)? }),
+            FrameKind::Complete => Self::Complete(read(payload)?),
+        })
     }
 }
 
@@ -164,8 +193,13 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// Encodes `event` as frame `seq` of its run, stamped now.
     pub fn encode(header: &FrameHeader, seq: u64, event: &Event) -> Self {
-        let timestamp = Utc::now();
+        Self::encode_at(header, seq, Utc::now(), event)
+    }
+
+    /// Encodes `event` as frame `seq` of its run, stamped `timestamp`.
+    pub fn encode_at(header: &FrameHeader, seq: u64, timestamp: DateTime<Utc>, event: &Event) -> Self {
         let wire = Wire {
             kind: event.kind(),
             seq,
@@ -186,9 +220,83 @@ impl Frame {
     pub fn ends_stream(&self) -> bool {
         self.kind == FrameKind::Complete
     }
+
+    /// Reads a frame's JSON text (as stored, broadcast or received) back into its typed event:
+    /// the one place a frame is decoded.
+    pub fn decode(json: &str) -> Result<DecodedFrame, DecodeError> {
+        let wire: WireIn<'_> = serde_json::from_str(json).map_err(|e| DecodeError::new(json, e))?;
+        let timestamp =
+            DateTime::parse_from_rfc3339(&wire.timestamp).map_err(|e| DecodeError::new(json, e))?.with_timezone(&Utc);
+        let event = Event::decode(wire.kind, wire.payload.get(), wire.node_id.clone())
+            .map_err(|e| DecodeError::new(json, format!("{} payload: {e}", wire.kind.as_str())))?;
+        Ok(DecodedFrame {
+            seq: wire.seq,
+            run_id: wire.run_id,
+            timestamp,
+            correlation_id: wire.correlation_id,
+            plan_version: wire.plan_version,
+            node_id: wire.node_id,
+            event,
+        })
+    }
 }
 
-/// A frame as a client reads it back (CLI, tests).
+/// The wire form read back: the header, and the payload left as text until its type is known.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireIn<'a> {
+    #[serde(rename = "type")]
+    kind: FrameKind,
+    seq: u64,
+    run_id: String,
+    timestamp: String,
+    correlation_id: String,
+    #[serde(default)]
+    plan_version: Option<u32>,
+    #[serde(default)]
+    node_id: Option<String>,
+    #[serde(borrow)]
+    payload: &'a serde_json::value::RawValue,
+}
+
+/// A frame read back into its typed event, with its header.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedFrame {
+    pub seq: u64,
+    pub run_id: String,
+    pub timestamp: DateTime<Utc>,
+    pub correlation_id: String,
+    pub plan_version: Option<u32>,
+    pub node_id: Option<String>,
+    pub event: Event,
+}
+
+impl DecodedFrame {
+    pub fn kind(&self) -> FrameKind {
+        self.event.kind()
+    }
+}
+
+/// A frame that is not one flexrun writes (or that a newer flexrun wrote).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("unreadable frame ({excerpt}): {reason}")]
+pub struct DecodeError {
+    /// The start of the frame's text.
+    pub excerpt: String,
+    pub reason: String,
+}
+
+impl DecodeError {
+    /// Characters of a frame's text an error shows.
+    const EXCERPT: usize = 80;
+
+    fn new(json: &str, reason: impl std::fmt::Display) -> Self {
+        let excerpt: String = json.chars().take(Self::EXCERPT).collect();
+        Self { excerpt, reason: reason.to_string() }
+    }
+}
+
+/// A frame as a client that does not need every payload typed reads it back (tests, tools).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReceivedFrame {

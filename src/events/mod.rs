@@ -1,12 +1,9 @@
-//! Run events: frame encoding ([`Frame`]), payloads, the in-process [`Bus`] that fans frames out to
-//! live subscribers, and [`follow`], the gap-free stream of one run's frames (event log replay,
-//! then live).
+//! Run events: frame encoding and decoding ([`Frame`], [`Event`]), payloads, and the in-process
+//! [`Bus`] that fans committed frames out to live subscribers.
 
 mod bus;
-mod follow;
 mod frame;
 pub mod payload;
 
 pub use bus::{Bus, BusMessage};
-pub use follow::{FollowError, follow, follow_new};
-pub use frame::{Event, Frame, FrameHeader, FrameKind, ReceivedFrame};
+pub use frame::{DecodeError, DecodedFrame, Event, Frame, FrameHeader, FrameKind, ReceivedFrame};

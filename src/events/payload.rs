@@ -1,15 +1,23 @@
-//! Payloads of each frame type, with the anchor's field names (spec §4).
+//! Payloads of each frame type, with the field names of the wire contract (docs/api.md, "Frames").
+//!
+//! Every payload is read back with the same types it is written with: a stored or received frame
+//! decodes into the typed [`Event`](super::Event) ([`super::DecodedFrame`]). Where a payload carries
+//! a free-form object (`log.details`, a request's `context`, a human node's `assignment`), the
+//! typed views of its known shapes are here too, so no reader looks into a payload by key.
 
-use crate::run::budget::BudgetView;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::capability::ExecutorType;
 use crate::condition::GoalConditionResult;
 use crate::contract::SchemaViolation;
 pub use crate::plan::Phase;
 use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
+pub use crate::policy::TriggerKind;
+use crate::run::budget::BudgetView;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Start {
     pub run_id: String,
@@ -17,12 +25,48 @@ pub struct Start {
     pub correlation_id: String,
 }
 
+/// What asked for a replan (`replan.reason`, `trigger.reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplanReason {
+    /// Goal conditions failed after a plan ran.
+    GoalConditionFailed,
+    /// A capability answered with a REPLAN signal.
+    CapabilitySignal,
+    /// A runtime policy's `replan` action.
+    PolicyRuntimeReplan,
+    /// An output kept failing its capability's post-conditions.
+    PostConditionFailed,
+    /// An operator rejected an approval with feedback.
+    OperatorRejected,
+    /// An operator asked for a new plan.
+    OperatorReplan,
+}
+
+impl ReplanReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::GoalConditionFailed => "goal_condition_failed",
+            Self::CapabilitySignal => "capability_signal",
+            Self::PolicyRuntimeReplan => "policy_runtime_replan",
+            Self::PostConditionFailed => "post_condition_failed",
+            Self::OperatorRejected => "operator_rejected",
+            Self::OperatorReplan => "operator_replan",
+        }
+    }
+
+    /// An operator asked for this replan.
+    pub fn is_operator(self) -> bool {
+        matches!(self, Self::OperatorRejected | Self::OperatorReplan)
+    }
+}
+
 /// Why a run is replanned, carried by every frame of a replan round (and read back from them
 /// when a run resumes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplanInfo {
-    pub reason: String,
+    pub reason: ReplanReason,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_goal_conditions: Vec<GoalConditionResult>,
     /// What the operator asked for (operator rejections and replans), given to the planner.
@@ -41,9 +85,8 @@ pub struct ReplanInfo {
 #[serde(rename_all = "camelCase")]
 pub struct PolicyInfo {
     pub policy_id: String,
-    /// `onStart` or `onNodeComplete`.
-    pub trigger_kind: String,
-    /// The action's name.
+    pub trigger_kind: TriggerKind,
+    /// The action's name (`retry`: a node runs again after failing its post-conditions).
     pub action: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
@@ -55,6 +98,11 @@ pub struct PolicyInfo {
     /// `approveAction` or `rejectAction`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+}
+
+impl PolicyInfo {
+    /// The action of a node that runs again after its output failed its post-conditions.
+    pub const RETRY: &'static str = "retry";
 }
 
 /// A capability's REPLAN signal: which node sent it and why.
@@ -70,22 +118,28 @@ pub struct SignalInfo {
 
 impl ReplanInfo {
     /// A replan asked for by an operator (`operator_rejected`, `operator_replan`).
-    pub fn operator(reason: &str, feedback: Option<String>) -> Self {
-        Self { reason: reason.into(), feedback, ..Self::empty() }
+    pub fn operator(reason: ReplanReason, feedback: Option<String>) -> Self {
+        Self { feedback, ..Self::empty(reason) }
     }
 
-    fn empty() -> Self {
-        Self { reason: String::new(), failed_goal_conditions: Vec::new(), feedback: None, signal: None, policy: None }
+    fn empty(reason: ReplanReason) -> Self {
+        Self { reason, failed_goal_conditions: Vec::new(), feedback: None, signal: None, policy: None }
     }
 
     /// A replan after failed goal conditions (`goal_condition_failed`).
     pub fn goal_conditions(failed: Vec<GoalConditionResult>) -> Self {
-        Self { reason: "goal_condition_failed".into(), failed_goal_conditions: failed, ..Self::empty() }
+        Self { failed_goal_conditions: failed, ..Self::empty(ReplanReason::GoalConditionFailed) }
     }
 
     /// A replan a capability asked for (`capability_signal`).
     pub fn capability_signal(signal: SignalInfo) -> Self {
-        Self { reason: "capability_signal".into(), signal: Some(Box::new(signal)), ..Self::empty() }
+        Self { signal: Some(Box::new(signal)), ..Self::empty(ReplanReason::CapabilitySignal) }
+    }
+
+    /// A replan a runtime policy asked for: `policy_runtime_replan`, or `post_condition_failed`
+    /// for an output that kept failing its post-conditions.
+    pub fn runtime_policy(reason: ReplanReason, policy: PolicyInfo) -> Self {
+        Self { policy: Some(Box::new(policy)), ..Self::empty(reason) }
     }
 
     /// What a `trigger.details` says about this replan: the signal or policy that asked for it,
@@ -101,22 +155,24 @@ impl ReplanInfo {
         };
         details.unwrap_or_default()
     }
-
-    /// A replan a runtime policy asked for (`policy_runtime_replan`).
-    pub fn runtime_policy(policy: PolicyInfo) -> Self {
-        Self { reason: "policy_runtime_replan".into(), policy: Some(Box::new(policy)), ..Self::empty() }
-    }
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// A registered capability's state, as `plan_requested` lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapabilityStatus {
+    Active,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CapabilitySummary {
     pub capability_id: String,
     pub display_name: String,
-    pub status: &'static str,
+    pub status: CapabilityStatus,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanRequested {
     pub attempt: u32,
@@ -124,11 +180,11 @@ pub struct PlanRequested {
     pub capabilities: Vec<CapabilitySummary>,
     /// The run's replan caps and what it used of them, this request's replan included.
     pub budget: BudgetView,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replan: Option<ReplanInfo>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanRejected {
     pub attempt: u32,
@@ -137,7 +193,7 @@ pub struct PlanRejected {
 }
 
 /// The plan as frames show it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanView {
     pub run_id: String,
@@ -145,22 +201,22 @@ pub struct PlanView {
     pub plan: Plan,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanGenerated {
     pub plan: PlanView,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replan: Option<ReplanInfo>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Trigger {
-    pub reason: String,
+    pub reason: ReplanReason,
     pub details: Value,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanUpdated {
     pub previous_version: u32,
@@ -171,30 +227,31 @@ pub struct PlanUpdated {
     pub edges: Vec<Edge>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Facets {
     pub input: Vec<String>,
     pub output: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStart {
+    /// Sent as the frame's top-level `nodeId`.
     #[serde(skip)]
     pub node_id: String,
     pub capability_id: String,
     pub label: String,
     pub kind: String,
     pub started_at: String,
-    pub executor_type: &'static str,
+    pub executor_type: ExecutorType,
     pub facets: Facets,
     /// A human node's task: who is asked for what, and where to answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assignment: Option<Value>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeComplete {
     #[serde(skip)]
@@ -204,10 +261,10 @@ pub struct NodeComplete {
     pub completed_at: String,
     pub output: Value,
     /// `human` for an output a person submitted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub executor_type: Option<&'static str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor_type: Option<ExecutorType>,
     /// The capability's post-conditions on this output (all hold).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub post_condition_results: Vec<GoalConditionResult>,
 }
 
@@ -220,13 +277,17 @@ pub struct PostConditionSummary {
     pub results: Vec<GoalConditionResult>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorInfo {
     pub code: String,
     pub message: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// The `node_error` code of a human submission that broke its contract: the run keeps waiting,
+/// and the node has not failed.
+pub const HUMAN_OUTPUT_INVALID: &str = "human_output_invalid";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeError {
     #[serde(skip)]
@@ -236,17 +297,26 @@ pub struct NodeError {
     pub error: ErrorInfo,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// Which output broke its contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValidationScope {
+    /// A node's output against its capability's contract.
+    CapabilityOutput,
+    /// The run's composed output against the envelope's output contract.
+    FinalOutput,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidationError {
     #[serde(skip)]
     pub node_id: Option<String>,
-    /// `capability_output` or `final_output`.
-    pub scope: &'static str,
+    pub scope: ValidationScope,
     pub errors: Vec<SchemaViolation>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GoalConditionFailed {
     pub run_id: String,
@@ -256,14 +326,21 @@ pub struct GoalConditionFailed {
     pub limit: u32,
 }
 
+/// What is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryScope {
+    Planner,
+    Capability,
+}
+
 /// A transient failure about to be retried.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Retry {
     #[serde(skip)]
     pub node_id: Option<String>,
-    /// `planner` or `capability`.
-    pub scope: &'static str,
+    pub scope: RetryScope,
     /// 1 for the first retry.
     pub attempt: u32,
     pub max_retries: u32,
@@ -271,16 +348,70 @@ pub struct Retry {
     pub error: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Log {
     pub severity: String,
     pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
 }
 
+/// The `log` frame of a run that pauses until operators act: which status it waits in, and
+/// for which nodes. (Its fields in the order a JSON object of them is written.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pause {
+    /// The status the run waits in.
+    pub event: String,
+    pub node_ids: Vec<String>,
+}
+
+/// The `log` frame of a run picked up again after a restart: the nodes that had started but
+/// not finished run again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Resumed {
+    pub interrupted_nodes: Vec<String>,
+    /// The status the run was in.
+    pub resumed_from: String,
+}
+
+impl Log {
+    /// The messages of pause frames, by reason.
+    pub const PAUSES: [&'static str; 3] =
+        ["awaiting_policy_decision", "awaiting_human_assignment", "awaiting_clarification"];
+
+    pub fn info(message: impl Into<String>, details: Option<Value>) -> Self {
+        Self { severity: "info".into(), message: message.into(), details }
+    }
+
+    /// The frame that pauses a run in `status` for `nodes` (`message`: one of [`Self::PAUSES`]).
+    pub fn paused(message: &'static str, status: &str, nodes: Vec<String>) -> Self {
+        let details = Pause { event: status.to_string(), node_ids: nodes };
+        Self::info(message, serde_json::to_value(details).ok())
+    }
+
+    /// What a pause frame says.
+    pub fn pause(&self) -> Option<Pause> {
+        Self::PAUSES.contains(&self.message.as_str()).then(|| typed(self.details.as_ref()?)).flatten()
+    }
+
+    /// What a frame announcing a restart says.
+    pub fn resumed(&self) -> Option<Resumed> {
+        self.message.starts_with(Self::RESUMED).then(|| typed(self.details.as_ref()?)).flatten()
+    }
+
+    /// How the message of a restart's frame begins.
+    pub const RESUMED: &'static str = "Resumed after a restart";
+}
+
+/// A JSON value read as `T`, if it has that shape.
+fn typed<T: DeserializeOwned>(value: &Value) -> Option<T> {
+    T::deserialize(value).ok()
+}
+
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CompleteStatus {
     Completed,
@@ -288,18 +419,27 @@ pub enum CompleteStatus {
     Cancelled,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Complete {
     pub status: CompleteStatus,
     pub output: Value,
-    #[serde(rename = "goal_condition_results", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "goal_condition_results", default, skip_serializing_if = "Option::is_none")]
     pub goal_condition_results: Option<Vec<GoalConditionResult>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
     /// The latest post-condition results of every node whose capability has post-conditions.
-    #[serde(rename = "post_condition_results", skip_serializing_if = "Vec::is_empty")]
+    #[serde(rename = "post_condition_results", default, skip_serializing_if = "Vec::is_empty")]
     pub post_condition_results: Vec<PostConditionSummary>,
+}
+
+impl Complete {
+    /// The code and message of the error a run ended with (empty when it completed).
+    pub fn error_summary(&self) -> (&str, &str) {
+        let field =
+            |key: &str| self.error.as_ref().and_then(|e| e.get(key)).and_then(Value::as_str).unwrap_or_default();
+        (field("code"), field("message"))
+    }
 }
 
 /// What an operator request asks for.
@@ -366,81 +506,213 @@ pub struct HitlRequestInfo {
     pub context: Value,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// The `context` of a runtime policy's request: the policy, what its decision leads to, and
+/// for an output that failed its post-conditions, that output.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRequest {
+    #[serde(flatten)]
+    pub policy: PolicyInfo,
+    #[serde(default)]
+    pub approve_action: Option<String>,
+    #[serde(default)]
+    pub reject_action: Option<String>,
+    #[serde(default)]
+    pub label: Option<String>,
+    /// The output that failed its post-conditions; approving the request accepts it.
+    #[serde(default)]
+    pub candidate_output: Option<Value>,
+    #[serde(default)]
+    pub post_condition_results: Vec<GoalConditionResult>,
+}
+
+/// The `context` of a node's question.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuestionContext {
+    pub capability_id: String,
+    pub label: String,
+}
+
+impl HitlRequestInfo {
+    /// A runtime policy's request: its policy.
+    pub fn policy(&self) -> Option<PolicyInfo> {
+        self.policy_request().map(|r| r.policy)
+    }
+
+    /// A runtime policy's request, whole.
+    pub fn policy_request(&self) -> Option<PolicyRequest> {
+        (self.subject == HitlSubject::Policy).then(|| typed(&self.context)).flatten()
+    }
+
+    /// The capability and label of the node a question or a human task is about.
+    pub fn node_context(&self) -> Option<QuestionContext> {
+        typed(&self.context)
+    }
+}
+
+impl NodeStart {
+    /// A human node's task, as the request it opens in plan version `plan_version`: the
+    /// assignment is its context.
+    pub fn task(&self, plan_version: u32) -> Option<HitlRequestInfo> {
+        let assignment = self.assignment.as_ref().filter(|_| self.executor_type == ExecutorType::Human)?;
+        let task: TaskIdentity = typed(assignment)?;
+        Some(HitlRequestInfo {
+            id: task.task_id,
+            kind: HitlKind::HumanTask,
+            subject: HitlSubject::Node,
+            question: HUMAN_TASK_QUESTION.into(),
+            plan_version,
+            created_at: task.created_at,
+            node_id: Some(self.node_id.clone()),
+            context: assignment.clone(),
+        })
+    }
+}
+
+/// The question a human node's task asks.
+pub const HUMAN_TASK_QUESTION: &str = "Submit this node's output, or decline the task.";
+
+/// What identifies a human node's task in its assignment.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TaskIdentity {
+    task_id: String,
+    created_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HitlRequest {
     pub request: HitlRequestInfo,
 }
 
+/// Where a request went when it left `pending`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestStatus {
+    Pending,
+    /// A decision answered it.
+    Resolved,
+    /// A replan discarded what it asked about.
+    Superseded,
+    /// The run ended first.
+    Cancelled,
+}
+
+impl RequestStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Resolved => "resolved",
+            Self::Superseded => "superseded",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// A request that left `pending`, and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClosedRequest {
     pub id: String,
     pub kind: HitlKind,
     pub subject: HitlSubject,
-    /// `resolved`, `superseded` or `cancelled`.
-    pub status: &'static str,
+    pub status: RequestStatus,
+}
+
+/// What an operator decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Approved,
+    Rejected,
+    /// A human task's output.
+    Submitted,
+    /// A human task refused, or a question left unanswered.
+    Declined,
+    /// A node's question answered.
+    Answered,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approved => "approved",
+            Self::Rejected => "rejected",
+            Self::Submitted => "submitted",
+            Self::Declined => "declined",
+            Self::Answered => "answered",
+        }
+    }
 }
 
 /// An operator's decision, as `hitl_resolved` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionInfo {
-    /// `approved`, `rejected`, `submitted`, `declined` or `answered` (a clarify request).
-    pub decision: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Verdict,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feedback: Option<String>,
     /// The answer to a clarify request, given to the node that asked.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HitlResolved {
     pub request: ClosedRequest,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<DecisionInfo>,
     /// The replan the decision asked for.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replan: Option<ReplanInfo>,
 }
 
-/// A replan asked for by something other than failed goal conditions (here: an operator).
-/// A runtime policy acted without replanning (`emit`, `goto`).
-#[derive(Debug, Clone, Serialize)]
+/// A runtime policy acted without replanning (`emit`, `goto`, `pause`), or a node runs again
+/// after failing its post-conditions (`retry`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyUpdate {
     #[serde(flatten)]
     pub policy: PolicyInfo,
     /// `emit`: the event and its payload.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
     /// `pause`: why.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    #[serde(skip_serializing_if = "Value::is_null")]
+    #[serde(default, skip_serializing_if = "Value::is_null")]
     pub payload: Value,
     /// `goto`: the node run again, this policy's attempts so far and its cap, and every node
     /// that runs again.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<u32>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reset_nodes: Vec<String>,
     /// `retry` after failed post-conditions: the results of the attempt that failed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub post_condition_results: Vec<GoalConditionResult>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+impl PolicyUpdate {
+    /// A node runs again after its output failed its post-conditions.
+    pub fn is_post_condition_retry(&self) -> bool {
+        self.policy.action == PolicyInfo::RETRY && self.policy.trigger_kind == TriggerKind::OnPostConditionFailed
+    }
+}
+
+/// A replan asked for by something other than failed goal conditions: an operator, a REPLAN
+/// signal, a runtime policy, failed post-conditions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PolicyTriggered {
     pub run_id: String,

@@ -140,6 +140,7 @@ impl From<ControlError> for ApiError {
             ControlError::Refused(refusal) => refusal,
             ControlError::Store(StoreError::Conflict(message)) => return Self::Conflict { code: "conflict", message },
             ControlError::Store(error) => return error.into(),
+            ControlError::Unreadable(error) => return Self::internal(error),
         };
         let message = refusal.to_string();
         match refusal {
@@ -151,6 +152,7 @@ impl From<ControlError> for ApiError {
             Refusal::Mismatch { code, .. } => Self::bad_request(code, message),
             Refusal::ReplanLimit { .. } => Self::Unprocessable { code: "replan_limit", message },
             Refusal::NotWaiting { .. } => Self::Unprocessable { code: "invalid_run_state", message },
+            Refusal::Busy(_) => Self::Conflict { code: "run_busy", message },
         }
     }
 }

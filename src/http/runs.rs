@@ -14,14 +14,12 @@ use super::error::ApiError;
 use super::idempotency;
 use super::sse::frame_stream;
 use crate::envelope;
-use crate::events;
 use crate::run::RunStatus;
-use crate::run::budget::{BudgetView, ReplanLimits};
-use crate::run::context::RunContext;
+use crate::run::follow::follow;
+use crate::run::view::{RunView, ViewError};
 use crate::services::Services;
-use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::runs::RunRow;
-use crate::store::{StoreError, events as event_log, plans, runs};
+use crate::store::{StoreError, events as event_log, runs};
 
 /// `POST /api/v1/flex/run.stream`: validates the envelope, creates the run and streams its frames.
 /// The run goes on if the client disconnects; `Location` says where to re-attach.
@@ -111,24 +109,13 @@ pub async fn list_runs(
         .transpose()
         .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {e}")))?;
     let limit = query.limit.unwrap_or(50).clamp(1, 500);
-    let page = services.store.read(move |conn| runs::page(conn, status, query.cursor.as_deref(), limit + 1)).await?;
+    let page = services
+        .store
+        .read(move |conn| runs::page(conn, status.map(RunStatus::as_str), query.cursor.as_deref(), limit + 1))
+        .await?;
     let next_cursor = (page.len() as i64 > limit).then(|| page[limit as usize - 1].run_id.clone());
     let runs: Vec<Value> = page.iter().take(limit as usize).map(summary).collect();
     Ok(HttpResponse::Ok().json(json!({"runs": runs, "nextCursor": next_cursor})))
-}
-
-/// A stored request with its decision, if one answered it.
-fn request_view(request: &RequestRow, decision: Option<&DecisionRow>) -> Value {
-    let mut view = json_or_null(Some(&request.details));
-    view["status"] = json!(request.status);
-    view["closedAt"] = json!(request.closed_at.map(|t| t.and_utc()));
-    view["decision"] = decision.map_or(Value::Null, |d| {
-        json!({
-            "decision": d.decision, "operator": json_or_null(d.operator.as_deref()), "note": d.note,
-            "feedback": d.feedback, "payload": json_or_null(d.payload.as_deref()), "decidedAt": d.decided_at.and_utc(),
-        })
-    });
-    view
 }
 
 /// `GET /api/v1/flex/runs/{id}`: the run with its plan versions, nodes and goal evaluations.
@@ -139,60 +126,11 @@ pub async fn get_run(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
-    let lookup = run_id.clone();
-    let (run, versions, nodes, outputs, log, (requests, decisions)) = services
-        .store
-        .read(move |conn| {
-            let run = runs::get(conn, &lookup)?;
-            let log = event_log::after(conn, &lookup, 0, i64::MAX)?;
-            Ok((
-                run,
-                plans::versions(conn, &lookup)?,
-                plans::nodes(conn, &lookup)?,
-                plans::outputs(conn, &lookup)?,
-                log,
-                hitl::for_run(conn, &lookup)?,
-            ))
-        })
-        .await
-        .map_err(run_error(&run_id))?;
-    let envelope = json_or_null(Some(&run.envelope));
-    let frames: Vec<Value> = log.iter().filter_map(|f| serde_json::from_str(&f.json).ok()).collect();
-    let inputs = envelope.get("inputs").and_then(Value::as_object).cloned().unwrap_or_default();
-    let context = RunContext::replay(&inputs, &frames);
-    let body = json!({
-        "run": {
-            "runId": run.run_id, "status": run.status, "objective": run.objective,
-            "threadId": run.thread_id, "correlationId": run.correlation_id,
-            "planVersion": run.plan_version, "plannerAttempts": run.planner_attempts,
-            "replans": run.replan_counts(),
-            "replanBudget": ReplanLimits::of_stored(&envelope, &services.settings.replan)
-                .map(|limits| BudgetView { limits, used: run.replan_counts() })
-                .ok(),
-            "result": json_or_null(run.result.as_deref()), "error": json_or_null(run.error.as_deref()),
-            "createdAt": run.created_at.and_utc(), "updatedAt": run.updated_at.and_utc(),
-        },
-        "envelope": envelope,
-        "context": context,
-        "planVersions": versions.iter().map(|v| json!({
-            "version": v.version, "plan": json_or_null(Some(&v.plan)),
-            "trigger": json_or_null(v.replan_trigger.as_deref()), "createdAt": v.created_at.and_utc(),
-        })).collect::<Vec<_>>(),
-        "nodes": nodes.iter().map(|n| json!({
-            "planVersion": n.plan_version, "nodeId": n.node_id, "position": n.position,
-            "capabilityId": n.capability_id, "status": n.status,
-            "output": json_or_null(n.output.as_deref()), "error": json_or_null(n.error.as_deref()),
-            "startedAt": n.started_at.map(|t| t.and_utc()), "completedAt": n.completed_at.map(|t| t.and_utc()),
-            "postConditionResults": json_or_null(n.post_condition_results.as_deref()),
-        })).collect::<Vec<_>>(),
-        "outputs": outputs.iter().map(|o| json!({
-            "planVersion": o.plan_version, "status": o.status, "output": json_or_null(Some(&o.output)),
-            "goalConditionResults": json_or_null(Some(&o.goal_condition_results)), "recordedAt": o.recorded_at.and_utc(),
-        })).collect::<Vec<_>>(),
-        "hitlRequests": requests.iter().map(|r| {
-            request_view(r, decisions.iter().find(|d| d.request_id == r.request_id))
-        }).collect::<Vec<_>>(),
-    });
+    let view = RunView::read(&services, &run_id).await.map_err(|error| match error {
+        ViewError::Store(error) => run_error(&run_id)(error),
+        ViewError::Unreadable(error) => ApiError::internal(error),
+    })?;
+    let body = serde_json::to_value(&view).map_err(ApiError::internal)?;
     Ok(HttpResponse::Ok().json(super::redact::redact(body)))
 }
 
@@ -256,6 +194,6 @@ pub async fn follow_run(
     };
     let lookup = run_id.clone();
     services.store.read(move |conn| runs::get(conn, &lookup).map(drop)).await.map_err(run_error(&run_id))?;
-    let frames = events::follow(services.store.clone(), &services.bus, run_id, after);
+    let frames = follow(services.store.clone(), &services.bus, run_id, after);
     Ok(frame_stream(frames.boxed()))
 }

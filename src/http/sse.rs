@@ -6,7 +6,7 @@ use std::time::Duration;
 use actix_web_lab::sse::{self, Sse};
 use futures::{Stream, StreamExt};
 
-use crate::events::FollowError;
+use crate::run::follow::FollowError;
 use crate::store::events::LoggedFrame;
 
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);

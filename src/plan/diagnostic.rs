@@ -2,20 +2,23 @@
 //! sent in `plan_rejected` frames and fed back to the planner with its next draft, so they live
 //! below both `events` and `planner`.
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 /// One problem with a draft (sent in `plan_rejected` and fed back to the planner).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Diagnostic {
-    pub code: &'static str,
+    /// Stable, e.g. `DUPLICATE_STAGE` (borrowed when flexrun made it, owned when read back).
+    pub code: Cow<'static, str>,
     pub message: String,
-    pub severity: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub severity: Cow<'static, str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_stage: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capability_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub facet: Option<String>,
 }
 
@@ -27,7 +30,14 @@ impl Diagnostic {
 
     /// An error with a stable `code` (e.g. `DUPLICATE_STAGE`) and a message for the planner.
     pub(crate) fn error(code: &'static str, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), severity: "error", node_stage: None, capability_id: None, facet: None }
+        Self {
+            code: Cow::Borrowed(code),
+            message: message.into(),
+            severity: Cow::Borrowed("error"),
+            node_stage: None,
+            capability_id: None,
+            facet: None,
+        }
     }
     /// About the draft node with this `stage`.
     pub(crate) fn stage(mut self, stage: &str) -> Self {

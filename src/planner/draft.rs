@@ -369,7 +369,7 @@ mod tests {
     }
 
     fn codes(diagnostics: &[Diagnostic]) -> Vec<&str> {
-        diagnostics.iter().map(|d| d.code).collect()
+        diagnostics.iter().map(|d| d.code.as_ref()).collect()
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::plan::{Diagnostic, Plan};
 const MAX_VALUE_CHARS: usize = 2000;
 
 /// A node that completed earlier in the run, with what it produced.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CompletedWork {
     pub node_id: String,
     pub stage: String,

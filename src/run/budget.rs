@@ -1,12 +1,12 @@
 //! The replan budget of a run: its caps (envelope `policies.replan`, else configuration) and its
 //! persisted counters. Every replan is granted or refused here and nowhere else.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::ReplanSettings;
 use crate::envelope::ReplanPolicy;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplanLimits {
     pub enabled: bool,
@@ -65,9 +65,9 @@ impl Refused {
     }
 }
 
-/// How many replans a run made, in total and by what asked for them. Operator replans are
-/// counted by the operator's transaction (`run::control`), the others here.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+/// How many replans a run made, in total and by what asked for them. Counted by the frames that
+/// grant them (`run::state`); the run row keeps a copy for lists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplanCounts {
     /// Every replan of the run, whatever asked for it.
@@ -79,15 +79,8 @@ pub struct ReplanCounts {
     pub post_condition: u32,
 }
 
-/// What asks for a replan during a run (besides failed goal conditions, which have their own cap).
+/// A run's caps and what it used of them: whether one more replan is granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    CapabilitySignal,
-    RuntimePolicy,
-    PostCondition,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplanBudget {
     pub limits: ReplanLimits,
     pub counts: ReplanCounts,
@@ -95,7 +88,7 @@ pub struct ReplanBudget {
 
 /// A run's replan budget as `GET /runs/{id}` and `plan_requested` show it: the caps and what was
 /// used of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetView {
     #[serde(flatten)]
@@ -112,27 +105,22 @@ impl ReplanBudget {
         BudgetView { limits: self.limits, used: self.counts }
     }
 
-    /// Grants one more replan for `reason` and counts it; returns the run's replan number.
-    pub fn grant_replan(&mut self, reason: Reason) -> Result<u32, Refused> {
+    /// Whether one more replan (asked for by anything but failed goal conditions) is granted; if
+    /// so, the run's replan number it would be. It is counted when the frame that asks for it is
+    /// recorded (`run::state`).
+    pub fn grant_replan(&self) -> Result<u32, Refused> {
         self.check_total()?;
-        match reason {
-            Reason::CapabilitySignal => self.counts.capability_signal += 1,
-            Reason::RuntimePolicy => self.counts.runtime_policy += 1,
-            Reason::PostCondition => self.counts.post_condition += 1,
-        }
-        self.counts.total += 1;
-        Ok(self.counts.total)
+        Ok(self.counts.total + 1)
     }
 
-    /// Grants one more replan for failed goal conditions and counts it; returns its number.
-    pub fn grant_goal_condition_replan(&mut self) -> Result<u32, Refused> {
+    /// Whether one more replan for failed goal conditions is granted; if so, its number among
+    /// goal-condition replans.
+    pub fn grant_goal_condition_replan(&self) -> Result<u32, Refused> {
         if self.limits.enabled && self.counts.goal_condition >= self.limits.max_goal_condition_replans {
             return Err(Refused::GoalConditionLimit { limit: self.limits.max_goal_condition_replans });
         }
         self.check_total()?;
-        self.counts.goal_condition += 1;
-        self.counts.total += 1;
-        Ok(self.counts.goal_condition)
+        Ok(self.counts.goal_condition + 1)
     }
 
     fn check_total(&self) -> Result<(), Refused> {
@@ -154,38 +142,39 @@ mod tests {
         ReplanLimits { enabled, max_goal_condition_replans: goal, max_replans: total }
     }
 
-    fn budget(enabled: bool, goal: u32, total: u32) -> ReplanBudget {
-        ReplanBudget::new(limits(enabled, goal, total), ReplanCounts::default())
+    fn budget(enabled: bool, goal: u32, total: u32, used: (u32, u32)) -> ReplanBudget {
+        let counts = ReplanCounts { goal_condition: used.0, total: used.1, ..ReplanCounts::default() };
+        ReplanBudget::new(limits(enabled, goal, total), counts)
     }
 
     #[test]
     fn grants_up_to_the_goal_condition_cap() {
-        let mut budget = budget(true, 2, 4);
-        assert_eq!(budget.grant_goal_condition_replan(), Ok(1));
-        assert_eq!(budget.grant_goal_condition_replan(), Ok(2));
-        assert_eq!(budget.grant_goal_condition_replan(), Err(Refused::GoalConditionLimit { limit: 2 }));
-        assert_eq!((budget.counts.goal_condition, budget.counts.total), (2, 2));
+        assert_eq!(budget(true, 2, 4, (0, 0)).grant_goal_condition_replan(), Ok(1));
+        assert_eq!(budget(true, 2, 4, (1, 1)).grant_goal_condition_replan(), Ok(2));
+        assert_eq!(
+            budget(true, 2, 4, (2, 2)).grant_goal_condition_replan(),
+            Err(Refused::GoalConditionLimit { limit: 2 })
+        );
     }
 
     #[test]
     fn total_cap_and_disabled() {
-        let mut capped = budget(true, 5, 1);
-        assert_eq!(capped.grant_goal_condition_replan(), Ok(1));
-        assert_eq!(capped.grant_goal_condition_replan(), Err(Refused::TotalLimit { limit: 1 }));
-        assert_eq!(budget(false, 5, 5).grant_goal_condition_replan(), Err(Refused::Disabled));
-        assert_eq!(budget(true, 0, 5).grant_goal_condition_replan().unwrap_err().code(), "goal_condition_replan_limit");
+        assert_eq!(budget(true, 5, 1, (0, 0)).grant_goal_condition_replan(), Ok(1));
+        assert_eq!(budget(true, 5, 1, (1, 1)).grant_goal_condition_replan(), Err(Refused::TotalLimit { limit: 1 }));
+        assert_eq!(budget(false, 5, 5, (0, 0)).grant_goal_condition_replan(), Err(Refused::Disabled));
+        let refused = budget(true, 0, 5, (0, 0)).grant_goal_condition_replan().unwrap_err();
+        assert_eq!(refused.code(), "goal_condition_replan_limit");
     }
 
     #[test]
-    fn every_reason_is_counted_and_shares_the_total() {
-        let mut budget = budget(true, 1, 3);
-        assert_eq!(budget.grant_replan(Reason::CapabilitySignal), Ok(1));
-        assert_eq!(budget.grant_goal_condition_replan(), Ok(1));
-        assert_eq!(budget.grant_replan(Reason::RuntimePolicy), Ok(3));
-        assert_eq!(budget.grant_replan(Reason::RuntimePolicy), Err(Refused::TotalLimit { limit: 3 }));
-        let used = budget.view().used;
-        assert_eq!((used.total, used.goal_condition, used.capability_signal, used.runtime_policy), (3, 1, 1, 1));
-        assert_eq!(self::budget(false, 1, 2).grant_replan(Reason::CapabilitySignal), Err(Refused::Disabled));
+    fn every_reason_shares_the_total() {
+        assert_eq!(budget(true, 1, 3, (1, 2)).grant_replan(), Ok(3));
+        assert_eq!(budget(true, 1, 3, (1, 3)).grant_replan(), Err(Refused::TotalLimit { limit: 3 }));
+        assert_eq!(
+            budget(true, 1, 3, (1, 2)).grant_goal_condition_replan(),
+            Err(Refused::GoalConditionLimit { limit: 1 })
+        );
+        assert_eq!(budget(false, 1, 2, (0, 0)).grant_replan(), Err(Refused::Disabled));
     }
 
     #[test]

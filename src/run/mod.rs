@@ -1,34 +1,53 @@
-//! Runs: their status state machine, context, replan budget, and the coordinator that drives each
-//! run from its first plan to `complete`.
+//! Runs: where each stands ([`state`]), the one writer of its log ([`log`]) and the rows that
+//! follow it ([`projection`]), what it does next ([`decide`]), the coordinator that does it, and
+//! operator control ([`control`]).
+//!
+//! ```text
+//! http / cli ──► run::start / run::apply ──► coordinator ──► decide (pure) ──► events
+//!                                   │               │
+//!                                   └──► RunLog ◄───┘  stage: seq, apply to RunState, rows
+//!                                          │           commit: one transaction, then publish
+//!                                          ▼
+//!                                        store
+//! ```
 
 pub mod budget;
-pub mod checkpoint;
+pub mod claims;
 pub mod context;
 pub mod control;
 mod coordinator;
-pub mod operator;
-mod recorder;
+pub mod decide;
+pub mod follow;
+pub mod log;
+pub mod projection;
+pub mod state;
 pub mod status;
+pub mod view;
 
-pub use control::{Applied, ControlError, Coordinators, apply};
+pub use control::{Applied, ControlError, apply};
+pub use decide::operator;
 pub use status::{RunStatus, UnknownStatus};
 
 use std::sync::Arc;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use serde::Deserialize;
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::envelope::{self, EnvelopeError, TaskEnvelope};
-use crate::events::payload::{Complete, CompleteStatus, Start};
-use crate::events::{Event, FollowError, FrameHeader, follow, follow_new};
+use crate::events::payload::Start;
+use crate::events::{Event, Frame};
 use crate::services::Services;
 use crate::store::StoreError;
 use crate::store::events::{self, LoggedFrame};
 use crate::store::runs::{self, RunRow};
-use checkpoint::{Checkpoint, CheckpointError, Counters, Resume};
-use coordinator::Coordinator;
-use recorder::Recorder;
+use claims::Claim;
+use coordinator::{Coordinator, Resume};
+use follow::{FollowError, follow, follow_new};
+use log::RunLog;
+use state::{ApplyError, RunState};
 
 /// A run that was just created (or, for a repeated idempotency key, found again).
 pub struct StartedRun {
@@ -76,23 +95,21 @@ pub async fn start(
             return rejoin(services, idempotency, existing);
         }
     }
-    let header = FrameHeader {
-        run_id: run_id.as_str().into(),
-        correlation_id: correlation_id.as_str().into(),
-        plan_version: None,
-    };
-    let start =
-        Start { run_id: run_id.clone(), thread_id: envelope.thread_id.clone(), correlation_id: correlation_id.clone() };
-    let started_at = chrono::Utc::now();
-    let now = started_at.naive_utc();
+    let claim = services.claims.try_claim(&run_id).ok_or_else(|| StoreError::Conflict(format!("run {run_id}")))?;
+    let start = Event::Start(Start {
+        run_id: run_id.clone(),
+        thread_id: envelope.thread_id.clone(),
+        correlation_id: correlation_id.clone(),
+    });
+    let now = crate::store::now();
     let row = RunRow {
         run_id: run_id.clone(),
-        // Committed with the first plan request (`Coordinator::open`).
+        // The status and counters are the state's at the first commit (`Coordinator::open`).
         status: RunStatus::Planning.as_str().to_string(),
         objective: envelope.objective.clone(),
         envelope: envelope.raw.to_string(),
         thread_id: envelope.thread_id.clone(),
-        correlation_id,
+        correlation_id: correlation_id.clone(),
         plan_version: 0,
         planner_attempts: 0,
         goal_condition_replans: 0,
@@ -110,11 +127,15 @@ pub async fn start(
     };
     // Subscribed before the first commit: the stream gets every frame, `start` first.
     let live = services.bus.subscribe(&run_id);
-    let recorder = Recorder::new(header, 0, services.store.clone(), services.bus.clone());
-    let checkpoint = Checkpoint::fresh(&envelope.inputs, started_at);
-    let mut coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder, checkpoint);
-    if let Err(error) = coordinator.open(start, row).await {
+    let state = RunState::new(&run_id, &correlation_id, &envelope.inputs);
+    let log = RunLog::create(services, claim, state, row);
+    let mut coordinator = Coordinator::new(services.clone(), Arc::new(envelope), log);
+    if let Err(error) = coordinator.open(start).await {
         coordinator.abandon();
+        let error = match error {
+            log::LogError::Store(error) => error,
+            other => StoreError::Commit(other.to_string()),
+        };
         return match &idempotency {
             // Another request (or a server sharing the database) made a run with this key first.
             Some(idempotency) if error.is_unique_violation() => {
@@ -144,13 +165,15 @@ fn rejoin(
     Ok(StartedRun { run_id, frames, replayed: true })
 }
 
-/// Why a run left active by an earlier process cannot be picked up again.
+/// Why a stored run cannot be picked up again.
 #[derive(Debug, thiserror::Error)]
-enum ResumeError {
+pub enum ResumeError {
     #[error("its stored envelope no longer validates: {0}")]
     Envelope(String),
     #[error("its event log cannot be replayed: {0}")]
-    Checkpoint(#[from] CheckpointError),
+    Log(#[from] ApplyError),
+    #[error("a frame of its log is unreadable: {0}")]
+    Frame(#[from] crate::events::DecodeError),
     #[error("its stored data is unreadable: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -167,90 +190,117 @@ impl From<EnvelopeError> for ResumeError {
     }
 }
 
+/// A run as stored: its row and its log.
+pub struct Stored {
+    pub row: RunRow,
+    pub log: Vec<LoggedFrame>,
+}
+
+impl Stored {
+    /// Reads run `run_id` (`NotFound` if there is none).
+    pub async fn read(services: &Services, run_id: &str) -> Result<Self, StoreError> {
+        let id = run_id.to_string();
+        services
+            .store
+            .read(move |conn| Ok(Self { row: runs::get(conn, &id)?, log: events::after(conn, &id, 0, i64::MAX)? }))
+            .await
+    }
+
+    /// The run's state: the fold of its log.
+    pub fn state(&self) -> Result<RunState, ResumeError> {
+        let inputs = serde_json::from_str::<StoredEnvelope>(&self.row.envelope)?.inputs;
+        let frames = self.log.iter().map(|f| Frame::decode(&f.json)).collect::<Result<Vec<_>, _>>()?;
+        Ok(RunState::replay(&self.row.run_id, &self.row.correlation_id, &inputs, frames)?)
+    }
+
+    /// The run's envelope, validated again (against today's capabilities).
+    pub fn envelope(&self, services: &Services) -> Result<TaskEnvelope, ResumeError> {
+        Ok(envelope::from_value(serde_json::from_str(&self.row.envelope)?, &services.registry.catalog())?)
+    }
+}
+
+/// What a run's state needs of its stored envelope.
+#[derive(Deserialize)]
+struct StoredEnvelope {
+    #[serde(default)]
+    inputs: Map<String, Value>,
+}
+
 /// Picks up every run an earlier process left `pending`, `planning` or `running` (it stopped or
-/// crashed), from its last committed state; see [`Checkpoint`]. A run that cannot be resumed is
-/// failed with `resume_failed` rather than left active. Returns how many runs were resumed.
+/// crashed), from its committed log. A run that cannot be resumed is failed with
+/// `resume_failed` rather than left active. Returns how many runs were resumed.
 ///
 /// Call once at start-up, before other processes could work on the same database: runs are not
 /// leased, so two servers recovering the same database would both drive its runs.
 pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
-    let run_ids = services.store.read(runs::active_ids).await?;
+    let active: Vec<&str> = RunStatus::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
+    let run_ids = services.store.read(move |conn| runs::ids_with_status(conn, &active)).await?;
     let mut resumed = 0;
     for run_id in run_ids {
-        match resume(services, &run_id, true).await {
-            Ok(true) => resumed += 1,
-            Ok(false) => {}
+        let Some(claim) = services.claims.try_claim(&run_id) else { continue };
+        match Stored::read(services, &run_id).await {
+            Ok(stored) => resumed += usize::from(drive(services, claim, &stored, true).await?),
             Err(error) => tracing::error!(%run_id, %error, "could not recover the run"),
         }
     }
     Ok(resumed)
 }
 
-/// Starts a coordinator for an active run from its committed state (after a restart, with a `log`
-/// frame saying so when `announce`, or after an operator's decision); `false` when the run had
-/// to be failed instead.
-async fn resume(services: &Arc<Services>, run_id: &str, announce: bool) -> Result<bool, StoreError> {
-    let id = run_id.to_string();
-    let (row, log) =
-        services.store.read(move |c| Ok((runs::get(c, &id)?, events::after(c, &id, 0, i64::MAX)?))).await?;
-    let status = row.status()?;
-    let last_seq = log.last().map_or(0, |f| f.seq);
-    let header = FrameHeader {
-        run_id: run_id.into(),
-        correlation_id: row.correlation_id.as_str().into(),
-        plan_version: (row.plan_version > 0).then_some(row.plan_version as u32),
-    };
-    let recorder = Recorder::new(header, last_seq, services.store.clone(), services.bus.clone());
-    match checkpoint(services, &row, status, &log) {
-        Ok((envelope, checkpoint)) => {
-            tracing::info!(%run_id, %status, interrupted = ?checkpoint.interrupted, announce, "resuming run");
-            let (next, interrupted) = (checkpoint.next.clone(), checkpoint.interrupted.clone());
-            let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), recorder, checkpoint);
-            if announce {
-                metrics::counter!("flexrun_runs_resumed_total").increment(1);
-                services.runtime.spawn(coordinator.resume(next, interrupted));
-            } else {
-                services.runtime.spawn(coordinator.drive(next));
-            }
+/// Starts a coordinator for a stored active run, holding its `claim` (after a restart, with a
+/// `log` frame saying so when `announce`); `false` when the run had to be failed instead.
+async fn drive(services: &Arc<Services>, claim: Claim, stored: &Stored, announce: bool) -> Result<bool, StoreError> {
+    let run_id = stored.row.run_id.clone();
+    let ready = stored.state().and_then(|state| Ok((stored.envelope(services)?, state)));
+    match ready {
+        Ok((envelope, state)) => {
+            let log = RunLog::resume(services, claim, state, &stored.row);
+            continue_run(services, envelope, log, announce);
             Ok(true)
         }
         Err(reason) => {
             tracing::error!(%run_id, %reason, "run cannot be resumed; failing it");
-            abandon(recorder, status, &reason).await.map(|()| false)
+            abandon(services, claim, stored, &reason).await.map(|()| false)
         }
     }
 }
 
-/// The envelope and committed state of a run, read back.
-fn checkpoint(
-    services: &Services,
-    row: &RunRow,
-    status: RunStatus,
-    log: &[LoggedFrame],
-) -> Result<(TaskEnvelope, Checkpoint), ResumeError> {
-    let envelope = envelope::from_value(serde_json::from_str(&row.envelope)?, &services.registry.catalog())?;
-    let frames = log.iter().map(|f| serde_json::from_str(&f.json)).collect::<Result<Vec<serde_json::Value>, _>>()?;
-    let counters = Counters { planner_attempts: row.planner_attempts as u32, replans: row.replan_counts() };
-    let checkpoint = Checkpoint::replay(status, counters, &envelope.inputs, &frames)?;
-    Ok((envelope, checkpoint))
+/// Hands a run's log to a new coordinator, which carries on where the log's state stands.
+fn continue_run(services: &Arc<Services>, envelope: TaskEnvelope, log: RunLog, announce: bool) {
+    let state = log.state();
+    tracing::info!(run_id = %state.run_id, status = %state.status, announce, "resuming run");
+    let next = next_step(state);
+    let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), log);
+    if announce {
+        metrics::counter!("flexrun_runs_resumed_total").increment(1);
+        services.runtime.spawn(coordinator.resume(next));
+    } else {
+        services.runtime.spawn(coordinator.drive(next));
+    }
+}
+
+/// What a coordinator picking a run up does first, from where its state stands.
+fn next_step(state: &RunState) -> Resume {
+    match (state.status, &state.failed, state.plan()) {
+        (RunStatus::Running, Some(failure), _) => Resume::NodeFailed(failure.clone()),
+        (RunStatus::Running, None, Some(_)) => Resume::Execute,
+        // Pending, planning, or running without a plan (the plan's commit is what moves a run to
+        // running, so this is a log flexrun did not write): plan.
+        (_, _, plan) => Resume::Plan(plan.and(state.replan.clone())),
+    }
 }
 
 /// Fails a run that cannot be resumed, with its reason on `complete`.
-async fn abandon(mut recorder: Recorder, status: RunStatus, reason: &ResumeError) -> Result<(), StoreError> {
-    let error = serde_json::json!({"code": "resume_failed", "message": format!("The run cannot be resumed: {reason}")});
-    let complete = Event::Complete(Complete {
-        status: CompleteStatus::Failed,
-        output: serde_json::Value::Null,
-        goal_condition_results: None,
-        error: Some(error.clone()),
-        post_condition_results: Vec::new(),
-    });
-    let run_id = recorder.run_id().to_string();
-    let result = recorder
-        .record(vec![complete], move |conn| {
-            runs::end(conn, &run_id, status, RunStatus::Failed, &runs::Outcome::Error(error.to_string()))
-        })
-        .await;
-    recorder.settle();
-    result
+async fn abandon(services: &Services, claim: Claim, stored: &Stored, reason: &ResumeError) -> Result<(), StoreError> {
+    let last_seq = stored.log.last().map_or(0, |f| f.seq);
+    let status = stored.row.status.parse().unwrap_or(RunStatus::Running);
+    let state = RunState::unreadable(&stored.row.run_id, &stored.row.correlation_id, status, last_seq);
+    let mut log = RunLog::resume(services, claim, state, &stored.row);
+    let failure = decide::ending::unresumable(&reason.to_string());
+    let events = decide::ending::failed(log.state(), failure, Vec::new());
+    let result = log.record(events).await;
+    log.settle();
+    result.map_err(|e| match e {
+        log::LogError::Store(error) => error,
+        other => StoreError::Commit(other.to_string()),
+    })
 }

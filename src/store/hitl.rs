@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use super::schema::{hitl_decisions, hitl_requests};
 use super::{DbConn, StoreError};
 
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = hitl_requests)]
 pub struct RequestRow {
     pub request_id: String,
@@ -24,7 +24,7 @@ pub struct RequestRow {
     pub closed_at: Option<NaiveDateTime>,
 }
 
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = hitl_decisions)]
 pub struct DecisionRow {
     pub request_id: String,

@@ -207,7 +207,6 @@ pub fn now() -> chrono::NaiveDateTime {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::RunStatus;
     use runs::RunRow;
 
     pub(super) fn run_row(id: &str) -> RunRow {
@@ -331,11 +330,11 @@ mod tests {
     async fn of_two_racing_transitions_exactly_one_wins() {
         let (_dir, store) = temp_store();
         store.write(|conn| runs::insert(conn, &run_row("r"))).await.unwrap();
-        let go = |to| store.write(move |conn| runs::transition(conn, "r", RunStatus::Pending, to, None));
-        let (first, second) = tokio::join!(go(RunStatus::Planning), go(RunStatus::Cancelled));
+        let go = |to| store.write(move |conn| runs::transition(conn, "r", "pending", to, None));
+        let (first, second) = tokio::join!(go("planning"), go("cancelled"));
         assert!(first.is_ok() != second.is_ok(), "{first:?} / {second:?}");
-        let invalid = store.write(|conn| runs::transition(conn, "r", RunStatus::Pending, RunStatus::Completed, None));
-        assert!(matches!(invalid.await, Err(StoreError::Conflict(_))));
+        let stale = store.write(|conn| runs::transition(conn, "r", "pending", "completed", None));
+        assert!(matches!(stale.await, Err(StoreError::Conflict(_))), "the run is no longer pending");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::fixed::{fixed, update, upsert};
 use super::schema::{plan_nodes, plan_versions, run_outputs};
 use super::{DbConn, StoreError};
 
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = plan_versions)]
 pub struct PlanVersionRow {
     pub run_id: String,
@@ -17,7 +17,7 @@ pub struct PlanVersionRow {
     pub created_at: NaiveDateTime,
 }
 
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = plan_nodes)]
 pub struct PlanNodeRow {
     pub run_id: String,
@@ -34,7 +34,7 @@ pub struct PlanNodeRow {
     pub post_condition_results: Option<String>,
 }
 
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = run_outputs)]
 pub struct RunOutputRow {
     pub run_id: String,

@@ -1,5 +1,6 @@
-//! The `runs` table. Status changes go through [`transition`], which asks the state machine in
-//! [`crate::run::RunStatus`] and applies the change only if the run is still in the expected status.
+//! The `runs` table. A status change is a compare-and-set ([`transition`], [`end`]): it applies
+//! only if the run is still in the status its writer expects, so of two writers only one wins.
+//! Which changes are allowed is the run's state machine's to say (`run::status`), not the store's.
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
@@ -7,8 +8,6 @@ use diesel::prelude::*;
 use super::fixed::{fixed, update};
 use super::schema::runs;
 use super::{DbConn, StoreError};
-use crate::run::RunStatus;
-use crate::run::budget::ReplanCounts;
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = runs)]
@@ -37,24 +36,6 @@ pub struct RunRow {
     pub post_condition_replans: i32,
 }
 
-impl RunRow {
-    /// The run's replans, in total and by reason.
-    pub fn replan_counts(&self) -> ReplanCounts {
-        ReplanCounts {
-            total: self.replans as u32,
-            goal_condition: self.goal_condition_replans as u32,
-            capability_signal: self.signal_replans as u32,
-            runtime_policy: self.policy_replans as u32,
-            operator: self.operator_replans as u32,
-            post_condition: self.post_condition_replans as u32,
-        }
-    }
-
-    pub fn status(&self) -> Result<RunStatus, StoreError> {
-        self.status.parse().map_err(|e: crate::run::UnknownStatus| StoreError::Conflict(e.to_string()))
-    }
-}
-
 /// The counters and plan version of a run, saved together whenever one of them changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, AsChangeset)]
 #[diesel(table_name = runs)]
@@ -70,16 +51,18 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(plan_version: u32, planner_attempts: u32, replans: &ReplanCounts) -> Self {
-        Self {
-            plan_version: plan_version as i32,
-            planner_attempts: planner_attempts as i32,
-            goal_condition_replans: replans.goal_condition as i32,
-            replans: replans.total as i32,
-            signal_replans: replans.capability_signal as i32,
-            policy_replans: replans.runtime_policy as i32,
-            operator_replans: replans.operator as i32,
-            post_condition_replans: replans.post_condition as i32,
+    /// `row` with these counters.
+    pub fn stamp(&self, row: RunRow) -> RunRow {
+        RunRow {
+            plan_version: self.plan_version,
+            planner_attempts: self.planner_attempts,
+            goal_condition_replans: self.goal_condition_replans,
+            replans: self.replans,
+            signal_replans: self.signal_replans,
+            policy_replans: self.policy_replans,
+            operator_replans: self.operator_replans,
+            post_condition_replans: self.post_condition_replans,
+            ..row
         }
     }
 }
@@ -104,11 +87,10 @@ pub fn by_idempotency_key(conn: &mut DbConn, key: &str) -> Result<Option<(String
     .optional()?)
 }
 
-/// The runs a coordinator should be driving (`pending`, `planning`, `running`), oldest first.
-pub fn active_ids(conn: &mut DbConn) -> Result<Vec<String>, StoreError> {
-    let active: Vec<&str> = RunStatus::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
+/// The ids of runs in one of `statuses`, oldest first.
+pub fn ids_with_status(conn: &mut DbConn, statuses: &[&str]) -> Result<Vec<String>, StoreError> {
     Ok(super::on_backend!(conn, |c| runs::table
-        .filter(runs::status.eq_any(&active))
+        .filter(runs::status.eq_any(statuses))
         .order(runs::created_at)
         .select(runs::run_id)
         .load(c))?)
@@ -142,19 +124,17 @@ pub enum Outcome {
     Error(String),
 }
 
-/// Moves a run from `from` to `to` (saving `progress` in the same statement, if given) when the
-/// state machine allows it and the run is still in `from`; otherwise nothing changes and the
-/// error says why.
+/// Moves a run from status `from` to `to` (saving `progress` in the same statement, if given)
+/// if it is still in `from`; otherwise nothing changes and the error says where it is.
 pub fn transition(
     conn: &mut DbConn,
     run_id: &str,
-    from: RunStatus,
-    to: RunStatus,
+    from: &str,
+    to: &str,
     progress: Option<&Progress>,
 ) -> Result<(), StoreError> {
-    allowed(from, to)?;
-    let run = runs::run_id.eq(run_id).and(runs::status.eq(from.as_str()));
-    let status = (runs::status.eq(to.as_str()), runs::updated_at.eq(super::now()));
+    let run = runs::run_id.eq(run_id).and(runs::status.eq(from));
+    let status = (runs::status.eq(to), runs::updated_at.eq(super::now()));
     let updated = match progress {
         Some(progress) => {
             let statement = fixed!(update(runs::table, (status, progress), run));
@@ -168,40 +148,22 @@ pub fn transition(
     moved(conn, run_id, from, updated)
 }
 
-/// [`transition`] to a terminal status, storing the run's `outcome` in the same statement.
-pub fn end(
-    conn: &mut DbConn,
-    run_id: &str,
-    from: RunStatus,
-    to: RunStatus,
-    outcome: &Outcome,
-) -> Result<(), StoreError> {
-    allowed(from, to)?;
-    if !to.is_terminal() {
-        return Err(StoreError::Conflict(format!("a run does not end in {to}")));
-    }
+/// [`transition`] to the status a run ends in, storing its `outcome` in the same statement.
+pub fn end(conn: &mut DbConn, run_id: &str, from: &str, to: &str, outcome: &Outcome) -> Result<(), StoreError> {
     let (result, error) = match outcome {
         Outcome::Result(result) => (Some(result.as_str()), None),
         Outcome::Error(error) => (None, Some(error.as_str())),
     };
-    let run = runs::run_id.eq(run_id).and(runs::status.eq(from.as_str()));
-    let values = (
-        runs::status.eq(to.as_str()),
-        runs::updated_at.eq(super::now()),
-        runs::result.eq(result),
-        runs::error.eq(error),
-    );
+    let run = runs::run_id.eq(run_id).and(runs::status.eq(from));
+    let values =
+        (runs::status.eq(to), runs::updated_at.eq(super::now()), runs::result.eq(result), runs::error.eq(error));
     let statement = fixed!(update(runs::table, values, run));
     let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     moved(conn, run_id, from, updated)
 }
 
-fn allowed(from: RunStatus, to: RunStatus) -> Result<(), StoreError> {
-    if from.can_become(to) { Ok(()) } else { Err(StoreError::Conflict(format!("a run cannot go from {from} to {to}"))) }
-}
-
 /// Whether the compare-and-set update of a run in `from` found it there.
-fn moved(conn: &mut DbConn, run_id: &str, from: RunStatus, updated: usize) -> Result<(), StoreError> {
+fn moved(conn: &mut DbConn, run_id: &str, from: &str, updated: usize) -> Result<(), StoreError> {
     if updated == 1 {
         return Ok(());
     }
@@ -210,17 +172,17 @@ fn moved(conn: &mut DbConn, run_id: &str, from: RunStatus, updated: usize) -> Re
 }
 
 /// A page of runs, newest first: at most `limit` created before the run `before` (run ids are
-/// UUIDv7, ordered by creation time), with `status` if given.
+/// UUIDv7, ordered by creation time), in `status` if given.
 pub fn page(
     conn: &mut DbConn,
-    status: Option<RunStatus>,
+    status: Option<&str>,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<RunRow>, StoreError> {
     Ok(super::on_backend!(conn, |c| {
         let mut query = runs::table.select(RunRow::as_select()).order(runs::run_id.desc()).limit(limit).into_boxed();
         if let Some(status) = status {
-            query = query.filter(runs::status.eq(status.as_str()));
+            query = query.filter(runs::status.eq(status));
         }
         if let Some(before) = before {
             query = query.filter(runs::run_id.lt(before));

@@ -7,7 +7,8 @@ use std::collections::VecDeque;
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 
-use super::{Bus, BusMessage, Frame, FrameKind};
+use super::status::RunStatus;
+use crate::events::{Bus, BusMessage, Frame, FrameKind};
 use crate::store::events::{self, LoggedFrame};
 use crate::store::{Store, StoreError, runs};
 
@@ -140,12 +141,13 @@ impl Follower {
             (self.store.clone(), self.run_id.clone(), self.last, self.settled.is_none());
         let (status, page) = store
             .read(move |conn| {
-                let status = if check_status { Some(runs::get(conn, &id)?.status()?) } else { None };
+                let status = if check_status { Some(runs::get(conn, &id)?.status) } else { None };
                 Ok((status, events::after(conn, &id, last, PAGE)?))
             })
             .await?;
         if let Some(status) = status {
-            self.settled = Some(!status.is_active());
+            // A status flexrun does not know is not one it drives.
+            self.settled = Some(!status.parse().is_ok_and(RunStatus::is_active));
         }
         self.caught_up = page.len() < PAGE as usize;
         self.replay = !self.caught_up;

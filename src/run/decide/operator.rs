@@ -1,17 +1,17 @@
 //! What operators do to a run that waits for them: approve or reject a request, submit or decline
-//! a human task, replan, cancel. [`decide`] works out what a command does from the run's state
-//! (pure: no I/O, unit-tested here); the caller applies the [`Decision`] in one transaction.
+//! a human task, answer a question, replan, cancel. [`decide`] works out what a command does from
+//! the run's state (pure: no I/O, unit-tested here); the caller records the [`Decision`] through
+//! the run's log, whose state then says where the run went.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use super::status::RunStatus;
 use crate::contract::SchemaViolation;
 use crate::events::Event;
-use crate::events::payload::{
-    ClosedRequest, Complete, CompleteStatus, DecisionInfo, ErrorInfo, HitlKind, HitlRequestInfo, HitlResolved,
-    HitlSubject, NodeComplete, NodeError, PolicyTriggered, ReplanInfo, Trigger, ValidationError,
-};
+use crate::events::payload::*;
+use crate::run::budget::ReplanLimits;
+use crate::run::state::RunState;
+use crate::run::status::RunStatus;
 
 /// Who acted, and why, as the operator said (recorded with the decision).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -44,69 +44,44 @@ pub enum Answer {
     Decline { node_id: String, reason: String, note: Option<String> },
 }
 
-/// A pending request, as stored.
+/// The request a run waits on, as an operator answers it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pending {
     pub info: HitlRequestInfo,
-    /// For a human task: its capability and label (from the node's assignment).
+    /// For a node's request (a question, a human task): its capability and label.
     pub capability_id: String,
     pub label: String,
 }
 
-/// The run as the operator finds it.
-#[derive(Debug, Clone)]
-pub struct RunState {
-    pub run_id: String,
-    pub status: RunStatus,
-    pub plan_version: u32,
-    pub pending: Option<Pending>,
-    /// Replans the budget still allows (`maxReplans` minus those made).
-    pub replans_left: u32,
-    pub max_replans: u32,
+impl Pending {
+    /// The request the run answers next, if it waits on one.
+    pub fn of(state: &RunState) -> Option<Self> {
+        let info = state.pending_request()?.clone();
+        let node = info.node_context();
+        let (capability_id, label) = node.map(|n| (n.capability_id, n.label)).unwrap_or_default();
+        Some(Self { info, capability_id, label })
+    }
 }
 
-/// What a command does.
-#[derive(Debug, Clone)]
+/// What a command does: the frames to record (the run's state follows from them), and what no
+/// frame carries.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    /// The run's next status; `None` leaves it where it is.
-    pub to: Option<RunStatus>,
-    /// Frames to commit, in order.
     pub events: Vec<Event>,
-    /// Which requests leave `pending`.
-    pub close: Option<Close>,
     /// The operator's decision, recorded with the request it answers.
     pub record: Option<Record>,
-    /// One replan is counted and the current plan's unfinished nodes are discarded.
-    pub replan: bool,
-    /// A human node finished: completed with its output, or failed with its error.
-    pub node: Option<NodeOutcome>,
-    /// The run ends: its error (JSON), stored with the run.
-    pub error: Option<Value>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Close {
-    /// The pending request was answered.
-    Resolved(String),
-    /// Every pending request of the run is dropped: `superseded` (a replan) or `cancelled`.
-    All(&'static str),
+    /// A node an operator's refusal failed, and its stored error (with the refusal's details).
+    pub node_error: Option<(String, Value)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
     pub request_id: String,
-    /// `approved`, `rejected`, `submitted` or `declined`.
-    pub decision: &'static str,
+    pub decision: Verdict,
     pub feedback: Option<String>,
-    /// A human task's output, or its decline.
+    /// A human task's output, its decline, or a question's answer.
     pub payload: Option<Value>,
     pub actor: Actor,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum NodeOutcome {
-    Completed { node_id: String, output: Value },
-    Failed { node_id: String, error: Value },
 }
 
 /// Why a command cannot be applied.
@@ -135,58 +110,71 @@ pub enum Refusal {
     /// 422 for replan: the status does not wait on an operator.
     #[error("{message}")]
     NotWaiting { status: RunStatus, message: String },
+    /// 409: another command or the run's coordinator is changing the run right now.
+    #[error("run {0} is being changed by another command; try again")]
+    Busy(String),
 }
 
-/// Works out what `command` does to the run in `state`. `violations` checks a human node's
-/// submitted output against its contracts.
+/// Works out what `command` does to the run in `state`, whose replan caps are `limits`.
+/// `violations` checks a human node's submitted output against its contracts.
 pub fn decide(
     state: &RunState,
+    limits: ReplanLimits,
     command: Command,
     now: DateTime<Utc>,
     violations: impl Fn(&str, &Value) -> Vec<SchemaViolation>,
 ) -> Result<Decision, Refusal> {
+    let run = Operated { state, pending: Pending::of(state), limits };
     match command {
         Command::Resume { expected_plan_version, answer, actor } => {
-            resume(state, expected_plan_version, answer, actor, now, violations)
+            resume(&run, expected_plan_version, answer, actor, now, violations)
         }
-        Command::Replan { feedback, actor } => replan(state, feedback, actor),
-        Command::Cancel { stopped, actor } => cancel(state, stopped, actor),
+        Command::Replan { feedback, actor } => replan(&run, feedback, actor),
+        Command::Cancel { stopped, actor } => cancel(&run, stopped, actor),
+    }
+}
+
+/// The run a command is decided on.
+struct Operated<'a> {
+    state: &'a RunState,
+    pending: Option<Pending>,
+    limits: ReplanLimits,
+}
+
+impl Operated<'_> {
+    /// Replans the budget still allows (`maxReplans` minus those made).
+    fn replans_left(&self) -> u32 {
+        self.limits.max_replans.saturating_sub(self.state.replans.total)
     }
 }
 
 impl Decision {
-    fn to(status: RunStatus) -> Self {
-        Self { to: Some(status), ..Self::stay() }
-    }
-
-    /// Changes nothing yet: the run stays in its status.
-    fn stay() -> Self {
-        Self { to: None, events: Vec::new(), close: None, record: None, replan: false, node: None, error: None }
+    fn of(events: Vec<Event>) -> Self {
+        Self { events, record: None, node_error: None }
     }
 }
 
 fn resume(
-    state: &RunState,
+    run: &Operated,
     expected_plan_version: Option<u32>,
     answer: Answer,
     actor: Actor,
     now: DateTime<Utc>,
     violations: impl Fn(&str, &Value) -> Vec<SchemaViolation>,
 ) -> Result<Decision, Refusal> {
+    let state = run.state;
     let waiting = matches!(state.status, RunStatus::AwaitingHitl | RunStatus::AwaitingHuman);
-    let pending = state.pending.as_ref().filter(|_| waiting).ok_or_else(|| Refusal::InvalidState {
+    let pending = run.pending.as_ref().filter(|_| waiting).ok_or_else(|| Refusal::InvalidState {
         status: state.status,
         message: format!("run {} is {}, not awaiting operator input", state.run_id, state.status),
     })?;
-    if let Some(expected) = expected_plan_version.filter(|v| *v != state.plan_version) {
-        return Err(Refusal::StalePlanVersion { expected, actual: state.plan_version });
+    if let Some(expected) = expected_plan_version.filter(|v| *v != state.plan_version()) {
+        return Err(Refusal::StalePlanVersion { expected, actual: state.plan_version() });
     }
     match (pending.info.kind, answer) {
         (HitlKind::Approval, Answer::Decide { request_id, approved, feedback }) => {
-            if let Some(request_id) = request_id.filter(|id| *id != pending.info.id) {
-                return Err(Refusal::StaleRequest { request_id, pending: pending.info.id.clone() });
-            }
-            let mut decision = approval(state, pending, approved, feedback, actor);
+            same_request(pending, request_id)?;
+            let mut decision = approval(run, pending, approved, feedback, actor);
             if approved {
                 accept_candidate(pending, now, &mut decision);
             }
@@ -201,9 +189,7 @@ fn resume(
             Ok(decline(pending, reason, note, actor))
         }
         (HitlKind::Clarify, Answer::Decide { request_id, approved, feedback }) => {
-            if let Some(request_id) = request_id.filter(|id| *id != pending.info.id) {
-                return Err(Refusal::StaleRequest { request_id, pending: pending.info.id.clone() });
-            }
+            same_request(pending, request_id)?;
             clarification(pending, approved, feedback, actor)
         }
         (HitlKind::Approval | HitlKind::Clarify, _) => Err(Refusal::Mismatch {
@@ -220,6 +206,13 @@ fn resume(
     }
 }
 
+fn same_request(pending: &Pending, request_id: Option<String>) -> Result<(), Refusal> {
+    match request_id.filter(|id| *id != pending.info.id) {
+        Some(request_id) => Err(Refusal::StaleRequest { request_id, pending: pending.info.id.clone() }),
+        None => Ok(()),
+    }
+}
+
 fn same_node(pending: &Pending, node_id: &str) -> Result<(), Refusal> {
     match pending.info.node_id.as_deref() {
         Some(waiting) if waiting == node_id => Ok(()),
@@ -230,13 +223,13 @@ fn same_node(pending: &Pending, node_id: &str) -> Result<(), Refusal> {
     }
 }
 
-fn closed(pending: &Pending, status: &'static str) -> ClosedRequest {
+fn closed(pending: &Pending, status: RequestStatus) -> ClosedRequest {
     ClosedRequest { id: pending.info.id.clone(), kind: pending.info.kind, subject: pending.info.subject, status }
 }
 
 fn record(
     pending: &Pending,
-    decision: &'static str,
+    decision: Verdict,
     feedback: Option<String>,
     payload: Option<Value>,
     actor: &Actor,
@@ -244,84 +237,76 @@ fn record(
     Record { request_id: pending.info.id.clone(), decision, feedback, payload, actor: actor.clone() }
 }
 
-fn decision_info(decision: &'static str, feedback: Option<String>, actor: &Actor) -> DecisionInfo {
+fn decision_info(decision: Verdict, feedback: Option<String>, actor: &Actor) -> DecisionInfo {
     DecisionInfo { decision, feedback, answer: None, operator: actor.operator.clone(), note: actor.note.clone() }
 }
 
-/// The `complete {status:"failed"}` frame and the stored error of a run an operator ended.
-fn failed(code: &str, message: String, extra: Value) -> (Event, Value) {
+/// The request answered: `hitl_resolved` with the operator's decision.
+fn resolved(pending: &Pending, decision: DecisionInfo, replan: Option<ReplanInfo>) -> Event {
+    Event::HitlResolved(HitlResolved {
+        request: closed(pending, RequestStatus::Resolved),
+        decision: Some(decision),
+        replan,
+    })
+}
+
+/// The `complete {status:"failed"}` frame of a run an operator ended.
+fn failed(code: &str, message: String, extra: Value) -> Event {
     let mut error = json!({"code": code, "message": message});
     if let (Some(error), Some(extra)) = (error.as_object_mut(), extra.as_object()) {
         error.extend(extra.clone());
     }
-    let complete = Event::Complete(Complete {
+    Event::Complete(Complete {
         status: CompleteStatus::Failed,
         output: Value::Null,
         goal_condition_results: None,
-        error: Some(error.clone()),
+        error: Some(error),
         post_condition_results: Vec::new(),
-    });
-    (complete, error)
+    })
 }
 
-fn approval(state: &RunState, pending: &Pending, approved: bool, feedback: Option<String>, actor: Actor) -> Decision {
+fn approval(run: &Operated, pending: &Pending, approved: bool, feedback: Option<String>, actor: Actor) -> Decision {
     let feedback = feedback.filter(|f| !f.trim().is_empty());
-    let verdict = if approved { "approved" } else { "rejected" };
+    let verdict = if approved { Verdict::Approved } else { Verdict::Rejected };
     // A policy's `rejectAction` decides what a rejection does; the coordinator carries it out.
-    let follows_up = pending.info.subject == HitlSubject::Policy && !pending.info.context["rejectAction"].is_null();
-    let replan = (!approved && !follows_up && feedback.is_some() && state.replans_left > 0)
-        .then(|| ReplanInfo::operator("operator_rejected", feedback.clone()));
-    let resolved = Event::HitlResolved(HitlResolved {
-        request: closed(pending, "resolved"),
-        decision: Some(decision_info(verdict, feedback.clone(), &actor)),
-        replan: replan.clone(),
-    });
-    let mut decision = Decision::to(RunStatus::Running);
-    decision.close = Some(Close::Resolved(pending.info.id.clone()));
+    let follows_up = pending.info.policy_request().is_some_and(|r| r.reject_action.is_some());
+    let replan = (!approved && !follows_up && feedback.is_some() && run.replans_left() > 0)
+        .then(|| ReplanInfo::operator(ReplanReason::OperatorRejected, feedback.clone()));
+    let mut decision =
+        Decision::of(vec![resolved(pending, decision_info(verdict, feedback.clone(), &actor), replan.clone())]);
     decision.record = Some(record(pending, verdict, feedback.clone(), None, &actor));
-    decision.events.push(resolved);
-    if approved || follows_up {
+    if approved || follows_up || replan.is_some() {
         return decision;
     }
-    if replan.is_some() {
-        decision.to = Some(RunStatus::Planning);
-        decision.replan = true;
-        return decision;
-    }
-    let why = match (&feedback, state.replans_left) {
-        (Some(_), 0) => format!(" (no replan is left of {}, so the feedback cannot be planned for)", state.max_replans),
+    let why = match (&feedback, run.replans_left()) {
+        (Some(_), 0) => {
+            format!(" (no replan is left of {}, so the feedback cannot be planned for)", run.limits.max_replans)
+        }
         _ => String::new(),
     };
     let subject = pending.info.subject.as_str();
-    let (complete, error) = failed(
+    decision.events.push(failed(
         "operator_rejected",
         format!("An operator rejected the {subject}{why}"),
         json!({"requestId": pending.info.id, "feedback": feedback, "note": actor.note}),
-    );
-    decision.to = Some(RunStatus::Failed);
-    decision.events.push(complete);
-    decision.error = Some(error);
+    ));
     decision
 }
 
 /// An operator approved a policy request about an output that failed its capability's
-/// post-conditions (`context.candidateOutput`): the node completes with that output.
+/// post-conditions (its `candidateOutput`): the node completes with that output.
 fn accept_candidate(pending: &Pending, now: DateTime<Utc>, decision: &mut Decision) {
-    let context = &pending.info.context;
-    let (Some(output), Some(node_id)) = (context.get("candidateOutput"), pending.info.node_id.clone()) else {
-        return;
-    };
-    let results = serde_json::from_value(context["postConditionResults"].clone()).unwrap_or_default();
+    let Some(request) = pending.info.policy_request() else { return };
+    let (Some(output), Some(node_id)) = (request.candidate_output, pending.info.node_id.clone()) else { return };
     decision.events.push(Event::NodeComplete(NodeComplete {
-        node_id: node_id.clone(),
+        node_id,
         capability_id: pending.capability_id.clone(),
         label: pending.label.clone(),
         completed_at: now.to_rfc3339_opts(SecondsFormat::Millis, true),
-        output: output.clone(),
+        output,
         executor_type: None,
-        post_condition_results: results,
+        post_condition_results: request.post_condition_results,
     }));
-    decision.node = Some(NodeOutcome::Completed { node_id, output: output.clone() });
 }
 
 fn submission(
@@ -337,11 +322,10 @@ fn submission(
         // The run keeps waiting; the operator is told what is wrong.
         let message =
             format!("the submitted output does not match the node's contract ({} problem(s))", problems.len());
-        let mut decision = Decision::stay();
-        decision.events = vec![
+        return Decision::of(vec![
             Event::ValidationError(ValidationError {
                 node_id: Some(node_id.clone()),
-                scope: "capability_output",
+                scope: ValidationScope::CapabilityOutput,
                 errors: problems,
             }),
             Event::NodeError(NodeError {
@@ -350,35 +334,23 @@ fn submission(
                 label: pending.label.clone(),
                 error: ErrorInfo { code: HUMAN_OUTPUT_INVALID.into(), message },
             }),
-        ];
-        return decision;
+        ]);
     }
-    let mut decision = Decision::to(RunStatus::Running);
-    decision.close = Some(Close::Resolved(pending.info.id.clone()));
-    decision.record = Some(record(pending, "submitted", None, Some(output.clone()), &actor));
-    decision.events = vec![
-        Event::HitlResolved(HitlResolved {
-            request: closed(pending, "resolved"),
-            decision: Some(decision_info("submitted", None, &actor)),
-            replan: None,
-        }),
+    let mut decision = Decision::of(vec![
+        resolved(pending, decision_info(Verdict::Submitted, None, &actor), None),
         Event::NodeComplete(NodeComplete {
-            node_id: node_id.clone(),
+            node_id,
             capability_id: pending.capability_id.clone(),
             label: pending.label.clone(),
             completed_at: now.to_rfc3339_opts(SecondsFormat::Millis, true),
             output: output.clone(),
-            executor_type: Some("human"),
+            executor_type: Some(ExecutorType::Human),
             post_condition_results: Vec::new(),
         }),
-    ];
-    decision.node = Some(NodeOutcome::Completed { node_id, output });
+    ]);
+    decision.record = Some(record(pending, Verdict::Submitted, None, Some(output), &actor));
     decision
 }
-
-/// The `node_error` code of a human submission that broke its contract: the run keeps waiting,
-/// and a resumed run does not count it as the node's failure.
-pub const HUMAN_OUTPUT_INVALID: &str = "human_output_invalid";
 
 fn decline(pending: &Pending, reason: String, note: Option<String>, actor: Actor) -> Decision {
     let message = format!("The human task was declined: {reason}");
@@ -401,15 +373,9 @@ fn clarification(pending: &Pending, approved: bool, text: Option<String>, actor:
             pending.info.id
         ),
     })?;
-    let mut decision = Decision::to(RunStatus::Running);
-    decision.close = Some(Close::Resolved(pending.info.id.clone()));
-    decision.record = Some(record(pending, "answered", None, Some(json!({"answer": answer})), &actor));
-    let info = DecisionInfo { answer: Some(answer), ..decision_info("answered", None, &actor) };
-    decision.events.push(Event::HitlResolved(HitlResolved {
-        request: closed(pending, "resolved"),
-        decision: Some(info),
-        replan: None,
-    }));
+    let info = DecisionInfo { answer: Some(answer.clone()), ..decision_info(Verdict::Answered, None, &actor) };
+    let mut decision = Decision::of(vec![resolved(pending, info, None)]);
+    decision.record = Some(record(pending, Verdict::Answered, None, Some(json!({"answer": answer})), &actor));
     Ok(decision)
 }
 
@@ -423,16 +389,9 @@ fn refuse_node(pending: &Pending, code: &'static str, message: String, details: 
             error.extend(details.clone());
         }
     }
-    let (complete, error) = failed(code, format!("Node \"{node_id}\" failed: {message}"), run_error);
-    let mut decision = Decision::to(RunStatus::Failed);
-    decision.close = Some(Close::Resolved(pending.info.id.clone()));
-    decision.record = Some(record(pending, "declined", None, Some(details), &actor));
-    decision.events = vec![
-        Event::HitlResolved(HitlResolved {
-            request: closed(pending, "resolved"),
-            decision: Some(decision_info("declined", None, &actor)),
-            replan: None,
-        }),
+    let complete = failed(code, format!("Node \"{node_id}\" failed: {message}"), run_error);
+    let mut decision = Decision::of(vec![
+        resolved(pending, decision_info(Verdict::Declined, None, &actor), None),
         Event::NodeError(NodeError {
             node_id: node_id.clone(),
             capability_id: pending.capability_id.clone(),
@@ -440,13 +399,14 @@ fn refuse_node(pending: &Pending, code: &'static str, message: String, details: 
             error: ErrorInfo { code: code.into(), message },
         }),
         complete,
-    ];
-    decision.node = Some(NodeOutcome::Failed { node_id, error: node_error });
-    decision.error = Some(error);
+    ]);
+    decision.record = Some(record(pending, Verdict::Declined, None, Some(details), &actor));
+    decision.node_error = Some((node_id, node_error));
     decision
 }
 
-fn replan(state: &RunState, feedback: Option<String>, actor: Actor) -> Result<Decision, Refusal> {
+fn replan(run: &Operated, feedback: Option<String>, actor: Actor) -> Result<Decision, Refusal> {
+    let state = run.state;
     match state.status {
         RunStatus::AwaitingHitl | RunStatus::AwaitingHuman => {}
         RunStatus::Planning => return Err(Refusal::PlanningInProgress),
@@ -460,36 +420,35 @@ fn replan(state: &RunState, feedback: Option<String>, actor: Actor) -> Result<De
             });
         }
     }
-    if state.replans_left == 0 {
-        return Err(Refusal::ReplanLimit { limit: state.max_replans });
+    if run.replans_left() == 0 {
+        return Err(Refusal::ReplanLimit { limit: run.limits.max_replans });
     }
     let feedback = feedback.filter(|f| !f.trim().is_empty());
-    let info = ReplanInfo::operator("operator_replan", feedback.clone());
-    let mut decision = Decision::to(RunStatus::Planning);
-    decision.replan = true;
-    decision.close = Some(Close::All("superseded"));
-    if let Some(pending) = &state.pending {
-        decision.events.push(Event::HitlResolved(HitlResolved {
-            request: closed(pending, "superseded"),
+    let info = ReplanInfo::operator(ReplanReason::OperatorReplan, feedback.clone());
+    let mut events = Vec::new();
+    if let Some(pending) = &run.pending {
+        events.push(Event::HitlResolved(HitlResolved {
+            request: closed(pending, RequestStatus::Superseded),
             decision: None,
             replan: None,
         }));
     }
-    decision.events.push(Event::PolicyTriggered(PolicyTriggered {
+    events.push(Event::PolicyTriggered(PolicyTriggered {
         run_id: state.run_id.clone(),
         trigger: Trigger {
-            reason: "operator_replan".into(),
+            reason: ReplanReason::OperatorReplan,
             details: json!({"feedback": feedback, "operator": actor.operator, "note": actor.note}),
         },
         replan: info,
     }));
-    Ok(decision)
+    Ok(Decision::of(events))
 }
 
-fn cancel(state: &RunState, stopped: bool, actor: Actor) -> Result<Decision, Refusal> {
+fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Decision, Refusal> {
+    let state = run.state;
     if state.status == RunStatus::Cancelled && stopped {
         // This process's coordinator committed the cancellation.
-        return Ok(Decision::stay());
+        return Ok(Decision::of(Vec::new()));
     }
     if state.status.is_terminal() {
         return Err(Refusal::InvalidState {
@@ -497,25 +456,22 @@ fn cancel(state: &RunState, stopped: bool, actor: Actor) -> Result<Decision, Ref
             message: format!("run {} already ended: it is {}", state.run_id, state.status),
         });
     }
-    let mut decision = Decision::to(RunStatus::Cancelled);
-    decision.close = Some(Close::All("cancelled"));
-    if let Some(pending) = &state.pending {
-        decision.events.push(Event::HitlResolved(HitlResolved {
-            request: closed(pending, "cancelled"),
+    let mut events = Vec::new();
+    if let Some(pending) = &run.pending {
+        events.push(Event::HitlResolved(HitlResolved {
+            request: closed(pending, RequestStatus::Cancelled),
             decision: None,
             replan: None,
         }));
     }
-    let error = cancelled_error(&actor);
-    decision.events.push(Event::Complete(Complete {
+    events.push(Event::Complete(Complete {
         status: CompleteStatus::Cancelled,
         output: Value::Null,
         goal_condition_results: None,
-        error: Some(error.clone()),
+        error: Some(cancelled_error(&actor)),
         post_condition_results: Vec::new(),
     }));
-    decision.error = Some(error);
-    Ok(decision)
+    Ok(Decision::of(events))
 }
 
 /// The error a cancelled run ends with.
@@ -528,7 +484,7 @@ pub fn question(subject: HitlSubject, plan_version: u32) -> String {
     match subject {
         HitlSubject::Plan => format!("Approve plan version {plan_version} before any of its steps runs?"),
         HitlSubject::Completion => "Approve the run's result before it completes?".into(),
-        HitlSubject::Node => "Submit this node's output, or decline the task.".into(),
+        HitlSubject::Node => HUMAN_TASK_QUESTION.into(),
         HitlSubject::Policy => "A runtime policy asks for an operator's approval.".into(),
     }
 }
@@ -537,30 +493,45 @@ pub fn question(subject: HitlSubject, plan_version: u32) -> String {
 mod tests {
     use super::*;
     use crate::events::FrameKind;
+    use crate::run::decide::testing::*;
 
-    fn pending(kind: HitlKind, subject: HitlSubject) -> Pending {
-        Pending {
-            info: HitlRequestInfo {
-                id: "q1".into(),
-                kind,
-                subject,
-                question: "?".into(),
-                plan_version: 1,
-                created_at: "t".into(),
-                node_id: (kind != HitlKind::Approval).then(|| "review".to_string()),
-                context: Value::Null,
-            },
-            capability_id: "human.review".into(),
-            label: "Review".into(),
+    const LIMITS: ReplanLimits = ReplanLimits { enabled: true, max_goal_condition_replans: 2, max_replans: 4 };
+
+    /// A run waiting on request `q1` of `kind`, about node `review` unless it is a plan approval.
+    fn waiting(kind: HitlKind) -> RunState {
+        let review = plan(1, vec![node("review", "human.review", &["brief"], &["review"])]);
+        let mut events = vec![start(), requested(1, None), generated(review, None)];
+        match kind {
+            HitlKind::Approval => events.push(request("q1", kind, HitlSubject::Plan, None, Value::Null)),
+            HitlKind::HumanTask => {
+                let assignment = json!({"taskId": "q1", "createdAt": "t", "capabilityId": "human.review",
+                                        "label": "Review"});
+                events.push(Event::NodeStart(NodeStart {
+                    executor_type: ExecutorType::Human,
+                    assignment: Some(assignment),
+                    ..node_start_of("review")
+                }));
+                events.push(Event::Log(Log::paused(Log::PAUSES[1], "awaiting_human", vec!["review".into()])));
+            }
+            HitlKind::Clarify => {
+                events.push(Event::NodeStart(node_start_of("review")));
+                let context = json!({"capabilityId": "human.review", "label": "Review"});
+                events.push(request("q1", kind, HitlSubject::Node, Some("review"), context));
+                events.push(Event::Log(Log::paused(Log::PAUSES[2], "awaiting_hitl", vec!["review".into()])));
+            }
+        }
+        Fixture::new(json!({})).fold(&events)
+    }
+
+    fn node_start_of(id: &str) -> NodeStart {
+        match node_start(id, "human.review") {
+            Event::NodeStart(start) => start,
+            _ => unreachable!(),
         }
     }
 
-    fn state(status: RunStatus, pending: Option<Pending>, replans_left: u32) -> RunState {
-        RunState { run_id: "r".into(), status, plan_version: 1, pending, replans_left, max_replans: 4 }
-    }
-
-    fn approval_state() -> RunState {
-        state(RunStatus::AwaitingHitl, Some(pending(HitlKind::Approval, HitlSubject::Plan)), 2)
+    fn with_status(events: Vec<Event>) -> RunState {
+        Fixture::new(json!({})).fold(&events)
     }
 
     fn resume(answer: Answer) -> Command {
@@ -568,7 +539,7 @@ mod tests {
     }
 
     fn decide_now(state: &RunState, command: Command) -> Result<Decision, Refusal> {
-        decide(state, command, Utc::now(), |_, output: &Value| {
+        decide(state, LIMITS, command, Utc::now(), |_, output: &Value| {
             if output.get("ok").is_some() {
                 Vec::new()
             } else {
@@ -581,41 +552,54 @@ mod tests {
         decision.events.iter().map(Event::kind).collect()
     }
 
+    /// The run's state once the decision is recorded.
+    fn after(state: &RunState, decision: &Decision) -> RunState {
+        let mut state = state.clone();
+        apply_all(&mut state, &decision.events);
+        state
+    }
+
     fn decide_answer(approved: bool, feedback: Option<&str>) -> Answer {
         Answer::Decide { request_id: Some("q1".into()), approved, feedback: feedback.map(String::from) }
     }
 
     #[test]
     fn approve_runs_on() {
-        let d = decide_now(&approval_state(), resume(decide_answer(true, None))).unwrap();
-        assert_eq!(d.to, Some(RunStatus::Running));
+        let state = waiting(HitlKind::Approval);
+        let d = decide_now(&state, resume(decide_answer(true, None))).unwrap();
         assert_eq!(kinds(&d), [FrameKind::HitlResolved]);
-        assert_eq!(d.close, Some(Close::Resolved("q1".into())));
-        assert_eq!(d.record.as_ref().map(|r| r.decision), Some("approved"));
-        assert!(!d.replan);
+        assert_eq!(after(&state, &d).status, RunStatus::Running);
+        assert!(after(&state, &d).requests.is_empty());
+        assert_eq!(d.record.as_ref().map(|r| r.decision), Some(Verdict::Approved));
     }
 
     #[test]
     fn reject_fails_or_replans_with_feedback_when_replans_are_left() {
-        let d = decide_now(&approval_state(), resume(decide_answer(false, None))).unwrap();
-        assert_eq!(d.to, Some(RunStatus::Failed));
+        let state = waiting(HitlKind::Approval);
+        let d = decide_now(&state, resume(decide_answer(false, None))).unwrap();
         assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::Complete]);
-        assert_eq!(d.error.as_ref().unwrap()["code"], "operator_rejected");
+        let failed = after(&state, &d);
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert_eq!(failed.end.unwrap().error_summary().0, "operator_rejected");
 
-        let d = decide_now(&approval_state(), resume(decide_answer(false, Some("shorter")))).unwrap();
-        assert_eq!((d.to, d.replan), (Some(RunStatus::Planning), true));
-        let Event::HitlResolved(resolved) = &d.events[0] else { panic!() };
-        assert_eq!(resolved.replan, Some(ReplanInfo::operator("operator_rejected", Some("shorter".into()))));
+        let d = decide_now(&state, resume(decide_answer(false, Some("shorter")))).unwrap();
+        let replanning = after(&state, &d);
+        assert_eq!((replanning.status, replanning.replans.operator), (RunStatus::Planning, 1));
+        let Event::HitlResolved(closed) = &d.events[0] else { panic!() };
+        let expected = ReplanInfo::operator(ReplanReason::OperatorRejected, Some("shorter".into()));
+        assert_eq!(closed.replan, Some(expected));
 
-        let spent = state(RunStatus::AwaitingHitl, Some(pending(HitlKind::Approval, HitlSubject::Plan)), 0);
+        let mut spent = waiting(HitlKind::Approval);
+        spent.replans.total = 4;
         let d = decide_now(&spent, resume(decide_answer(false, Some("shorter")))).unwrap();
-        assert_eq!(d.to, Some(RunStatus::Failed));
-        assert!(d.error.unwrap()["message"].as_str().unwrap().contains("no replan is left"));
+        let failed = after(&spent, &d);
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert!(failed.end.unwrap().error_summary().1.contains("no replan is left"));
     }
 
     #[test]
     fn resume_checks_state_version_and_request() {
-        let running = state(RunStatus::Running, None, 2);
+        let running = with_status(vec![start(), requested(1, None), generated(two_nodes(), None)]);
         assert!(matches!(
             decide_now(&running, resume(decide_answer(true, None))),
             Err(Refusal::InvalidState { status: RunStatus::Running, .. })
@@ -625,97 +609,102 @@ mod tests {
             answer: decide_answer(true, None),
             actor: Actor::default(),
         };
-        assert_eq!(
-            decide_now(&approval_state(), stale).unwrap_err(),
-            Refusal::StalePlanVersion { expected: 2, actual: 1 }
-        );
+        let state = waiting(HitlKind::Approval);
+        assert_eq!(decide_now(&state, stale).unwrap_err(), Refusal::StalePlanVersion { expected: 2, actual: 1 });
         let other = Answer::Decide { request_id: Some("q0".into()), approved: true, feedback: None };
-        assert!(matches!(decide_now(&approval_state(), resume(other)), Err(Refusal::StaleRequest { .. })));
+        assert!(matches!(decide_now(&state, resume(other)), Err(Refusal::StaleRequest { .. })));
         let output = Answer::Submit { node_id: "review".into(), output: json!({}) };
-        assert!(matches!(
-            decide_now(&approval_state(), resume(output)),
-            Err(Refusal::Mismatch { code: "decision_required", .. })
-        ));
+        assert!(matches!(decide_now(&state, resume(output)), Err(Refusal::Mismatch { code: "decision_required", .. })));
     }
 
     #[test]
     fn human_output_is_checked_then_completes_the_node() {
-        let waiting = state(RunStatus::AwaitingHuman, Some(pending(HitlKind::HumanTask, HitlSubject::Node)), 2);
-        let bad = decide_now(&waiting, resume(Answer::Submit { node_id: "review".into(), output: json!({}) })).unwrap();
-        assert_eq!((bad.to, bad.close.clone()), (None, None));
+        let state = waiting(HitlKind::HumanTask);
+        assert_eq!(state.status, RunStatus::AwaitingHuman);
+        let bad = decide_now(&state, resume(Answer::Submit { node_id: "review".into(), output: json!({}) })).unwrap();
         assert_eq!(kinds(&bad), [FrameKind::ValidationError, FrameKind::NodeError]);
+        assert_eq!(after(&state, &bad).status, RunStatus::AwaitingHuman, "the run keeps waiting");
+        assert_eq!(bad.record, None);
 
         let ok = json!({"ok": true});
-        let good =
-            decide_now(&waiting, resume(Answer::Submit { node_id: "review".into(), output: ok.clone() })).unwrap();
-        assert_eq!(good.to, Some(RunStatus::Running));
+        let good = decide_now(&state, resume(Answer::Submit { node_id: "review".into(), output: ok.clone() })).unwrap();
         assert_eq!(kinds(&good), [FrameKind::HitlResolved, FrameKind::NodeComplete]);
-        assert_eq!(good.node, Some(NodeOutcome::Completed { node_id: "review".into(), output: ok }));
+        let done = after(&state, &good);
+        assert_eq!(done.status, RunStatus::Running);
+        assert_eq!(done.nodes["review"], crate::plan::NodeStatus::Completed);
+        assert_eq!(done.output_of("review"), Some(&ok));
 
         let wrong = Answer::Submit { node_id: "other".into(), output: json!({"ok": 1}) };
-        assert!(matches!(decide_now(&waiting, resume(wrong)), Err(Refusal::Mismatch { code: "wrong_node", .. })));
-        let approve = decide_now(&waiting, resume(decide_answer(true, None)));
+        assert!(matches!(decide_now(&state, resume(wrong)), Err(Refusal::Mismatch { code: "wrong_node", .. })));
+        let approve = decide_now(&state, resume(decide_answer(true, None)));
         assert!(matches!(approve, Err(Refusal::Mismatch { code: "human_payload_required", .. })));
     }
 
     #[test]
     fn clarify_answer_runs_on_and_declining_fails_the_node() {
-        let asked = state(RunStatus::AwaitingHitl, Some(pending(HitlKind::Clarify, HitlSubject::Node)), 2);
-        let d = decide_now(&asked, resume(decide_answer(true, Some("EU only")))).unwrap();
-        assert_eq!((d.to, d.replan, d.node.clone()), (Some(RunStatus::Running), false, None));
-        let Event::HitlResolved(resolved) = &d.events[0] else { panic!("{:?}", kinds(&d)) };
-        assert_eq!((resolved.decision.as_ref().unwrap().answer.as_deref()), Some("EU only"));
-        assert_eq!(d.record.as_ref().map(|r| r.decision), Some("answered"));
+        let state = waiting(HitlKind::Clarify);
+        let d = decide_now(&state, resume(decide_answer(true, Some("EU only")))).unwrap();
+        let Event::HitlResolved(closed) = &d.events[0] else { panic!("{:?}", kinds(&d)) };
+        assert_eq!(closed.decision.as_ref().unwrap().answer.as_deref(), Some("EU only"));
+        assert_eq!(d.record.as_ref().map(|r| r.decision), Some(Verdict::Answered));
+        let answered = after(&state, &d);
+        assert_eq!(answered.status, RunStatus::Running);
+        assert_eq!(answered.nodes["review"], crate::plan::NodeStatus::Pending, "it runs again with the answer");
 
-        let empty = decide_now(&asked, resume(decide_answer(true, Some("  "))));
+        let empty = decide_now(&state, resume(decide_answer(true, Some("  "))));
         assert!(matches!(empty, Err(Refusal::Mismatch { code: "answer_required", .. })));
         let submit = Answer::Submit { node_id: "review".into(), output: json!({"ok": 1}) };
-        assert!(matches!(decide_now(&asked, resume(submit)), Err(Refusal::Mismatch { code: "decision_required", .. })));
+        assert!(matches!(decide_now(&state, resume(submit)), Err(Refusal::Mismatch { code: "decision_required", .. })));
 
-        let d = decide_now(&asked, resume(decide_answer(false, Some("out of scope")))).unwrap();
-        assert_eq!(d.to, Some(RunStatus::Failed));
+        let d = decide_now(&state, resume(decide_answer(false, Some("out of scope")))).unwrap();
         assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::NodeError, FrameKind::Complete]);
-        assert_eq!(d.error.as_ref().unwrap()["code"], "clarification_declined");
-        assert!(matches!(d.node, Some(NodeOutcome::Failed { .. })));
+        let failed = after(&state, &d);
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert_eq!(failed.end.unwrap().error_summary().0, "clarification_declined");
+        assert_eq!(
+            d.node_error.as_ref().map(|(id, e)| (id.as_str(), e["reason"].clone())),
+            Some(("review", json!("out of scope")))
+        );
     }
 
     #[test]
     fn decline_fails_the_run() {
-        let waiting = state(RunStatus::AwaitingHuman, Some(pending(HitlKind::HumanTask, HitlSubject::Node)), 2);
+        let state = waiting(HitlKind::HumanTask);
         let answer = Answer::Decline { node_id: "review".into(), reason: "no time".into(), note: None };
-        let d = decide_now(&waiting, resume(answer)).unwrap();
-        assert_eq!(d.to, Some(RunStatus::Failed));
+        let d = decide_now(&state, resume(answer)).unwrap();
         assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::NodeError, FrameKind::Complete]);
-        assert_eq!(d.error.unwrap()["code"], "human_task_declined");
+        let failed = after(&state, &d);
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert_eq!(failed.end.unwrap().error_summary().0, "human_task_declined");
     }
 
     #[test]
     fn replan_rules() {
         let command = || Command::Replan { feedback: Some("again".into()), actor: Actor::default() };
-        let d = decide_now(&approval_state(), command()).unwrap();
-        assert_eq!((d.to, d.replan), (Some(RunStatus::Planning), true));
-        assert_eq!(d.close, Some(Close::All("superseded")));
+        let state = waiting(HitlKind::Approval);
+        let d = decide_now(&state, command()).unwrap();
         assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::PolicyTriggered]);
-        let planning = state(RunStatus::Planning, None, 2);
+        let replanning = after(&state, &d);
+        assert_eq!((replanning.status, replanning.replans.operator), (RunStatus::Planning, 1));
+        let planning = with_status(vec![start(), requested(1, None)]);
         assert_eq!(decide_now(&planning, command()).unwrap_err(), Refusal::PlanningInProgress);
-        for status in [RunStatus::Running, RunStatus::Completed, RunStatus::Pending] {
-            assert!(matches!(decide_now(&state(status, None, 2), command()), Err(Refusal::NotWaiting { .. })));
-        }
-        let spent = state(RunStatus::AwaitingHitl, Some(pending(HitlKind::Approval, HitlSubject::Plan)), 0);
+        let running = with_status(vec![start(), requested(1, None), generated(two_nodes(), None)]);
+        assert!(matches!(decide_now(&running, command()), Err(Refusal::NotWaiting { .. })));
+        let mut spent = waiting(HitlKind::Approval);
+        spent.replans.total = 4;
         assert_eq!(decide_now(&spent, command()).unwrap_err(), Refusal::ReplanLimit { limit: 4 });
     }
 
     #[test]
     fn cancel_rules() {
         let command = |stopped| Command::Cancel { stopped, actor: Actor::default() };
-        let d = decide_now(&approval_state(), command(false)).unwrap();
-        assert_eq!(d.to, Some(RunStatus::Cancelled));
+        let state = waiting(HitlKind::Approval);
+        let d = decide_now(&state, command(false)).unwrap();
         assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::Complete]);
-        assert_eq!(d.close, Some(Close::All("cancelled")));
-        let completed = state(RunStatus::Completed, None, 2);
-        assert!(matches!(decide_now(&completed, command(false)), Err(Refusal::InvalidState { .. })));
-        let cancelled = state(RunStatus::Cancelled, None, 2);
-        assert_eq!(decide_now(&cancelled, command(true)).unwrap().to, None);
-        assert!(decide_now(&cancelled, command(false)).is_err());
+        let cancelled = after(&state, &d);
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        assert!(cancelled.requests.is_empty());
+        assert!(matches!(decide_now(&cancelled, command(false)), Err(Refusal::InvalidState { .. })));
+        assert_eq!(decide_now(&cancelled, command(true)).unwrap().events, Vec::new());
     }
 }

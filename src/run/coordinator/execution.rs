@@ -1,0 +1,225 @@
+//! Execution: the plan's ready nodes run together (up to `limits.max_concurrent_nodes`) as
+//! futures that hand their capability's reply back to the coordinator's loop, which records it.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use super::{Coordinator, Interrupt, Step};
+use crate::capability::{CapabilityError, Reply, Signal};
+use crate::condition;
+use crate::events::payload::{ReplanInfo, RetryScope};
+use crate::plan::{NodeStatus, PlanNode};
+use crate::run::decide::post_conditions::{self, Failed as PostConditionsFailed};
+use crate::run::decide::{Effect, Failure, Outcome, ending, execution, policies, signals};
+use crate::run::log::LogError;
+
+/// A node's capability call in flight: it returns the node's id with the reply.
+type NodeRun = BoxFuture<'static, (String, Result<Reply, CapabilityError>)>;
+
+impl Coordinator {
+    /// Runs every pending node of the current plan, independent ones concurrently. After a node
+    /// fails no new node starts; the ones in flight finish and are recorded, then the run fails.
+    /// After a granted replan (a REPLAN signal, a runtime policy, failed post-conditions) the
+    /// same, then the replan is returned. `Continue(None)`: every node completed.
+    pub(super) async fn execute(&mut self) -> Result<Step<Option<ReplanInfo>>, LogError> {
+        let Some(plan) = self.log.state().plan().cloned() else {
+            let failure = Failure::new("internal_error", "no plan to execute");
+            return self.fail(failure, Vec::new()).await.map(|_| Step::Ended);
+        };
+        let first = match &self.log.state().policy_follow_up {
+            Some(decided) => policies::follow_up(&self.run(), decided),
+            None => policies::on_start(&self.run()),
+        };
+        match self.decided(first)? {
+            Effect::Continue => {}
+            Effect::Replan(replan) => return self.replan(replan),
+            Effect::Failed(failure) => return self.fail(failure, Vec::new()).await.map(|_| Step::Ended),
+        }
+        let max_running = self.services.settings.limits.max_concurrent_nodes.max(1);
+        let mut running: FuturesUnordered<NodeRun> = FuturesUnordered::new();
+        let mut first_failure: Option<Failure> = None;
+        let mut replan_asked: Option<ReplanInfo> = None;
+        loop {
+            let stopping = first_failure.is_some() || replan_asked.is_some() || self.log.claim().stop_requested();
+            if !stopping && !self.log.state().awaiting_policy() {
+                let ready = execution::ready(&self.run(), max_running - running.len());
+                if !ready.is_empty() {
+                    running.extend(self.start_nodes(&ready)?);
+                }
+            }
+            // With nothing running the loop ends, and what is staged (the last completion)
+            // commits with the goal evaluation that follows at once.
+            if running.is_empty() {
+                break;
+            }
+            let waits = self.before_waiting().await?;
+            let (node_id, result) = match waits.until(running.next()).await {
+                Ok(Some(next)) => next,
+                Ok(None) => break,
+                Err(interrupt) => {
+                    let failure = match (interrupt, first_failure) {
+                        (Interrupt::Deadline, Some(failure)) => failure,
+                        (interrupt, _) => self.interrupted(interrupt),
+                    };
+                    let events = ending::stopped(self.log.state(), failure);
+                    self.stage(events)?;
+                    self.log.commit().await?;
+                    self.log_end();
+                    return Ok(Step::Ended);
+                }
+            };
+            let Some(node) = plan.node(&node_id).cloned() else { continue };
+            // While a replan is on its way, the plan is being replaced: no policy is looked at and
+            // a further REPLAN signal asks for nothing more.
+            let replacing = replan_asked.is_some();
+            match self.on_reply(&node, result, replacing, first_failure.is_none(), &mut running)? {
+                Effect::Continue => {}
+                Effect::Replan(replan) => {
+                    replan_asked.get_or_insert(replan);
+                }
+                Effect::Failed(failure) => {
+                    first_failure.get_or_insert(failure);
+                }
+            }
+        }
+        if let Some(failure) = first_failure {
+            return self.fail(failure, Vec::new()).await.map(|_| Step::Ended);
+        }
+        if let Some(replan) = replan_asked {
+            return self.replan(replan);
+        }
+        match execution::settled(&self.run()) {
+            execution::Settled::Done => Ok(Step::Continue(None)),
+            execution::Settled::Pause(event) => {
+                self.log.record(vec![event]).await?;
+                Ok(Step::Ended)
+            }
+            execution::Settled::Deadlock(failure) => self.fail(failure, Vec::new()).await.map(|_| Step::Ended),
+        }
+    }
+
+    /// Records what `node`'s reply comes to, and how the run goes on. `may_retry`: no node has
+    /// failed, so a transient failure may be retried.
+    fn on_reply(
+        &mut self,
+        node: &PlanNode,
+        result: Result<Reply, CapabilityError>,
+        replacing: bool,
+        may_retry: bool,
+        running: &mut FuturesUnordered<NodeRun>,
+    ) -> Result<Effect, LogError> {
+        let error = match result {
+            Ok(Reply::Output(output)) => return self.on_output(node, output, replacing, running),
+            Ok(Reply::Signal(Signal::Replan { .. })) if replacing => return Ok(Effect::Continue),
+            Ok(Reply::Signal(signal)) => {
+                self.node_retries.remove(&node.id);
+                let outcome = signals::on_signal(&self.run(), node, signal);
+                return self.decided(outcome);
+            }
+            Err(error) => error,
+        };
+        if error.is_transient() && may_retry {
+            let policy = self.retry;
+            let backoff = self.node_retries.entry(node.id.clone()).or_insert_with(|| policy.backoff());
+            if let Some(delay) = backoff.next_retry(error.retry_after()) {
+                self.stage(vec![execution::retry(RetryScope::Capability, Some(node.id.clone()), delay, &error)])?;
+                running.push(self.run_node(node, delay.delay));
+                return Ok(Effect::Continue);
+            }
+        }
+        self.node_retries.remove(&node.id);
+        let (events, failure) = execution::failed(node, &error);
+        self.stage(events)?;
+        Ok(Effect::Failed(failure))
+    }
+
+    /// A node's output: checked against its capability's post-conditions, then recorded (and the
+    /// `onNodeComplete` policies looked at) or retried.
+    fn on_output(
+        &mut self,
+        node: &PlanNode,
+        output: serde_json::Value,
+        replacing: bool,
+        running: &mut FuturesUnordered<NodeRun>,
+    ) -> Result<Effect, LogError> {
+        let results = post_conditions::results(&self.run(), node, &output);
+        if !condition::all_satisfied(&results) {
+            // While a replan is on its way the node is left to it.
+            if replacing {
+                return Ok(Effect::Continue);
+            }
+            return match post_conditions::failed(&self.run(), node, &output, results) {
+                PostConditionsFailed::Retry(events) => {
+                    self.stage(events)?;
+                    running.push(self.run_node(node, Duration::ZERO));
+                    Ok(Effect::Continue)
+                }
+                PostConditionsFailed::Decided(outcome) => {
+                    self.node_retries.remove(&node.id);
+                    self.decided(outcome)
+                }
+            };
+        }
+        self.node_retries.remove(&node.id);
+        match execution::completed(&self.run(), node, output, results) {
+            Err((events, failure)) => {
+                self.stage(events)?;
+                Ok(Effect::Failed(failure))
+            }
+            Ok(event) => {
+                self.stage(vec![event])?;
+                if replacing {
+                    return Ok(Effect::Continue);
+                }
+                let outcome = policies::on_node_complete(&self.run(), node);
+                self.decided(outcome)
+            }
+        }
+    }
+
+    /// Stages a decision's events and returns its effect.
+    fn decided(&mut self, outcome: Outcome) -> Result<Effect, LogError> {
+        self.stage(outcome.events)?;
+        Ok(outcome.effect)
+    }
+
+    /// A granted replan starts: its `policy_triggered` is staged, committed with the replan's
+    /// first `plan_requested`.
+    fn replan(&mut self, replan: ReplanInfo) -> Result<Step<Option<ReplanInfo>>, LogError> {
+        let event = signals::announce(&self.run(), &replan);
+        self.stage(vec![event])?;
+        Ok(Step::Continue(Some(replan)))
+    }
+
+    /// Stages the `node_start` frames of `nodes` and returns the calls of their capabilities
+    /// (they run once committed, at the next wait). A human node waits for its task instead.
+    fn start_nodes(&mut self, nodes: &[PlanNode]) -> Result<Vec<NodeRun>, LogError> {
+        let events = execution::start(&self.run(), nodes);
+        self.stage(events)?;
+        let state = self.log.state();
+        let calls: Vec<PlanNode> =
+            nodes.iter().filter(|n| state.nodes.get(&n.id) == Some(&NodeStatus::Running)).cloned().collect();
+        Ok(calls.iter().map(|node| self.run_node(node, Duration::ZERO)).collect())
+    }
+
+    /// The future that runs `node`'s capability after `delay`.
+    fn run_node(&self, node: &PlanNode, delay: Duration) -> NodeRun {
+        let capability = self.capabilities.get(&node.capability_id).cloned();
+        let bundle = execution::bundle(&self.run(), node);
+        let executors = self.services.executors.clone();
+        let timeouts = self.timeouts;
+        let node_id = node.id.clone();
+        Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            let result = match capability {
+                Some(capability) => executors.run(&capability, &bundle, &timeouts).await,
+                None => Err(CapabilityError::NotRegistered(bundle.capability_id.clone())),
+            };
+            (node_id, result)
+        })
+    }
+}

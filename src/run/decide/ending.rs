@@ -1,0 +1,90 @@
+//! How a run ends: completed with its output, or failed (or cancelled) with its error, and the
+//! `node_error`s of nodes still running when it was stopped.
+
+use serde_json::Value;
+
+use super::Failure;
+use crate::condition::GoalConditionResult;
+use crate::events::Event;
+use crate::events::payload::{Complete, CompleteStatus, ErrorInfo, NodeError};
+use crate::plan::NodeStatus;
+use crate::run::operator::Actor;
+use crate::run::state::RunState;
+
+/// The frames that complete a run with `output`.
+pub fn completed(state: &RunState, output: Value, results: Vec<GoalConditionResult>) -> Vec<Event> {
+    vec![Event::Complete(Complete {
+        status: CompleteStatus::Completed,
+        output,
+        goal_condition_results: (!results.is_empty()).then_some(results),
+        error: None,
+        post_condition_results: state.post_conditions.passed.clone(),
+    })]
+}
+
+/// The frames that end a run with `failure`: `prelude`, then `complete`.
+pub fn failed(state: &RunState, failure: Failure, mut prelude: Vec<Event>) -> Vec<Event> {
+    let error = failure.error_json();
+    let status = match failure.ending {
+        CompleteStatus::Cancelled => CompleteStatus::Cancelled,
+        _ => CompleteStatus::Failed,
+    };
+    prelude.push(Event::Complete(Complete {
+        status,
+        output: failure.output,
+        goal_condition_results: failure.goal_condition_results,
+        error: Some(error),
+        post_condition_results: state.post_conditions.passed.clone(),
+    }));
+    prelude
+}
+
+/// The frames that end a run stopped while nodes ran (its time limit, a cancel): a
+/// `node_error` with the failure's code for each running node, then `complete`.
+pub fn stopped(state: &RunState, failure: Failure) -> Vec<Event> {
+    let error = ErrorInfo { code: failure.code.into(), message: failure.message.clone() };
+    let plan = state.plan().map(|p| p.nodes.as_slice()).unwrap_or_default();
+    let errors = plan
+        .iter()
+        .filter(|n| state.nodes.get(&n.id) == Some(&NodeStatus::Running))
+        .map(|node| {
+            Event::NodeError(NodeError {
+                node_id: node.id.clone(),
+                capability_id: node.capability_id.clone(),
+                label: node.label.clone(),
+                error: error.clone(),
+            })
+        })
+        .collect();
+    failed(state, failure, errors)
+}
+
+/// How a run fails because node `node_id` did.
+pub fn node_failure(node_id: &str, capability_id: &str, code: &str, message: &str) -> Failure {
+    Failure::new("node_failed", format!("Node \"{node_id}\" failed: {message}"))
+        .detail("nodeId", node_id)
+        .detail("capabilityId", capability_id)
+        .detail("cause", code)
+}
+
+/// How a run ends that an operator cancelled.
+pub fn cancelled(actor: &Actor) -> Failure {
+    let error = super::operator::cancelled_error(actor);
+    let mut failure = Failure::new("cancelled", error["message"].as_str().unwrap_or_default());
+    failure.ending = CompleteStatus::Cancelled;
+    if let Value::Object(fields) = error {
+        failure.details = fields.into_iter().filter(|(k, _)| k != "code" && k != "message").collect();
+    }
+    failure
+}
+
+/// How a run fails that reached its time limit of `limit` seconds.
+pub fn timed_out(limit: u64) -> Failure {
+    Failure::new("run_timeout", format!("The run did not finish within its time limit of {limit} s"))
+        .detail("limitSeconds", limit)
+}
+
+/// How a run fails whose stored envelope or log cannot be read back.
+pub fn unresumable(reason: &str) -> Failure {
+    Failure::new("resume_failed", format!("The run cannot be resumed: {reason}"))
+}

@@ -1,0 +1,234 @@
+//! Execution bookkeeping: which nodes start, what each is given, what its reply or failure
+//! records, and what the run does once no node runs.
+
+use chrono::SecondsFormat;
+use serde_json::{Map, Value, json};
+
+use super::ending::node_failure;
+use super::{Failure, Run};
+use crate::capability::{Capability, CapabilityError, ContextBundle, Executor, PostConditionFailures};
+use crate::condition::{FacetSource, GoalConditionResult};
+use crate::events::Event;
+use crate::events::payload::*;
+use crate::plan::{NodeStatus, PlanNode};
+use crate::retry::Retry as RetryDelay;
+use crate::run::operator;
+use crate::run::status::RunStatus;
+
+/// Nodes that may start now, at most `capacity`: pending, every predecessor completed.
+pub fn ready(run: &Run, capacity: usize) -> Vec<PlanNode> {
+    let Some(plan) = run.state.plan() else { return Vec::new() };
+    plan.ready(&run.state.nodes).into_iter().take(capacity).cloned().collect()
+}
+
+/// The `node_start` frames of `nodes`, started together. A human node's frame carries its task.
+pub fn start(run: &Run, nodes: &[PlanNode]) -> Vec<Event> {
+    let started_at = run.now.to_rfc3339_opts(SecondsFormat::Millis, true);
+    nodes
+        .iter()
+        .map(|node| {
+            let capability = run.capabilities.get(&node.capability_id);
+            let executor_type = capability.map_or(ExecutorType::Ai, |c| c.executor.executor_type());
+            let assignment = capability
+                .filter(|c| matches!(c.executor, Executor::Human { .. }))
+                .map(|capability| assignment(run, node, capability, &started_at));
+            Event::NodeStart(NodeStart {
+                node_id: node.id.clone(),
+                capability_id: node.capability_id.clone(),
+                label: node.label.clone(),
+                kind: node.kind.clone(),
+                started_at: started_at.clone(),
+                executor_type,
+                facets: Facets { input: node.input_facets.clone(), output: node.output_facets.clone() },
+                assignment,
+            })
+        })
+        .collect()
+}
+
+/// A human node's task: what a person is asked to do, and with what.
+fn assignment(run: &Run, node: &PlanNode, capability: &Capability, created_at: &str) -> Value {
+    let bundle = bundle(run, node);
+    let mut instructions = bundle.instructions;
+    if let Executor::Human { instructions: Some(own) } = &capability.executor {
+        instructions.insert(0, own.clone());
+    }
+    json!({
+        "taskId": uuid::Uuid::now_v7().to_string(), "runId": bundle.run_id, "nodeId": node.id,
+        "capabilityId": node.capability_id, "label": node.label, "status": "awaiting_submission",
+        "objective": bundle.objective, "instructions": instructions, "inputs": bundle.inputs,
+        "priorOutputs": bundle.prior_outputs, "outputFacets": node.output_facets,
+        "outputContract": capability.registration.get("outputContract"), "createdAt": created_at,
+    })
+}
+
+/// What `node`'s capability is given: its inputs, its predecessors' outputs, its instructions,
+/// and what went wrong before when it runs again.
+pub fn bundle(run: &Run, node: &PlanNode) -> ContextBundle {
+    let state = run.state;
+    let inputs: Map<String, Value> = node
+        .input_facets
+        .iter()
+        .filter_map(|facet| state.context.facet_value(facet).map(|v| (facet.clone(), v.clone())))
+        .collect();
+    let prior_outputs: Map<String, Value> = state
+        .plan()
+        .into_iter()
+        .flat_map(|plan| plan.predecessors(&node.id))
+        .filter_map(|id| state.output_of(id).map(|output| (id.to_string(), output.clone())))
+        .collect();
+    let rerun = state.output_of(&node.id).is_some();
+    let repair = if rerun {
+        state.repair.iter().filter(|r| node.output_facets.contains(&r.facet)).cloned().collect()
+    } else {
+        Vec::new()
+    };
+    let mut instructions = node.instructions.clone();
+    instructions.extend(node.rationale.iter().map(|r| format!("Planner rationale: {r}")));
+    instructions.extend(run.envelope.special_instructions.iter().cloned());
+    let post_condition_failures =
+        state.post_conditions.failing.get(&node.id).map(|(attempts, failures)| PostConditionFailures {
+            failures: failures.clone(),
+            failures_so_far: *attempts,
+            max_retries: super::post_conditions::budget(run, node, &Value::Null).1,
+        });
+    ContextBundle {
+        run_id: state.run_id.clone(),
+        node_id: node.id.clone(),
+        capability_id: node.capability_id.clone(),
+        objective: run.envelope.objective.clone(),
+        inputs,
+        instructions,
+        prior_outputs,
+        repair,
+        clarifications: state
+            .clarifications
+            .iter()
+            .filter(|c| c.node_id == node.id && c.answer.is_some())
+            .cloned()
+            .collect(),
+        post_condition_failures,
+    }
+}
+
+/// What a node's accepted output records: `node_complete`, or — when a value breaks the facet
+/// catalog — the node's failure.
+pub fn completed(
+    run: &Run,
+    node: &PlanNode,
+    output: Value,
+    post_condition_results: Vec<GoalConditionResult>,
+) -> Result<Event, (Vec<Event>, Failure)> {
+    let violations = run.facets.output_violations(&node.output_facets, &output);
+    if !violations.is_empty() {
+        return Err(failed(node, &CapabilityError::Contract(violations)));
+    }
+    Ok(Event::NodeComplete(NodeComplete {
+        node_id: node.id.clone(),
+        capability_id: node.capability_id.clone(),
+        label: node.label.clone(),
+        completed_at: run.now.to_rfc3339_opts(SecondsFormat::Millis, true),
+        output,
+        executor_type: None,
+        post_condition_results,
+    }))
+}
+
+/// What a node's failure records (`validation_error` first for contract violations, then
+/// `node_error`), and how the run fails because of it.
+pub fn failed(node: &PlanNode, error: &CapabilityError) -> (Vec<Event>, Failure) {
+    let mut prelude = Vec::new();
+    if let CapabilityError::Contract(violations) = error {
+        prelude.push(Event::ValidationError(ValidationError {
+            node_id: Some(node.id.clone()),
+            scope: ValidationScope::CapabilityOutput,
+            errors: violations.clone(),
+        }));
+    }
+    node_error(node, error.code(), error.to_string(), prelude)
+}
+
+/// `prelude`, then the `node_error` with `code` and `message`; and how the run fails because of it.
+pub fn node_error(node: &PlanNode, code: &str, message: String, mut events: Vec<Event>) -> (Vec<Event>, Failure) {
+    let failure = node_failure(&node.id, &node.capability_id, code, &message);
+    events.push(Event::NodeError(NodeError {
+        node_id: node.id.clone(),
+        capability_id: node.capability_id.clone(),
+        label: node.label.clone(),
+        error: ErrorInfo { code: code.to_string(), message },
+    }));
+    (events, failure)
+}
+
+/// The `retry` frame announcing `retry` of a call that failed with `error`.
+pub fn retry(scope: RetryScope, node_id: Option<String>, retry: RetryDelay, error: &impl std::fmt::Display) -> Event {
+    Event::Retry(Retry {
+        node_id,
+        scope,
+        attempt: retry.attempt,
+        max_retries: retry.max_retries,
+        delay_ms: u64::try_from(retry.delay.as_millis()).unwrap_or(u64::MAX),
+        error: error.to_string(),
+    })
+}
+
+/// What the run does once no node of its plan runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settled {
+    /// Every node completed: evaluate the goal conditions.
+    Done,
+    /// Nodes wait for operators (a question, a human task, a policy's request): the run pauses
+    /// with this frame.
+    Pause(Event),
+    /// No node can start, and not every node completed.
+    Deadlock(Failure),
+}
+
+/// What follows once nothing runs and no node can start.
+pub fn settled(run: &Run) -> Settled {
+    let state = run.state;
+    let waiting = |status| {
+        let mut ids = state.nodes_in(status);
+        ids.sort();
+        ids
+    };
+    let (asking, humans) = (waiting(NodeStatus::AwaitingHitl), waiting(NodeStatus::AwaitingHuman));
+    let pause =
+        |message, status: RunStatus, nodes| Settled::Pause(Event::Log(Log::paused(message, status.as_str(), nodes)));
+    if state.awaiting_policy() {
+        return pause(Log::PAUSES[0], RunStatus::AwaitingHitl, asking);
+    }
+    if !asking.is_empty() {
+        return pause(Log::PAUSES[2], RunStatus::AwaitingHitl, asking);
+    }
+    if !humans.is_empty() {
+        return pause(Log::PAUSES[1], RunStatus::AwaitingHuman, humans);
+    }
+    let plan = state.plan().map(|p| p.nodes.as_slice()).unwrap_or_default();
+    let unfinished: Vec<&str> =
+        plan.iter().filter(|n| state.nodes.get(&n.id) != Some(&NodeStatus::Completed)).map(|n| n.id.as_str()).collect();
+    if unfinished.is_empty() {
+        return Settled::Done;
+    }
+    Settled::Deadlock(Failure::new(
+        "plan_deadlock",
+        format!("no node can start; unfinished: {}", unfinished.join(", ")),
+    ))
+}
+
+/// The `log` frame of a run picked up again after a restart; `interrupted` nodes run again.
+pub fn resumed(status: RunStatus, interrupted: &[String]) -> Event {
+    let mut message = format!("{} (status {status})", Log::RESUMED);
+    if !interrupted.is_empty() {
+        let names: Vec<String> = interrupted.iter().map(|id| format!("\"{id}\"")).collect();
+        message.push_str(&format!("; {} had started but not finished and run again", names.join(", ")));
+    }
+    let details = Resumed { interrupted_nodes: interrupted.to_vec(), resumed_from: status.as_str().to_string() };
+    Event::Log(Log::info(message, serde_json::to_value(details).ok()))
+}
+
+/// An approval request of the run about `subject`: the plan, or its result.
+pub fn approval(run: &Run, subject: HitlSubject, context: Value) -> Event {
+    let question = operator::question(subject, run.state.plan_version());
+    Event::HitlRequest(HitlRequest { request: run.request(HitlKind::Approval, subject, question, None, context) })
+}

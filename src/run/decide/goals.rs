@@ -1,0 +1,137 @@
+//! The end of a plan: the composed output, the output contract and the goal conditions — the
+//! run completes, waits for its result's approval, replans to repair, or fails.
+
+use serde_json::{Map, Value, json};
+
+use super::ending::{completed, failed};
+use super::execution::approval;
+use super::{Failure, Run};
+use crate::condition::{self, FacetSource, GoalConditionResult};
+use crate::contract::{OutputContract, SchemaViolation};
+use crate::events::Event;
+use crate::events::payload::*;
+use crate::store::plans::RunOutputRow;
+
+/// What the evaluation of a plan's outcome comes to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluated {
+    pub events: Vec<Event>,
+    /// The evaluation as `run_outputs` keeps it (none when the output broke its contract).
+    pub record: Option<RunOutputRow>,
+    pub then: Then,
+}
+
+/// How the run goes on after its goals were evaluated.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Then {
+    /// It ended (completed or failed) or waits for the approval of its result.
+    Stop,
+    /// It replans to repair the failed conditions.
+    Replan(ReplanInfo),
+}
+
+/// Composes the output, checks the output contract and the goal conditions.
+pub fn evaluate(run: &Run) -> Evaluated {
+    let output = compose_output(run);
+    let violations = contract_violations(run, &output);
+    if !violations.is_empty() {
+        let prelude = vec![Event::ValidationError(ValidationError {
+            node_id: None,
+            scope: ValidationScope::FinalOutput,
+            errors: violations,
+        })];
+        let mut failure =
+            Failure::new("final_output_invalid", "The composed output does not match the output contract");
+        failure.output = output;
+        return Evaluated { events: failed(run.state, failure, prelude), record: None, then: Then::Stop };
+    }
+    let facts = run.goal_data(&run.state.context);
+    let results = condition::evaluate_all(&run.envelope.goal_conditions, &facts);
+    let satisfied = condition::all_satisfied(&results);
+    let record = Some(record(run, &output, &results, satisfied));
+    if satisfied && run.envelope.approval.completion && !run.state.completion_approved {
+        let context = json!({"output": output, "goal_condition_results": results});
+        let events = vec![approval(run, HitlSubject::Completion, context)];
+        return Evaluated { events, record, then: Then::Stop };
+    }
+    if satisfied {
+        return Evaluated { events: completed(run.state, output, results), record, then: Then::Stop };
+    }
+    let failed_conditions: Vec<GoalConditionResult> = results.iter().filter(|r| !r.satisfied).cloned().collect();
+    match run.budget().grant_goal_condition_replan() {
+        Ok(attempt) => {
+            let event = Event::GoalConditionFailed(GoalConditionFailed {
+                run_id: run.state.run_id.clone(),
+                trigger: Trigger {
+                    reason: ReplanReason::GoalConditionFailed,
+                    details: json!({"failedGoalConditions": failed_conditions}),
+                },
+                failed_goal_conditions: failed_conditions.clone(),
+                attempt,
+                limit: run.replan_limits.max_goal_condition_replans,
+            });
+            let then = Then::Replan(ReplanInfo::goal_conditions(failed_conditions));
+            Evaluated { events: vec![event], record, then }
+        }
+        Err(refused) => {
+            let mut failure = Failure::new(refused.code(), refused.message())
+                .detail("attempts", run.state.replans.goal_condition)
+                .detail("limit", run.replan_limits.max_goal_condition_replans);
+            failure.output = output;
+            failure.goal_condition_results = Some(results);
+            Evaluated { events: failed(run.state, failure, Vec::new()), record, then: Then::Stop }
+        }
+    }
+}
+
+/// The run's output per its contract: the listed facets (`facets`), the schema's top-level
+/// properties found as facets (`json_schema`), else the last plan node's output.
+pub fn compose_output(run: &Run) -> Value {
+    let state = run.state;
+    let from_facets = |names: &mut dyn Iterator<Item = &String>| -> Map<String, Value> {
+        names.filter_map(|name| state.context.facet_value(name).map(|v| (name.clone(), v.clone()))).collect()
+    };
+    let last_output = || {
+        let last = state.plan().and_then(|p| p.nodes.last());
+        last.and_then(|node| state.output_of(&node.id)).cloned().unwrap_or(Value::Null)
+    };
+    match &run.envelope.output_contract {
+        OutputContract::Facets { facets } => Value::Object(from_facets(&mut facets.iter())),
+        OutputContract::JsonSchema { schema, .. } => {
+            let properties = schema.source().get("properties").and_then(Value::as_object);
+            let picked = properties.map(|p| from_facets(&mut p.keys())).unwrap_or_default();
+            if picked.is_empty() { last_output() } else { Value::Object(picked) }
+        }
+        OutputContract::Freeform { .. } => last_output(),
+    }
+}
+
+/// How the composed output breaks the envelope's output contract: its JSON Schema, or the
+/// facets it lists that no node produced.
+fn contract_violations(run: &Run, output: &Value) -> Vec<SchemaViolation> {
+    match &run.envelope.output_contract {
+        OutputContract::JsonSchema { schema, .. } => schema.violations(output),
+        OutputContract::Facets { facets } => facets
+            .iter()
+            .filter(|facet| output.get(facet.as_str()).is_none())
+            .map(|facet| SchemaViolation {
+                instance_path: crate::validation::pointer([facet]),
+                keyword: "required".into(),
+                message: format!("no node produced facet \"{facet}\""),
+            })
+            .collect(),
+        OutputContract::Freeform { .. } => Vec::new(),
+    }
+}
+
+/// The evaluation as `run_outputs` keeps it: one per plan version, the latest kept.
+fn record(run: &Run, output: &Value, results: &[GoalConditionResult], satisfied: bool) -> RunOutputRow {
+    RunOutputRow {
+        run_id: run.state.run_id.clone(),
+        plan_version: i32::try_from(run.state.plan_version()).unwrap_or(i32::MAX),
+        status: if satisfied { "satisfied" } else { "unsatisfied" }.into(),
+        output: output.to_string(),
+        goal_condition_results: serde_json::to_string(results).unwrap_or_default(),
+        recorded_at: run.now.naive_utc(),
+    }
+}

@@ -1,0 +1,120 @@
+//! Planning decisions: the planner request of each attempt, what a draft comes to (a plan
+//! version, or a rejection with diagnostics) and how a round that produced no plan fails.
+
+use serde_json::Value;
+
+use super::{Failure, Run};
+use crate::events::Event;
+use crate::events::payload::*;
+use crate::plan::Diagnostic;
+use crate::plan::{Plan, PlanMetadata};
+use crate::planner::{self, CompletedWork, DraftContext, RequiredFacet};
+
+/// The `plan_requested` of the run's next planner attempt.
+pub fn request(run: &Run, phase: Phase, replan: Option<ReplanInfo>) -> Event {
+    let capabilities = run
+        .capabilities
+        .values()
+        .map(|c| CapabilitySummary {
+            capability_id: c.id.clone(),
+            display_name: c.display_name.clone(),
+            status: CapabilityStatus::Active,
+        })
+        .collect();
+    Event::PlanRequested(PlanRequested {
+        attempt: run.state.planner_attempts + 1,
+        phase,
+        capabilities,
+        budget: run.budget().view(),
+        replan,
+    })
+}
+
+/// What a planning round is about: the phase and, for a replan, why.
+pub fn phase(replan: &Option<ReplanInfo>) -> Phase {
+    if replan.is_some() { Phase::Replan } else { Phase::Initial }
+}
+
+/// What the planner is told about a replan: why, and what the run did so far.
+pub fn replan_prompt<'a>(run: &Run<'a>, replan: &'a Option<ReplanInfo>) -> Option<planner::Replan<'a>> {
+    let (info, previous_plan) = (replan.as_ref()?, run.state.plan()?);
+    Some(planner::Replan {
+        reason: info.reason.as_str(),
+        failed_goal_conditions: &info.failed_goal_conditions,
+        feedback: info.feedback.as_deref(),
+        signal: info.signal.as_deref(),
+        policy: info.policy.as_deref(),
+        completed: &run.state.completed,
+        previous_plan,
+    })
+}
+
+/// Compiles a draft of planner attempt `attempt` into the run's next plan version.
+pub fn compile(run: &Run, draft: &Value, attempt: u32, phase: Phase, model: &str) -> Result<Plan, Vec<Diagnostic>> {
+    let mut required: Vec<RequiredFacet> = run
+        .envelope
+        .output_contract
+        .facets()
+        .iter()
+        .map(|facet| RequiredFacet { facet: facet.clone(), because: "output_contract" })
+        .collect();
+    for goal in &run.envelope.goal_conditions {
+        required.push(RequiredFacet { facet: goal.facet.clone(), because: "goal_condition" });
+    }
+    let available = run.state.context.facet_names().cloned().collect();
+    let completed = run.state.completed.iter().map(|w: &CompletedWork| (w.node_id.clone(), w.capability_id.clone()));
+    let cx = DraftContext {
+        capabilities: run.capabilities,
+        available_facets: &available,
+        required_facets: &required,
+        completed: &completed.collect(),
+        version: run.state.plan_version() + 1,
+        metadata: PlanMetadata {
+            planner_model: model.to_string(),
+            planner_attempt: attempt,
+            phase,
+            draft_node_count: draft.get("nodes").and_then(Value::as_array).map_or(0, Vec::len),
+        },
+    };
+    planner::draft::compile(draft, &cx)
+}
+
+/// The frames that install `plan`: `plan_generated`, and `plan_updated` when it replaces one.
+pub fn install(run: &Run, plan: Plan, replan: Option<ReplanInfo>) -> Vec<Event> {
+    let previous = run.state.plan().map(|p| p.version);
+    let mut events = Vec::with_capacity(2);
+    let updated = match (previous, &replan) {
+        (Some(previous_version), Some(info)) => Some(Event::PlanUpdated(PlanUpdated {
+            previous_version,
+            version: plan.version,
+            trigger: Trigger { reason: info.reason, details: info.details() },
+            replan: info.clone(),
+            nodes: plan.nodes.clone(),
+            edges: plan.edges.clone(),
+        })),
+        _ => None,
+    };
+    events.push(Event::PlanGenerated(PlanGenerated {
+        plan: PlanView { run_id: run.state.run_id.clone(), plan },
+        replan,
+    }));
+    events.extend(updated);
+    events
+}
+
+/// The frame of a draft that failed validation; another draft follows (or the round fails).
+pub fn rejected(attempt: u32, phase: Phase, diagnostics: Vec<Diagnostic>) -> Event {
+    Event::PlanRejected(PlanRejected { attempt, phase, diagnostics })
+}
+
+/// How a round fails whose drafts were all rejected (the last with `diagnostics`).
+pub fn no_valid_plan(diagnostics: &[Diagnostic]) -> Failure {
+    Failure::new("plan_rejected", format!("The planner produced no valid plan in {} attempts", planner::DRAFT_ATTEMPTS))
+        .detail("diagnostics", serde_json::to_value(diagnostics).unwrap_or_default())
+}
+
+/// How a run fails whose planner call failed (`transient` ones after `retries` retries).
+pub fn planner_failed(error: &impl std::fmt::Display, transient: bool, retries: u32) -> Failure {
+    let retried = if transient { format!(" after {retries} retries") } else { String::new() };
+    Failure::new("planner_error", format!("The planner call failed{retried}: {error}")).detail("transient", transient)
+}

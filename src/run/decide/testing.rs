@@ -1,0 +1,249 @@
+//! Test fixtures of runs: an envelope, capabilities, and the events of a run built without a
+//! server, folded into a [`RunState`] by the real `apply`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde_json::{Value, json};
+
+use super::Run;
+use crate::capability::{Capabilities, Capability, RegistrationPolicy};
+use crate::config::{Limits, Settings};
+use crate::envelope::{self, TaskEnvelope};
+use crate::events::Event;
+use crate::events::payload::*;
+use crate::facet::FacetCatalog;
+use crate::plan::{Edge, NodeStatus, Plan, PlanMetadata, PlanNode};
+use crate::run::budget::ReplanLimits;
+use crate::run::state::{At, RunState};
+
+/// The time every fixture event happens at.
+pub fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 21, 10, 0, 0).single().unwrap_or_default()
+}
+
+/// What a run's decisions read besides its state.
+pub struct Fixture {
+    pub envelope: TaskEnvelope,
+    pub capabilities: Capabilities,
+    pub limits: Limits,
+    pub replan_limits: ReplanLimits,
+    pub facets: FacetCatalog,
+}
+
+impl Fixture {
+    /// A run writing `post_copy` from a `brief` (writer, then editor), with a goal on its
+    /// quality; `envelope` fields override the default ones.
+    pub fn new(overrides: Value) -> Self {
+        let mut raw = json!({
+            "objective": "Write a post",
+            "inputs": {"brief": {"topic": "flexrun"}},
+            "outputContract": {"mode": "facets", "facets": ["post_copy"]},
+            "goal_condition": [{"facet": "post_copy", "path": "/quality_score",
+                                "condition": {"dsl": "quality_score >= 0.8"}}],
+        });
+        if let (Some(raw), Some(overrides)) = (raw.as_object_mut(), overrides.as_object()) {
+            raw.extend(overrides.clone());
+        }
+        let capabilities: Capabilities = [
+            capability("writer", &["brief"], &["post_copy"], json!({})),
+            capability("editor", &["post_copy"], &["post_copy"], json!({})),
+            capability("reviewer", &["post_copy"], &["review"], json!({"agentType": "human"})),
+        ]
+        .into_iter()
+        .map(|c| (c.id.clone(), c))
+        .collect();
+        let catalog = crate::capability::catalog(&[], &capabilities);
+        let envelope = envelope::from_value(raw, &catalog).expect("fixture envelope is valid");
+        let settings = Settings::load_from(|_| None).expect("default settings");
+        let replan_limits = ReplanLimits::resolve(&envelope.replan, &settings.replan);
+        Self {
+            envelope,
+            capabilities,
+            limits: settings.limits,
+            replan_limits,
+            facets: FacetCatalog::new(BTreeMap::new()).expect("empty facet catalog"),
+        }
+    }
+
+    /// The run in `state` as its decisions see it, at [`t0`].
+    pub fn run<'a>(&'a self, state: &'a RunState) -> Run<'a> {
+        Run {
+            state,
+            envelope: &self.envelope,
+            capabilities: &self.capabilities,
+            limits: &self.limits,
+            replan_limits: self.replan_limits,
+            facets: &self.facets,
+            now: t0(),
+        }
+    }
+
+    /// A fresh run of this envelope with `events` applied.
+    pub fn fold(&self, events: &[Event]) -> RunState {
+        let mut state = RunState::new("r", "c", &self.envelope.inputs);
+        apply_all(&mut state, events);
+        state
+    }
+}
+
+/// Applies `events` after the state's last one.
+pub fn apply_all(state: &mut RunState, events: &[Event]) {
+    for event in events {
+        let at = At { seq: state.last_seq + 1, timestamp: t0() };
+        state.apply(at, event).unwrap_or_else(|e| panic!("{e}: {event:?}"));
+    }
+}
+
+fn capability(id: &str, inputs: &[&str], outputs: &[&str], extra: Value) -> Arc<Capability> {
+    let mut registration = json!({
+        "capabilityId": id, "version": "1", "displayName": id, "summary": "s", "kind": "execution",
+        "inputFacets": inputs, "outputFacets": outputs,
+        "outputContract": {"mode": "json_schema", "schema": {"type": "object"}}
+    });
+    if let (Some(registration), Some(extra)) = (registration.as_object_mut(), extra.as_object()) {
+        registration.extend(extra.clone());
+    }
+    Arc::new(Capability::parse(registration, &RegistrationPolicy::default()).expect("fixture capability"))
+}
+
+pub fn start() -> Event {
+    Event::Start(Start { run_id: "r".into(), thread_id: None, correlation_id: "c".into() })
+}
+
+pub fn requested(attempt: u32, replan: Option<ReplanInfo>) -> Event {
+    let used = crate::run::budget::ReplanCounts::default();
+    let limits = ReplanLimits { enabled: true, max_goal_condition_replans: 2, max_replans: 4 };
+    Event::PlanRequested(PlanRequested {
+        attempt,
+        phase: if replan.is_some() { Phase::Replan } else { Phase::Initial },
+        capabilities: Vec::new(),
+        budget: crate::run::budget::BudgetView { limits, used },
+        replan,
+    })
+}
+
+/// A plan node of `capability`, id = stage.
+pub fn node(id: &str, capability: &str, inputs: &[&str], outputs: &[&str]) -> PlanNode {
+    let strings = |names: &[&str]| names.iter().map(|s| s.to_string()).collect();
+    PlanNode {
+        id: id.into(),
+        stage: id.into(),
+        label: id.into(),
+        capability_id: capability.into(),
+        kind: "execution".into(),
+        input_facets: strings(inputs),
+        output_facets: strings(outputs),
+        rationale: Vec::new(),
+        instructions: Vec::new(),
+        status: NodeStatus::Pending,
+    }
+}
+
+/// Plan `version` of `nodes`, each depending on the one before.
+pub fn plan(version: u32, nodes: Vec<PlanNode>) -> Plan {
+    let edges = nodes
+        .windows(2)
+        .map(|pair| Edge { from: pair[0].id.clone(), to: pair[1].id.clone(), reason: "depends_on".into() })
+        .collect();
+    let metadata = PlanMetadata {
+        planner_model: "m".into(),
+        planner_attempt: version,
+        phase: Phase::Initial,
+        draft_node_count: 2,
+    };
+    Plan { version, nodes, edges, metadata }
+}
+
+/// The fixture's plan: `draft` (writer) then `polish` (editor).
+pub fn two_nodes() -> Plan {
+    plan(
+        1,
+        vec![
+            node("draft", "writer", &["brief"], &["post_copy"]),
+            node("polish", "editor", &["post_copy"], &["post_copy"]),
+        ],
+    )
+}
+
+pub fn generated(plan: Plan, replan: Option<ReplanInfo>) -> Event {
+    Event::PlanGenerated(PlanGenerated { plan: PlanView { run_id: "r".into(), plan }, replan })
+}
+
+pub fn node_start(id: &str, capability: &str) -> Event {
+    Event::NodeStart(NodeStart {
+        node_id: id.into(),
+        capability_id: capability.into(),
+        label: id.into(),
+        kind: "execution".into(),
+        started_at: "t".into(),
+        executor_type: ExecutorType::Ai,
+        facets: Facets { input: Vec::new(), output: Vec::new() },
+        assignment: None,
+    })
+}
+
+pub fn node_complete(id: &str, capability: &str, output: Value) -> Event {
+    Event::NodeComplete(NodeComplete {
+        node_id: id.into(),
+        capability_id: capability.into(),
+        label: id.into(),
+        completed_at: "2026-11-21T10:00:00.000Z".into(),
+        output,
+        executor_type: None,
+        post_condition_results: Vec::new(),
+    })
+}
+
+pub fn node_error(id: &str, capability: &str, code: &str) -> Event {
+    Event::NodeError(NodeError {
+        node_id: id.into(),
+        capability_id: capability.into(),
+        label: id.into(),
+        error: ErrorInfo { code: code.into(), message: "it broke".into() },
+    })
+}
+
+/// A request of `kind` about `subject` (for `node`).
+pub fn request(id: &str, kind: HitlKind, subject: HitlSubject, node: Option<&str>, context: Value) -> Event {
+    Event::HitlRequest(HitlRequest {
+        request: HitlRequestInfo {
+            id: id.into(),
+            kind,
+            subject,
+            question: "?".into(),
+            plan_version: 1,
+            created_at: "2026-11-21T10:00:00.000Z".into(),
+            node_id: node.map(String::from),
+            context,
+        },
+    })
+}
+
+pub fn resolved(id: &str, kind: HitlKind, subject: HitlSubject, decision: Option<DecisionInfo>) -> Event {
+    let status = if decision.is_some() { RequestStatus::Resolved } else { RequestStatus::Superseded };
+    Event::HitlResolved(HitlResolved {
+        request: ClosedRequest { id: id.into(), kind, subject, status },
+        decision,
+        replan: None,
+    })
+}
+
+pub fn verdict(decision: Verdict) -> DecisionInfo {
+    DecisionInfo { decision, feedback: None, answer: None, operator: None, note: None }
+}
+
+/// A goal result on `post_copy/quality_score`.
+pub fn goal(satisfied: bool, observed: f64) -> crate::condition::GoalConditionResult {
+    crate::condition::GoalConditionResult {
+        facet: "post_copy".into(),
+        path: "/quality_score".into(),
+        expression: "quality_score >= 0.8".into(),
+        satisfied,
+        dsl: Some("quality_score >= 0.8".into()),
+        json_logic: None,
+        observed_value: Some(json!(observed)),
+        error: None,
+    }
+}

@@ -1,0 +1,272 @@
+//! The one writer of a run's event log, for its coordinator and operator commands alike.
+//!
+//! [`RunLog::stage`] gives each event its place in the log (the next `seq`, a timestamp, the
+//! frame header), works out the rows it changes ([`projection`](super::projection)) and applies
+//! it to the run's [`RunState`]; [`RunLog::commit`] writes the staged frames, those rows and the
+//! run row's change (status, counters, outcome — read off the state) in one transaction, and
+//! only then publishes the frames. A frame a client sees is therefore always in the log, and the
+//! state the writer holds is always the fold of the log it wrote.
+//!
+//! Whoever holds a `RunLog` holds the run's [`Claim`]: it is the run's only writer in this
+//! process, so its `seq` numbers cannot collide with another writer's. (The `(run_id, seq)`
+//! primary key backs this up across processes.)
+
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use super::claims::Claim;
+use super::projection::{RowWrite, project};
+use super::state::{ApplyError, At, RunState};
+use super::status::RunStatus;
+use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
+use crate::services::{CommitObserver, Services};
+use crate::store::runs::{self, Outcome, Progress, RunRow};
+use crate::store::{Store, StoreError, events};
+
+/// Why an event was not recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The event does not follow from the run's state: a bug, never a client's mistake.
+    #[error("the event does not fit the run's state: {0}")]
+    Apply(#[from] ApplyError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The run row as last committed: what the next commit changes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct RowState {
+    status: RunStatus,
+    progress: Progress,
+}
+
+/// A run's event log, held by its one writer.
+pub struct RunLog {
+    state: RunState,
+    header: FrameHeader,
+    claim: Claim,
+    store: Store,
+    bus: Arc<Bus>,
+    observer: Option<CommitObserver>,
+    staged: Vec<Frame>,
+    rows: Vec<RowWrite>,
+    row: RowState,
+    /// A new run: its row is inserted by the first commit.
+    created: Option<RunRow>,
+}
+
+impl RunLog {
+    /// The log of a run being created: the first commit inserts `row` (its status and counters
+    /// as the state has them by then).
+    pub fn create(services: &Services, claim: Claim, state: RunState, row: RunRow) -> Self {
+        let committed = RowState { status: state.status, progress: progress_of(&state) };
+        Self::new(services, claim, state, committed, Some(row))
+    }
+
+    /// The log of a stored run, `state` folded from it; `row` is its stored row.
+    pub fn resume(services: &Services, claim: Claim, state: RunState, row: &RunRow) -> Self {
+        let status = row.status.parse().unwrap_or(state.status);
+        let committed = RowState { status, progress: stored_progress(row) };
+        Self::new(services, claim, state, committed, None)
+    }
+
+    fn new(services: &Services, claim: Claim, state: RunState, row: RowState, created: Option<RunRow>) -> Self {
+        let header = FrameHeader {
+            run_id: state.run_id.as_str().into(),
+            correlation_id: state.correlation_id.as_str().into(),
+            plan_version: None,
+        };
+        Self {
+            state,
+            header,
+            claim,
+            store: services.store.clone(),
+            bus: services.bus.clone(),
+            observer: services.commit_observer.clone(),
+            staged: Vec::new(),
+            rows: Vec::new(),
+            row,
+            created,
+        }
+    }
+
+    pub fn state(&self) -> &RunState {
+        &self.state
+    }
+
+    pub fn run_id(&self) -> &str {
+        &self.state.run_id
+    }
+
+    pub fn claim(&self) -> &Claim {
+        &self.claim
+    }
+
+    /// Gives `events` their places in the log and applies them to the state; they are written
+    /// by the next [`Self::commit`]. Only for events a commit follows at once, with no call to
+    /// wait on in between: a frame is sent only after it is committed.
+    pub fn stage(&mut self, events: Vec<Event>) -> Result<(), ApplyError> {
+        for event in events {
+            let at = At { seq: self.state.last_seq + 1, timestamp: Utc::now() };
+            let rows = project(&self.state, at, &event);
+            self.state.apply(at, &event)?;
+            self.header.plan_version = Some(self.state.plan_version()).filter(|v| *v > 0);
+            let frame = Frame::encode_at(&self.header, at.seq, at.timestamp, &event);
+            debug_assert_decodes(&frame, &event);
+            self.rows.extend(rows);
+            self.staged.push(frame);
+        }
+        Ok(())
+    }
+
+    /// Writes that no frame carries (a goal evaluation, an operator's decision record), made by
+    /// the next commit after the rows of the staged events.
+    pub fn stage_rows(&mut self, rows: impl IntoIterator<Item = RowWrite>) {
+        self.rows.extend(rows);
+    }
+
+    /// [`Self::stage`], then [`Self::commit`].
+    pub async fn record(&mut self, events: Vec<Event>) -> Result<(), LogError> {
+        self.stage(events)?;
+        self.commit().await
+    }
+
+    /// Commits what is staged — frames, rows, the run row's change — in one transaction, then
+    /// publishes the frames. After a failure nothing is committed and this log is ahead of the
+    /// database: drop it (the run carries on from what the database holds).
+    pub async fn commit(&mut self) -> Result<(), LogError> {
+        let change = self.run_change();
+        if self.staged.is_empty() && self.rows.is_empty() && change.is_none() {
+            return Ok(());
+        }
+        let frames: Arc<[Frame]> = std::mem::take(&mut self.staged).into();
+        let rows = std::mem::take(&mut self.rows);
+        let run_id = self.state.run_id.clone();
+        let committed = frames.clone();
+        self.store
+            .write(move |conn| {
+                if let Some(change) = &change {
+                    change.execute(conn, &run_id)?;
+                }
+                for row in &rows {
+                    row.execute(conn, &run_id)?;
+                }
+                events::append(conn, &run_id, &committed)
+            })
+            .await?;
+        self.created = None;
+        self.row = RowState { status: self.state.status, progress: progress_of(&self.state) };
+        if !frames.is_empty() {
+            self.bus.publish(&self.state.run_id, BusMessage::Frames(frames));
+        }
+        if let Some(observer) = &self.observer {
+            observer(&self.state);
+        }
+        Ok(())
+    }
+
+    /// Tells followers the run will publish nothing more from here (it ended or waits for an
+    /// operator), so their streams end once caught up.
+    pub fn settle(&self) {
+        self.bus.settle(&self.state.run_id);
+    }
+
+    /// What the next commit changes on the run row.
+    fn run_change(&self) -> Option<RunChange> {
+        let (status, progress) = (self.state.status, progress_of(&self.state));
+        if let Some(row) = &self.created {
+            let row = RunRow { status: status.as_str().to_string(), ..row.clone() };
+            return Some(RunChange::Create(Box::new(progress.stamp(row))));
+        }
+        let from = self.row.status;
+        if status == from {
+            return (progress != self.row.progress).then_some(RunChange::Progress(progress));
+        }
+        if status.is_terminal() {
+            return Some(RunChange::End { from, to: status, outcome: outcome_of(&self.state) });
+        }
+        Some(RunChange::Move { from, to: status, progress: (progress != self.row.progress).then_some(progress) })
+    }
+}
+
+/// A change to the run row, made with the frames that report it.
+#[derive(Debug, Clone)]
+enum RunChange {
+    Create(Box<RunRow>),
+    /// A compare-and-set on the status: of two writers, only one finds it still `from`.
+    Move {
+        from: RunStatus,
+        to: RunStatus,
+        progress: Option<Progress>,
+    },
+    End {
+        from: RunStatus,
+        to: RunStatus,
+        outcome: Outcome,
+    },
+    Progress(Progress),
+}
+
+impl RunChange {
+    fn execute(&self, conn: &mut crate::store::DbConn, run_id: &str) -> Result<(), StoreError> {
+        match self {
+            Self::Create(row) => runs::insert(conn, row),
+            Self::Move { from, to, progress } => {
+                runs::transition(conn, run_id, from.as_str(), to.as_str(), progress.as_ref())
+            }
+            Self::End { from, to, outcome } => runs::end(conn, run_id, from.as_str(), to.as_str(), outcome),
+            Self::Progress(progress) => runs::save_progress(conn, run_id, progress),
+        }
+    }
+}
+
+/// The counters and plan version of a run, as its row keeps them.
+fn progress_of(state: &RunState) -> Progress {
+    let counts = &state.replans;
+    let int = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    Progress {
+        plan_version: int(state.plan_version()),
+        planner_attempts: int(state.planner_attempts),
+        goal_condition_replans: int(counts.goal_condition),
+        replans: int(counts.total),
+        signal_replans: int(counts.capability_signal),
+        policy_replans: int(counts.runtime_policy),
+        operator_replans: int(counts.operator),
+        post_condition_replans: int(counts.post_condition),
+    }
+}
+
+/// The counters a stored row holds.
+fn stored_progress(row: &RunRow) -> Progress {
+    Progress {
+        plan_version: row.plan_version,
+        planner_attempts: row.planner_attempts,
+        goal_condition_replans: row.goal_condition_replans,
+        replans: row.replans,
+        signal_replans: row.signal_replans,
+        policy_replans: row.policy_replans,
+        operator_replans: row.operator_replans,
+        post_condition_replans: row.post_condition_replans,
+    }
+}
+
+/// How an ended run's row records its end: its output, or its error.
+fn outcome_of(state: &RunState) -> Outcome {
+    match &state.end {
+        Some(end) if end.error.is_none() => Outcome::Result(end.output.to_string()),
+        Some(end) => Outcome::Error(end.error.as_ref().map(|e| e.to_string()).unwrap_or_default()),
+        None => Outcome::Error(String::new()),
+    }
+}
+
+/// Debug builds check that every frame written reads back as the event it was written from, so
+/// a replay sees exactly what the live run applied.
+fn debug_assert_decodes(frame: &Frame, event: &Event) {
+    if cfg!(debug_assertions) {
+        match Frame::decode(&frame.json) {
+            Ok(decoded) => assert_eq!(&decoded.event, event, "frame {} decodes differently", frame.json),
+            Err(error) => panic!("frame {} does not decode: {error}", frame.json),
+        }
+    }
+}

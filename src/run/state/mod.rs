@@ -1,0 +1,427 @@
+//! Where a run stands: one value, [`RunState`], changed only by [`RunState::apply`].
+//!
+//! A run's event log is the one source of its state. The coordinator applies every event as it
+//! records it; recovery, a node taking a run over, operator commands and every reader fold the
+//! committed log with the same function. So a replayed run cannot differ from the run that was
+//! live, and a new reader needs no fold of its own. Pure: no I/O.
+
+mod requests;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Map, Value};
+
+use super::budget::ReplanCounts;
+use super::context::{NodeOutput, RunContext};
+use super::status::{RunStatus, UnknownStatus};
+use crate::capability::Clarification;
+use crate::condition::GoalConditionResult;
+use crate::events::payload::*;
+use crate::events::{DecodedFrame, Event};
+use crate::plan::{NodeStatus, Plan};
+use crate::planner::CompletedWork;
+use crate::policy::Fired;
+
+pub use requests::PolicyFollowUp;
+
+/// Where an event sits in its run's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct At {
+    pub seq: u64,
+    pub timestamp: DateTime<Utc>,
+}
+
+/// A committed `node_error` that the run has not yet failed with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFailure {
+    pub node_id: String,
+    pub capability_id: String,
+    pub code: String,
+    pub message: String,
+}
+
+/// Post-conditions of a run's nodes: the latest results of completed nodes (summarised on
+/// `complete`) and the failed attempts of nodes that run again.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PostConditionState {
+    pub passed: Vec<PostConditionSummary>,
+    /// Failed attempts so far and the failures of the last one, by node id.
+    pub failing: HashMap<String, (u32, Vec<GoalConditionResult>)>,
+}
+
+/// A plan version of a run: the plan, when it was installed, and the replan that made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanVersion {
+    pub plan: Arc<Plan>,
+    pub at: DateTime<Utc>,
+    /// Why the plan was replaced by this one (`None` for the first plan).
+    pub replan: Option<ReplanInfo>,
+}
+
+/// The state of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunState {
+    pub run_id: String,
+    pub correlation_id: String,
+    pub status: RunStatus,
+    /// When the run started (its `start` frame); `None` before it.
+    pub started_at: Option<DateTime<Utc>>,
+    /// The `seq` of the last event applied; 0 before any.
+    pub last_seq: u64,
+    /// Planner calls asked for so far (the `attempt` of the last `plan_requested`).
+    pub planner_attempts: u32,
+    /// The replans granted so far, by what asked for them.
+    pub replans: ReplanCounts,
+    /// Every plan version, oldest first; the last is the current plan.
+    pub plans: Vec<PlanVersion>,
+    /// The current plan's nodes.
+    pub nodes: HashMap<String, NodeStatus>,
+    /// Work completed in any plan version, by node id, in completion order.
+    pub completed: Vec<CompletedWork>,
+    /// The goal conditions that failed last: given to nodes that run again to repair them.
+    pub repair: Vec<GoalConditionResult>,
+    /// Why the planner was asked last, or why an operator or a trigger asked for a replan since.
+    pub replan: Option<ReplanInfo>,
+    /// A node failure committed before the run could fail with it.
+    pub failed: Option<NodeFailure>,
+    /// Operator requests still open (approvals, questions, human tasks), oldest first.
+    pub requests: Vec<HitlRequestInfo>,
+    /// The questions nodes asked operators and their answers, oldest first.
+    pub clarifications: Vec<Clarification>,
+    /// An operator approved the run's result (asked once per run).
+    pub completion_approved: bool,
+    /// When an operator last decided: the run's time limit counts from then.
+    pub operator_at: Option<DateTime<Utc>>,
+    /// What the run's runtime policies have done.
+    pub fired: Fired,
+    pub post_conditions: PostConditionState,
+    /// An operator decided on a runtime policy's request; its follow-up action is still to do.
+    pub policy_follow_up: Option<PolicyFollowUp>,
+    pub context: RunContext,
+    /// How the run ended (its `complete` frame).
+    pub end: Option<Complete>,
+    /// The envelope's inputs, until `start` seeds the context with them.
+    inputs: Option<Map<String, Value>>,
+}
+
+/// Why an event cannot be applied: the log is not one flexrun wrote (or a bug wrote it).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("frame {got} follows frame {last}: the log has a gap")]
+    Gap { last: u64, got: u64 },
+    #[error("frame {seq} ({kind}) moves the run from {from} to {to}, which the state machine forbids")]
+    Transition { seq: u64, kind: &'static str, from: RunStatus, to: RunStatus },
+    #[error("frame {seq} ({kind}) names node \"{node_id}\", which the current plan does not have")]
+    UnknownNode { seq: u64, kind: &'static str, node_id: String },
+    #[error("frame {seq} ({kind}) comes before the run's `start`")]
+    NotStarted { seq: u64, kind: &'static str },
+    #[error("frame {seq} is unreadable: {reason}")]
+    Unreadable { seq: u64, reason: String },
+}
+
+impl RunState {
+    /// A run that has not started yet: its identity and the envelope's inputs.
+    pub fn new(run_id: &str, correlation_id: &str, inputs: &Map<String, Value>) -> Self {
+        Self {
+            run_id: run_id.to_string(),
+            correlation_id: correlation_id.to_string(),
+            status: RunStatus::Pending,
+            started_at: None,
+            last_seq: 0,
+            planner_attempts: 0,
+            replans: ReplanCounts::default(),
+            plans: Vec::new(),
+            nodes: HashMap::new(),
+            completed: Vec::new(),
+            repair: Vec::new(),
+            replan: None,
+            failed: None,
+            requests: Vec::new(),
+            clarifications: Vec::new(),
+            completion_approved: false,
+            operator_at: None,
+            fired: Fired::default(),
+            post_conditions: PostConditionState::default(),
+            policy_follow_up: None,
+            context: RunContext::default(),
+            end: None,
+            inputs: Some(inputs.clone()),
+        }
+    }
+
+    /// A run whose log cannot be folded (or whose envelope no longer validates): it knows only
+    /// where its log ends and the status its row holds, enough to record how it ends.
+    pub fn unreadable(run_id: &str, correlation_id: &str, status: RunStatus, last_seq: u64) -> Self {
+        Self {
+            status,
+            last_seq,
+            started_at: Some(Utc::now()),
+            inputs: None,
+            ..Self::new(run_id, correlation_id, &Map::new())
+        }
+    }
+
+    /// Folds a run's committed log (frames in `seq` order, as stored) into its state.
+    pub fn replay(
+        run_id: &str,
+        correlation_id: &str,
+        inputs: &Map<String, Value>,
+        frames: impl IntoIterator<Item = DecodedFrame>,
+    ) -> Result<Self, ApplyError> {
+        let mut state = Self::new(run_id, correlation_id, inputs);
+        for frame in frames {
+            state.apply(At { seq: frame.seq, timestamp: frame.timestamp }, &frame.event)?;
+        }
+        Ok(state)
+    }
+
+    /// The current plan.
+    pub fn plan(&self) -> Option<&Arc<Plan>> {
+        self.plans.last().map(|v| &v.plan)
+    }
+
+    /// The current plan's version (0 before the first plan).
+    pub fn plan_version(&self) -> u32 {
+        self.plan().map_or(0, |p| p.version)
+    }
+
+    /// A runtime policy's `pause`/`hitl` request is open: no node may start.
+    pub fn awaiting_policy(&self) -> bool {
+        self.requests.iter().any(|r| r.subject == HitlSubject::Policy)
+    }
+
+    /// The request an operator answers next: the newest open one.
+    pub fn pending_request(&self) -> Option<&HitlRequestInfo> {
+        self.requests.last()
+    }
+
+    /// The current plan's nodes in `status`, in plan order.
+    pub fn nodes_in(&self, status: NodeStatus) -> Vec<String> {
+        let plan = self.plan().map(|p| p.nodes.as_slice()).unwrap_or_default();
+        plan.iter().filter(|n| self.nodes.get(&n.id) == Some(&status)).map(|n| n.id.clone()).collect()
+    }
+
+    /// The latest output of a node, from any plan version.
+    pub fn output_of(&self, node_id: &str) -> Option<&Value> {
+        self.completed.iter().rev().find(|w| w.node_id == node_id).map(|w| &w.output)
+    }
+
+    /// Applies one event of the log: the only way a run's state changes.
+    pub fn apply(&mut self, at: At, event: &Event) -> Result<(), ApplyError> {
+        if at.seq != self.last_seq + 1 {
+            return Err(ApplyError::Gap { last: self.last_seq, got: at.seq });
+        }
+        if self.started_at.is_none() && !matches!(event, Event::Start(_)) {
+            return Err(ApplyError::NotStarted { seq: at.seq, kind: event.kind().as_str() });
+        }
+        let kind = event.kind().as_str();
+        let moved = |state: &mut Self, to: RunStatus| state.move_to(at.seq, kind, to);
+        match event {
+            Event::Start(_) => self.start(at),
+            Event::PlanRequested(request) => {
+                self.planner_attempts = request.attempt;
+                self.replan = request.replan.clone();
+                moved(self, RunStatus::Planning)?;
+            }
+            Event::PlanGenerated(generated) => {
+                let plan = Arc::new(generated.plan.plan.clone());
+                self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
+                self.plans.push(PlanVersion { plan, at: at.timestamp, replan: generated.replan.clone() });
+                self.failed = None;
+                // What runtime policies of the old plan waited on was superseded with it.
+                self.requests.retain(|r| r.subject != HitlSubject::Policy);
+                moved(self, RunStatus::Running)?;
+            }
+            Event::NodeStart(start) => self.node_started(start),
+            Event::NodeComplete(complete) => self.node_completed(at, complete)?,
+            Event::NodeError(error) => self.node_failed(error),
+            Event::GoalConditionFailed(failed) => {
+                self.repair = failed.failed_goal_conditions.clone();
+                count(&mut self.replans, ReplanReason::GoalConditionFailed);
+            }
+            Event::PolicyTriggered(triggered) => {
+                let reason = triggered.replan.reason;
+                count(&mut self.replans, reason);
+                self.replan = Some(triggered.replan.clone());
+                // A replan supersedes every open request.
+                self.requests.clear();
+                self.policy_acted(triggered.replan.policy.as_deref());
+                if reason.is_operator() {
+                    self.operator_at = Some(at.timestamp);
+                }
+                if reason == ReplanReason::OperatorReplan {
+                    moved(self, RunStatus::Planning)?;
+                }
+            }
+            Event::PolicyUpdate(update) => self.policy_updated(update),
+            Event::HitlRequest(request) => self.request_opened(at, &request.request)?,
+            Event::HitlResolved(resolved) => self.request_closed(at, resolved)?,
+            Event::Log(log) => {
+                if let Some(pause) = log.pause() {
+                    let to = pause
+                        .event
+                        .parse()
+                        .map_err(|e: UnknownStatus| ApplyError::Unreadable { seq: at.seq, reason: e.to_string() })?;
+                    moved(self, to)?;
+                }
+                if let Some(resumed) = log.resumed() {
+                    for id in resumed.interrupted_nodes {
+                        self.nodes.insert(id, NodeStatus::Pending);
+                    }
+                }
+            }
+            Event::Complete(complete) => {
+                self.end = Some(complete.clone());
+                // Nobody answers a request of a run that ended.
+                self.requests.clear();
+                moved(self, ending(complete.status))?;
+            }
+            Event::PlanRejected(_) | Event::PlanUpdated(_) | Event::ValidationError(_) | Event::Retry(_) => {}
+        }
+        self.last_seq = at.seq;
+        Ok(())
+    }
+
+    fn move_to(&mut self, seq: u64, kind: &'static str, to: RunStatus) -> Result<(), ApplyError> {
+        if self.status != to {
+            if !self.status.can_become(to) {
+                return Err(ApplyError::Transition { seq, kind, from: self.status, to });
+            }
+            self.status = to;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, at: At) {
+        self.started_at = Some(at.timestamp);
+        let inputs = self.inputs.take().unwrap_or_default();
+        self.context = RunContext::seeded(&inputs, &rfc3339(at.timestamp));
+    }
+
+    fn node_started(&mut self, start: &NodeStart) {
+        match start.task(self.plan_version()) {
+            // A human node waits for its output: it was not interrupted if the run stops.
+            Some(task) => {
+                self.nodes.insert(start.node_id.clone(), NodeStatus::AwaitingHuman);
+                self.requests.push(task);
+            }
+            None => {
+                self.nodes.insert(start.node_id.clone(), NodeStatus::Running);
+            }
+        }
+    }
+
+    fn node_completed(&mut self, at: At, complete: &NodeComplete) -> Result<(), ApplyError> {
+        let version = self.plan_version();
+        let node = self.plan().and_then(|p| p.node(&complete.node_id)).cloned().ok_or_else(|| {
+            ApplyError::UnknownNode { seq: at.seq, kind: "node_complete", node_id: complete.node_id.clone() }
+        })?;
+        self.context.record_output(NodeOutput {
+            node_id: &node.id,
+            capability_id: &complete.capability_id,
+            plan_version: version,
+            output_facets: &node.output_facets,
+            output: &complete.output,
+            at: &complete.completed_at,
+        });
+        self.post_conditions.passed(&node.id, &node.capability_id, complete.post_condition_results.clone());
+        self.completed.retain(|w| w.node_id != node.id);
+        self.completed.push(CompletedWork {
+            node_id: node.id.clone(),
+            stage: node.stage.clone(),
+            capability_id: node.capability_id.clone(),
+            output_facets: node.output_facets.clone(),
+            output: complete.output.clone(),
+        });
+        self.nodes.insert(node.id, NodeStatus::Completed);
+        Ok(())
+    }
+
+    fn node_failed(&mut self, error: &NodeError) {
+        // A rejected human submission: the node still waits.
+        if error.error.code == HUMAN_OUTPUT_INVALID {
+            return;
+        }
+        self.nodes.insert(error.node_id.clone(), NodeStatus::Failed);
+        self.post_conditions.failing.remove(&error.node_id);
+        self.failed.get_or_insert_with(|| NodeFailure {
+            node_id: error.node_id.clone(),
+            capability_id: error.capability_id.clone(),
+            code: error.error.code.clone(),
+            message: error.error.message.clone(),
+        });
+    }
+
+    fn policy_updated(&mut self, update: &PolicyUpdate) {
+        if update.is_post_condition_retry() {
+            if let Some(node_id) = &update.policy.node_id {
+                let failing = update.post_condition_results.iter().filter(|r| !r.satisfied).cloned().collect();
+                self.post_conditions.failing.insert(node_id.clone(), (update.attempts.unwrap_or_default(), failing));
+            }
+            return;
+        }
+        self.policy_acted(Some(&update.policy));
+        if let Some(attempts) = update.attempts {
+            self.fired.goto_attempts.insert(update.policy.policy_id.clone(), attempts);
+        }
+        for node in &update.reset_nodes {
+            self.nodes.insert(node.clone(), NodeStatus::Pending);
+        }
+    }
+
+    /// A runtime policy acted: `onStart` policies are not looked at again, and the follow-up of
+    /// an operator's decision it carries out is done.
+    fn policy_acted(&mut self, policy: Option<&PolicyInfo>) {
+        let Some(policy) = policy else { return };
+        if self.policy_follow_up.as_ref().is_some_and(|f| policy.request_id.as_deref() == Some(&f.request_id)) {
+            self.policy_follow_up = None;
+        }
+        if policy.trigger_kind == TriggerKind::OnStart {
+            self.fired.on_start = true;
+        }
+    }
+}
+
+impl PostConditionState {
+    /// A node completed with `results` (empty: its capability has none).
+    pub fn passed(&mut self, node_id: &str, capability_id: &str, results: Vec<GoalConditionResult>) {
+        self.failing.remove(node_id);
+        self.passed.retain(|p| p.node_id != node_id);
+        if !results.is_empty() {
+            let summary =
+                PostConditionSummary { node_id: node_id.into(), capability_id: capability_id.into(), results };
+            self.passed.push(summary);
+        }
+    }
+}
+
+/// Counts one replan granted for `reason`.
+pub(super) fn count(counts: &mut ReplanCounts, reason: ReplanReason) {
+    let counter = match reason {
+        ReplanReason::GoalConditionFailed => &mut counts.goal_condition,
+        ReplanReason::CapabilitySignal => &mut counts.capability_signal,
+        ReplanReason::PolicyRuntimeReplan => &mut counts.runtime_policy,
+        ReplanReason::PostConditionFailed => &mut counts.post_condition,
+        ReplanReason::OperatorRejected | ReplanReason::OperatorReplan => &mut counts.operator,
+    };
+    *counter += 1;
+    counts.total += 1;
+}
+
+/// The status a run ends in.
+fn ending(status: CompleteStatus) -> RunStatus {
+    match status {
+        CompleteStatus::Completed => RunStatus::Completed,
+        CompleteStatus::Failed => RunStatus::Failed,
+        CompleteStatus::Cancelled => RunStatus::Cancelled,
+    }
+}
+
+/// The frame timestamp format (RFC 3339, milliseconds, `Z`).
+pub fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}

@@ -1,0 +1,90 @@
+//! What operator requests do to a run's state: a request opened (an approval, a node's question,
+//! a runtime policy's pause) and a request closed (answered, superseded or cancelled).
+
+use super::{ApplyError, At, RunState, count, rfc3339};
+use crate::capability::Clarification;
+use crate::events::payload::*;
+use crate::plan::NodeStatus;
+use crate::run::status::RunStatus;
+
+/// An operator's decision on a runtime policy's request, for its follow-up action.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyFollowUp {
+    pub request_id: String,
+    pub policy_id: String,
+    pub node_id: Option<String>,
+    pub approved: bool,
+}
+
+impl RunState {
+    pub(super) fn request_opened(&mut self, at: At, request: &HitlRequestInfo) -> Result<(), ApplyError> {
+        match (request.kind, request.subject) {
+            (_, HitlSubject::Policy) => {
+                let policy = request.policy();
+                self.policy_acted(policy.as_ref());
+                if let Some(node_id) = &request.node_id {
+                    self.post_conditions.failing.remove(node_id);
+                }
+            }
+            // A node asked a question: it waits for the answer.
+            (HitlKind::Clarify, _) => {
+                let node_id = request.node_id.clone().unwrap_or_default();
+                self.nodes.insert(node_id.clone(), NodeStatus::AwaitingHitl);
+                self.clarifications.push(Clarification {
+                    request_id: request.id.clone(),
+                    node_id,
+                    question: request.question.clone(),
+                    asked_at: request.created_at.clone(),
+                    answer: None,
+                    answered_at: None,
+                });
+            }
+            // An approval of a plan or of the result: the run waits for it.
+            _ => self.move_to(at.seq, "hitl_request", RunStatus::AwaitingHitl)?,
+        }
+        self.requests.push(request.clone());
+        Ok(())
+    }
+
+    pub(super) fn request_closed(&mut self, at: At, resolved: &HitlResolved) -> Result<(), ApplyError> {
+        let id = &resolved.request.id;
+        let request = self.requests.iter().position(|r| &r.id == id).map(|i| self.requests.remove(i));
+        // Only an operator's action restarts the clock of the run's time limit.
+        self.operator_at = Some(at.timestamp);
+        let Some(decision) = &resolved.decision else {
+            // Superseded or cancelled: what follows (a replan, the run's end) moves the run.
+            return Ok(());
+        };
+        let approved = decision.decision == Verdict::Approved;
+        self.completion_approved |= approved && resolved.request.subject == HitlSubject::Completion;
+        if let Some(policy) = request.as_ref().and_then(HitlRequestInfo::policy) {
+            self.policy_follow_up = Some(PolicyFollowUp {
+                request_id: id.clone(),
+                policy_id: policy.policy_id,
+                node_id: request.as_ref().and_then(|r| r.node_id.clone()),
+                approved,
+            });
+        }
+        if let Some(answer) = &decision.answer {
+            self.answered(id, answer, rfc3339(at.timestamp));
+        }
+        match &resolved.replan {
+            Some(replan) => {
+                count(&mut self.replans, replan.reason);
+                self.replan = Some(replan.clone());
+                self.move_to(at.seq, "hitl_resolved", RunStatus::Planning)
+            }
+            None => self.move_to(at.seq, "hitl_resolved", RunStatus::Running),
+        }
+    }
+
+    /// An operator answered a node's question: the node runs again, with the answer.
+    fn answered(&mut self, request_id: &str, answer: &str, at: String) {
+        let Some(asked) = self.clarifications.iter_mut().find(|c| c.request_id == request_id) else { return };
+        asked.answer = Some(answer.to_string());
+        asked.answered_at = Some(at);
+        if self.nodes.get(&asked.node_id) == Some(&NodeStatus::AwaitingHitl) {
+            self.nodes.insert(asked.node_id.clone(), NodeStatus::Pending);
+        }
+    }
+}

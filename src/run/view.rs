@@ -1,0 +1,253 @@
+//! One run as readers see it: [`RunView`], built from the run's [`RunState`] (the fold of its
+//! log) and the rows that keep what frames do not (node timings, goal evaluations, operator
+//! decisions). `GET /runs/{id}` serves it, `flexrun runs show` reads it back; every reader shows
+//! the same run. Secrets are redacted by whoever serves it.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::budget::{BudgetView, ReplanCounts, ReplanLimits};
+use super::context::RunContext;
+use super::state::RunState;
+use super::status::RunStatus;
+use super::{ResumeError, Stored};
+use crate::condition::GoalConditionResult;
+use crate::config::ReplanSettings;
+use crate::events::payload::{HitlRequestInfo, ReplanInfo};
+use crate::plan::Plan;
+use crate::services::Services;
+use crate::store::StoreError;
+use crate::store::hitl::{self, DecisionRow, RequestRow};
+use crate::store::plans::{self, PlanNodeRow, RunOutputRow};
+use crate::store::runs::RunRow;
+
+/// A run with its plan versions, nodes, goal evaluations and operator requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunView {
+    pub run: RunSummary,
+    /// The envelope as posted.
+    pub envelope: Value,
+    /// Every facet's current value, and who wrote it.
+    pub context: RunContext,
+    pub plan_versions: Vec<PlanVersionView>,
+    /// The nodes of every plan version, in plan order.
+    pub nodes: Vec<NodeView>,
+    /// The goal evaluation of each plan version (the latest one).
+    pub outputs: Vec<EvaluationView>,
+    pub hitl_requests: Vec<RequestView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub objective: String,
+    pub thread_id: Option<String>,
+    pub correlation_id: String,
+    pub plan_version: u32,
+    pub planner_attempts: u32,
+    pub replans: ReplanCounts,
+    /// The caps and what was used of them (absent if the stored envelope's caps are unreadable).
+    pub replan_budget: Option<BudgetView>,
+    /// The final output, once the run completed.
+    pub result: Value,
+    /// How the run failed or was cancelled.
+    pub error: Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanVersionView {
+    pub version: u32,
+    pub plan: Plan,
+    /// Why this version replaced the one before (`null` for the first plan).
+    pub trigger: Option<ReplanInfo>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    pub plan_version: i32,
+    pub node_id: String,
+    pub position: i32,
+    pub capability_id: String,
+    /// A node status, or `discarded` (a replan dropped it) or `cancelled`.
+    pub status: String,
+    pub output: Value,
+    pub error: Value,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub post_condition_results: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EvaluationView {
+    pub plan_version: i32,
+    /// `satisfied` or `unsatisfied`.
+    pub status: String,
+    pub output: Value,
+    pub goal_condition_results: Vec<GoalConditionResult>,
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// An operator request, where it went, and the decision that answered it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestView {
+    #[serde(flatten)]
+    pub request: HitlRequestInfo,
+    /// `pending`, `resolved`, `superseded` or `cancelled`.
+    pub status: String,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub decision: Option<DecisionView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionView {
+    pub decision: String,
+    pub operator: Value,
+    pub note: Option<String>,
+    pub feedback: Option<String>,
+    pub payload: Value,
+    pub decided_at: DateTime<Utc>,
+}
+
+/// The rows a view needs besides the run's log.
+struct Rows {
+    nodes: Vec<PlanNodeRow>,
+    outputs: Vec<RunOutputRow>,
+    requests: Vec<RequestRow>,
+    decisions: Vec<DecisionRow>,
+}
+
+/// Why a run cannot be shown.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the run's stored state is unreadable: {0}")]
+    Unreadable(#[from] ResumeError),
+}
+
+impl RunView {
+    /// Reads run `run_id` and builds its view (`NotFound` if there is none).
+    pub async fn read(services: &Services, run_id: &str) -> Result<Self, ViewError> {
+        let stored = Stored::read(services, run_id).await?;
+        let id = run_id.to_string();
+        let rows = services
+            .store
+            .read(move |conn| {
+                let (requests, decisions) = hitl::for_run(conn, &id)?;
+                Ok(Rows { nodes: plans::nodes(conn, &id)?, outputs: plans::outputs(conn, &id)?, requests, decisions })
+            })
+            .await?;
+        let state = stored.state()?;
+        Ok(Self::build(&state, &stored.row, rows, &services.settings.replan))
+    }
+
+    fn build(state: &RunState, row: &RunRow, rows: Rows, settings: &ReplanSettings) -> Self {
+        let envelope = json_or_null(Some(&row.envelope));
+        let replan_budget =
+            ReplanLimits::of_stored(&envelope, settings).ok().map(|limits| BudgetView { limits, used: state.replans });
+        let end = state.end.as_ref();
+        let run = RunSummary {
+            run_id: state.run_id.clone(),
+            status: state.status,
+            objective: row.objective.clone(),
+            thread_id: row.thread_id.clone(),
+            correlation_id: state.correlation_id.clone(),
+            plan_version: state.plan_version(),
+            planner_attempts: state.planner_attempts,
+            replans: state.replans,
+            replan_budget,
+            result: end.filter(|e| e.error.is_none()).map_or(Value::Null, |e| e.output.clone()),
+            error: end.and_then(|e| e.error.clone()).unwrap_or(Value::Null),
+            created_at: row.created_at.and_utc(),
+            updated_at: row.updated_at.and_utc(),
+        };
+        let plan_versions = state
+            .plans
+            .iter()
+            .map(|v| PlanVersionView {
+                version: v.plan.version,
+                plan: (*v.plan).clone(),
+                trigger: v.replan.clone(),
+                created_at: v.at,
+            })
+            .collect();
+        let decisions = &rows.decisions;
+        Self {
+            run,
+            envelope,
+            context: state.context.clone(),
+            plan_versions,
+            nodes: rows.nodes.iter().map(node).collect(),
+            outputs: rows.outputs.iter().map(evaluation).collect(),
+            hitl_requests: rows
+                .requests
+                .iter()
+                .filter_map(|r| request(r, decisions.iter().find(|d| d.request_id == r.request_id)))
+                .collect(),
+        }
+    }
+}
+
+fn node(row: &PlanNodeRow) -> NodeView {
+    NodeView {
+        plan_version: row.plan_version,
+        node_id: row.node_id.clone(),
+        position: row.position,
+        capability_id: row.capability_id.clone(),
+        status: row.status.clone(),
+        output: json_or_null(row.output.as_deref()),
+        error: json_or_null(row.error.as_deref()),
+        started_at: row.started_at.map(utc),
+        completed_at: row.completed_at.map(utc),
+        post_condition_results: json_or_null(row.post_condition_results.as_deref()),
+    }
+}
+
+fn evaluation(row: &RunOutputRow) -> EvaluationView {
+    EvaluationView {
+        plan_version: row.plan_version,
+        status: row.status.clone(),
+        output: json_or_null(Some(&row.output)),
+        goal_condition_results: serde_json::from_str(&row.goal_condition_results).unwrap_or_default(),
+        recorded_at: row.recorded_at.and_utc(),
+    }
+}
+
+/// A stored request with its decision; `None` if its stored form is unreadable.
+fn request(row: &RequestRow, decision: Option<&DecisionRow>) -> Option<RequestView> {
+    let request = serde_json::from_str(&row.details).ok()?;
+    Some(RequestView {
+        request,
+        status: row.status.clone(),
+        closed_at: row.closed_at.map(utc),
+        decision: decision.map(|d| DecisionView {
+            decision: d.decision.clone(),
+            operator: json_or_null(d.operator.as_deref()),
+            note: d.note.clone(),
+            feedback: d.feedback.clone(),
+            payload: json_or_null(d.payload.as_deref()),
+            decided_at: d.decided_at.and_utc(),
+        }),
+    })
+}
+
+fn utc(at: NaiveDateTime) -> DateTime<Utc> {
+    at.and_utc()
+}
+
+/// Stored JSON text as a value (`null` when absent or unreadable).
+fn json_or_null(text: Option<&str>) -> Value {
+    text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null)
+}
