@@ -20,7 +20,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use flexrun::standin::{self, Reply, StandIn};
+use flexrun::llm::standin::{self, Reply, StandIn};
 
 fn capability(id: &str, inputs: &[&str], outputs: &[&str]) -> Value {
     json!({

@@ -26,7 +26,6 @@ pub mod policy;
 pub mod retry;
 pub mod run;
 pub mod services;
-pub mod standin;
 pub mod timeouts;
 
 pub mod store;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use support::*;
 
-fn always_plan(stages: &'static [(&'static str, &'static str)]) -> flexrun::standin::Script {
+fn always_plan(stages: &'static [(&'static str, &'static str)]) -> flexrun::llm::standin::Script {
     planner_then(stages, post(0.9))
 }
 

@@ -41,7 +41,7 @@ fn request_id(frame: &ReceivedFrame) -> String {
 }
 
 /// Plans `draft` first; with operator feedback in the prompt, `draft` then `polish`.
-fn two_plans() -> flexrun::standin::Script {
+fn two_plans() -> flexrun::llm::standin::Script {
     script(|call| {
         if call.is_planner() {
             if call.user.contains("### OPERATOR FEEDBACK") {

@@ -26,7 +26,7 @@ fn low_score(action: Value) -> Value {
 }
 
 /// Plans `draft` (writer scoring `score`); asked again by a policy, `draft` then `polish` (0.9).
-fn writer_scoring(score: f64) -> flexrun::standin::Script {
+fn writer_scoring(score: f64) -> flexrun::llm::standin::Script {
     script(move |call| {
         if call.is_planner() {
             if call.user.contains("### RUNTIME POLICY") {

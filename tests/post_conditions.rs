@@ -23,7 +23,7 @@ fn checked_writer() -> Value {
 
 /// Plans `draft` (writer); after a replan, `redo` (editor). The writer scores `first`, and 0.9
 /// once told about its failures.
-fn script_scoring(first: f64) -> flexrun::standin::Script {
+fn script_scoring(first: f64) -> flexrun::llm::standin::Script {
     script(move |call| {
         if call.is_planner() {
             if call.user.contains("### REPLAN REASON") {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use diesel::{Connection, RunQueryDsl};
 use flexrun::events::ReceivedFrame;
-use flexrun::standin::{ChatCall, StandIn};
+use flexrun::llm::standin::{ChatCall, StandIn};
 use flexrun::store::DbConn;
 use serde_json::{Value, json};
 use support::process::ServerProcess;
@@ -286,7 +286,7 @@ async fn flexrun_cli(server: &ServerProcess, args: &[&str]) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_run_survives_a_crash_and_is_approved_from_the_command_line() {
-    let model = StandIn::start(flexrun::standin::script(two_steps)).unwrap();
+    let model = StandIn::start(flexrun::llm::standin::script(two_steps)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
     let mut envelope = envelope();
@@ -319,7 +319,7 @@ async fn a_paused_run_survives_a_crash_and_is_approved_from_the_command_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_survives_a_crash_and_is_answered_from_the_command_line() {
     // The writer asks which market to write for, until it is told.
-    let model = StandIn::start(flexrun::standin::script(|call| match call.capability_id() {
+    let model = StandIn::start(flexrun::llm::standin::script(|call| match call.capability_id() {
         Some("writer") if !call.user.contains("### CLARIFICATIONS") => {
             Reply::json(json!({"signal": "CLARIFY", "question": "Which market?"}))
         }

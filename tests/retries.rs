@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flexrun::events::ReceivedFrame;
-use flexrun::standin::Script;
+use flexrun::llm::standin::Script;
 use serde_json::{Value, json};
 use support::*;
 

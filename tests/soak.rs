@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use diesel::{Connection, QueryableByName, RunQueryDsl};
 use eventsource_stream::Eventsource;
-use flexrun::standin::{ChatCall, StandIn};
+use flexrun::llm::standin::{ChatCall, StandIn};
 use flexrun::store::DbConn;
 use futures::StreamExt;
 use serde_json::{Value, json};

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use super::client::{Client, Outcome};
 use super::progress::Progress;
 use crate::config::Settings;
+use crate::llm::standin::{self, ChatCall, Reply, StandIn};
 use crate::services::Services;
-use crate::standin::{self, ChatCall, Reply, StandIn};
 
 /// The example capability registrations, compiled in so the demo runs from any directory.
 const CAPABILITIES: [(&str, &str); 4] = [

@@ -16,11 +16,11 @@ use serde_json::{Value, json};
 
 use flexrun::config::Settings;
 use flexrun::events::ReceivedFrame;
+use flexrun::llm::standin::{ChatCall, Script, StandIn};
 use flexrun::services::Services;
-use flexrun::standin::{ChatCall, Script, StandIn};
 use flexrun::store::DbConn;
 
-pub use flexrun::standin::{Reply, script};
+pub use flexrun::llm::standin::{Reply, script};
 
 pub mod process;
 

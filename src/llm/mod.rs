@@ -9,6 +9,10 @@
 //! "bring your own types" calls: the request borrows the prompts and schemas (serialized once,
 //! never copied), and the response reads only the fields flexrun uses, so OpenAI-compatible
 //! servers that leave out or add other fields still work.
+//!
+//! [`standin`] is a scripted stand-in for such a server (the demo and the tests), not a model.
+
+pub mod standin;
 
 use std::time::Duration;
 
