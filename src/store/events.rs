@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use diesel::prelude::*;
 
-use super::fixed::fixed;
+use super::prepared::prepared;
 use super::schema::run_events;
 use super::{DbConn, StoreError};
 use crate::events::Frame;
@@ -30,7 +30,7 @@ pub fn append(conn: &mut DbConn, run_id: &str, frames: &[Frame]) -> Result<(), S
             frame: &frame.json,
             created_at: frame.timestamp.naive_utc(),
         };
-        let insert = fixed!(diesel::insert_into(run_events::table).values(&row));
+        let insert = prepared!(diesel::insert_into(run_events::table).values(&row));
         super::on_backend!(conn, |c| insert.execute(c))?;
     }
     Ok(())

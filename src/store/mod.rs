@@ -25,9 +25,9 @@ pub(crate) use on_backend;
 
 pub mod capabilities;
 pub mod events;
-pub mod fixed;
 pub mod hitl;
 pub mod plans;
+pub mod prepared;
 pub mod runs;
 pub mod schema;
 mod writer;

@@ -3,7 +3,7 @@
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
-use super::fixed::{fixed, update, upsert};
+use super::prepared::{prepared, update, upsert};
 use super::schema::{plan_nodes, plan_versions, run_outputs};
 use super::{DbConn, StoreError};
 
@@ -62,7 +62,7 @@ pub fn node_started(
     at: NaiveDateTime,
 ) -> Result<(), StoreError> {
     let values = (plan_nodes::status.eq(status), plan_nodes::started_at.eq(Some(at)));
-    let statement = fixed!(update(plan_nodes::table, values, node(run_id, plan_version, node_id)));
+    let statement = prepared!(update(plan_nodes::table, values, node(run_id, plan_version, node_id)));
     let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     found(updated, node_id, plan_version)
 }
@@ -74,7 +74,7 @@ pub fn node_waiting(
     status: &str,
 ) -> Result<(), StoreError> {
     let statement =
-        fixed!(update(plan_nodes::table, plan_nodes::status.eq(status), node(run_id, plan_version, node_id)));
+        prepared!(update(plan_nodes::table, plan_nodes::status.eq(status), node(run_id, plan_version, node_id)));
     let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     found(updated, node_id, plan_version)
 }
@@ -85,7 +85,7 @@ pub fn node_post_conditions(
     (run_id, plan_version, node_id): (&str, i32, &str),
     results: &str,
 ) -> Result<(), StoreError> {
-    let statement = fixed!(update(
+    let statement = prepared!(update(
         plan_nodes::table,
         plan_nodes::post_condition_results.eq(Some(results)),
         node(run_id, plan_version, node_id)
@@ -109,7 +109,7 @@ pub fn node_finished(
         plan_nodes::error.eq(error),
         plan_nodes::completed_at.eq(Some(at)),
     );
-    let statement = fixed!(update(plan_nodes::table, values, node(run_id, plan_version, node_id)));
+    let statement = prepared!(update(plan_nodes::table, values, node(run_id, plan_version, node_id)));
     let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     found(updated, node_id, plan_version)
 }
@@ -153,7 +153,7 @@ pub fn record_output(conn: &mut DbConn, row: &RunOutputRow) -> Result<(), StoreE
     );
     let insert = diesel::insert_into(run_outputs::table).values(row);
     let key = &[run_outputs::run_id::NAME, run_outputs::plan_version::NAME];
-    let upsert = fixed!(upsert(insert, key, evaluation));
+    let upsert = prepared!(upsert(insert, key, evaluation));
     super::on_backend!(conn, |c| upsert.execute(c))?;
     Ok(())
 }

@@ -5,7 +5,7 @@
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
-use super::fixed::{fixed, update};
+use super::prepared::{prepared, update};
 use super::schema::runs;
 use super::{DbConn, StoreError};
 
@@ -99,7 +99,8 @@ pub fn ids_with_status(conn: &mut DbConn, statuses: &[&str]) -> Result<Vec<Strin
 // Every update below has a fixed shape, so SQLite prepares it once per connection.
 
 pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {
-    let statement = fixed!(update(runs::table, (progress, runs::updated_at.eq(super::now())), runs::run_id.eq(run_id)));
+    let statement =
+        prepared!(update(runs::table, (progress, runs::updated_at.eq(super::now())), runs::run_id.eq(run_id)));
     super::on_backend!(conn, |c| statement.execute(c))?;
     Ok(())
 }
@@ -112,7 +113,7 @@ pub fn save_outcome(
     error: Option<&str>,
 ) -> Result<(), StoreError> {
     let statement =
-        fixed!(update(runs::table, (runs::result.eq(result), runs::error.eq(error)), runs::run_id.eq(run_id)));
+        prepared!(update(runs::table, (runs::result.eq(result), runs::error.eq(error)), runs::run_id.eq(run_id)));
     super::on_backend!(conn, |c| statement.execute(c))?;
     Ok(())
 }
@@ -137,11 +138,11 @@ pub fn transition(
     let status = (runs::status.eq(to), runs::updated_at.eq(super::now()));
     let updated = match progress {
         Some(progress) => {
-            let statement = fixed!(update(runs::table, (status, progress), run));
+            let statement = prepared!(update(runs::table, (status, progress), run));
             super::on_backend!(conn, |c| statement.execute(c))?
         }
         None => {
-            let statement = fixed!(update(runs::table, status, run));
+            let statement = prepared!(update(runs::table, status, run));
             super::on_backend!(conn, |c| statement.execute(c))?
         }
     };
@@ -157,7 +158,7 @@ pub fn end(conn: &mut DbConn, run_id: &str, from: &str, to: &str, outcome: &Outc
     let run = runs::run_id.eq(run_id).and(runs::status.eq(from));
     let values =
         (runs::status.eq(to), runs::updated_at.eq(super::now()), runs::result.eq(result), runs::error.eq(error));
-    let statement = fixed!(update(runs::table, values, run));
+    let statement = prepared!(update(runs::table, values, run));
     let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     moved(conn, run_id, from, updated)
 }

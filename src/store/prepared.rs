@@ -1,21 +1,22 @@
-//! Statements whose SQL text never varies, prepared once per connection and found again in
-//! diesel's statement cache without building their SQL.
+//! A prepared-statement cache keyed by call site: statements whose SQL text never varies, each
+//! prepared once per connection and found again in diesel's statement cache without building
+//! their SQL.
 //!
 //! diesel keys its statement cache by a statement's SQL text unless the statement's type names
 //! it, and it never caches an `UPDATE` or an upsert, because a changeset of `Option`s changes the
 //! SQL from call to call. Without help each update would be parsed by SQLite again on every call
 //! and each insert would have its SQL built just to look it up. The statements flexrun makes per
-//! frame and per node have a fixed shape: `fixed!` wraps one in a [`Fixed`] whose marker type,
-//! declared at the call site, is its cache key. Updates and upserts are written with [`update`]
-//! and [`upsert`], which build the same SQL as diesel without marking it uncacheable.
+//! frame and per node have a fixed shape: `prepared!` wraps one in a [`Prepared`] whose marker
+//! type, declared at the call site, is its cache key. Updates and upserts are written with
+//! [`update`] and [`upsert`], which build the same SQL as diesel without marking it uncacheable.
 //!
 //! Only use it where the SQL cannot vary: no `Option<Eq<…>>` changesets or insertable `Option`
 //! fields (`col.eq(option)` is fine: it binds NULL), no `eq_any`. Nor inside a generic function
 //! whose type parameters shape the statement (say, a helper taking the changeset): the marker
 //! declared in its body is one type for every instantiation, so two statements would share one
-//! cache entry. That is why the node updates in `plans.rs` each write their own `fixed!` rather
-//! than sharing a helper. Debug builds check all this on every execution and panic if a call site
-//! produces a second SQL text, or wraps a statement diesel would not cache anyway.
+//! cache entry. That is why the node updates in `plans.rs` each write their own `prepared!`
+//! rather than sharing a helper. Debug builds check all this on every execution and panic if a
+//! call site produces a second SQL text, or wraps a statement diesel would not cache anyway.
 
 use std::marker::PhantomData;
 
@@ -23,29 +24,29 @@ use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::{AsChangeset, QueryResult, Table};
 
-/// A statement keyed in the statement cache by its call site's marker type `K`; see `fixed!`.
+/// A statement keyed in the statement cache by its call site's marker type `K`; see `prepared!`.
 #[derive(Debug, Clone, Copy)]
-pub struct Fixed<K, Q> {
+pub struct Prepared<K, Q> {
     site: PhantomData<K>,
     query: Q,
 }
 
-/// Wraps `query` as the statement of call site `K`; use `fixed!`, which declares `K`.
-pub fn fixed_at<K, Q>(query: Q) -> Fixed<K, Q> {
-    Fixed { site: PhantomData, query }
+/// Wraps `query` as the statement of call site `K`; use `prepared!`, which declares `K`.
+pub fn prepared_at<K, Q>(query: Q) -> Prepared<K, Q> {
+    Prepared { site: PhantomData, query }
 }
 
-/// `fixed!(statement)`: the statement as a [`Fixed`] keyed by this call site.
-macro_rules! fixed {
+/// `prepared!(statement)`: the statement as a [`Prepared`] keyed by this call site.
+macro_rules! prepared {
     ($query:expr $(,)?) => {{
         /// This call site, as the statement cache's key for the statement it builds.
         enum Site {}
-        $crate::store::fixed::fixed_at::<Site, _>($query)
+        $crate::store::prepared::prepared_at::<Site, _>($query)
     }};
 }
-pub(crate) use fixed;
+pub(crate) use prepared;
 
-impl<K: 'static, Q, DB> QueryFragment<DB> for Fixed<K, Q>
+impl<K: 'static, Q, DB> QueryFragment<DB> for Prepared<K, Q>
 where
     DB: Backend + 'static,
     DB::QueryBuilder: Default,
@@ -53,18 +54,18 @@ where
 {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         #[cfg(debug_assertions)]
-        checks::fixed_and_cacheable::<K, Q, DB>(&self.query, out.backend())?;
+        checks::one_sql_text_and_cacheable::<K, Q, DB>(&self.query, out.backend())?;
         self.query.walk_ast(out)
     }
 }
 
 /// The call site's marker: one call site, one SQL text.
-impl<K: 'static, Q> QueryId for Fixed<K, Q> {
+impl<K: 'static, Q> QueryId for Prepared<K, Q> {
     type QueryId = K;
     const HAS_STATIC_QUERY_ID: bool = true;
 }
 
-impl<K, Q, C> diesel::RunQueryDsl<C> for Fixed<K, Q> {}
+impl<K, Q, C> diesel::RunQueryDsl<C> for Prepared<K, Q> {}
 
 /// `UPDATE <table> SET <values> WHERE <predicate>`, as diesel writes it.
 #[derive(Debug, Clone, Copy)]
@@ -147,7 +148,7 @@ mod checks {
     /// Panics if call site `K` has produced another SQL text on backend `DB` before (the cache
     /// would run the first text's prepared statement with this one's binds), or if diesel would
     /// not cache its statement at all.
-    pub(super) fn fixed_and_cacheable<K: 'static, Q, DB>(query: &Q, backend: &DB) -> QueryResult<()>
+    pub(super) fn one_sql_text_and_cacheable<K: 'static, Q, DB>(query: &Q, backend: &DB) -> QueryResult<()>
     where
         DB: Backend + 'static,
         DB::QueryBuilder: Default,
@@ -156,14 +157,14 @@ mod checks {
         static SEEN: LazyLock<Mutex<HashMap<(TypeId, TypeId), String>>> = LazyLock::new(Default::default);
         assert!(
             query.is_safe_to_cache_prepared(backend)?,
-            "a fixed!() statement that diesel marks uncacheable; write it with store::fixed::update or upsert"
+            "a prepared!() statement that diesel marks uncacheable; write it with store::prepared::update or upsert"
         );
         let mut builder = DB::QueryBuilder::default();
         query.to_sql(&mut builder, backend)?;
         let sql = builder.finish();
         let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
         let first = seen.entry((TypeId::of::<K>(), TypeId::of::<DB>())).or_insert_with(|| sql.clone());
-        assert_eq!(*first, sql, "a fixed!() statement changed its SQL text; it must not (see store::fixed)");
+        assert_eq!(*first, sql, "a prepared!() statement changed its SQL text; it must not (see store::prepared)");
         Ok(())
     }
 }
@@ -187,7 +188,7 @@ mod tests {
     /// diesel's `Option` changeset leaves out of the SQL).
     fn set_thread(conn: &mut DbConn, thread: Option<&str>) -> QueryResult<usize> {
         let values = (runs::status.eq("running"), thread.map(|t| runs::thread_id.eq(t)));
-        let statement = fixed!(super::update(runs::table, values, runs::run_id.eq("a")));
+        let statement = prepared!(super::update(runs::table, values, runs::run_id.eq("a")));
         crate::store::on_backend!(conn, |c| statement.execute(c))
     }
 
@@ -203,7 +204,7 @@ mod tests {
 
     #[test]
     #[cfg(debug_assertions)]
-    #[should_panic(expected = "a fixed!() statement changed its SQL text")]
+    #[should_panic(expected = "a prepared!() statement changed its SQL text")]
     fn a_call_site_whose_sql_varies_is_caught_in_debug_builds() {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = connection(&dir);
@@ -213,11 +214,11 @@ mod tests {
 
     #[test]
     #[cfg(debug_assertions)]
-    #[should_panic(expected = "a fixed!() statement that diesel marks uncacheable")]
+    #[should_panic(expected = "a prepared!() statement that diesel marks uncacheable")]
     fn a_statement_diesel_would_not_cache_is_caught_in_debug_builds() {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = connection(&dir);
-        let statement = fixed!(diesel::update(runs::table).set(runs::status.eq("running")));
+        let statement = prepared!(diesel::update(runs::table).set(runs::status.eq("running")));
         let _ = crate::store::on_backend!(&mut conn, |c| statement.execute(c));
     }
 }
