@@ -17,8 +17,10 @@ use crate::store::{Store, StoreError};
 /// run's state equals the fold of its committed log at every step.
 pub type CommitObserver = Arc<dyn Fn(&RunState) + Send + Sync>;
 
+/// Why the server's long-lived parts could not be set up: the database, the capability
+/// registry, the facet catalog or an HTTP client.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub enum SetupError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -48,12 +50,12 @@ pub struct Services {
 impl Services {
     /// Opens the database (migrating it), loads capabilities and prepares the model clients.
     /// Makes no network call. Must be called from within the runtime that will drive runs.
-    pub async fn start(settings: Settings) -> Result<Arc<Self>, StartError> {
+    pub async fn start(settings: Settings) -> Result<Arc<Self>, SetupError> {
         Self::start_observed(settings, None).await
     }
 
     /// [`Self::start`], with `observer` seeing every commit of every run's log.
-    pub async fn start_observed(settings: Settings, observer: Option<CommitObserver>) -> Result<Arc<Self>, StartError> {
+    pub async fn start_observed(settings: Settings, observer: Option<CommitObserver>) -> Result<Arc<Self>, SetupError> {
         // Run coordinators submit most writes: with SQLite their runtime commits them itself.
         let store = Store::open_on(&settings.database_url, &tokio::runtime::Handle::current())?;
         let facets = FacetCatalog::new(settings.facets.clone())?;
