@@ -5,8 +5,10 @@
 //!
 //! Supported here: triggers `onStart`, `onNodeComplete` (selector + condition) and
 //! `onPostConditionFailed` (selector + `maxRetries`), actions `replan`, `fail`, `emit`, `goto`,
-//! `pause` and `hitl` (after post-conditions: `replan`, `fail`, `emit`, `hitl`). Every other trigger or action the anchor's schema names is rejected
-//! with a clear error instead of being accepted and ignored.
+//! `pause` and `hitl` (after post-conditions: `replan`, `fail`, `emit`, `hitl`). The triggers
+//! `onValidationFail`, `onTimeout`, `onMetricBelow` and `manual`, and any action outside these
+//! lists, are rejected with a clear error (`unsupported`, `legacy_action`, `unknown_action`)
+//! instead of being accepted and ignored.
 
 use std::collections::{HashMap, HashSet};
 

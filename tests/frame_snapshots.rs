@@ -264,7 +264,7 @@ fn with_policies(policies: Value) -> Value {
 }
 
 /// Plans `draft`; with operator feedback in the prompt, `draft` then `polish`. Every post scores 0.9.
-fn plans_after_feedback() -> flexrun::standin::Script {
+fn plans_after_feedback() -> flexrun::llm::standin::Script {
     script(|call| {
         if call.is_planner() {
             if call.user.contains("### OPERATOR FEEDBACK") {
@@ -352,7 +352,7 @@ struct Scenario {
 }
 
 impl Scenario {
-    async fn start(script: flexrun::standin::Script, options: Options) -> Self {
+    async fn start(script: flexrun::llm::standin::Script, options: Options) -> Self {
         Self { server: TestServer::start_with(script, options).await, delivered: Vec::new() }
     }
 

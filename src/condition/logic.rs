@@ -19,7 +19,7 @@ thread_local! {
     static ARENA: RefCell<Bump> = RefCell::new(Bump::with_capacity(4096));
 }
 
-/// Where the whole run context is reachable from inside a condition (as in the anchor server).
+/// Where the whole run context is reachable from inside a condition.
 pub const RUN_CONTEXT_VAR: &str = "metadata.runContextSnapshot";
 
 /// Where a condition finds facts about its run (`run.latencyMs`, …).
@@ -28,7 +28,8 @@ pub const RUN_VAR: &str = "run";
 /// A compiled JSON-Logic rule.
 #[derive(Clone)]
 pub struct Rule {
-    /// The rule as written or shown (for a DSL condition, the anchor-compatible form).
+    /// The rule as written or shown (for a DSL condition, the stored form with alias-prefixed
+    /// quantifier variables).
     source: Value,
     compiled: Arc<Logic>,
     reads_run_context: bool,

@@ -18,8 +18,8 @@ impl FacetPath {
     /// Parses a path as written by a caller.
     ///
     /// `""`, `"#"` and `"#/"` mean the whole value; a leading `#` (URI fragment form) is dropped;
-    /// the anchor's index form `/variants[0]` is read as `/variants/0`. Anything else must be an
-    /// RFC 6901 pointer; the error says what is wrong.
+    /// the index form `/variants[0]` is accepted too and read as `/variants/0`. Anything else must
+    /// be an RFC 6901 pointer; the error says what is wrong.
     pub fn parse(written: &str) -> Result<Self, String> {
         let trimmed = written.strip_prefix('#').unwrap_or(written);
         let normalised =

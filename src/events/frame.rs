@@ -1,5 +1,5 @@
-//! Frames: the wire form of every event of a run (spec §4). A frame is encoded to JSON once; the
-//! same text is stored in the event log, broadcast, and sent as the SSE `data:` line.
+//! Frames: the wire form of every event of a run (`docs/api.md`, "Frames"). A frame is encoded to
+//! JSON once; the same text is stored in the event log, broadcast, and sent as the SSE `data:` line.
 
 use std::sync::Arc;
 
@@ -118,7 +118,8 @@ impl Event {
         }
     }
 
-    /// A one-line summary, sent as the top-level `message` (node errors and logs have one).
+    /// A one-line summary, sent as the top-level `message`: a `node_error`'s error message, a
+    /// `log` frame's text; other frames have none.
     pub fn message(&self) -> Option<&str> {
         match self {
             Self::NodeError(e) => Some(&e.error.message),

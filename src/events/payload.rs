@@ -1,4 +1,5 @@
-//! Payloads of each frame type, with the field names of the wire contract (docs/api.md, "Frames").
+//! Payloads of each frame type. Their field names are the wire format (`docs/api.md`, "Frames"):
+//! renaming one breaks clients and stored event logs.
 //!
 //! Every payload is read back with the same types it is written with: a stored or received frame
 //! decodes into the typed [`Event`](super::Event) ([`super::DecodedFrame`]). Where a payload carries

@@ -57,7 +57,7 @@ pub struct Variable {
     pub path: String,
     /// The shortest name, used by canonical rendering.
     pub dsl_path: String,
-    /// Other accepted names (the anchor's legacy `facets.<facet>.value.<prop>` form).
+    /// Other accepted names (the legacy `facets.<facet>.value.<prop>` form).
     pub aliases: Vec<String>,
     #[serde(rename = "type")]
     pub var_type: VarType,

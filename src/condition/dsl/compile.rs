@@ -1,10 +1,11 @@
 //! Checking a parsed condition and emitting JSON-Logic.
 //!
-//! Two JSON-Logic forms come out. The *shown* form follows the anchor server (alias-prefixed
-//! variables inside quantifiers, the alias as a third `some`/`all` operand), so stored conditions
-//! and clients stay compatible. The *evaluation* form is standard JSON-Logic for the engine: inside
-//! a quantifier the alias is the current item (`{"var": "x"}`), and outer variables climb the
-//! scope stack (`{"val": [[depth], …segments]}`).
+//! Two JSON-Logic forms come out. The *shown* form is the one stored and returned to clients
+//! (alias-prefixed variables inside quantifiers, the alias as a third `some`/`all` operand; see
+//! `docs/dsl.md`, "JSON-Logic"); it does not change, so stored conditions and their clients keep
+//! working. The *evaluation* form is standard JSON-Logic for the engine: inside a quantifier the
+//! alias is the current item (`{"var": "x"}`), and outer variables climb the scope stack
+//! (`{"val": [[depth], …segments]}`).
 
 use std::collections::BTreeSet;
 

@@ -27,7 +27,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Compiled {
-    /// JSON-Logic as stored and shown (anchor-compatible: alias-prefixed quantifier variables).
+    /// JSON-Logic as stored and shown (alias-prefixed quantifier variables; see `docs/dsl.md`,
+    /// "JSON-Logic").
     pub json_logic: Value,
     /// Standard JSON-Logic the engine evaluates.
     #[serde(skip)]

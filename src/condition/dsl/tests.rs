@@ -1,5 +1,6 @@
-//! The anchor's fixtures, the error catalogue with exact ranges, relative names, and evaluation of
-//! compiled conditions through the JSON-Logic engine.
+//! Fixtures pinning the stored JSON-Logic form (`docs/dsl.md`, "JSON-Logic"), the error catalogue
+//! with exact ranges, relative names, and evaluation of compiled conditions through the JSON-Logic
+//! engine.
 
 use serde_json::{Value, json};
 
@@ -32,7 +33,7 @@ const KNOB: &str = "metadata.runContextSnapshot.facets.planKnobs.value";
 const RECS: &str = "metadata.runContextSnapshot.facets.recommendationSet.value";
 
 #[test]
-fn anchor_fixtures_compile_to_the_documented_json_logic_and_render_back() {
+fn fixtures_compile_to_the_documented_json_logic_and_render_back() {
     let ready = "metadata.runContextSnapshot.facets.clarificationResponse.value.readyForPlanner";
     let fixtures: [(&str, Value); 6] = [
         (

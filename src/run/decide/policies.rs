@@ -96,7 +96,8 @@ fn perform(run: &Run, action: &Action, mut info: PolicyInfo, node: Option<&PlanN
         Action::Goto { next, max_attempts } => goto(run, info, next, *max_attempts, failure),
         Action::Pause { reason } => {
             let question = format!("Runtime policy \"{id}\" paused the run{}. Approve to go on.", suffix(reason));
-            // The pause is announced; the request is what an operator answers.
+            // A pause is announced as `policy_update {action: "pause"}` before its request
+            // (`docs/api.md`, "Runtime policies"); the request is what an operator answers.
             let paused = update(info.clone(), |u| u.reason = reason.clone());
             let mut events = vec![paused];
             events.push(ask_operator(run, info, question, node, Value::Null));
