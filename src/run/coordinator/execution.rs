@@ -130,7 +130,7 @@ impl Coordinator {
             }
         }
         self.node_retries.remove(&node.id);
-        let (events, failure) = execution::failed(node, &error);
+        let (events, failure) = ending::node_failed(node, &error);
         self.stage(events)?;
         Ok(Effect::Failed(failure))
     }
@@ -163,19 +163,13 @@ impl Coordinator {
             };
         }
         self.node_retries.remove(&node.id);
-        match execution::completed(&self.run(), node, output, results) {
-            Err((events, failure)) => {
-                self.stage(events)?;
-                Ok(Effect::Failed(failure))
-            }
-            Ok(event) => {
-                self.stage(vec![event])?;
-                if replacing {
-                    return Ok(Effect::Continue);
-                }
+        let outcome = execution::completed(&self.run(), node, output, results);
+        match self.decided(outcome)? {
+            Effect::Continue if !replacing => {
                 let outcome = policies::on_node_complete(&self.run(), node);
                 self.decided(outcome)
             }
+            effect => Ok(effect),
         }
     }
 

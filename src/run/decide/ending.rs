@@ -4,10 +4,11 @@
 use serde_json::Value;
 
 use super::Failure;
+use crate::capability::CapabilityError;
 use crate::condition::GoalConditionResult;
 use crate::events::Event;
-use crate::events::payload::{Complete, CompleteStatus, ErrorInfo, NodeError};
-use crate::plan::NodeStatus;
+use crate::events::payload::{Complete, CompleteStatus, ErrorInfo, NodeError, ValidationError, ValidationScope};
+use crate::plan::{NodeStatus, PlanNode};
 use crate::run::operator::Actor;
 use crate::run::state::RunState;
 
@@ -57,6 +58,32 @@ pub fn stopped(state: &RunState, failure: Failure) -> Vec<Event> {
         })
         .collect();
     failed(state, failure, errors)
+}
+
+/// What a node's failure records (`validation_error` first for contract violations, then
+/// `node_error`), and how the run fails because of it.
+pub fn node_failed(node: &PlanNode, error: &CapabilityError) -> (Vec<Event>, Failure) {
+    let mut prelude = Vec::new();
+    if let CapabilityError::Contract(violations) = error {
+        prelude.push(Event::ValidationError(ValidationError {
+            node_id: Some(node.id.clone()),
+            scope: ValidationScope::CapabilityOutput,
+            errors: violations.clone(),
+        }));
+    }
+    node_error(node, error.code(), error.to_string(), prelude)
+}
+
+/// `prelude`, then the `node_error` with `code` and `message`; and how the run fails because of it.
+pub fn node_error(node: &PlanNode, code: &str, message: String, mut events: Vec<Event>) -> (Vec<Event>, Failure) {
+    let failure = node_failure(&node.id, &node.capability_id, code, &message);
+    events.push(Event::NodeError(NodeError {
+        node_id: node.id.clone(),
+        capability_id: node.capability_id.clone(),
+        label: node.label.clone(),
+        error: ErrorInfo { code: code.to_string(), message },
+    }));
+    (events, failure)
 }
 
 /// How a run fails because node `node_id` did.

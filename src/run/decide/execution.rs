@@ -4,8 +4,8 @@
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
-use super::ending::node_failure;
-use super::{Failure, Run};
+use super::ending::node_failed;
+use super::{Effect, Failure, Outcome, Run};
 use crate::capability::{Capability, CapabilityError, ContextBundle, Executor, PostConditionFailures};
 use crate::condition::{FacetSource, GoalConditionResult};
 use crate::events::Event;
@@ -118,12 +118,13 @@ pub fn completed(
     node: &PlanNode,
     output: Value,
     post_condition_results: Vec<GoalConditionResult>,
-) -> Result<Event, (Vec<Event>, Failure)> {
+) -> Outcome {
     let violations = run.facets.output_violations(&node.output_facets, &output);
     if !violations.is_empty() {
-        return Err(failed(node, &CapabilityError::Contract(violations)));
+        let (events, failure) = node_failed(node, &CapabilityError::Contract(violations));
+        return Outcome { events, effect: Effect::Failed(failure) };
     }
-    Ok(Event::NodeComplete(NodeComplete {
+    Outcome::go_on(vec![Event::NodeComplete(NodeComplete {
         node_id: node.id.clone(),
         capability_id: node.capability_id.clone(),
         label: node.label.clone(),
@@ -131,33 +132,7 @@ pub fn completed(
         output,
         executor_type: None,
         post_condition_results,
-    }))
-}
-
-/// What a node's failure records (`validation_error` first for contract violations, then
-/// `node_error`), and how the run fails because of it.
-pub fn failed(node: &PlanNode, error: &CapabilityError) -> (Vec<Event>, Failure) {
-    let mut prelude = Vec::new();
-    if let CapabilityError::Contract(violations) = error {
-        prelude.push(Event::ValidationError(ValidationError {
-            node_id: Some(node.id.clone()),
-            scope: ValidationScope::CapabilityOutput,
-            errors: violations.clone(),
-        }));
-    }
-    node_error(node, error.code(), error.to_string(), prelude)
-}
-
-/// `prelude`, then the `node_error` with `code` and `message`; and how the run fails because of it.
-pub fn node_error(node: &PlanNode, code: &str, message: String, mut events: Vec<Event>) -> (Vec<Event>, Failure) {
-    let failure = node_failure(&node.id, &node.capability_id, code, &message);
-    events.push(Event::NodeError(NodeError {
-        node_id: node.id.clone(),
-        capability_id: node.capability_id.clone(),
-        label: node.label.clone(),
-        error: ErrorInfo { code: code.to_string(), message },
-    }));
-    (events, failure)
+    })])
 }
 
 /// The `retry` frame announcing `retry` of a call that failed with `error`.
@@ -231,4 +206,94 @@ pub fn resumed(status: RunStatus, interrupted: &[String]) -> Event {
 pub fn approval(run: &Run, subject: HitlSubject, context: Value) -> Event {
     let question = operator::question(subject, run.state.plan_version());
     Event::HitlRequest(HitlRequest { request: run.request(HitlKind::Approval, subject, question, None, context) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::FrameKind;
+    use crate::run::decide::testing::*;
+
+    #[test]
+    fn a_node_is_ready_once_its_predecessors_completed() {
+        let fixture = Fixture::new(json!({}));
+        let mut state = fixture.fold(&[run_started(), requested(1, None), generated(two_nodes(), None)]);
+        let ids = |nodes: Vec<PlanNode>| nodes.into_iter().map(|n| n.id).collect::<Vec<_>>();
+        assert_eq!(ids(ready(&fixture.run(&state), 4)), ["draft"]);
+        assert!(ready(&fixture.run(&state), 0).is_empty(), "no capacity");
+        apply_all(&mut state, &[node_start("draft", "writer")]);
+        assert!(ready(&fixture.run(&state), 4).is_empty(), "draft runs, polish waits for it");
+        apply_all(&mut state, &[node_complete("draft", "writer", json!({"text": "a"}))]);
+        assert_eq!(ids(ready(&fixture.run(&state), 4)), ["polish"]);
+    }
+
+    #[test]
+    fn a_human_node_starts_with_its_task_and_waits() {
+        let fixture = Fixture::new(json!({}));
+        let review = node("review", "reviewer", &["brief"], &["review"]);
+        let mut state =
+            fixture.fold(&[run_started(), requested(1, None), generated(plan(1, vec![review.clone()]), None)]);
+        let events = start(&fixture.run(&state), &[review]);
+        let Event::NodeStart(started) = &events[0] else { panic!("{events:?}") };
+        assert_eq!(started.executor_type, ExecutorType::Human);
+        let task = started.task(1).expect("a human node's start carries its task");
+        assert_eq!((task.kind, task.node_id.as_deref()), (HitlKind::HumanTask, Some("review")));
+        apply_all(&mut state, &events);
+        assert_eq!(state.nodes["review"], NodeStatus::AwaitingHuman);
+        assert_eq!(state.pending_request().map(|r| r.id.clone()), Some(task.id));
+        let Settled::Pause(Event::Log(pause)) = settled(&fixture.run(&state)) else { panic!("the run pauses") };
+        assert_eq!(pause.pause().map(|p| p.event), Some("awaiting_human".to_string()));
+    }
+
+    #[test]
+    fn a_node_is_given_its_inputs_its_predecessors_outputs_and_what_to_repair() {
+        let fixture = Fixture::new(json!({"specialInstructions": ["No hashtags."]}));
+        let mut state = fixture.fold(&[
+            run_started(),
+            requested(1, None),
+            generated(two_nodes(), None),
+            node_start("draft", "writer"),
+            node_complete("draft", "writer", json!({"quality_score": 0.5})),
+        ]);
+        let polish = two_nodes().nodes[1].clone();
+        let bundle = bundle(&fixture.run(&state), &polish);
+        assert_eq!(bundle.inputs["post_copy"], json!({"quality_score": 0.5}));
+        assert_eq!(bundle.prior_outputs["draft"], json!({"quality_score": 0.5}));
+        assert_eq!(bundle.instructions, ["No hashtags."]);
+        assert!(bundle.repair.is_empty(), "a first run repairs nothing");
+        state.repair = vec![goal(false, 0.5)];
+        let draft = two_nodes().nodes[0].clone();
+        assert_eq!(super::bundle(&fixture.run(&state), &draft).repair.len(), 1, "a re-run gets what failed");
+    }
+
+    #[test]
+    fn once_nothing_runs_the_run_evaluates_pauses_or_is_stuck() {
+        let fixture = Fixture::new(json!({}));
+        let state = fixture.fold(&[run_started(), requested(1, None), generated(two_nodes(), None)]);
+        assert!(matches!(settled(&fixture.run(&state)), Settled::Deadlock(f) if f.code == "plan_deadlock"));
+        let done = fixture.fold(&[
+            run_started(),
+            requested(1, None),
+            generated(plan(1, vec![node("draft", "writer", &["brief"], &["post_copy"])]), None),
+            node_start("draft", "writer"),
+            node_complete("draft", "writer", json!({})),
+        ]);
+        assert_eq!(settled(&fixture.run(&done)), Settled::Done);
+    }
+
+    #[test]
+    fn an_output_breaking_the_facet_catalog_fails_its_node() {
+        let mut fixture = Fixture::new(json!({}));
+        let definition = serde_json::from_value(json!({"schema": {"type": "object", "required": ["text"]}})).unwrap();
+        fixture.facets = crate::facet::FacetCatalog::new([("post_copy".to_string(), definition)].into()).unwrap();
+        let state = fixture.fold(&[run_started(), requested(1, None), generated(two_nodes(), None)]);
+        let draft = two_nodes().nodes[0].clone();
+        let outcome = completed(&fixture.run(&state), &draft, json!({"post_copy": {}}), Vec::new());
+        let kinds: Vec<FrameKind> = outcome.events.iter().map(Event::kind).collect();
+        assert_eq!(kinds, [FrameKind::ValidationError, FrameKind::NodeError]);
+        let Effect::Failed(failure) = outcome.effect else { panic!() };
+        assert_eq!(failure.details["cause"], "capability_output_invalid");
+        let fine = completed(&fixture.run(&state), &draft, json!({"post_copy": {"text": "t"}}), Vec::new());
+        assert_eq!(fine.effect, Effect::Continue);
+    }
 }

@@ -135,3 +135,87 @@ fn record(run: &Run, output: &Value, results: &[GoalConditionResult], satisfied:
         recorded_at: run.now.naive_utc(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::events::FrameKind;
+    use crate::run::decide::testing::*;
+    use crate::run::status::RunStatus;
+
+    /// A run whose one node wrote `post_copy` with `score`.
+    fn done(fixture: &Fixture, score: f64) -> crate::run::state::RunState {
+        fixture.fold(&[
+            run_started(),
+            requested(1, None),
+            generated(plan(1, vec![node("draft", "writer", &["brief"], &["post_copy"])]), None),
+            node_start("draft", "writer"),
+            node_complete("draft", "writer", json!({"text": "t", "quality_score": score})),
+        ])
+    }
+
+    fn kinds(events: &[Event]) -> Vec<FrameKind> {
+        events.iter().map(Event::kind).collect()
+    }
+
+    #[test]
+    fn satisfied_goals_complete_the_run_with_the_composed_output() {
+        let fixture = Fixture::new(json!({}));
+        let state = done(&fixture, 0.9);
+        let evaluated = evaluate(&fixture.run(&state));
+        assert_eq!(kinds(&evaluated.events), [FrameKind::Complete]);
+        assert_eq!(evaluated.then, Then::Stop);
+        let Event::Complete(complete) = &evaluated.events[0] else { unreachable!() };
+        assert_eq!(complete.output, json!({"post_copy": {"text": "t", "quality_score": 0.9}}));
+        assert_eq!(complete.goal_condition_results.as_ref().map(|r| r[0].satisfied), Some(true));
+        assert_eq!(evaluated.record.map(|r| r.status), Some("satisfied".to_string()));
+    }
+
+    #[test]
+    fn failed_goals_ask_for_a_repair_while_the_budget_allows_then_fail_the_run() {
+        let fixture = Fixture::new(json!({"policies": {"replan": {"maxGoalConditionReplans": 1}}}));
+        let mut state = done(&fixture, 0.5);
+        let evaluated = evaluate(&fixture.run(&state));
+        assert_eq!(kinds(&evaluated.events), [FrameKind::GoalConditionFailed]);
+        let Then::Replan(replan) = &evaluated.then else { panic!("{:?}", evaluated.then) };
+        assert_eq!(replan.reason, ReplanReason::GoalConditionFailed);
+        assert_eq!(replan.failed_goal_conditions[0].observed_value, Some(json!(0.5)));
+        apply_all(&mut state, &evaluated.events);
+        assert_eq!(state.replans.goal_condition, 1, "recording the frame counts the replan");
+
+        let exhausted = evaluate(&fixture.run(&state));
+        assert_eq!(exhausted.then, Then::Stop);
+        apply_all(&mut state, &exhausted.events);
+        assert_eq!(state.status, RunStatus::Failed);
+        assert_eq!(state.end.as_ref().map(|e| e.error_summary().0), Some("goal_condition_replan_limit"));
+    }
+
+    #[test]
+    fn a_result_that_needs_approval_waits_for_it_once() {
+        let fixture = Fixture::new(json!({"constraints": {"requiresHitlApproval": true}}));
+        let mut state = done(&fixture, 0.9);
+        let evaluated = evaluate(&fixture.run(&state));
+        assert_eq!(kinds(&evaluated.events), [FrameKind::HitlRequest]);
+        apply_all(&mut state, &evaluated.events);
+        assert_eq!(state.status, RunStatus::AwaitingHitl);
+        let id = state.pending_request().map(|r| r.id.clone()).unwrap_or_default();
+        apply_all(
+            &mut state,
+            &[resolved(&id, HitlKind::Approval, HitlSubject::Completion, Some(verdict(Verdict::Approved)))],
+        );
+        assert_eq!(kinds(&evaluate(&fixture.run(&state)).events), [FrameKind::Complete], "approved once");
+    }
+
+    #[test]
+    fn an_output_that_breaks_its_contract_fails_the_run_without_evaluating() {
+        let fixture = Fixture::new(json!({"outputContract": {"mode": "facets", "facets": ["post_copy", "review"]}}));
+        let state = done(&fixture, 0.9);
+        let evaluated = evaluate(&fixture.run(&state));
+        assert_eq!(kinds(&evaluated.events), [FrameKind::ValidationError, FrameKind::Complete]);
+        assert_eq!(evaluated.record, None);
+        let Event::ValidationError(error) = &evaluated.events[0] else { unreachable!() };
+        assert_eq!(error.errors[0].instance_path, "/review");
+    }
+}

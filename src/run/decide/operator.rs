@@ -500,7 +500,7 @@ mod tests {
     /// A run waiting on request `q1` of `kind`, about node `review` unless it is a plan approval.
     fn waiting(kind: HitlKind) -> RunState {
         let review = plan(1, vec![node("review", "human.review", &["brief"], &["review"])]);
-        let mut events = vec![start(), requested(1, None), generated(review, None)];
+        let mut events = vec![run_started(), requested(1, None), generated(review, None)];
         match kind {
             HitlKind::Approval => events.push(request("q1", kind, HitlSubject::Plan, None, Value::Null)),
             HitlKind::HumanTask => {
@@ -599,7 +599,7 @@ mod tests {
 
     #[test]
     fn resume_checks_state_version_and_request() {
-        let running = with_status(vec![start(), requested(1, None), generated(two_nodes(), None)]);
+        let running = with_status(vec![run_started(), requested(1, None), generated(two_nodes(), None)]);
         assert!(matches!(
             decide_now(&running, resume(decide_answer(true, None))),
             Err(Refusal::InvalidState { status: RunStatus::Running, .. })
@@ -686,9 +686,9 @@ mod tests {
         assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::PolicyTriggered]);
         let replanning = after(&state, &d);
         assert_eq!((replanning.status, replanning.replans.operator), (RunStatus::Planning, 1));
-        let planning = with_status(vec![start(), requested(1, None)]);
+        let planning = with_status(vec![run_started(), requested(1, None)]);
         assert_eq!(decide_now(&planning, command()).unwrap_err(), Refusal::PlanningInProgress);
-        let running = with_status(vec![start(), requested(1, None), generated(two_nodes(), None)]);
+        let running = with_status(vec![run_started(), requested(1, None), generated(two_nodes(), None)]);
         assert!(matches!(decide_now(&running, command()), Err(Refusal::NotWaiting { .. })));
         let mut spent = waiting(HitlKind::Approval);
         spent.replans.total = 4;

@@ -118,3 +118,56 @@ pub fn planner_failed(error: &impl std::fmt::Display, transient: bool, retries: 
     let retried = if transient { format!(" after {retries} retries") } else { String::new() };
     Failure::new("planner_error", format!("The planner call failed{retried}: {error}")).detail("transient", transient)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::events::FrameKind;
+    use crate::run::decide::testing::*;
+
+    #[test]
+    fn each_request_is_the_next_attempt_with_the_budget_used_so_far() {
+        let fixture = Fixture::new(json!({}));
+        let mut state = fixture.fold(&[run_started(), requested(1, None)]);
+        state.replans.total = 1;
+        let event = super::request(&fixture.run(&state), Phase::Initial, None);
+        let Event::PlanRequested(asked) = event else { panic!("{event:?}") };
+        assert_eq!(asked.attempt, 2);
+        assert_eq!(asked.budget.used.total, 1);
+        assert_eq!(asked.capabilities.len(), fixture.capabilities.len());
+    }
+
+    #[test]
+    fn a_valid_draft_compiles_into_the_next_version_and_a_replan_also_says_what_changed() {
+        let fixture = Fixture::new(json!({}));
+        let state = fixture.fold(&[run_started(), requested(1, None)]);
+        let draft = json!({"nodes": [{"stage": "draft", "capabilityId": "writer"}]});
+        let plan = compile(&fixture.run(&state), &draft, 1, Phase::Initial, "m").expect("valid draft");
+        assert_eq!((plan.version, plan.nodes[0].id.as_str()), (1, "draft"));
+        let events = install(&fixture.run(&state), plan.clone(), None);
+        assert_eq!(events.iter().map(Event::kind).collect::<Vec<_>>(), [FrameKind::PlanGenerated]);
+
+        let mut replanning = fixture.fold(&[run_started(), requested(1, None), generated(plan.clone(), None)]);
+        let replan = ReplanInfo::goal_conditions(vec![goal(false, 0.5)]);
+        apply_all(&mut replanning, &[requested(2, Some(replan.clone()))]);
+        let next = compile(&fixture.run(&replanning), &draft, 2, Phase::Replan, "m").expect("valid draft");
+        assert_eq!(next.version, 2);
+        let events = install(&fixture.run(&replanning), next, Some(replan));
+        let kinds: Vec<FrameKind> = events.iter().map(Event::kind).collect();
+        assert_eq!(kinds, [FrameKind::PlanGenerated, FrameKind::PlanUpdated]);
+    }
+
+    #[test]
+    fn an_invalid_draft_is_rejected_with_diagnostics() {
+        let fixture = Fixture::new(json!({}));
+        let state = fixture.fold(&[run_started(), requested(1, None)]);
+        let draft = json!({"nodes": [{"stage": "draft", "capabilityId": "nobody"}]});
+        let diagnostics = compile(&fixture.run(&state), &draft, 1, Phase::Initial, "m").unwrap_err();
+        assert!(diagnostics.iter().any(|d| d.code == "CAPABILITY_NOT_REGISTERED"), "{diagnostics:?}");
+        let failure = no_valid_plan(&diagnostics);
+        assert_eq!(failure.code, "plan_rejected");
+        assert_eq!(failure.details["diagnostics"][0]["code"], "CAPABILITY_NOT_REGISTERED");
+    }
+}

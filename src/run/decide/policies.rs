@@ -207,3 +207,104 @@ pub fn update(info: PolicyInfo, fill: impl FnOnce(&mut PolicyUpdate)) -> Event {
     fill(&mut update);
     Event::PolicyUpdate(update)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::FrameKind;
+    use crate::run::decide::testing::*;
+
+    fn with(policies: Value) -> Fixture {
+        Fixture::new(json!({"policies": {"runtime": policies}}))
+    }
+
+    fn kinds(outcome: &Outcome) -> Vec<FrameKind> {
+        outcome.events.iter().map(Event::kind).collect()
+    }
+
+    #[test]
+    fn on_start_acts_once_before_the_first_node() {
+        let fixture = with(json!([{"id": "hello", "trigger": {"kind": "onStart"},
+                                     "action": {"type": "emit", "event": "hello"}}]));
+        let mut state = fixture.fold(&[run_started(), requested(1, None), generated(two_nodes(), None)]);
+        let outcome = on_start(&fixture.run(&state));
+        assert_eq!(kinds(&outcome), [FrameKind::PolicyUpdate, FrameKind::Log]);
+        apply_all(&mut state, &outcome.events);
+        assert!(state.fired.on_start);
+        assert!(on_start(&fixture.run(&state)).events.is_empty(), "not twice");
+    }
+
+    #[test]
+    fn goto_runs_nodes_again_until_its_attempts_are_used() {
+        let fixture =
+            with(json!([{"id": "again", "trigger": {"kind": "onNodeComplete", "selector": {"nodeId": "polish"}},
+                                     "action": {"type": "goto", "next": "draft", "maxAttempts": 1}}]));
+        let mut state = fixture.fold(&[
+            run_started(),
+            requested(1, None),
+            generated(two_nodes(), None),
+            node_start("draft", "writer"),
+            node_complete("draft", "writer", json!({})),
+            node_start("polish", "editor"),
+            node_complete("polish", "editor", json!({})),
+        ]);
+        let polish = two_nodes().nodes[1].clone();
+        let outcome = on_node_complete(&fixture.run(&state), &polish);
+        let Event::PolicyUpdate(update) = &outcome.events[0] else { panic!("{outcome:?}") };
+        assert_eq!(
+            (update.attempts, update.reset_nodes.clone()),
+            (Some(1), vec!["draft".to_string(), "polish".to_string()])
+        );
+        apply_all(&mut state, &outcome.events);
+        assert_eq!(state.nodes["draft"], NodeStatus::Pending);
+        assert!(on_node_complete(&fixture.run(&state), &polish).events.is_empty(), "its attempt is used");
+    }
+
+    #[test]
+    fn a_replan_is_granted_from_the_budget_or_fails_the_run() {
+        let fixture = with(json!([{"id": "rethink", "trigger": {"kind": "onNodeComplete"},
+                                     "action": {"type": "replan", "rationale": "try again"}}]));
+        let mut state = fixture.fold(&[
+            run_started(),
+            requested(1, None),
+            generated(two_nodes(), None),
+            node_start("draft", "writer"),
+            node_complete("draft", "writer", json!({})),
+        ]);
+        let draft = two_nodes().nodes[0].clone();
+        let Effect::Replan(replan) = on_node_complete(&fixture.run(&state), &draft).effect else { panic!() };
+        assert_eq!(
+            (replan.reason, replan.policy.map(|p| p.rationale)),
+            (ReplanReason::PolicyRuntimeReplan, Some(Some("try again".into())))
+        );
+        state.replans.total = fixture.replan_limits.max_replans;
+        let Effect::Failed(failure) = on_node_complete(&fixture.run(&state), &draft).effect else { panic!() };
+        assert_eq!(failure.code, "policy_replan_refused");
+    }
+
+    #[test]
+    fn an_operators_decision_on_a_hitl_policy_is_followed_up() {
+        let fixture = with(json!([{"id": "review", "trigger": {"kind": "onNodeComplete"},
+                                     "action": {"type": "hitl", "rejectAction": {"type": "fail", "message": "no"}}}]));
+        let mut state = fixture.fold(&[
+            run_started(),
+            requested(1, None),
+            generated(two_nodes(), None),
+            node_start("draft", "writer"),
+            node_complete("draft", "writer", json!({})),
+        ]);
+        let draft = two_nodes().nodes[0].clone();
+        let asked = on_node_complete(&fixture.run(&state), &draft);
+        assert_eq!(kinds(&asked), [FrameKind::HitlRequest]);
+        apply_all(&mut state, &asked.events);
+        assert!(state.awaiting_policy());
+        let id = state.pending_request().map(|r| r.id.clone()).unwrap_or_default();
+        apply_all(
+            &mut state,
+            &[resolved(&id, HitlKind::Approval, HitlSubject::Policy, Some(verdict(Verdict::Rejected)))],
+        );
+        let decided = state.policy_follow_up.clone().expect("a decision to follow up");
+        let Effect::Failed(failure) = follow_up(&fixture.run(&state), &decided).effect else { panic!() };
+        assert_eq!((failure.code, failure.message.as_str()), ("policy_failed", "no"));
+    }
+}

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::execution::node_error;
+use super::ending::node_error;
 use super::policies::{ask_operator, emitted, update};
 use super::{Effect, Outcome, Run};
 use crate::condition::{self, GoalConditionResult};
@@ -123,4 +123,62 @@ pub fn failed(run: &Run, node: &PlanNode, output: &Value, results: Vec<GoalCondi
         Some(Action::Fail { message: Some(custom) }) => fail(custom.clone(), Vec::new()),
         _ => fail(message, Vec::new()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{Event, FrameKind};
+    use crate::run::decide::testing::*;
+
+    fn checked() -> PlanNode {
+        node("draft", "checked", &["brief"], &["post_copy"])
+    }
+
+    fn fixture(policies: Value) -> Fixture {
+        Fixture::new(json!({"policies": {"runtime": policies}}))
+    }
+
+    fn running(fixture: &Fixture) -> crate::run::state::RunState {
+        fixture.fold(&[
+            run_started(),
+            requested(1, None),
+            generated(plan(1, vec![checked()]), None),
+            node_start("draft", "checked"),
+        ])
+    }
+
+    #[test]
+    fn a_failing_output_runs_the_node_again_then_fails_it() {
+        let fixture = fixture(json!([]));
+        let mut state = running(&fixture);
+        let low = json!({"quality_score": 0.5});
+        let results = results(&fixture.run(&state), &checked(), &low);
+        assert!(!condition::all_satisfied(&results));
+        assert!(condition::all_satisfied(&super::results(
+            &fixture.run(&state),
+            &checked(),
+            &json!({"quality_score": 0.9})
+        )));
+        let Failed::Retry(events) = failed(&fixture.run(&state), &checked(), &low, results.clone()) else { panic!() };
+        apply_all(&mut state, &events);
+        assert_eq!(state.post_conditions.failing["draft"].0, 1, "one attempt failed");
+        let Failed::Decided(outcome) = failed(&fixture.run(&state), &checked(), &low, results) else { panic!() };
+        assert_eq!(outcome.events.iter().map(Event::kind).collect::<Vec<_>>(), [FrameKind::NodeError]);
+        let Effect::Failed(failure) = outcome.effect else { panic!() };
+        assert_eq!(failure.details["cause"], "post_condition_failed");
+    }
+
+    #[test]
+    fn a_policy_may_replan_instead() {
+        let fixture = fixture(json!([{"id": "fix", "trigger": {"kind": "onPostConditionFailed", "maxRetries": 0},
+                                        "action": {"type": "replan"}}]));
+        let state = running(&fixture);
+        let low = json!({"quality_score": 0.5});
+        let results = results(&fixture.run(&state), &checked(), &low);
+        let Failed::Decided(outcome) = failed(&fixture.run(&state), &checked(), &low, results) else { panic!() };
+        let Effect::Replan(replan) = outcome.effect else { panic!("{outcome:?}") };
+        assert_eq!(replan.reason, ReplanReason::PostConditionFailed);
+        assert_eq!(replan.policy.map(|p| p.policy_id), Some("fix".to_string()));
+    }
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::execution::node_error;
+use super::ending::node_error;
 use super::{Effect, Outcome, Run};
 use crate::capability::Signal;
 use crate::events::Event;
@@ -68,4 +68,47 @@ pub fn announce(run: &Run, replan: &ReplanInfo) -> Event {
         trigger: Trigger { reason: replan.reason, details: replan.details() },
         replan: replan.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::FrameKind;
+    use crate::run::decide::testing::*;
+
+    #[test]
+    fn a_question_opens_a_request_until_the_run_asked_its_allowance() {
+        let fixture = Fixture::new(json!({}));
+        let state = fixture.fold(&[
+            run_started(),
+            requested(1, None),
+            generated(two_nodes(), None),
+            node_start("draft", "writer"),
+        ]);
+        let draft = two_nodes().nodes[0].clone();
+        let ask = || Signal::Clarify { question: "Which market?".into(), context: None };
+        let outcome = on_signal(&fixture.run(&state), &draft, ask());
+        assert_eq!(outcome.effect, Effect::Continue);
+        let Event::HitlRequest(request) = &outcome.events[0] else { panic!() };
+        assert_eq!((request.request.kind, request.request.question.as_str()), (HitlKind::Clarify, "Which market?"));
+
+        let mut limited = Fixture::new(json!({}));
+        limited.limits.max_clarifications_per_run = 0;
+        let refused = on_signal(&limited.run(&state), &draft, ask());
+        assert_eq!(refused.events.iter().map(Event::kind).collect::<Vec<_>>(), [FrameKind::NodeError]);
+        assert!(matches!(refused.effect, Effect::Failed(ref f) if f.details["cause"] == "clarification_limit"));
+    }
+
+    #[test]
+    fn a_replan_signal_is_granted_from_the_budget_or_fails_its_node() {
+        let fixture = Fixture::new(json!({}));
+        let mut state = fixture.fold(&[run_started(), requested(1, None), generated(two_nodes(), None)]);
+        let draft = two_nodes().nodes[0].clone();
+        let signal = || Signal::Replan { reason: "exists".into(), details: None };
+        let Effect::Replan(replan) = on_signal(&fixture.run(&state), &draft, signal()).effect else { panic!() };
+        assert_eq!(replan.signal.map(|s| s.reason), Some("exists".to_string()));
+        state.replans.total = fixture.replan_limits.max_replans;
+        let refused = on_signal(&fixture.run(&state), &draft, signal());
+        assert!(matches!(refused.effect, Effect::Failed(ref f) if f.details["cause"] == "replan_signal_refused"));
+    }
 }

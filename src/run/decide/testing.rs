@@ -50,6 +50,13 @@ impl Fixture {
             capability("writer", &["brief"], &["post_copy"], json!({})),
             capability("editor", &["post_copy"], &["post_copy"], json!({})),
             capability("reviewer", &["post_copy"], &["review"], json!({"agentType": "human"})),
+            capability(
+                "checked",
+                &["brief"],
+                &["post_copy"],
+                json!({"metadata": {"postConditionPolicy": {"maxRetries": 1}}, "postConditions": [
+                {"facet": "post_copy", "path": "/quality_score", "condition": {"dsl": "quality_score >= 0.8"}}]}),
+            ),
         ]
         .into_iter()
         .map(|c| (c.id.clone(), c))
@@ -108,7 +115,7 @@ fn capability(id: &str, inputs: &[&str], outputs: &[&str], extra: Value) -> Arc<
     Arc::new(Capability::parse(registration, &RegistrationPolicy::default()).expect("fixture capability"))
 }
 
-pub fn start() -> Event {
+pub fn run_started() -> Event {
     Event::Start(Start { run_id: "r".into(), thread_id: None, correlation_id: "c".into() })
 }
 

@@ -15,7 +15,7 @@ fn fold(events: &[Event]) -> RunState {
 #[test]
 fn a_run_mid_node_has_the_node_running_and_keeps_completed_work() {
     let state = fold(&[
-        start(),
+        run_started(),
         requested(1, None),
         generated(two_nodes(), None),
         node_start("draft", "writer"),
@@ -36,7 +36,8 @@ fn a_run_mid_node_has_the_node_running_and_keeps_completed_work() {
 
 #[test]
 fn a_restart_announcement_runs_interrupted_nodes_again() {
-    let mut state = fold(&[start(), requested(1, None), generated(two_nodes(), None), node_start("draft", "writer")]);
+    let mut state =
+        fold(&[run_started(), requested(1, None), generated(two_nodes(), None), node_start("draft", "writer")]);
     let resumed = crate::run::decide::execution::resumed(state.status, &state.nodes_in(NodeStatus::Running));
     apply_all(&mut state, &[resumed]);
     assert_eq!(state.nodes["draft"], NodeStatus::Pending);
@@ -48,7 +49,7 @@ fn a_goal_repair_counts_the_replan_and_remembers_what_failed() {
     let failed = vec![goal(false, 0.5)];
     let replan = ReplanInfo::goal_conditions(failed.clone());
     let state = fold(&[
-        start(),
+        run_started(),
         requested(1, None),
         generated(plan(1, vec![node("draft", "writer", &["brief"], &["post_copy"])]), None),
         node_start("draft", "writer"),
@@ -72,7 +73,7 @@ fn a_goal_repair_counts_the_replan_and_remembers_what_failed() {
 #[test]
 fn a_question_keeps_its_node_waiting_until_answered_then_runs_it_again_with_the_answer() {
     let mut state = fold(&[
-        start(),
+        run_started(),
         requested(1, None),
         generated(two_nodes(), None),
         node_start("draft", "writer"),
@@ -109,7 +110,7 @@ fn a_signal_replan_counts_but_does_not_restart_the_clock_of_the_time_limit() {
     };
     let replan = ReplanInfo::capability_signal(signal);
     let state = fold(&[
-        start(),
+        run_started(),
         requested(1, None),
         generated(two_nodes(), None),
         Event::PolicyTriggered(PolicyTriggered {
@@ -149,7 +150,7 @@ fn policy_frames_restore_what_policies_did() {
         })
     };
     let state = fold(&[
-        start(),
+        run_started(),
         requested(1, None),
         generated(two_nodes(), None),
         update(policy(TriggerKind::OnStart, "emit"), None, Vec::new()),
@@ -167,7 +168,7 @@ fn policy_frames_restore_what_policies_did() {
 fn a_policy_request_waits_then_its_decision_is_followed_up_once() {
     let context = json!({"policyId": "review", "triggerKind": "onNodeComplete", "action": "hitl"});
     let mut state = fold(&[
-        start(),
+        run_started(),
         requested(1, None),
         generated(two_nodes(), None),
         request("p1", HitlKind::Approval, HitlSubject::Policy, Some("draft"), context),
@@ -202,7 +203,7 @@ fn a_policy_request_waits_then_its_decision_is_followed_up_once() {
 #[test]
 fn a_committed_node_failure_is_remembered_until_the_run_fails_with_it() {
     let state = fold(&[
-        start(),
+        run_started(),
         requested(1, None),
         generated(two_nodes(), None),
         node_start("draft", "writer"),
@@ -216,7 +217,7 @@ fn a_committed_node_failure_is_remembered_until_the_run_fails_with_it() {
 #[test]
 fn a_rejected_human_submission_leaves_the_node_waiting() {
     let state = fold(&[
-        start(),
+        run_started(),
         requested(1, None),
         generated(two_nodes(), None),
         node_start("draft", "writer"),
@@ -229,7 +230,7 @@ fn a_rejected_human_submission_leaves_the_node_waiting() {
 #[test]
 fn operator_replans_and_cancels_move_a_waiting_run() {
     let waiting = [
-        start(),
+        run_started(),
         requested(1, None),
         generated(two_nodes(), None),
         request("a1", HitlKind::Approval, HitlSubject::Plan, None, json!(null)),
@@ -272,12 +273,12 @@ fn logs_flexrun_did_not_write_are_refused() {
     let mut state = RunState::new("r", "c", &Map::new());
     let early = state.apply(At { seq: 1, timestamp: t0() }, &requested(1, None));
     assert_eq!(early, Err(ApplyError::NotStarted { seq: 1, kind: "plan_requested" }));
-    state.apply(At { seq: 1, timestamp: t0() }, &start()).unwrap();
+    state.apply(At { seq: 1, timestamp: t0() }, &run_started()).unwrap();
     let gap = state.apply(At { seq: 3, timestamp: t0() }, &requested(1, None));
     assert_eq!(gap, Err(ApplyError::Gap { last: 1, got: 3 }));
     let unknown = state.apply(At { seq: 2, timestamp: t0() }, &node_complete("ghost", "writer", json!({})));
     assert!(matches!(unknown, Err(ApplyError::UnknownNode { .. })), "{unknown:?}");
-    let mut ended = fold(&[start(), requested(1, None)]);
+    let mut ended = fold(&[run_started(), requested(1, None)]);
     let done = Complete {
         status: CompleteStatus::Failed,
         output: json!(null),
