@@ -32,7 +32,7 @@ async fn server_with(endpoint: &HttpCapability, config: Option<&str>) -> TestSer
         env.push(("FLEXRUN_CONFIG", path.display().to_string()));
     }
     let writer = http_capability("http.writer", &["brief"], &["post_copy"], post_schema(), &endpoint.url);
-    let options = Options { capabilities: vec![writer], env, dir: Some(dir) };
+    let options = Options { capabilities: vec![writer], env, dir: Some(dir), ..Options::default() };
     TestServer::start_with(planner_then(&[("draft", "http.writer")], post(0.9)), options).await
 }
 

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{SubsecRound, Utc};
 
 use super::claims::Claim;
 use super::projection::{RowWrite, project};
@@ -108,7 +108,8 @@ impl RunLog {
     /// wait on in between: a frame is sent only after it is committed.
     pub fn stage(&mut self, events: Vec<Event>) -> Result<(), ApplyError> {
         for event in events {
-            let at = At { seq: self.state.last_seq + 1, timestamp: Utc::now() };
+            // The frame shows milliseconds: the state applies the time the frame shows.
+            let at = At { seq: self.state.last_seq + 1, timestamp: Utc::now().trunc_subsecs(3) };
             let rows = project(&self.state, at, &event);
             self.state.apply(at, &event)?;
             self.header.plan_version = Some(self.state.plan_version()).filter(|v| *v > 0);

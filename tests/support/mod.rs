@@ -41,11 +41,13 @@ pub struct Options {
     pub env: Vec<(&'static str, String)>,
     pub capabilities: Vec<Value>,
     pub dir: Option<Arc<tempfile::TempDir>>,
+    /// Sees every commit of every run's log.
+    pub observer: Option<flexrun::services::CommitObserver>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { env: Vec::new(), capabilities: default_capabilities(), dir: None }
+        Self { env: Vec::new(), capabilities: default_capabilities(), dir: None, observer: None }
     }
 }
 
@@ -75,7 +77,7 @@ impl TestServer {
         let lookup = env.clone();
         let settings = Settings::load_from(|name| lookup.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
             .expect("test settings load");
-        let services = Services::start(settings).await.expect("services start");
+        let services = Services::start_observed(settings, options.observer).await.expect("services start");
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let server = flexrun::http::serve(services.clone(), listener).unwrap();
@@ -150,9 +152,29 @@ impl TestServer {
         panic!("run {run_id} never reached {status}");
     }
 
+    /// Polls until no coordinator drives the run (it ended or waits for an operator; panics
+    /// after 10 s).
+    pub async fn wait_for_settled(&self, run_id: &str) {
+        for _ in 0..200 {
+            let status = flexrun::store::runs::get(&mut self.db(), run_id).unwrap().status;
+            if !["pending", "planning", "running"].contains(&status.as_str()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("run {run_id} never settled");
+    }
+
     /// The frames of the run's event log, parsed.
     pub fn event_log(&self, run_id: &str) -> Vec<(u64, String, Value)> {
         event_log(&self.db_path, run_id)
+    }
+
+    /// The frames of the run's event log, as stored.
+    pub fn event_log_text(&self, run_id: &str) -> Vec<String> {
+        let mut db = self.db();
+        let frames = flexrun::store::events::after(&mut db, run_id, 0, i64::MAX).unwrap();
+        frames.into_iter().map(|f| f.json.to_string()).collect()
     }
 }
 
