@@ -9,8 +9,10 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::events::ReceivedFrame;
+use crate::events::payload::Complete;
+use crate::events::{DecodedFrame, Event, Frame, ReceivedFrame};
 use crate::retry::RetryPolicy;
+use crate::run::view::RunView;
 
 /// How the client keeps trying to reach a server that is away (restarting, say): 5 more times,
 /// waiting from 0.5 s, doubling, with jitter.
@@ -22,11 +24,38 @@ pub struct Client {
     api_key: Option<String>,
 }
 
+/// A frame as the command line reads it: typed, or — from a newer server that sends a frame
+/// type this client does not know — only its place and type.
+#[derive(Debug)]
+pub enum Seen {
+    Known(Box<DecodedFrame>),
+    Unknown { seq: u64, kind: String },
+}
+
+impl Seen {
+    /// Reads one SSE `data:` text.
+    fn read(data: &str) -> anyhow::Result<Self> {
+        if let Ok(frame) = Frame::decode(data) {
+            return Ok(Self::Known(Box::new(frame)));
+        }
+        let frame: ReceivedFrame =
+            serde_json::from_str(data).context("the server sent something that is not a frame")?;
+        Ok(Self::Unknown { seq: frame.seq, kind: frame.kind })
+    }
+
+    fn seq(&self) -> u64 {
+        match self {
+            Self::Known(frame) => frame.seq,
+            Self::Unknown { seq, .. } => *seq,
+        }
+    }
+}
+
 /// How following a run ended.
 #[derive(Debug)]
 pub enum Outcome {
     /// The `complete` frame.
-    Complete(ReceivedFrame),
+    Complete(Complete),
     /// The stream ended without `complete`: the run waits for an operator.
     Paused { run_id: String, status: String },
 }
@@ -46,13 +75,13 @@ impl Client {
 
     /// Posts `envelope` to `run.stream` and hands every frame (with its raw JSON) to `on_frame`
     /// until the run completes or pauses.
-    pub async fn run(&self, envelope: Vec<u8>, on_frame: impl FnMut(&ReceivedFrame, &str)) -> anyhow::Result<Outcome> {
+    pub async fn run(&self, envelope: Vec<u8>, on_frame: impl FnMut(&Seen, &str)) -> anyhow::Result<Outcome> {
         let response = self.post(envelope).await?;
         self.follow(response, on_frame).await
     }
 
     /// Answers the request a paused run waits on (`run.resume`) and follows the run as [`Self::run`].
-    pub async fn resume(&self, body: &Value, on_frame: impl FnMut(&ReceivedFrame, &str)) -> anyhow::Result<Outcome> {
+    pub async fn resume(&self, body: &Value, on_frame: impl FnMut(&Seen, &str)) -> anyhow::Result<Outcome> {
         let response = self
             .request(reqwest::Method::POST, "/api/v1/flex/run.resume")
             .header("accept", "text/event-stream")
@@ -78,7 +107,7 @@ impl Client {
     async fn follow(
         &self,
         response: reqwest::Response,
-        mut on_frame: impl FnMut(&ReceivedFrame, &str),
+        mut on_frame: impl FnMut(&Seen, &str),
     ) -> anyhow::Result<Outcome> {
         let run_id = response
             .headers()
@@ -105,13 +134,14 @@ impl Client {
             let mut events = stream.bytes_stream().eventsource();
             while let Some(event) = events.next().await {
                 let Ok(event) = event else { break };
-                let frame: ReceivedFrame = serde_json::from_str(&event.data)
-                    .with_context(|| format!("unreadable frame from the server: {}", event.data))?;
-                last_seq = frame.seq;
+                let frame = Seen::read(&event.data)?;
+                last_seq = frame.seq();
                 backoff = RECONNECT.backoff();
                 on_frame(&frame, &event.data);
-                if frame.kind == "complete" {
-                    return Ok(Outcome::Complete(frame));
+                if let Seen::Known(frame) = frame
+                    && let Event::Complete(complete) = frame.event
+                {
+                    return Ok(Outcome::Complete(complete));
                 }
             }
             // The stream ended without `complete`: the run paused, or the connection (or the
@@ -168,8 +198,18 @@ impl Client {
 
     async fn status(&self, run_id: &str) -> anyhow::Result<String> {
         let response = self.request(reqwest::Method::GET, &format!("/api/v1/flex/runs/{run_id}")).send().await?;
-        let body: Value = check(response).await?.json().await?;
-        Ok(body["run"]["status"].as_str().unwrap_or("unknown").to_string())
+        let view: RunView = check(response).await?.json().await.context("the server's run is unreadable")?;
+        Ok(view.run.status.to_string())
+    }
+
+    /// `GET path`, read as `T`.
+    pub async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        let response = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .with_context(|| format!("could not reach flexrun at {}", self.base))?;
+        check(response).await?.json().await.context("the server's answer is unreadable")
     }
 }
 

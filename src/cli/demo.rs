@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use super::client::{Client, Outcome};
 use super::progress::Progress;
 use crate::config::Settings;
+use crate::events::payload::CompleteStatus;
 use crate::llm::standin::{self, ChatCall, Reply, StandIn};
 use crate::services::Services;
 
@@ -70,7 +71,7 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     handle.stop(true).await;
     stand_in.stop().await;
     match outcome? {
-        Outcome::Complete(frame) if frame.payload["status"] == "completed" => Ok(ExitCode::SUCCESS),
+        Outcome::Complete(complete) if complete.status == CompleteStatus::Completed => Ok(ExitCode::SUCCESS),
         _ => Ok(ExitCode::FAILURE),
     }
 }

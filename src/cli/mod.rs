@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::Settings;
+use crate::events::payload::CompleteStatus;
 use crate::services::Services;
 use crate::store::Store;
 use client::{Client, Outcome};
@@ -210,7 +211,7 @@ async fn run(envelope: PathBuf, server: &str, api_key: Option<String>, json: boo
 /// Success when the run completed or waits for an operator; failure when it failed or was cancelled.
 fn exit_code(outcome: Outcome, json: bool) -> anyhow::Result<ExitCode> {
     match outcome {
-        Outcome::Complete(frame) if frame.payload["status"] == "completed" => Ok(ExitCode::SUCCESS),
+        Outcome::Complete(complete) if complete.status == CompleteStatus::Completed => Ok(ExitCode::SUCCESS),
         Outcome::Complete(_) => Ok(ExitCode::FAILURE),
         Outcome::Paused { run_id, status } => {
             if !json {

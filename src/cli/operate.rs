@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::client::Client;
 use super::progress::Progress;
+use crate::run::view::{RunList, RunView};
 
 /// Where the server is and how to authenticate.
 #[derive(Debug, Args)]
@@ -84,31 +85,27 @@ pub async fn runs(command: RunsCommand, connection: &Connection) -> anyhow::Resu
             let mut query = vec![format!("limit={limit}")];
             query.extend(status.map(|s| format!("status={s}")));
             query.extend(cursor.map(|c| format!("cursor={c}")));
-            let page = client.call(Method::GET, &format!("/api/v1/flex/runs?{}", query.join("&")), None).await?;
+            let path = format!("/api/v1/flex/runs?{}", query.join("&"));
             if json {
-                println!("{page}");
+                println!("{}", client.call(Method::GET, &path, None).await?);
                 return Ok(ExitCode::SUCCESS);
             }
-            for run in page["runs"].as_array().into_iter().flatten() {
-                println!(
-                    "{}  {:<15} {}  {}",
-                    text(&run["runId"]),
-                    text(&run["status"]),
-                    text(&run["createdAt"]),
-                    text(&run["objective"]).chars().take(60).collect::<String>()
-                );
+            let page: RunList = client.get(&path).await?;
+            for run in &page.runs {
+                let objective: String = run.objective.chars().take(60).collect();
+                println!("{}  {:<15} {}  {objective}", run.run_id, run.status, run.created_at.to_rfc3339());
             }
-            if let Some(cursor) = page["nextCursor"].as_str() {
+            if let Some(cursor) = page.next_cursor {
                 println!("more: --cursor {cursor}");
             }
         }
         RunsCommand::Show { run, json } => {
-            let body = client.call(Method::GET, &format!("/api/v1/flex/runs/{run}"), None).await?;
+            let path = format!("/api/v1/flex/runs/{run}");
             if json {
-                println!("{body}");
+                println!("{}", client.call(Method::GET, &path, None).await?);
                 return Ok(ExitCode::SUCCESS);
             }
-            show(&body);
+            show(&client.get(&path).await?);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -122,46 +119,58 @@ fn text(value: &Value) -> String {
     }
 }
 
-/// A run for people: its status, plans, nodes and requests.
-fn show(body: &Value) {
-    let run = &body["run"];
-    println!("run {}  {}", text(&run["runId"]), text(&run["status"]));
-    println!("  objective: {}", text(&run["objective"]));
-    let replans = &run["replans"];
-    let by_reason: Vec<String> = ["goalCondition", "capabilitySignal", "runtimePolicy", "postCondition", "operator"]
-        .iter()
-        .filter(|reason| replans[**reason].as_u64().is_some_and(|n| n > 0))
-        .map(|reason| format!("{reason} {}", replans[*reason]))
-        .collect();
+/// A run for people: its status, plans, nodes, requests, goal results and output.
+fn show(view: &RunView) {
+    let run = &view.run;
+    println!("run {}  {}", run.run_id, run.status);
+    println!("  objective: {}", run.objective);
+    let counts = &run.replans;
+    let by_reason: Vec<String> = [
+        ("goalCondition", counts.goal_condition),
+        ("capabilitySignal", counts.capability_signal),
+        ("runtimePolicy", counts.runtime_policy),
+        ("postCondition", counts.post_condition),
+        ("operator", counts.operator),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(reason, n)| format!("{reason} {n}"))
+    .collect();
     let by_reason = if by_reason.is_empty() { String::new() } else { format!(" ({})", by_reason.join(", ")) };
-    println!("  plan version {}, replans {}{by_reason}", text(&run["planVersion"]), text(&replans["total"]));
-    if !run["error"].is_null() {
-        println!("  error: {} — {}", text(&run["error"]["code"]), text(&run["error"]["message"]));
+    println!("  plan version {}, replans {}{by_reason}", run.plan_version, counts.total);
+    if let Some(error) = run.error.as_object() {
+        let field = |key: &str| error.get(key).map(text).unwrap_or_default();
+        println!("  error: {} — {}", field("code"), field("message"));
     }
-    for node in body["nodes"].as_array().into_iter().flatten() {
-        println!(
-            "  v{} {:<20} {:<16} {}",
-            text(&node["planVersion"]),
-            text(&node["nodeId"]),
-            text(&node["status"]),
-            text(&node["capabilityId"])
-        );
+    for node in &view.nodes {
+        println!("  v{} {:<20} {:<16} {}", node.plan_version, node.node_id, node.status, node.capability_id);
     }
-    for request in body["hitlRequests"].as_array().into_iter().flatten() {
-        let decision = request["decision"]["decision"].as_str().map(|d| format!(" {d}")).unwrap_or_default();
+    for request in &view.hitl_requests {
+        let info = &request.request;
+        let decision = request.decision.as_ref().map(|d| format!(" {}", d.decision)).unwrap_or_default();
         println!(
-            "  request {} {} {} v{}: {}{}",
-            text(&request["id"]),
-            text(&request["kind"]),
-            text(&request["subject"]),
-            text(&request["planVersion"]),
-            text(&request["status"]),
-            decision
+            "  request {} {} {} v{}: {}{decision}",
+            info.id,
+            info.kind.as_str(),
+            info.subject.as_str(),
+            info.plan_version,
+            request.status
         );
         // What an operator answering from here needs to read.
-        if request["status"] == "pending" {
-            println!("    {}", text(&request["question"]));
+        if request.status == "pending" {
+            println!("    {}", info.question);
         }
+    }
+    if let Some(evaluation) = view.outputs.last() {
+        println!("  goal conditions (plan v{}, {}):", evaluation.plan_version, evaluation.status);
+        for result in &evaluation.goal_condition_results {
+            let mark = if result.satisfied { "✓" } else { "✗" };
+            let observed = result.observed_value.as_ref().map(|v| format!(" (observed {v})")).unwrap_or_default();
+            println!("    {mark} {}{}: {}{observed}", result.facet, result.path, result.expression);
+        }
+    }
+    if !run.result.is_null() {
+        println!("  output:\n{}", serde_json::to_string_pretty(&run.result).unwrap_or_default());
     }
 }
 

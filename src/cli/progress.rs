@@ -6,7 +6,11 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
-use crate::events::ReceivedFrame;
+use super::client::Seen;
+use crate::condition::GoalConditionResult;
+use crate::events::payload::*;
+use crate::events::{DecodedFrame, Event};
+use crate::plan::{NodeStatus, Plan};
 
 pub struct Progress {
     json: bool,
@@ -33,12 +37,15 @@ impl Progress {
         self.spinner.finish_and_clear();
     }
 
-    pub fn frame(&self, frame: &ReceivedFrame, raw: &str) {
+    pub fn frame(&self, frame: &Seen, raw: &str) {
         if self.json {
             println!("{raw}");
             return;
         }
-        let shown = describe(frame);
+        let shown = match frame {
+            Seen::Known(frame) => describe(frame),
+            Seen::Unknown { kind, .. } => Shown::line(format!("  · {kind}")),
+        };
         if let Some(status) = shown.status {
             self.spinner.set_message(status);
         }
@@ -67,133 +74,133 @@ impl Shown {
         Self { lines: vec![text], ..Self::default() }
     }
 
+    fn lines(lines: Vec<String>) -> Self {
+        Self { lines, ..Self::default() }
+    }
+
     fn status(text: String) -> Self {
         Self { status: Some(text), ..Self::default() }
     }
 }
 
 /// How a frame is shown to people (pure, so it is unit-tested).
-fn describe(frame: &ReceivedFrame) -> Shown {
-    let p = &frame.payload;
+fn describe(frame: &DecodedFrame) -> Shown {
     let node = frame.node_id.as_deref().unwrap_or("?");
-    match frame.kind.as_str() {
-        "start" => Shown::line(format!("▶ run {}", frame.run_id)),
-        "plan_requested" => {
-            let reason = p["replan"]["reason"].as_str().map(|r| format!(", replan: {r}")).unwrap_or_default();
-            Shown::status(format!("planning (attempt {}{reason})", p["attempt"]))
+    match &frame.event {
+        Event::Start(_) => Shown::line(format!("▶ run {}", frame.run_id)),
+        Event::PlanRequested(p) => {
+            let reason = p.replan.as_ref().map(|r| format!(", replan: {}", r.reason.as_str())).unwrap_or_default();
+            Shown::status(format!("planning (attempt {}{reason})", p.attempt))
         }
-        "plan_rejected" => {
-            let codes: Vec<&str> = items(&p["diagnostics"]).filter_map(|d| d["code"].as_str()).collect();
-            Shown::line(format!("✗ plan draft rejected (attempt {}): {}", p["attempt"], codes.join(", ")))
+        Event::PlanRejected(p) => {
+            let codes: Vec<&str> = p.diagnostics.iter().map(|d| d.code.as_ref()).collect();
+            Shown::line(format!("✗ plan draft rejected (attempt {}): {}", p.attempt, codes.join(", ")))
         }
-        "plan_generated" => Shown::line(plan_line(&p["plan"])),
-        "plan_updated" => Shown::line(format!(
+        Event::PlanGenerated(p) => Shown::line(plan_line(&p.plan.plan)),
+        Event::PlanUpdated(p) => Shown::line(format!(
             "↻ plan v{} replaces v{} ({})",
-            p["version"],
-            p["previousVersion"],
-            text(&p["trigger"]["reason"])
+            p.version,
+            p.previous_version,
+            p.trigger.reason.as_str()
         )),
-        "node_start" => Shown::status(format!("running {node} ({})", text(&p["capabilityId"]))),
-        "node_complete" => Shown::line(format!("  ✓ {node} — {}", short(&p["output"]))),
-        "node_error" => Shown::line(format!("  ✗ {node}: {}", text(&p["error"]["message"]))),
-        "validation_error" => Shown {
-            lines: items(&p["errors"])
-                .map(|e| format!("  ✗ {} {}: {}", text(&p["scope"]), text(&e["instancePath"]), text(&e["message"])))
-                .collect(),
-            ..Shown::default()
-        },
-        "goal_condition_failed" => {
-            let mut lines =
-                vec![format!("✗ goal conditions failed — corrective replan {} of {}", p["attempt"], p["limit"])];
-            lines.extend(items(&p["failedGoalConditions"]).map(|r| format!("    {}", goal_line(r))));
-            Shown { lines, ..Shown::default() }
+        Event::NodeStart(p) => Shown::status(format!("running {node} ({})", p.capability_id)),
+        Event::NodeComplete(p) => Shown::line(format!("  ✓ {node} — {}", short(&p.output))),
+        Event::NodeError(p) => Shown::line(format!("  ✗ {node}: {}", p.error.message)),
+        Event::ValidationError(p) => {
+            let scope = p.scope.as_str();
+            Shown::lines(p.errors.iter().map(|e| format!("  ✗ {scope} {}: {}", e.instance_path, e.message)).collect())
         }
-        "complete" => Shown { lines: complete_lines(p), end: true, status: None },
-        "log" => Shown::line(format!("  · {}", frame.message.as_deref().unwrap_or(""))),
-        "retry" => Shown::line(format!(
+        Event::GoalConditionFailed(p) => {
+            let mut lines = vec![format!("✗ goal conditions failed — corrective replan {} of {}", p.attempt, p.limit)];
+            lines.extend(p.failed_goal_conditions.iter().map(|r| format!("    {}", goal_line(r))));
+            Shown::lines(lines)
+        }
+        Event::Complete(p) => Shown { lines: complete_lines(p), end: true, status: None },
+        Event::Log(p) => Shown::line(format!("  · {}", p.message)),
+        Event::Retry(p) => Shown::line(format!(
             "  ↻ {} retry {} of {} in {} ms: {}",
             frame.node_id.as_deref().unwrap_or("planner"),
-            p["attempt"],
-            p["maxRetries"],
-            p["delayMs"],
-            text(&p["error"])
+            p.attempt,
+            p.max_retries,
+            p.delay_ms,
+            p.error
         )),
-        "hitl_request" => Shown::line(format!(
-            "⏸ {} request {} ({}, plan v{}): {}",
-            text(&p["request"]["kind"]),
-            text(&p["request"]["id"]),
-            text(&p["request"]["subject"]),
-            p["request"]["planVersion"],
-            text(&p["request"]["question"])
-        )),
-        "hitl_resolved" => Shown::line(format!(
-            "  ✎ request {} {}{}",
-            text(&p["request"]["id"]),
-            p["decision"]["decision"].as_str().unwrap_or(p["request"]["status"].as_str().unwrap_or("")),
-            p["decision"]["feedback"]
-                .as_str()
-                .or(p["decision"]["answer"].as_str())
-                .map(|f| format!(": {f}"))
-                .unwrap_or_default()
-        )),
-        "policy_triggered" => Shown::line(format!("↺ replan asked: {}", text(&p["trigger"]["reason"]))),
-        "policy_update" => Shown::line(format!(
-            "  ⚙ policy {} ({}): {}",
-            text(&p["policyId"]),
-            text(&p["triggerKind"]),
-            match p["action"].as_str() {
-                Some("emit") => format!("emit {}", text(&p["event"])),
-                Some(action @ ("goto" | "retry")) => format!(
-                    "{action} {} (attempt {} of {})",
-                    p["next"].as_str().or(p["nodeId"].as_str()).unwrap_or(""),
-                    p["attempts"],
-                    p["maxAttempts"]
-                ),
-                other => other.unwrap_or("").to_string(),
-            }
-        )),
-        other => Shown::line(format!("  · {other}")),
+        Event::HitlRequest(p) => {
+            let r = &p.request;
+            Shown::line(format!(
+                "⏸ {} request {} ({}, plan v{}): {}",
+                r.kind.as_str(),
+                r.id,
+                r.subject.as_str(),
+                r.plan_version,
+                r.question
+            ))
+        }
+        Event::HitlResolved(p) => {
+            let decision = p.decision.as_ref();
+            let verdict = decision.map_or(p.request.status.as_str(), |d| d.decision.as_str());
+            let text = decision.and_then(|d| d.feedback.as_deref().or(d.answer.as_deref()));
+            Shown::line(format!(
+                "  ✎ request {} {verdict}{}",
+                p.request.id,
+                text.map(|t| format!(": {t}")).unwrap_or_default()
+            ))
+        }
+        Event::PolicyTriggered(p) => Shown::line(format!("↺ replan asked: {}", p.trigger.reason.as_str())),
+        Event::PolicyUpdate(p) => Shown::line(policy_line(p)),
     }
 }
 
+/// What a runtime policy did.
+fn policy_line(p: &PolicyUpdate) -> String {
+    let policy = &p.policy;
+    let what = match policy.action.as_str() {
+        "emit" => format!("emit {}", p.event.as_deref().unwrap_or("")),
+        action @ ("goto" | "retry") => format!(
+            "{action} {} (attempt {} of {})",
+            p.next.as_deref().or(policy.node_id.as_deref()).unwrap_or(""),
+            p.attempts.unwrap_or_default(),
+            p.max_attempts.unwrap_or_default()
+        ),
+        other => other.to_string(),
+    };
+    format!("  ⚙ policy {} ({}): {what}", policy.policy_id, policy.trigger_kind)
+}
+
 /// The end of a run: its status, its goal results and its output.
-fn complete_lines(p: &Value) -> Vec<String> {
-    let mut lines = vec![match p["status"].as_str() {
-        Some("completed") => "✔ completed".to_string(),
+fn complete_lines(p: &Complete) -> Vec<String> {
+    let mut lines = vec![match p.status {
+        CompleteStatus::Completed => "✔ completed".to_string(),
         status => {
-            format!("✘ {}: {} — {}", status.unwrap_or("ended"), text(&p["error"]["code"]), text(&p["error"]["message"]))
+            let (code, message) = p.error_summary();
+            let status = if status == CompleteStatus::Failed { "failed" } else { "cancelled" };
+            format!("✘ {status}: {code} — {message}")
         }
     }];
-    lines.extend(items(&p["goal_condition_results"]).map(|r| format!("    {}", goal_line(r))));
-    if !p["output"].is_null() {
-        lines.push(format!("output:\n{}", serde_json::to_string_pretty(&p["output"]).unwrap_or_default()));
+    lines.extend(p.goal_condition_results.iter().flatten().map(|r| format!("    {}", goal_line(r))));
+    if !p.output.is_null() {
+        lines.push(format!("output:\n{}", serde_json::to_string_pretty(&p.output).unwrap_or_default()));
     }
     lines
 }
 
-fn items(value: &Value) -> impl Iterator<Item = &Value> {
-    value.as_array().into_iter().flatten()
-}
-
-fn text(value: &Value) -> String {
-    value.as_str().map(String::from).unwrap_or_else(|| value.to_string())
-}
-
-fn plan_line(plan: &Value) -> String {
-    let steps: Vec<String> = items(&plan["nodes"])
+fn plan_line(plan: &Plan) -> String {
+    let steps: Vec<String> = plan
+        .nodes
+        .iter()
         .map(|n| {
-            let kept = if n["status"] == "completed" { " (done)" } else { "" };
-            format!("{}{kept}", text(&n["id"]))
+            let kept = if n.status == NodeStatus::Completed { " (done)" } else { "" };
+            format!("{}{kept}", n.id)
         })
         .collect();
-    format!("✓ plan v{}: {}", plan["version"], steps.join(" → "))
+    format!("✓ plan v{}: {}", plan.version, steps.join(" → "))
 }
 
-fn goal_line(r: &Value) -> String {
-    let mark = if r["satisfied"] == true { "✓" } else { "✗" };
-    let observed = r.get("observedValue").map(|v| format!(" (observed {v})")).unwrap_or_default();
-    let error = r.get("error").map(|e| format!(" — {}", text(e))).unwrap_or_default();
-    format!("{mark} {}{}: {}{observed}{error}", text(&r["facet"]), text(&r["path"]), text(&r["expression"]))
+fn goal_line(r: &GoalConditionResult) -> String {
+    let mark = if r.satisfied { "✓" } else { "✗" };
+    let observed = r.observed_value.as_ref().map(|v| format!(" (observed {v})")).unwrap_or_default();
+    let error = r.error.as_ref().map(|e| format!(" — {e}")).unwrap_or_default();
+    format!("{mark} {}{}: {}{observed}{error}", r.facet, r.path, r.expression)
 }
 
 /// A value in at most 100 characters.
@@ -210,44 +217,106 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::policy::TriggerKind;
 
-    fn frame(kind: &str, node_id: Option<&str>, payload: Value) -> ReceivedFrame {
-        serde_json::from_value(json!({"type": kind, "seq": 1, "runId": "r1", "timestamp": "t",
-                                      "correlationId": "c", "nodeId": node_id, "payload": payload}))
-        .unwrap()
+    fn frame(event: Event) -> DecodedFrame {
+        DecodedFrame {
+            seq: 1,
+            run_id: "r1".into(),
+            timestamp: chrono::Utc::now(),
+            correlation_id: "c".into(),
+            plan_version: None,
+            node_id: event.node_id().map(String::from),
+            event,
+        }
+    }
+
+    fn policy(action: &str, trigger_kind: TriggerKind) -> PolicyInfo {
+        PolicyInfo {
+            policy_id: "again".into(),
+            trigger_kind,
+            action: action.into(),
+            node_id: None,
+            capability_id: None,
+            rationale: None,
+            request_id: None,
+        }
+    }
+
+    fn update(policy: PolicyInfo) -> PolicyUpdate {
+        PolicyUpdate {
+            policy,
+            event: None,
+            reason: None,
+            payload: Value::Null,
+            next: None,
+            attempts: None,
+            max_attempts: None,
+            reset_nodes: Vec::new(),
+            post_condition_results: Vec::new(),
+        }
     }
 
     #[test]
     fn milestones_are_lines_and_work_in_flight_is_the_status() {
-        assert_eq!(describe(&frame("start", None, json!({}))), Shown::line("▶ run r1".into()));
-        let started = describe(&frame("node_start", Some("draft"), json!({"capabilityId": "writer"})));
-        assert_eq!(started, Shown::status("running draft (writer)".into()));
-        let answered = frame(
-            "hitl_resolved",
-            None,
-            json!({"request": {"id": "q1", "status": "resolved"},
-                                                            "decision": {"decision": "answered", "answer": "EU"}}),
-        );
-        assert_eq!(describe(&answered).lines, ["  ✎ request q1 answered: EU"]);
+        let start = Event::Start(Start { run_id: "r1".into(), thread_id: None, correlation_id: "c".into() });
+        assert_eq!(describe(&frame(start)), Shown::line("▶ run r1".into()));
+        let started = Event::NodeStart(NodeStart {
+            node_id: "draft".into(),
+            capability_id: "writer".into(),
+            label: "Draft".into(),
+            kind: "execution".into(),
+            started_at: "t".into(),
+            executor_type: ExecutorType::Ai,
+            facets: Facets { input: Vec::new(), output: Vec::new() },
+            assignment: None,
+        });
+        assert_eq!(describe(&frame(started)), Shown::status("running draft (writer)".into()));
+        let answered = Event::HitlResolved(HitlResolved {
+            request: ClosedRequest {
+                id: "q1".into(),
+                kind: HitlKind::Clarify,
+                subject: HitlSubject::Node,
+                status: RequestStatus::Resolved,
+            },
+            decision: Some(DecisionInfo {
+                decision: Verdict::Answered,
+                feedback: None,
+                answer: Some("EU".into()),
+                operator: None,
+                note: None,
+            }),
+            replan: None,
+        });
+        assert_eq!(describe(&frame(answered)).lines, ["  ✎ request q1 answered: EU"]);
     }
 
     #[test]
     fn policy_updates_say_what_the_policy_did() {
-        let goto = json!({"policyId": "again", "triggerKind": "onNodeComplete", "action": "goto", "next": "draft",
-                          "attempts": 1, "maxAttempts": 2});
+        let goto = PolicyUpdate {
+            next: Some("draft".into()),
+            attempts: Some(1),
+            max_attempts: Some(2),
+            ..update(policy("goto", TriggerKind::OnNodeComplete))
+        };
         assert_eq!(
-            describe(&frame("policy_update", None, goto)).lines,
+            describe(&frame(Event::PolicyUpdate(goto))).lines,
             ["  ⚙ policy again (onNodeComplete): goto draft (attempt 1 of 2)"]
         );
-        let emit = json!({"policyId": "p", "triggerKind": "onStart", "action": "emit", "event": "hello"});
-        assert_eq!(describe(&frame("policy_update", None, emit)).lines, ["  ⚙ policy p (onStart): emit hello"]);
+        let emit = PolicyUpdate { event: Some("hello".into()), ..update(policy("emit", TriggerKind::OnStart)) };
+        assert_eq!(describe(&frame(Event::PolicyUpdate(emit))).lines, ["  ⚙ policy again (onStart): emit hello"]);
     }
 
     #[test]
     fn the_end_clears_the_spinner_and_shows_the_outcome() {
-        let failed = json!({"status": "failed", "output": null,
-                            "error": {"code": "policy_failed", "message": "refused"}});
-        let shown = describe(&frame("complete", None, failed));
+        let failed = Complete {
+            status: CompleteStatus::Failed,
+            output: Value::Null,
+            goal_condition_results: None,
+            error: Some(json!({"code": "policy_failed", "message": "refused"})),
+            post_condition_results: Vec::new(),
+        };
+        let shown = describe(&frame(Event::Complete(failed)));
         assert!(shown.end);
         assert_eq!(shown.lines, ["✘ failed: policy_failed — refused"]);
     }

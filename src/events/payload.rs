@@ -308,6 +308,15 @@ pub enum ValidationScope {
     FinalOutput,
 }
 
+impl ValidationScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CapabilityOutput => "capability_output",
+            Self::FinalOutput => "final_output",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidationError {

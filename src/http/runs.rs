@@ -16,9 +16,8 @@ use super::sse::frame_stream;
 use crate::envelope;
 use crate::run::RunStatus;
 use crate::run::follow::follow;
-use crate::run::view::{RunView, ViewError};
+use crate::run::view::{RunList, RunListEntry, RunView, ViewError};
 use crate::services::Services;
-use crate::store::runs::RunRow;
 use crate::store::{StoreError, events as event_log, runs};
 
 /// `POST /api/v1/flex/run.stream`: validates the envelope, creates the run and streams its frames.
@@ -59,11 +58,6 @@ fn correlation_id(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     }
 }
 
-/// Stored JSON text as a value (`null` when absent).
-fn json_or_null(text: Option<&str>) -> Value {
-    text.and_then(|t| serde_json::from_str::<Value>(t).ok()).unwrap_or(Value::Null)
-}
-
 fn not_found(run_id: &str) -> ApiError {
     ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") }
 }
@@ -85,16 +79,6 @@ pub struct ListQuery {
     limit: Option<i64>,
 }
 
-/// A run as lists show it.
-fn summary(run: &RunRow) -> Value {
-    json!({
-        "runId": run.run_id, "status": run.status, "objective": run.objective, "threadId": run.thread_id,
-        "planVersion": run.plan_version, "replans": run.replans,
-        "error": json_or_null(run.error.as_deref()).get("code").cloned(),
-        "createdAt": run.created_at.and_utc(), "updatedAt": run.updated_at.and_utc(),
-    })
-}
-
 /// `GET /api/v1/flex/runs?status=&cursor=&limit=`: runs, newest first, a page at a time.
 #[get("/runs")]
 pub async fn list_runs(
@@ -114,8 +98,8 @@ pub async fn list_runs(
         .read(move |conn| runs::page(conn, status.map(RunStatus::as_str), query.cursor.as_deref(), limit + 1))
         .await?;
     let next_cursor = (page.len() as i64 > limit).then(|| page[limit as usize - 1].run_id.clone());
-    let runs: Vec<Value> = page.iter().take(limit as usize).map(summary).collect();
-    Ok(HttpResponse::Ok().json(json!({"runs": runs, "nextCursor": next_cursor})))
+    let runs = page.iter().take(limit as usize).map(RunListEntry::of).collect();
+    Ok(HttpResponse::Ok().json(RunList { runs, next_cursor }))
 }
 
 /// `GET /api/v1/flex/runs/{id}`: the run with its plan versions, nodes and goal evaluations.

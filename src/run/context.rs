@@ -1,10 +1,9 @@
 //! The run context: the current value of every facet, with where each value came from.
 //!
-//! It is not stored: the coordinator keeps it in memory, and anyone else rebuilds it from the
-//! envelope's inputs and the run's event log ([`RunContext::replay`]), where every `node_complete`
-//! frame carries the output that was written, in commit order.
+//! It is not stored: it is part of a run's state (`run::state`), folded from the envelope's inputs
+//! (at `start`) and every `node_complete` frame of the run's log, in commit order.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -68,38 +67,6 @@ impl RunContext {
                 timestamp: at.into(),
             };
             context.write(facet, value.clone(), provenance);
-        }
-        context
-    }
-
-    /// Rebuilds the context of a run from its envelope's inputs and its event log (frames as JSON,
-    /// in order): the inputs at `start`, then every `node_complete` output, with the output facets
-    /// its `node_start` announced.
-    pub fn replay<'a>(inputs: &Map<String, Value>, frames: impl IntoIterator<Item = &'a Value>) -> Self {
-        let mut context = Self::default();
-        let mut outputs: HashMap<&str, Vec<String>> = HashMap::new();
-        for frame in frames {
-            let payload = &frame["payload"];
-            let node_id = frame["nodeId"].as_str().unwrap_or_default();
-            match frame["type"].as_str() {
-                Some("start") => context = Self::seeded(inputs, frame["timestamp"].as_str().unwrap_or_default()),
-                Some("node_start") => {
-                    let facets = payload["facets"]["output"].as_array().into_iter().flatten();
-                    outputs.insert(node_id, facets.filter_map(|f| f.as_str().map(String::from)).collect());
-                }
-                Some("node_complete") => {
-                    let output_facets = outputs.get(node_id).map(Vec::as_slice).unwrap_or_default();
-                    context.record_output(NodeOutput {
-                        node_id,
-                        capability_id: payload["capabilityId"].as_str().unwrap_or_default(),
-                        plan_version: frame["planVersion"].as_u64().unwrap_or_default() as u32,
-                        output_facets,
-                        output: &payload["output"],
-                        at: payload["completedAt"].as_str().unwrap_or_default(),
-                    });
-                }
-                _ => {}
-            }
         }
         context
     }
@@ -204,45 +171,5 @@ mod tests {
         }
         assert_eq!(cx.snapshot()["facets"]["a"]["provenance"].as_array().unwrap().len(), MAX_PROVENANCE);
         assert_eq!(cx.facet_value("a"), Some(&json!(MAX_PROVENANCE + 4)));
-    }
-
-    #[test]
-    fn replaying_the_event_log_rebuilds_the_context() {
-        let inputs = json!({"brief": {"topic": "x"}});
-        let inputs = inputs.as_object().unwrap();
-        let frames = [
-            json!({"type": "start", "timestamp": "t0", "payload": {}}),
-            json!({"type": "node_start", "nodeId": "draft", "payload": {"facets": {"output": ["post"]}}}),
-            json!({"type": "node_start", "nodeId": "tags", "payload": {"facets": {"output": ["tags"]}}}),
-            json!({"type": "node_complete", "nodeId": "draft", "planVersion": 1,
-                   "payload": {"capabilityId": "writer", "completedAt": "t1", "output": {"text": "a"}}}),
-            json!({"type": "node_complete", "nodeId": "tags", "planVersion": 1,
-                   "payload": {"capabilityId": "tagger", "completedAt": "t2", "output": {"tags": ["rust"]}}}),
-        ];
-        let replayed = RunContext::replay(inputs, &frames);
-
-        let mut expected = RunContext::seeded(inputs, "t0");
-        let (post, tags) = (facets(&["post"]), facets(&["tags"]));
-        let (draft_output, tags_output) = (json!({"text": "a"}), json!({"tags": ["rust"]}));
-        let draft = NodeOutput {
-            node_id: "draft",
-            capability_id: "writer",
-            plan_version: 1,
-            output_facets: &post,
-            output: &draft_output,
-            at: "t1",
-        };
-        let tagger = NodeOutput {
-            node_id: "tags",
-            capability_id: "tagger",
-            plan_version: 1,
-            output_facets: &tags,
-            output: &tags_output,
-            at: "t2",
-        };
-        expected.record_output(draft);
-        expected.record_output(tagger);
-        assert_eq!(replayed, expected);
-        assert_eq!(replayed.facet_value("tags"), Some(&json!(["rust"])));
     }
 }

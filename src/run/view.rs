@@ -120,6 +120,52 @@ pub struct DecisionView {
     pub decided_at: DateTime<Utc>,
 }
 
+/// A run as lists show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunListEntry {
+    pub run_id: String,
+    pub status: String,
+    pub objective: String,
+    pub thread_id: Option<String>,
+    pub plan_version: i32,
+    pub replans: i32,
+    /// The code of the error the run ended with.
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A page of runs, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunList {
+    pub runs: Vec<RunListEntry>,
+    /// Where the next page starts (`cursor=`), if there is one.
+    pub next_cursor: Option<String>,
+}
+
+impl RunListEntry {
+    pub fn of(row: &RunRow) -> Self {
+        #[derive(Deserialize)]
+        struct Coded {
+            code: Option<String>,
+        }
+        let error = row.error.as_deref().and_then(|e| serde_json::from_str::<Coded>(e).ok()).and_then(|e| e.code);
+        Self {
+            run_id: row.run_id.clone(),
+            status: row.status.clone(),
+            objective: row.objective.clone(),
+            thread_id: row.thread_id.clone(),
+            plan_version: row.plan_version,
+            replans: row.replans,
+            error,
+            created_at: row.created_at.and_utc(),
+            updated_at: row.updated_at.and_utc(),
+        }
+    }
+}
+
 /// The rows a view needs besides the run's log.
 struct Rows {
     nodes: Vec<PlanNodeRow>,
