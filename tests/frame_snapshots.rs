@@ -419,8 +419,8 @@ async fn read_sse(response: reqwest::Response) -> Vec<SseEvent> {
 
 /// The run's event log: `(seq, type, frame text)` as stored, in `seq` order.
 fn stored_frames(server: &TestServer, run_id: &str) -> Vec<(u64, String, String)> {
-    let frames = flexrun::store::events::after(&mut server.db(), run_id, 0, 10_000).unwrap();
-    let log: Vec<_> = frames.into_iter().map(|f| (f.seq, f.event_type, f.json.to_string())).collect();
+    let frames = flexrun::store::events::after(&mut server.db(), run_id, flexrun::events::Seq::ZERO, 10_000).unwrap();
+    let log: Vec<_> = frames.into_iter().map(|f| (f.seq.get(), f.event_type, f.json.to_string())).collect();
     let seqs: Vec<u64> = log.iter().map(|(seq, _, _)| *seq).collect();
     assert_eq!(seqs, (1..=log.len() as u64).collect::<Vec<_>>(), "the log's seqs are 1, 2, … without gaps");
     log

@@ -323,13 +323,13 @@ fn check(server: &TestServer, observed: &[RunState], run_id: &str, scenario: &Sc
     let inputs = envelope()["inputs"].as_object().cloned().unwrap_or_default();
     assert!(!observed.is_empty(), "no commit observed for {run_id}");
     for live in observed {
-        let committed = log[..live.last_seq as usize].to_vec();
+        let committed = log[..live.last_seq.count()].to_vec();
         let replayed = RunState::replay(&live.run_id, &live.correlation_id, &inputs, committed)
             .unwrap_or_else(|e| panic!("the log of {run_id} does not fold: {e}\n{scenario:?}"));
         assert_eq!(&replayed, live, "the live state at seq {} differs from the replay\n{scenario:?}", live.last_seq);
     }
     let last = observed.iter().map(|s| s.last_seq).max().unwrap_or_default();
-    assert_eq!(last as usize, log.len(), "every committed frame was observed\n{scenario:?}");
+    assert_eq!(last.count(), log.len(), "every committed frame was observed\n{scenario:?}");
     let status = observed.iter().max_by_key(|s| s.last_seq).map(|s| s.status.to_string()).unwrap_or_default();
     (status, log.iter().map(|f| f.kind().as_str().to_string()).collect())
 }
@@ -347,7 +347,7 @@ fn the_live_state_equals_the_fold_of_the_committed_log_at_every_step() {
         std::fs::write(&config, "[retry]\nbase_delay_secs = 0.001\nmax_retries = 1\n").unwrap();
         let sink = observed.clone();
         let observer: flexrun::services::CommitObserver = Arc::new(move |state: &RunState| {
-            sink.lock().unwrap().entry(state.run_id.clone()).or_default().push(state.clone());
+            sink.lock().unwrap().entry(state.run_id.to_string()).or_default().push(state.clone());
         });
         let options = Options {
             env: vec![("FLEXRUN_CONFIG", config.display().to_string())],

@@ -45,7 +45,7 @@ impl Seen {
 
     fn seq(&self) -> u64 {
         match self {
-            Self::Known(frame) => frame.seq,
+            Self::Known(frame) => frame.seq.get(),
             Self::Unknown { seq, .. } => *seq,
         }
     }

@@ -221,7 +221,7 @@ mod tests {
 
     fn frame(event: Event) -> DecodedFrame {
         DecodedFrame {
-            seq: 1,
+            seq: crate::events::Seq::new(1).unwrap(),
             run_id: "r1".into(),
             timestamp: chrono::Utc::now(),
             correlation_id: "c".into(),

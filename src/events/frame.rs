@@ -7,6 +7,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::Seq;
 use super::payload::*;
 
 /// The frame types flexrun emits.
@@ -170,7 +171,7 @@ pub struct FrameHeader {
 struct Wire<'a> {
     #[serde(rename = "type")]
     kind: FrameKind,
-    seq: u64,
+    seq: Seq,
     run_id: &'a str,
     timestamp: String,
     correlation_id: &'a str,
@@ -186,7 +187,7 @@ struct Wire<'a> {
 /// An encoded frame: what is stored, broadcast and sent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Frame {
-    pub seq: u64,
+    pub seq: Seq,
     pub kind: FrameKind,
     pub timestamp: DateTime<Utc>,
     /// The frame's JSON text.
@@ -195,12 +196,12 @@ pub struct Frame {
 
 impl Frame {
     /// Encodes `event` as frame `seq` of its run, stamped now.
-    pub fn encode(header: &FrameHeader, seq: u64, event: &Event) -> Self {
+    pub fn encode(header: &FrameHeader, seq: Seq, event: &Event) -> Self {
         Self::encode_at(header, seq, Utc::now(), event)
     }
 
     /// Encodes `event` as frame `seq` of its run, stamped `timestamp`.
-    pub fn encode_at(header: &FrameHeader, seq: u64, timestamp: DateTime<Utc>, event: &Event) -> Self {
+    pub fn encode_at(header: &FrameHeader, seq: Seq, timestamp: DateTime<Utc>, event: &Event) -> Self {
         let wire = Wire {
             kind: event.kind(),
             seq,
@@ -248,7 +249,7 @@ impl Frame {
 struct WireIn<'a> {
     #[serde(rename = "type")]
     kind: FrameKind,
-    seq: u64,
+    seq: Seq,
     run_id: String,
     timestamp: String,
     correlation_id: String,
@@ -263,7 +264,7 @@ struct WireIn<'a> {
 /// A frame read back into its typed event, with its header.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecodedFrame {
-    pub seq: u64,
+    pub seq: Seq,
     pub run_id: String,
     pub timestamp: DateTime<Utc>,
     pub correlation_id: String,
@@ -324,7 +325,7 @@ mod tests {
     fn wire_form() {
         let header = FrameHeader { run_id: "r1".into(), correlation_id: "c1".into(), plan_version: Some(2) };
         let event = Event::Log(Log { severity: "info".into(), message: "hello".into(), details: None });
-        let frame = Frame::encode(&header, 7, &event);
+        let frame = Frame::encode(&header, Seq::new(7).unwrap(), &event);
         let back: ReceivedFrame = serde_json::from_str(&frame.json).unwrap();
         assert_eq!(back.kind, "log");
         assert_eq!(back.seq, 7);

@@ -4,6 +4,8 @@
 mod bus;
 mod frame;
 pub mod payload;
+mod seq;
 
 pub use bus::{Bus, BusMessage};
 pub use frame::{DecodeError, DecodedFrame, Event, Frame, FrameHeader, FrameKind, ReceivedFrame};
+pub use seq::{Seq, SeqOutOfRange};

@@ -12,7 +12,7 @@ use super::body::read_body;
 use super::error::{ApiError, summary};
 use super::sse::frame_stream;
 use crate::run::operator::{Actor, Answer, Command};
-use crate::run::{self, RunStatus};
+use crate::run::{self, RunId, RunStatus};
 use crate::services::Services;
 use crate::store::StoreError;
 use crate::store::hitl;
@@ -98,11 +98,13 @@ pub async fn resume(
 ) -> Result<impl Responder, ApiError> {
     let body = json_body(payload, &services, &RESUME).await?;
     let run_id = text(&body, "/runId").unwrap_or_default();
+    let run_id = RunId::parse(&run_id)
+        .map_err(|_| ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") })?;
     let expected_plan_version = body.get("expectedPlanVersion").and_then(Value::as_u64).map(|v| v as u32);
     let command = Command::Resume { expected_plan_version, answer: answer(&body)?, actor: actor(&body) };
     let services: Arc<Services> = services.into_inner();
     let applied = run::apply(&services, &run_id, command).await?;
-    Ok(frame_stream(applied.frames).customize().insert_header(("x-flexrun-run-id", run_id)))
+    Ok(frame_stream(applied.frames).customize().insert_header(("x-flexrun-run-id", run_id.to_string())))
 }
 
 /// `POST /api/v1/flex/runs/{id}/replan`: drops the plan a paused run waits with and plans again
@@ -110,7 +112,7 @@ pub async fn resume(
 #[post("/runs/{id}/replan")]
 pub async fn replan(
     _operator: Operator,
-    id: web::Path<String>,
+    id: web::Path<RunId>,
     payload: web::Payload,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
@@ -126,7 +128,7 @@ pub async fn replan(
 #[post("/runs/{id}/cancel")]
 pub async fn cancel(
     _operator: Operator,
-    id: web::Path<String>,
+    id: web::Path<RunId>,
     payload: web::Payload,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
@@ -199,7 +201,8 @@ pub async fn decline(
         note: text(&body, "/note"),
     };
     let command = Command::Resume { expected_plan_version: None, answer, actor: actor(&body) };
-    let applied = run::apply(&services.into_inner(), &task.run_id, command).await?;
+    let run_id = RunId::parse(&task.run_id).map_err(ApiError::internal)?;
+    let applied = run::apply(&services.into_inner(), &run_id, command).await?;
     Ok(HttpResponse::Ok().json(json!({
         "ok": applied.status == RunStatus::Failed, "status": applied.status, "runId": task.run_id, "nodeId": node_id,
     })))

@@ -14,9 +14,10 @@ use super::error::ApiError;
 use super::idempotency;
 use super::sse::frame_stream;
 use crate::envelope;
-use crate::run::RunStatus;
+use crate::events::Seq;
 use crate::run::follow::follow;
 use crate::run::view::{RunList, RunListEntry, RunView, ViewError};
+use crate::run::{RunId, RunStatus};
 use crate::services::Services;
 use crate::store::{StoreError, events as event_log, runs};
 
@@ -41,7 +42,7 @@ pub async fn run_stream(
     }
     Ok(response
         .insert_header((header::LOCATION, format!("/api/v1/flex/runs/{}/stream", run.run_id)))
-        .insert_header(("x-flexrun-run-id", run.run_id)))
+        .insert_header(("x-flexrun-run-id", run.run_id.to_string())))
 }
 
 /// An `X-Correlation-Id` header, if sent: at most 200 visible ASCII characters.
@@ -58,12 +59,12 @@ fn correlation_id(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     }
 }
 
-fn not_found(run_id: &str) -> ApiError {
+fn not_found(run_id: &RunId) -> ApiError {
     ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") }
 }
 
 /// Maps a missing run to 404 and anything else to 500.
-fn run_error(run_id: &str) -> impl Fn(StoreError) -> ApiError + '_ {
+fn run_error(run_id: &RunId) -> impl Fn(StoreError) -> ApiError + '_ {
     move |error| match error {
         StoreError::NotFound(_) => not_found(run_id),
         other => other.into(),
@@ -97,8 +98,9 @@ pub async fn list_runs(
         .store
         .read(move |conn| runs::page(conn, status.map(RunStatus::as_str), query.cursor.as_deref(), limit + 1))
         .await?;
-    let next_cursor = (page.len() as i64 > limit).then(|| page[limit as usize - 1].run_id.clone());
-    let runs = page.iter().take(limit as usize).map(RunListEntry::of).collect();
+    let shown = usize::try_from(limit).unwrap_or_default();
+    let next_cursor = page.get(shown).and(page.get(shown.saturating_sub(1))).map(|last| last.run_id.clone());
+    let runs = page.iter().take(shown).map(RunListEntry::of).collect();
     Ok(HttpResponse::Ok().json(RunList { runs, next_cursor }))
 }
 
@@ -106,7 +108,7 @@ pub async fn list_runs(
 #[get("/runs/{id}")]
 pub async fn get_run(
     _caller: Caller,
-    id: web::Path<String>,
+    id: web::Path<RunId>,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
@@ -121,7 +123,7 @@ pub async fn get_run(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
-    after: Option<u64>,
+    after: Option<Seq>,
     limit: Option<i64>,
 }
 
@@ -129,26 +131,27 @@ pub struct EventsQuery {
 #[get("/runs/{id}/events")]
 pub async fn get_events(
     _caller: Caller,
-    id: web::Path<String>,
+    id: web::Path<RunId>,
     query: web::Query<EventsQuery>,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
-    let after = query.after.unwrap_or(0);
+    let after = query.after.unwrap_or(Seq::ZERO);
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
     let lookup = run_id.clone();
     let page = services
         .store
         .read(move |conn| {
-            runs::get(conn, &lookup)?;
-            event_log::after(conn, &lookup, after, limit + 1)
+            runs::get(conn, lookup.as_str())?;
+            event_log::after(conn, lookup.as_str(), after, limit + 1)
         })
         .await
         .map_err(run_error(&run_id))?;
-    let has_more = page.len() as i64 > limit;
+    let shown = usize::try_from(limit).unwrap_or_default();
+    let has_more = page.len() > shown;
     let frames: Vec<Value> =
-        page.iter().take(limit as usize).map(|f| serde_json::from_str(&f.json).unwrap_or(Value::Null)).collect();
-    let next_after = page.iter().take(limit as usize).next_back().map_or(after, |f| f.seq);
+        page.iter().take(shown).map(|f| serde_json::from_str(&f.json).unwrap_or(Value::Null)).collect();
+    let next_after = page.iter().take(shown).next_back().map_or(after, |f| f.seq);
     Ok(HttpResponse::Ok()
         .json(json!({"runId": run_id, "events": frames, "nextAfter": next_after, "hasMore": has_more})))
 }
@@ -156,7 +159,7 @@ pub async fn get_events(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StreamQuery {
-    after: Option<u64>,
+    after: Option<Seq>,
 }
 
 /// `GET /api/v1/flex/runs/{id}/stream`: replays frames after `Last-Event-ID` (or `?after=`), then
@@ -165,19 +168,19 @@ pub struct StreamQuery {
 pub async fn follow_run(
     req: HttpRequest,
     _caller: Caller,
-    id: web::Path<String>,
+    id: web::Path<RunId>,
     query: web::Query<StreamQuery>,
     services: web::Data<Services>,
 ) -> Result<impl Responder, ApiError> {
     let run_id = id.into_inner();
     let after = match req.headers().get("last-event-id") {
-        Some(value) => value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()).ok_or_else(|| {
+        Some(value) => value.to_str().ok().and_then(|v| Seq::parse(v).ok()).ok_or_else(|| {
             ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be a frame seq number")
         })?,
-        None => query.after.unwrap_or(0),
+        None => query.after.unwrap_or(Seq::ZERO),
     };
     let lookup = run_id.clone();
-    services.store.read(move |conn| runs::get(conn, &lookup).map(drop)).await.map_err(run_error(&run_id))?;
-    let frames = follow(services.store.clone(), &services.bus, run_id, after);
+    services.store.read(move |conn| runs::get(conn, lookup.as_str()).map(drop)).await.map_err(run_error(&run_id))?;
+    let frames = follow(services.store.clone(), &services.bus, run_id.to_string(), after);
     Ok(frame_stream(frames.boxed()))
 }

@@ -37,12 +37,107 @@ impl NodeStatus {
     }
 }
 
+/// A plan node's id: its planner `stage` with every run of characters outside `[A-Za-z0-9_-]`
+/// folded to `_`, so it is stable across plan versions and safe in paths and logs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct NodeId(String);
+
+/// Text that is not a node id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a node id: a node id is 1 to {max} letters, digits, `-` or `_`", max = NodeId::MAX_LEN)]
+pub struct InvalidNodeId;
+
+impl NodeId {
+    pub const MAX_LEN: usize = 200;
+
+    /// The id a stage name becomes (empty if it has nothing to keep).
+    pub fn from_stage(stage: &str) -> Self {
+        let mut id = String::with_capacity(stage.len());
+        for c in stage.trim().chars() {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                id.push(c);
+            } else if !id.ends_with('_') {
+                id.push('_');
+            }
+        }
+        Self(id)
+    }
+
+    /// A node id sent by a client or read back from a frame.
+    pub fn parse(text: &str) -> Result<Self, InvalidNodeId> {
+        let valid = (1..=Self::MAX_LEN).contains(&text.len())
+            && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if valid { Ok(Self(text.to_string())) } else { Err(InvalidNodeId) }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Self::parse(&String::deserialize(deserializer)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl std::ops::Deref for NodeId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for NodeId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+impl From<&str> for NodeId {
+    fn from(text: &str) -> Self {
+        Self::from_stage(text)
+    }
+}
+
+impl PartialEq<str> for NodeId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for NodeId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for NodeId {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<NodeId> for String {
+    fn eq(&self, other: &NodeId) -> bool {
+        *self == other.0
+    }
+}
+
 /// One step of a plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanNode {
     /// Stable across plan versions: derived from the planner's `stage`.
-    pub id: String,
+    pub id: NodeId,
     pub stage: String,
     pub label: String,
     pub capability_id: String,
@@ -58,8 +153,8 @@ pub struct PlanNode {
 /// `to` may start only after `from` completed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Edge {
-    pub from: String,
-    pub to: String,
+    pub from: NodeId,
+    pub to: NodeId,
     /// `depends_on` (explicit in the draft) or `facet:<name>` (derived from who produces a facet).
     pub reason: String,
 }
@@ -98,7 +193,7 @@ impl Plan {
     }
 
     /// Nodes that may start now: not started, and every predecessor completed. In plan order.
-    pub fn ready<'a>(&'a self, status: &HashMap<String, NodeStatus>) -> Vec<&'a PlanNode> {
+    pub fn ready<'a>(&'a self, status: &HashMap<NodeId, NodeStatus>) -> Vec<&'a PlanNode> {
         let is = |id: &str, wanted| status.get(id).copied().unwrap_or(NodeStatus::Pending) == wanted;
         self.nodes
             .iter()
@@ -108,17 +203,17 @@ impl Plan {
     }
 
     /// `id` and every node after it (reachable along edges), in plan order.
-    pub fn downstream(&self, id: &str) -> Vec<String> {
-        let mut reached = std::collections::HashSet::from([id.to_string()]);
-        let mut frontier = vec![id.to_string()];
+    pub fn downstream(&self, id: &str) -> Vec<NodeId> {
+        let mut reached: HashSet<&str> = HashSet::from([id]);
+        let mut frontier = vec![id];
         while let Some(from) = frontier.pop() {
             for edge in self.edges.iter().filter(|e| e.from == from) {
-                if reached.insert(edge.to.clone()) {
-                    frontier.push(edge.to.clone());
+                if reached.insert(edge.to.as_str()) {
+                    frontier.push(edge.to.as_str());
                 }
             }
         }
-        self.nodes.iter().filter(|n| reached.contains(&n.id)).map(|n| n.id.clone()).collect()
+        self.nodes.iter().filter(|n| reached.contains(n.id.as_str())).map(|n| n.id.clone()).collect()
     }
 
     /// The ids of direct predecessors of `id`.
@@ -129,7 +224,7 @@ impl Plan {
 
 /// Nodes that can never start because they lie on a cycle of `edges` or after one (empty for a
 /// DAG), sorted.
-pub fn blocked_by_cycles(node_ids: &[String], edges: &[Edge]) -> Vec<String> {
+pub fn blocked_by_cycles(node_ids: &[NodeId], edges: &[Edge]) -> Vec<String> {
     // Kahn's algorithm: whatever cannot be removed lies on, or behind, a cycle.
     let mut incoming: BTreeMap<&str, usize> = node_ids.iter().map(|id| (id.as_str(), 0)).collect();
     for edge in edges {
@@ -195,7 +290,7 @@ mod tests {
         let p = plan(&["a", "b", "c"], vec![edge("a", "c"), edge("b", "c")]);
         let ids = |nodes: Vec<&PlanNode>| nodes.iter().map(|n| n.id.clone()).collect::<Vec<_>>();
         assert_eq!(ids(p.ready(&HashMap::new())), ["a", "b"]);
-        let mut status = HashMap::from([("a".to_string(), NodeStatus::Completed)]);
+        let mut status = HashMap::from([(NodeId::from("a"), NodeStatus::Completed)]);
         assert_eq!(ids(p.ready(&status)), ["b"]);
         status.insert("b".into(), NodeStatus::Running);
         assert!(p.ready(&status).is_empty());
@@ -205,7 +300,7 @@ mod tests {
 
     #[test]
     fn cycles_are_found() {
-        let ids: Vec<String> = ["a", "b", "c", "d"].map(String::from).into();
+        let ids: Vec<NodeId> = ["a", "b", "c", "d"].map(NodeId::from).into();
         assert!(blocked_by_cycles(&ids, &[edge("a", "b"), edge("b", "c")]).is_empty());
         let cyclic = blocked_by_cycles(&ids, &[edge("a", "b"), edge("b", "c"), edge("c", "b"), edge("c", "d")]);
         assert_eq!(cyclic, ["b", "c", "d"]);

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::capability::Capability;
-use crate::plan::{Diagnostic, Edge, NodeStatus, Plan, PlanMetadata, PlanNode, blocked_by_cycles};
+use crate::plan::{Diagnostic, Edge, NodeId, NodeStatus, Plan, PlanMetadata, PlanNode, blocked_by_cycles};
 
 /// A facet the plan must produce (or find already available), and why.
 #[derive(Debug, Clone)]
@@ -71,19 +71,6 @@ impl OneOrMany {
     }
 }
 
-/// The id a stage name becomes: runs of characters outside `[A-Za-z0-9_-]` turn into `_`.
-pub fn node_id(stage: &str) -> String {
-    let mut id = String::with_capacity(stage.len());
-    for c in stage.trim().chars() {
-        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-            id.push(c);
-        } else if !id.ends_with('_') {
-            id.push('_');
-        }
-    }
-    id
-}
-
 /// Validates a draft and compiles it into a plan, or explains every problem.
 pub fn compile(draft: &Value, cx: &DraftContext<'_>) -> Result<Plan, Vec<Diagnostic>> {
     let raw_nodes = draft_nodes(draft)?;
@@ -109,7 +96,7 @@ pub fn compile(draft: &Value, cx: &DraftContext<'_>) -> Result<Plan, Vec<Diagnos
     let nodes: Vec<PlanNode> = nodes.into_iter().map(|(node, _)| node).collect();
     check_inputs(&nodes, cx, &mut diagnostics);
     check_required(&nodes, cx, &mut diagnostics);
-    let ids: Vec<String> = nodes.iter().map(|n| n.id.clone()).collect();
+    let ids: Vec<NodeId> = nodes.iter().map(|n| n.id.clone()).collect();
     let blocked = blocked_by_cycles(&ids, &edges);
     if !blocked.is_empty() {
         diagnostics.push(Diagnostic::error(
@@ -142,7 +129,7 @@ fn compile_node(
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Option<(PlanNode, Vec<String>)> {
     let stage = draft.stage.trim().to_string();
-    let id = node_id(&stage);
+    let id = NodeId::from_stage(&stage);
     if id.is_empty() || id == "_" {
         diagnostics.push(Diagnostic::error("STAGE_MISSING", "every node needs a non-empty `stage`"));
         return None;
@@ -180,7 +167,7 @@ fn compile_node(
         }
     }
     let rerun = draft.status.as_deref() == Some("pending");
-    let carried = cx.completed.get(&id) == Some(&capability.id) && !rerun;
+    let carried = cx.completed.get(id.as_str()) == Some(&capability.id) && !rerun;
     let node = PlanNode {
         label: draft.label.unwrap_or_else(|| stage.clone()),
         id,
@@ -236,7 +223,7 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
     for (index, (node, depends_on)) in nodes.iter().enumerate() {
         if !depends_on.is_empty() {
             for dependency in depends_on {
-                let from = node_id(dependency);
+                let from = NodeId::from_stage(dependency);
                 if nodes.iter().any(|(n, _)| n.id == from) && from != node.id {
                     edges.push(Edge { from, to: node.id.clone(), reason: "depends_on".into() });
                 } else {
@@ -459,8 +446,8 @@ mod tests {
 
     #[test]
     fn node_ids_from_stages() {
-        assert_eq!(node_id("Draft copy!"), "Draft_copy_");
-        assert_eq!(node_id("  a--b "), "a--b");
-        assert_eq!(node_id("x.y/z"), "x_y_z");
+        assert_eq!(NodeId::from_stage("Draft copy!").as_str(), "Draft_copy_");
+        assert_eq!(NodeId::from_stage("  a--b ").as_str(), "a--b");
+        assert_eq!(NodeId::from_stage("x.y/z").as_str(), "x_y_z");
     }
 }

@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::id::RunId;
 use super::operator::Actor;
 
 /// The claims held in this process, by run.
 #[derive(Default)]
 pub struct Claims {
-    held: Mutex<HashMap<String, Held>>,
+    held: Mutex<HashMap<RunId, Held>>,
     next_id: AtomicU64,
 }
 
@@ -31,7 +32,7 @@ struct Held {
 
 /// The right to write one run's log. Released when dropped.
 pub struct Claim {
-    run_id: String,
+    run_id: RunId,
     id: u64,
     claims: Arc<Claims>,
     /// Becomes `Some` (who cancelled) when an operator cancels the run.
@@ -40,19 +41,19 @@ pub struct Claim {
 
 impl Claims {
     /// Claims `run_id`, unless someone in this process holds it.
-    pub fn try_claim(self: &Arc<Self>, run_id: &str) -> Option<Claim> {
+    pub fn try_claim(self: &Arc<Self>, run_id: &RunId) -> Option<Claim> {
         let mut held = self.lock();
         if held.contains_key(run_id) {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (stop, receiver) = watch::channel(None);
-        held.insert(run_id.to_string(), Held { id, stop });
-        Some(Claim { run_id: run_id.to_string(), id, claims: self.clone(), stop: receiver })
+        held.insert(run_id.clone(), Held { id, stop });
+        Some(Claim { run_id: run_id.clone(), id, claims: self.clone(), stop: receiver })
     }
 
     /// Claims `run_id`, waiting up to `patience` for its holder to release it.
-    pub async fn claim_within(self: &Arc<Self>, run_id: &str, patience: Duration) -> Option<Claim> {
+    pub async fn claim_within(self: &Arc<Self>, run_id: &RunId, patience: Duration) -> Option<Claim> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             let holder = self.lock().get(run_id).map(|held| held.stop.subscribe());
@@ -70,12 +71,12 @@ impl Claims {
     }
 
     /// Asks the holder of `run_id` to stop; `false` when nobody here holds it.
-    pub fn stop(&self, run_id: &str, actor: &Actor) -> bool {
+    pub fn stop(&self, run_id: &RunId, actor: &Actor) -> bool {
         self.lock().get(run_id).is_some_and(|held| held.stop.send(Some(actor.clone())).is_ok())
     }
 
     /// Whether someone in this process holds `run_id`.
-    pub fn is_held(&self, run_id: &str) -> bool {
+    pub fn is_held(&self, run_id: &RunId) -> bool {
         self.lock().contains_key(run_id)
     }
 
@@ -84,13 +85,13 @@ impl Claims {
         self.lock().len()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<RunId, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl Claim {
-    pub fn run_id(&self) -> &str {
+    pub fn run_id(&self) -> &RunId {
         &self.run_id
     }
 
@@ -113,37 +114,41 @@ impl Drop for Claim {
 mod tests {
     use super::*;
 
+    fn id(text: &str) -> RunId {
+        RunId::parse(text).unwrap()
+    }
+
     #[tokio::test]
     async fn one_holder_at_a_time_and_release_on_drop() {
         let claims = Arc::new(Claims::default());
-        let first = claims.try_claim("r").expect("free");
-        assert!(claims.try_claim("r").is_none(), "held");
-        assert!(claims.try_claim("other").is_some());
+        let first = claims.try_claim(&id("r")).expect("free");
+        assert!(claims.try_claim(&id("r")).is_none(), "held");
+        assert!(claims.try_claim(&id("other")).is_some());
         drop(first);
-        assert!(claims.try_claim("r").is_some(), "released");
+        assert!(claims.try_claim(&id("r")).is_some(), "released");
     }
 
     #[tokio::test]
     async fn a_stop_reaches_the_holder_and_a_waiter_gets_the_claim_when_it_lets_go() {
         let claims = Arc::new(Claims::default());
-        let mut holder = claims.try_claim("r").unwrap();
+        let mut holder = claims.try_claim(&id("r")).unwrap();
         let waiter = {
             let claims = claims.clone();
-            tokio::spawn(async move { claims.claim_within("r", Duration::from_secs(5)).await.is_some() })
+            tokio::spawn(async move { claims.claim_within(&id("r"), Duration::from_secs(5)).await.is_some() })
         };
         tokio::task::yield_now().await;
-        assert!(claims.stop("r", &Actor::default()));
+        assert!(claims.stop(&id("r"), &Actor::default()));
         holder.stop.changed().await.unwrap();
         assert!(holder.stop_requested());
         drop(holder);
         assert!(waiter.await.unwrap(), "the waiter took the claim");
-        assert!(!claims.stop("nobody", &Actor::default()));
+        assert!(!claims.stop(&id("nobody"), &Actor::default()));
     }
 
     #[tokio::test]
     async fn waiting_gives_up_after_its_patience() {
         let claims = Arc::new(Claims::default());
-        let _holder = claims.try_claim("r").unwrap();
-        assert!(claims.claim_within("r", Duration::from_millis(20)).await.is_none());
+        let _holder = claims.try_claim(&id("r")).unwrap();
+        assert!(claims.claim_within(&id("r"), Duration::from_millis(20)).await.is_none());
     }
 }

@@ -14,6 +14,7 @@ use super::budget::ReplanLimits;
 use super::claims::Claim;
 use super::decide::operator::{self, Command, Decision, Refusal};
 use super::follow::{FollowError, follow};
+use super::id::RunId;
 use super::log::{LogError, RunLog};
 use super::projection::RowWrite;
 use super::status::RunStatus;
@@ -67,7 +68,7 @@ pub struct Applied {
 
 /// Applies `command` to the run: decides it on the run's state and records its frames (and what
 /// no frame carries) in one transaction, then lets the run go on when it should.
-pub async fn apply(services: &Arc<Services>, run_id: &str, command: Command) -> Result<Applied, ControlError> {
+pub async fn apply(services: &Arc<Services>, run_id: &RunId, command: Command) -> Result<Applied, ControlError> {
     let (claim, command) = claim(services, run_id, command).await?;
     let stored = read(services, run_id).await?;
     let state = stored.state()?;
@@ -102,7 +103,7 @@ pub async fn apply(services: &Arc<Services>, run_id: &str, command: Command) -> 
 /// Takes the run's claim for `command`. A cancel first stops the run's coordinator (in this
 /// process) and waits for it; another command waits only for a coordinator letting go of a run
 /// that is pausing, and is refused while a coordinator drives the run.
-async fn claim(services: &Arc<Services>, run_id: &str, command: Command) -> Result<(Claim, Command), ControlError> {
+async fn claim(services: &Arc<Services>, run_id: &RunId, command: Command) -> Result<(Claim, Command), ControlError> {
     if let Command::Cancel { actor, .. } = command {
         let stopped = services.claims.stop(run_id, &actor);
         let claim = services.claims.claim_within(run_id, STOP_WAIT).await;
@@ -119,7 +120,7 @@ async fn claim(services: &Arc<Services>, run_id: &str, command: Command) -> Resu
     Ok((claim.ok_or_else(|| Refusal::Busy(run_id.to_string()))?, command))
 }
 
-async fn read(services: &Services, run_id: &str) -> Result<Stored, ControlError> {
+async fn read(services: &Services, run_id: &RunId) -> Result<Stored, ControlError> {
     match Stored::read(services, run_id).await {
         Err(StoreError::NotFound(_)) => Err(Refusal::NotFound(run_id.to_string()).into()),
         other => Ok(other?),
@@ -162,7 +163,7 @@ fn rows(log: &RunLog, decision: &Decision) -> Vec<RowWrite> {
     if let Some(record) = &decision.record {
         rows.push(RowWrite::Decision(DecisionRow {
             request_id: record.request_id.clone(),
-            run_id: state.run_id.clone(),
+            run_id: state.run_id.to_string(),
             decision: record.decision.as_str().to_string(),
             operator: record.actor.operator.as_ref().map(|o| o.to_string()),
             note: record.actor.note.clone(),

@@ -8,7 +8,7 @@ use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::status::RunStatus;
-use crate::events::{Bus, BusMessage, Frame, FrameKind};
+use crate::events::{Bus, BusMessage, Frame, FrameKind, Seq};
 use crate::store::events::{self, LoggedFrame};
 use crate::store::{Store, StoreError, runs};
 
@@ -23,7 +23,7 @@ struct Follower {
     store: Store,
     run_id: String,
     live: broadcast::Receiver<BusMessage>,
-    last: u64,
+    last: Seq,
     pending: VecDeque<LoggedFrame>,
     /// Read the log before listening (at start, after a gap or lag, when the run settles).
     replay: bool,
@@ -40,7 +40,7 @@ pub fn follow(
     store: Store,
     bus: &Bus,
     run_id: String,
-    after: u64,
+    after: Seq,
 ) -> impl Stream<Item = Result<LoggedFrame, FollowError>> + use<> {
     let live = bus.subscribe(&run_id);
     stream(Follower {
@@ -67,7 +67,7 @@ pub fn follow_new(
         store,
         run_id,
         live,
-        last: 0,
+        last: Seq::ZERO,
         pending: VecDeque::new(),
         replay: false,
         caught_up: true,
@@ -118,9 +118,14 @@ impl Follower {
     /// Queues the live frames that follow the last one delivered; a gap means frames were missed
     /// (the subscription started between commits), so the log is read instead.
     fn take_live(&mut self, frames: &[Frame]) {
-        let delivered = self.last + self.pending.len() as u64;
+        let delivered = self.last.plus(self.pending.len());
         let fresh = || frames.iter().filter(move |frame| frame.seq > delivered);
-        if fresh().zip(delivered + 1..).any(|(frame, seq)| frame.seq != seq) {
+        let mut expected = delivered;
+        let gapless = fresh().all(|frame| {
+            expected = expected.next();
+            frame.seq == expected
+        });
+        if !gapless {
             return self.replay_log();
         }
         self.pending.extend(fresh().map(|frame| LoggedFrame {
@@ -149,7 +154,7 @@ impl Follower {
             // A status flexrun does not know is not one it drives.
             self.settled = Some(!status.parse().is_ok_and(RunStatus::is_active));
         }
-        self.caught_up = page.len() < PAGE as usize;
+        self.caught_up = i64::try_from(page.len()).is_ok_and(|read| read < PAGE);
         self.replay = !self.caught_up;
         self.pending.extend(page);
         Ok(())

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use chrono::{SubsecRound, Utc};
 
 use super::claims::Claim;
+use super::id::RunId;
 use super::projection::{RowWrite, project};
 use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;
@@ -95,7 +96,7 @@ impl RunLog {
         &self.state
     }
 
-    pub fn run_id(&self) -> &str {
+    pub fn run_id(&self) -> &RunId {
         &self.state.run_id
     }
 
@@ -109,7 +110,7 @@ impl RunLog {
     pub fn stage(&mut self, events: Vec<Event>) -> Result<(), ApplyError> {
         for event in events {
             // The frame shows milliseconds: the state applies the time the frame shows.
-            let at = At { seq: self.state.last_seq + 1, timestamp: Utc::now().trunc_subsecs(3) };
+            let at = At { seq: self.state.last_seq.next(), timestamp: Utc::now().trunc_subsecs(3) };
             let rows = project(&self.state, at, &event);
             self.state.apply(at, &event)?;
             self.header.plan_version = Some(self.state.plan_version()).filter(|v| *v > 0);
@@ -143,7 +144,7 @@ impl RunLog {
         }
         let frames: Arc<[Frame]> = std::mem::take(&mut self.staged).into();
         let rows = std::mem::take(&mut self.rows);
-        let run_id = self.state.run_id.clone();
+        let run_id = self.state.run_id.to_string();
         let committed = frames.clone();
         self.store
             .write(move |conn| {
@@ -159,7 +160,7 @@ impl RunLog {
         self.created = None;
         self.row = RowState { status: self.state.status, progress: progress_of(&self.state) };
         if !frames.is_empty() {
-            self.bus.publish(&self.state.run_id, BusMessage::Frames(frames));
+            self.bus.publish(self.state.run_id.as_str(), BusMessage::Frames(frames));
         }
         if let Some(observer) = &self.observer {
             observer(&self.state);
@@ -170,7 +171,7 @@ impl RunLog {
     /// Tells followers the run will publish nothing more from here (it ended or waits for an
     /// operator), so their streams end once caught up.
     pub fn settle(&self) {
-        self.bus.settle(&self.state.run_id);
+        self.bus.settle(self.state.run_id.as_str());
     }
 
     /// What the next commit changes on the run row.

@@ -18,6 +18,7 @@ pub mod control;
 mod coordinator;
 pub mod decide;
 pub mod follow;
+pub mod id;
 pub mod log;
 pub mod projection;
 pub mod state;
@@ -26,6 +27,7 @@ pub mod view;
 
 pub use control::{Applied, ControlError, apply};
 pub use decide::operator;
+pub use id::RunId;
 pub use status::{RunStatus, UnknownStatus};
 
 use std::sync::Arc;
@@ -38,7 +40,7 @@ use uuid::Uuid;
 
 use crate::envelope::{self, EnvelopeError, TaskEnvelope};
 use crate::events::payload::Start;
-use crate::events::{Event, Frame};
+use crate::events::{Event, Frame, Seq};
 use crate::services::Services;
 use crate::store::StoreError;
 use crate::store::events::{self, LoggedFrame};
@@ -51,7 +53,7 @@ use state::{ApplyError, RunState};
 
 /// A run that was just created (or, for a repeated idempotency key, found again).
 pub struct StartedRun {
-    pub run_id: String,
+    pub run_id: RunId,
     /// Its frames from `start` on, live (subscribed before the coordinator started).
     pub frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
     /// The run existed already: the request repeated an idempotency key.
@@ -86,7 +88,7 @@ pub async fn start(
     correlation_id: Option<String>,
     idempotency: Option<Idempotency>,
 ) -> Result<StartedRun, StartError> {
-    let run_id = Uuid::now_v7().to_string();
+    let run_id = RunId::generate();
     let correlation_id =
         correlation_id.or_else(|| envelope.correlation_id.clone()).unwrap_or_else(|| Uuid::now_v7().to_string());
     if let Some(idempotency) = &idempotency {
@@ -97,13 +99,13 @@ pub async fn start(
     }
     let claim = services.claims.try_claim(&run_id).ok_or_else(|| StoreError::Conflict(format!("run {run_id}")))?;
     let start = Event::Start(Start {
-        run_id: run_id.clone(),
+        run_id: run_id.to_string(),
         thread_id: envelope.thread_id.clone(),
         correlation_id: correlation_id.clone(),
     });
     let now = crate::store::now();
     let row = RunRow {
-        run_id: run_id.clone(),
+        run_id: run_id.to_string(),
         // The status and counters are the state's at the first commit (`Coordinator::open`).
         status: RunStatus::Planning.as_str().to_string(),
         objective: envelope.objective.clone(),
@@ -126,7 +128,7 @@ pub async fn start(
         post_condition_replans: 0,
     };
     // Subscribed before the first commit: the stream gets every frame, `start` first.
-    let live = services.bus.subscribe(&run_id);
+    let live = services.bus.subscribe(run_id.as_str());
     let state = RunState::new(&run_id, &correlation_id, &envelope.inputs);
     let log = RunLog::create(services, claim, state, row);
     let mut coordinator = Coordinator::new(services.clone(), Arc::new(envelope), log);
@@ -148,7 +150,7 @@ pub async fn start(
     }
     metrics::counter!("flexrun_runs_started_total").increment(1);
     services.runtime.spawn(coordinator.drive(Resume::Requested));
-    let frames = follow_new(services.store.clone(), live, run_id.clone()).boxed();
+    let frames = follow_new(services.store.clone(), live, run_id.to_string()).boxed();
     Ok(StartedRun { run_id, frames, replayed: false })
 }
 
@@ -161,7 +163,8 @@ fn rejoin(
     if request_hash.as_deref() != Some(idempotency.request_hash.as_str()) {
         return Err(StartError::KeyReused { run_id });
     }
-    let frames = follow(services.store.clone(), &services.bus, run_id.clone(), 0).boxed();
+    let frames = follow(services.store.clone(), &services.bus, run_id.clone(), Seq::ZERO).boxed();
+    let run_id = RunId::parse(&run_id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     Ok(StartedRun { run_id, frames, replayed: true })
 }
 
@@ -192,17 +195,20 @@ impl From<EnvelopeError> for ResumeError {
 
 /// A run as stored: its row and its log.
 pub struct Stored {
+    pub id: RunId,
     pub row: RunRow,
     pub log: Vec<LoggedFrame>,
 }
 
 impl Stored {
     /// Reads run `run_id` (`NotFound` if there is none).
-    pub async fn read(services: &Services, run_id: &str) -> Result<Self, StoreError> {
-        let id = run_id.to_string();
+    pub async fn read(services: &Services, run_id: &RunId) -> Result<Self, StoreError> {
+        let (id, run_id) = (run_id.to_string(), run_id.clone());
         services
             .store
-            .read(move |conn| Ok(Self { row: runs::get(conn, &id)?, log: events::after(conn, &id, 0, i64::MAX)? }))
+            .read(move |conn| {
+                Ok(Self { id: run_id, row: runs::get(conn, &id)?, log: events::after(conn, &id, Seq::ZERO, i64::MAX)? })
+            })
             .await
     }
 
@@ -210,7 +216,7 @@ impl Stored {
     pub fn state(&self) -> Result<RunState, ResumeError> {
         let inputs = serde_json::from_str::<StoredEnvelope>(&self.row.envelope)?.inputs;
         let frames = self.log.iter().map(|f| Frame::decode(&f.json)).collect::<Result<Vec<_>, _>>()?;
-        Ok(RunState::replay(&self.row.run_id, &self.row.correlation_id, &inputs, frames)?)
+        Ok(RunState::replay(&self.id, &self.row.correlation_id, &inputs, frames)?)
     }
 
     /// The run's envelope, validated again (against today's capabilities).
@@ -237,6 +243,10 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
     let run_ids = services.store.read(move |conn| runs::ids_with_status(conn, &active)).await?;
     let mut resumed = 0;
     for run_id in run_ids {
+        let Ok(run_id) = RunId::parse(&run_id) else {
+            tracing::error!(%run_id, "a stored run has an id flexrun does not make; it is left alone");
+            continue;
+        };
         let Some(claim) = services.claims.try_claim(&run_id) else { continue };
         match Stored::read(services, &run_id).await {
             Ok(stored) => resumed += usize::from(drive(services, claim, &stored, true).await?),
@@ -249,7 +259,7 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
 /// Starts a coordinator for a stored active run, holding its `claim` (after a restart, with a
 /// `log` frame saying so when `announce`); `false` when the run had to be failed instead.
 async fn drive(services: &Arc<Services>, claim: Claim, stored: &Stored, announce: bool) -> Result<bool, StoreError> {
-    let run_id = stored.row.run_id.clone();
+    let run_id = stored.id.clone();
     let ready = stored.state().and_then(|state| Ok((stored.envelope(services)?, state)));
     match ready {
         Ok((envelope, state)) => {
@@ -291,9 +301,9 @@ fn next_step(state: &RunState) -> Resume {
 
 /// Fails a run that cannot be resumed, with its reason on `complete`.
 async fn abandon(services: &Services, claim: Claim, stored: &Stored, reason: &ResumeError) -> Result<(), StoreError> {
-    let last_seq = stored.log.last().map_or(0, |f| f.seq);
+    let last_seq = stored.log.last().map_or(Seq::ZERO, |f| f.seq);
     let status = stored.row.status.parse().unwrap_or(RunStatus::Running);
-    let state = RunState::unreadable(&stored.row.run_id, &stored.row.correlation_id, status, last_seq);
+    let state = RunState::unreadable(&stored.id, &stored.row.correlation_id, status, last_seq);
     let mut log = RunLog::resume(services, claim, state, &stored.row);
     let failure = decide::ending::unresumable(&reason.to_string());
     let events = decide::ending::failed(log.state(), failure, Vec::new());

@@ -84,7 +84,7 @@ pub fn project(state: &RunState, at: At, event: &Event) -> Vec<RowWrite> {
             let task = start.task(state.plan_version());
             let status = if task.is_some() { NodeStatus::AwaitingHuman } else { NodeStatus::Running };
             let mut rows = vec![RowWrite::NodeStarted { version, node_id: start.node_id.clone(), status, at: now }];
-            rows.extend(task.map(|task| RowWrite::OpenRequest(request_row(&state.run_id, &task, now))));
+            rows.extend(task.map(|task| RowWrite::OpenRequest(request_row(state.run_id.as_str(), &task, now))));
             rows
         }
         Event::NodeComplete(complete) => vec![RowWrite::NodeCompleted {
@@ -104,7 +104,7 @@ pub fn project(state: &RunState, at: At, event: &Event) -> Vec<RowWrite> {
         }],
         Event::HitlRequest(request) => {
             let info = &request.request;
-            let mut rows = vec![RowWrite::OpenRequest(request_row(&state.run_id, info, now))];
+            let mut rows = vec![RowWrite::OpenRequest(request_row(state.run_id.as_str(), info, now))];
             if let (HitlKind::Clarify, Some(node_id)) = (info.kind, &info.node_id) {
                 rows.push(RowWrite::NodeWaiting {
                     version,
@@ -143,7 +143,7 @@ pub fn project(state: &RunState, at: At, event: &Event) -> Vec<RowWrite> {
 /// A new plan version and its nodes; a node carried over completed keeps its output.
 fn plan_rows(state: &RunState, plan: &Plan, now: NaiveDateTime) -> RowWrite {
     let version = PlanVersionRow {
-        run_id: state.run_id.clone(),
+        run_id: state.run_id.to_string(),
         version: plan.version as i32,
         plan: to_json(plan),
         replan_trigger: None,
@@ -156,9 +156,9 @@ fn plan_rows(state: &RunState, plan: &Plan, now: NaiveDateTime) -> RowWrite {
         .map(|(position, node)| {
             let carried = state.output_of(&node.id).filter(|_| node.status == NodeStatus::Completed);
             PlanNodeRow {
-                run_id: state.run_id.clone(),
+                run_id: state.run_id.to_string(),
                 plan_version: plan.version as i32,
-                node_id: node.id.clone(),
+                node_id: node.id.to_string(),
                 position: position as i32,
                 capability_id: node.capability_id.clone(),
                 status: node.status.as_str().to_string(),

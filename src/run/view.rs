@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::budget::{BudgetView, ReplanCounts, ReplanLimits};
 use super::context::RunContext;
+use super::id::RunId;
 use super::state::RunState;
 use super::status::RunStatus;
 use super::{ResumeError, Stored};
@@ -185,7 +186,7 @@ pub enum ViewError {
 
 impl RunView {
     /// Reads run `run_id` and builds its view (`NotFound` if there is none).
-    pub async fn read(services: &Services, run_id: &str) -> Result<Self, ViewError> {
+    pub async fn read(services: &Services, run_id: &RunId) -> Result<Self, ViewError> {
         let stored = Stored::read(services, run_id).await?;
         let id = run_id.to_string();
         let rows = services
@@ -205,7 +206,7 @@ impl RunView {
             ReplanLimits::of_stored(&envelope, settings).ok().map(|limits| BudgetView { limits, used: state.replans });
         let end = state.end.as_ref();
         let run = RunSummary {
-            run_id: state.run_id.clone(),
+            run_id: state.run_id.to_string(),
             status: state.status,
             objective: row.objective.clone(),
             thread_id: row.thread_id.clone(),

@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use super::prepared::prepared;
 use super::schema::run_events;
 use super::{DbConn, StoreError};
-use crate::events::Frame;
+use crate::events::{Frame, Seq};
 
 /// A frame as inserted: borrowed, so a frame's JSON is not copied on its way to SQLite.
 #[derive(Insertable)]
@@ -25,7 +25,7 @@ pub fn append(conn: &mut DbConn, run_id: &str, frames: &[Frame]) -> Result<(), S
     for frame in frames {
         let row = NewEvent {
             run_id,
-            seq: frame.seq as i64,
+            seq: frame.seq.stored(),
             event_type: frame.kind.as_str(),
             frame: &frame.json,
             created_at: frame.timestamp.naive_utc(),
@@ -39,31 +39,33 @@ pub fn append(conn: &mut DbConn, run_id: &str, frames: &[Frame]) -> Result<(), S
 /// A frame read back from the log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoggedFrame {
-    pub seq: u64,
+    pub seq: Seq,
     pub event_type: String,
     pub json: Arc<str>,
 }
 
 /// Up to `limit` frames after `after`, in order.
-pub fn after(conn: &mut DbConn, run_id: &str, after: u64, limit: i64) -> Result<Vec<LoggedFrame>, StoreError> {
+pub fn after(conn: &mut DbConn, run_id: &str, after: Seq, limit: i64) -> Result<Vec<LoggedFrame>, StoreError> {
     let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| run_events::table
         .filter(run_events::run_id.eq(run_id))
-        .filter(run_events::seq.gt(after as i64))
+        .filter(run_events::seq.gt(after.stored()))
         .order(run_events::seq)
         .limit(limit)
         .select((run_events::seq, run_events::event_type, run_events::frame))
         .load(c))?;
-    Ok(rows
-        .into_iter()
-        .map(|(seq, event_type, frame)| LoggedFrame { seq: seq as u64, event_type, json: frame.into() })
-        .collect())
+    rows.into_iter()
+        .map(|(seq, event_type, frame)| {
+            let seq = Seq::from_stored(seq).map_err(|e| StoreError::Corrupt(format!("run {run_id}: {e}")))?;
+            Ok(LoggedFrame { seq, event_type, json: frame.into() })
+        })
+        .collect()
 }
 
 /// The highest sequence number of a run's log (0 when empty).
-pub fn last_seq(conn: &mut DbConn, run_id: &str) -> Result<u64, StoreError> {
+pub fn last_seq(conn: &mut DbConn, run_id: &str) -> Result<Seq, StoreError> {
     let max: Option<i64> = super::on_backend!(conn, |c| run_events::table
         .filter(run_events::run_id.eq(run_id))
         .select(diesel::dsl::max(run_events::seq))
         .first(c))?;
-    Ok(max.unwrap_or(0) as u64)
+    Seq::from_stored(max.unwrap_or(0)).map_err(|e| StoreError::Corrupt(format!("run {run_id}: {e}")))
 }

@@ -67,6 +67,9 @@ pub enum StoreError {
     /// A conditional update found the row in another state than expected.
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A stored value flexrun cannot have written.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
     #[error("stored JSON is unreadable: {0}")]
     Json(#[from] serde_json::Error),
     #[error("commit failed: {0}")]
@@ -308,7 +311,7 @@ mod tests {
             runs::save_outcome(&mut conn, "r", None, Some("{}")).unwrap();
             plans::node_started(&mut conn, ("r", 1, "n"), "running", now()).ok();
             let log = Log { severity: "info".into(), message: "m".into(), details: None };
-            let frame = Frame::encode(&header, i + 1, &Event::Log(log));
+            let frame = Frame::encode(&header, crate::events::Seq::new(i + 1).unwrap(), &Event::Log(log));
             events::append(&mut conn, "r", &[frame]).unwrap();
             let output = plans::RunOutputRow {
                 run_id: "r".into(),

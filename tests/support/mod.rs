@@ -173,7 +173,7 @@ impl TestServer {
     /// The frames of the run's event log, as stored.
     pub fn event_log_text(&self, run_id: &str) -> Vec<String> {
         let mut db = self.db();
-        let frames = flexrun::store::events::after(&mut db, run_id, 0, i64::MAX).unwrap();
+        let frames = flexrun::store::events::after(&mut db, run_id, flexrun::events::Seq::ZERO, i64::MAX).unwrap();
         frames.into_iter().map(|f| f.json.to_string()).collect()
     }
 }
@@ -202,10 +202,10 @@ pub fn decision(run_id: &str, request_id: &str, approved: bool, text: Option<&st
 /// The frames of a run's event log in the SQLite file at `db_path`, parsed.
 pub fn event_log(db_path: &std::path::Path, run_id: &str) -> Vec<(u64, String, Value)> {
     let mut db = DbConn::establish(db_path.to_str().unwrap()).expect("open test database");
-    flexrun::store::events::after(&mut db, run_id, 0, 10_000)
+    flexrun::store::events::after(&mut db, run_id, flexrun::events::Seq::ZERO, 10_000)
         .unwrap()
         .into_iter()
-        .map(|f| (f.seq, f.event_type, serde_json::from_str(&f.json).unwrap()))
+        .map(|f| (f.seq.get(), f.event_type, serde_json::from_str(&f.json).unwrap()))
         .collect()
 }
 

@@ -10,13 +10,13 @@ use super::{Coordinator, Interrupt, Step};
 use crate::capability::{CapabilityError, Reply, Signal};
 use crate::condition;
 use crate::events::payload::{ReplanInfo, RetryScope};
-use crate::plan::{NodeStatus, PlanNode};
+use crate::plan::{NodeId, NodeStatus, PlanNode};
 use crate::run::decide::post_conditions::{self, Failed as PostConditionsFailed};
 use crate::run::decide::{Effect, Failure, Outcome, ending, execution, policies, signals};
 use crate::run::log::LogError;
 
 /// A node's capability call in flight: it returns the node's id with the reply.
-type NodeRun = BoxFuture<'static, (String, Result<Reply, CapabilityError>)>;
+type NodeRun = BoxFuture<'static, (NodeId, Result<Reply, CapabilityError>)>;
 
 impl Coordinator {
     /// Runs every pending node of the current plan, independent ones concurrently. After a node
@@ -124,7 +124,7 @@ impl Coordinator {
             let policy = self.retry;
             let backoff = self.node_retries.entry(node.id.clone()).or_insert_with(|| policy.backoff());
             if let Some(delay) = backoff.next_retry(error.retry_after()) {
-                self.stage(vec![execution::retry(RetryScope::Capability, Some(node.id.clone()), delay, &error)])?;
+                self.stage(vec![execution::retry(RetryScope::Capability, Some(node.id.to_string()), delay, &error)])?;
                 running.push(self.run_node(node, delay.delay));
                 return Ok(Effect::Continue);
             }

@@ -29,6 +29,7 @@ use crate::capability::Capabilities;
 use crate::envelope::TaskEnvelope;
 use crate::events::Event;
 use crate::events::payload::ReplanInfo;
+use crate::plan::NodeId;
 use crate::retry::{Backoff, RetryPolicy};
 use crate::services::Services;
 use crate::timeouts::Timeouts;
@@ -93,7 +94,7 @@ pub(super) struct Coordinator {
     /// operator decision: time spent waiting for an operator does not count).
     deadline: tokio::time::Instant,
     /// Retries left for nodes that failed transiently, by node id.
-    node_retries: HashMap<String, Backoff>,
+    node_retries: HashMap<NodeId, Backoff>,
     /// The capabilities as registered when the current planning round began.
     capabilities: Arc<Capabilities>,
 }

@@ -50,7 +50,7 @@ pub fn stopped(state: &RunState, failure: Failure) -> Vec<Event> {
         .filter(|n| state.nodes.get(&n.id) == Some(&NodeStatus::Running))
         .map(|node| {
             Event::NodeError(NodeError {
-                node_id: node.id.clone(),
+                node_id: node.id.to_string(),
                 capability_id: node.capability_id.clone(),
                 label: node.label.clone(),
                 error: error.clone(),
@@ -66,7 +66,7 @@ pub fn node_failed(node: &PlanNode, error: &CapabilityError) -> (Vec<Event>, Fai
     let mut prelude = Vec::new();
     if let CapabilityError::Contract(violations) = error {
         prelude.push(Event::ValidationError(ValidationError {
-            node_id: Some(node.id.clone()),
+            node_id: Some(node.id.to_string()),
             scope: ValidationScope::CapabilityOutput,
             errors: violations.clone(),
         }));
@@ -78,7 +78,7 @@ pub fn node_failed(node: &PlanNode, error: &CapabilityError) -> (Vec<Event>, Fai
 pub fn node_error(node: &PlanNode, code: &str, message: String, mut events: Vec<Event>) -> (Vec<Event>, Failure) {
     let failure = node_failure(&node.id, &node.capability_id, code, &message);
     events.push(Event::NodeError(NodeError {
-        node_id: node.id.clone(),
+        node_id: node.id.to_string(),
         capability_id: node.capability_id.clone(),
         label: node.label.clone(),
         error: ErrorInfo { code: code.to_string(), message },

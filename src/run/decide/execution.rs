@@ -33,7 +33,7 @@ pub fn start(run: &Run, nodes: &[PlanNode]) -> Vec<Event> {
                 .filter(|c| matches!(c.executor, Executor::Human { .. }))
                 .map(|capability| assignment(run, node, capability, &started_at));
             Event::NodeStart(NodeStart {
-                node_id: node.id.clone(),
+                node_id: node.id.to_string(),
                 capability_id: node.capability_id.clone(),
                 label: node.label.clone(),
                 kind: node.kind.clone(),
@@ -87,14 +87,14 @@ pub fn bundle(run: &Run, node: &PlanNode) -> ContextBundle {
     instructions.extend(node.rationale.iter().map(|r| format!("Planner rationale: {r}")));
     instructions.extend(run.envelope.special_instructions.iter().cloned());
     let post_condition_failures =
-        state.post_conditions.failing.get(&node.id).map(|(attempts, failures)| PostConditionFailures {
+        state.post_conditions.failing.get(node.id.as_str()).map(|(attempts, failures)| PostConditionFailures {
             failures: failures.clone(),
             failures_so_far: *attempts,
             max_retries: super::post_conditions::budget(run, node, &Value::Null).1,
         });
     ContextBundle {
-        run_id: state.run_id.clone(),
-        node_id: node.id.clone(),
+        run_id: state.run_id.to_string(),
+        node_id: node.id.to_string(),
         capability_id: node.capability_id.clone(),
         objective: run.envelope.objective.clone(),
         inputs,
@@ -125,7 +125,7 @@ pub fn completed(
         return Outcome { events, effect: Effect::Failed(failure) };
     }
     Outcome::go_on(vec![Event::NodeComplete(NodeComplete {
-        node_id: node.id.clone(),
+        node_id: node.id.to_string(),
         capability_id: node.capability_id.clone(),
         label: node.label.clone(),
         completed_at: run.now.to_rfc3339_opts(SecondsFormat::Millis, true),

@@ -61,7 +61,7 @@ pub fn evaluate(run: &Run) -> Evaluated {
     match run.budget().grant_goal_condition_replan() {
         Ok(attempt) => {
             let event = Event::GoalConditionFailed(GoalConditionFailed {
-                run_id: run.state.run_id.clone(),
+                run_id: run.state.run_id.to_string(),
                 trigger: Trigger {
                     reason: ReplanReason::GoalConditionFailed,
                     details: json!({"failedGoalConditions": failed_conditions}),
@@ -127,7 +127,7 @@ fn contract_violations(run: &Run, output: &Value) -> Vec<SchemaViolation> {
 /// The evaluation as `run_outputs` keeps it: one per plan version, the latest kept.
 fn record(run: &Run, output: &Value, results: &[GoalConditionResult], satisfied: bool) -> RunOutputRow {
     RunOutputRow {
-        run_id: run.state.run_id.clone(),
+        run_id: run.state.run_id.to_string(),
         plan_version: i32::try_from(run.state.plan_version()).unwrap_or(i32::MAX),
         status: if satisfied { "satisfied" } else { "unsatisfied" }.into(),
         output: output.to_string(),

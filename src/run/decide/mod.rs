@@ -81,7 +81,7 @@ impl Run<'_> {
             question,
             plan_version: self.state.plan_version(),
             created_at: self.now.to_rfc3339_opts(SecondsFormat::Millis, true),
-            node_id: node.map(|n| n.id.clone()),
+            node_id: node.map(|n| n.id.to_string()),
             context,
         }
     }

@@ -434,7 +434,7 @@ fn replan(run: &Operated, feedback: Option<String>, actor: Actor) -> Result<Deci
         }));
     }
     events.push(Event::PolicyTriggered(PolicyTriggered {
-        run_id: state.run_id.clone(),
+        run_id: state.run_id.to_string(),
         trigger: Trigger {
             reason: ReplanReason::OperatorReplan,
             details: json!({"feedback": feedback, "operator": actor.operator, "note": actor.note}),

@@ -95,7 +95,7 @@ pub fn install(run: &Run, plan: Plan, replan: Option<ReplanInfo>) -> Vec<Event> 
         _ => None,
     };
     events.push(Event::PlanGenerated(PlanGenerated {
-        plan: PlanView { run_id: run.state.run_id.clone(), plan },
+        plan: PlanView { run_id: run.state.run_id.to_string(), plan },
         replan,
     }));
     events.extend(updated);

@@ -132,6 +132,7 @@ fn goto(
         .downstream(next)
         .into_iter()
         .filter(|id| matches!(run.state.nodes.get(id), None | Some(NodeStatus::Pending | NodeStatus::Completed)))
+        .map(|id| id.to_string())
         .collect();
     Outcome::go_on(vec![update(info, |u| {
         u.next = Some(next.to_string());
@@ -164,7 +165,7 @@ fn info(policy: &RuntimePolicy, action: &Action, node: Option<&PlanNode>, reques
         policy_id: policy.id.clone(),
         trigger_kind: policy.trigger.kind(),
         action: action.name().into(),
-        node_id: node.map(|n| n.id.clone()),
+        node_id: node.map(|n| n.id.to_string()),
         capability_id: node.map(|n| n.capability_id.clone()),
         rationale: None,
         request_id,

@@ -66,12 +66,12 @@ pub enum Failed {
 /// `hitl` (an operator may accept the output anyway), or `fail`.
 pub fn failed(run: &Run, node: &PlanNode, output: &Value, results: Vec<GoalConditionResult>) -> Failed {
     let (policy, max_retries) = budget(run, node, &Value::Null);
-    let attempts = run.state.post_conditions.failing.get(&node.id).map_or(0, |(a, _)| *a) + 1;
+    let attempts = run.state.post_conditions.failing.get(node.id.as_str()).map_or(0, |(a, _)| *a) + 1;
     let info = PolicyInfo {
         policy_id: policy.as_ref().map_or_else(|| format!("{}.postConditions", node.capability_id), |p| p.id.clone()),
         trigger_kind: TriggerKind::OnPostConditionFailed,
         action: PolicyInfo::RETRY.into(),
-        node_id: Some(node.id.clone()),
+        node_id: Some(node.id.to_string()),
         capability_id: Some(node.capability_id.clone()),
         rationale: None,
         request_id: None,

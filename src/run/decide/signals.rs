@@ -41,7 +41,7 @@ fn clarification(run: &Run, node: &PlanNode, question: String, context: Option<V
 fn replan(run: &Run, node: &PlanNode, reason: String, details: Value) -> Outcome {
     match run.budget().grant_replan() {
         Ok(_) => Outcome::effect(Effect::Replan(ReplanInfo::capability_signal(SignalInfo {
-            node_id: node.id.clone(),
+            node_id: node.id.to_string(),
             capability_id: node.capability_id.clone(),
             reason,
             details,
@@ -64,7 +64,7 @@ fn replan(run: &Run, node: &PlanNode, reason: String, details: Value) -> Outcome
 /// discarded, and requests still open for them are superseded.
 pub fn announce(run: &Run, replan: &ReplanInfo) -> Event {
     Event::PolicyTriggered(PolicyTriggered {
-        run_id: run.state.run_id.clone(),
+        run_id: run.state.run_id.to_string(),
         trigger: Trigger { reason: replan.reason, details: replan.details() },
         replan: replan.clone(),
     })

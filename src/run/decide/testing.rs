@@ -11,8 +11,8 @@ use super::Run;
 use crate::capability::{Capabilities, Capability, RegistrationPolicy};
 use crate::config::{Limits, Settings};
 use crate::envelope::{self, TaskEnvelope};
-use crate::events::Event;
 use crate::events::payload::*;
+use crate::events::{Event, Seq};
 use crate::facet::FacetCatalog;
 use crate::plan::{Edge, NodeStatus, Plan, PlanMetadata, PlanNode};
 use crate::run::budget::ReplanLimits;
@@ -21,6 +21,16 @@ use crate::run::state::{At, RunState};
 /// The time every fixture event happens at.
 pub fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 21, 10, 0, 0).single().unwrap_or_default()
+}
+
+/// The fixture run's id.
+pub fn run_id() -> crate::run::RunId {
+    crate::run::RunId::parse("r").unwrap_or_else(|_| crate::run::RunId::generate())
+}
+
+/// Sequence number `n`.
+pub fn seq(n: u64) -> Seq {
+    Seq::new(n).unwrap_or_default()
 }
 
 /// What a run's decisions read besides its state.
@@ -89,7 +99,7 @@ impl Fixture {
 
     /// A fresh run of this envelope with `events` applied.
     pub fn fold(&self, events: &[Event]) -> RunState {
-        let mut state = RunState::new("r", "c", &self.envelope.inputs);
+        let mut state = RunState::new(&run_id(), "c", &self.envelope.inputs);
         apply_all(&mut state, events);
         state
     }
@@ -98,7 +108,7 @@ impl Fixture {
 /// Applies `events` after the state's last one.
 pub fn apply_all(state: &mut RunState, events: &[Event]) {
     for event in events {
-        let at = At { seq: state.last_seq + 1, timestamp: t0() };
+        let at = At { seq: state.last_seq.next(), timestamp: t0() };
         state.apply(at, event).unwrap_or_else(|e| panic!("{e}: {event:?}"));
     }
 }

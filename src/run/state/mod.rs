@@ -17,12 +17,13 @@ use serde_json::{Map, Value};
 
 use super::budget::ReplanCounts;
 use super::context::{NodeOutput, RunContext};
+use super::id::RunId;
 use super::status::{RunStatus, UnknownStatus};
 use crate::capability::Clarification;
 use crate::condition::GoalConditionResult;
 use crate::events::payload::*;
-use crate::events::{DecodedFrame, Event};
-use crate::plan::{NodeStatus, Plan};
+use crate::events::{DecodedFrame, Event, Seq};
+use crate::plan::{NodeId, NodeStatus, Plan};
 use crate::planner::CompletedWork;
 use crate::policy::Fired;
 
@@ -31,7 +32,7 @@ pub use requests::PolicyFollowUp;
 /// Where an event sits in its run's log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct At {
-    pub seq: u64,
+    pub seq: Seq,
     pub timestamp: DateTime<Utc>,
 }
 
@@ -65,13 +66,13 @@ pub struct PlanVersion {
 /// The state of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunState {
-    pub run_id: String,
+    pub run_id: RunId,
     pub correlation_id: String,
     pub status: RunStatus,
     /// When the run started (its `start` frame); `None` before it.
     pub started_at: Option<DateTime<Utc>>,
     /// The `seq` of the last event applied; 0 before any.
-    pub last_seq: u64,
+    pub last_seq: Seq,
     /// Planner calls asked for so far (the `attempt` of the last `plan_requested`).
     pub planner_attempts: u32,
     /// The replans granted so far, by what asked for them.
@@ -79,7 +80,7 @@ pub struct RunState {
     /// Every plan version, oldest first; the last is the current plan.
     pub plans: Vec<PlanVersion>,
     /// The current plan's nodes.
-    pub nodes: HashMap<String, NodeStatus>,
+    pub nodes: HashMap<NodeId, NodeStatus>,
     /// Work completed in any plan version, by node id, in completion order.
     pub completed: Vec<CompletedWork>,
     /// The goal conditions that failed last: given to nodes that run again to repair them.
@@ -112,26 +113,26 @@ pub struct RunState {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApplyError {
     #[error("frame {got} follows frame {last}: the log has a gap")]
-    Gap { last: u64, got: u64 },
+    Gap { last: Seq, got: Seq },
     #[error("frame {seq} ({kind}) moves the run from {from} to {to}, which the state machine forbids")]
-    Transition { seq: u64, kind: &'static str, from: RunStatus, to: RunStatus },
+    Transition { seq: Seq, kind: &'static str, from: RunStatus, to: RunStatus },
     #[error("frame {seq} ({kind}) names node \"{node_id}\", which the current plan does not have")]
-    UnknownNode { seq: u64, kind: &'static str, node_id: String },
+    UnknownNode { seq: Seq, kind: &'static str, node_id: String },
     #[error("frame {seq} ({kind}) comes before the run's `start`")]
-    NotStarted { seq: u64, kind: &'static str },
+    NotStarted { seq: Seq, kind: &'static str },
     #[error("frame {seq} is unreadable: {reason}")]
-    Unreadable { seq: u64, reason: String },
+    Unreadable { seq: Seq, reason: String },
 }
 
 impl RunState {
     /// A run that has not started yet: its identity and the envelope's inputs.
-    pub fn new(run_id: &str, correlation_id: &str, inputs: &Map<String, Value>) -> Self {
+    pub fn new(run_id: &RunId, correlation_id: &str, inputs: &Map<String, Value>) -> Self {
         Self {
-            run_id: run_id.to_string(),
+            run_id: run_id.clone(),
             correlation_id: correlation_id.to_string(),
             status: RunStatus::Pending,
             started_at: None,
-            last_seq: 0,
+            last_seq: Seq::ZERO,
             planner_attempts: 0,
             replans: ReplanCounts::default(),
             plans: Vec::new(),
@@ -155,7 +156,7 @@ impl RunState {
 
     /// A run whose log cannot be folded (or whose envelope no longer validates): it knows only
     /// where its log ends and the status its row holds, enough to record how it ends.
-    pub fn unreadable(run_id: &str, correlation_id: &str, status: RunStatus, last_seq: u64) -> Self {
+    pub fn unreadable(run_id: &RunId, correlation_id: &str, status: RunStatus, last_seq: Seq) -> Self {
         Self {
             status,
             last_seq,
@@ -167,7 +168,7 @@ impl RunState {
 
     /// Folds a run's committed log (frames in `seq` order, as stored) into its state.
     pub fn replay(
-        run_id: &str,
+        run_id: &RunId,
         correlation_id: &str,
         inputs: &Map<String, Value>,
         frames: impl IntoIterator<Item = DecodedFrame>,
@@ -202,7 +203,7 @@ impl RunState {
     /// The current plan's nodes in `status`, in plan order.
     pub fn nodes_in(&self, status: NodeStatus) -> Vec<String> {
         let plan = self.plan().map(|p| p.nodes.as_slice()).unwrap_or_default();
-        plan.iter().filter(|n| self.nodes.get(&n.id) == Some(&status)).map(|n| n.id.clone()).collect()
+        plan.iter().filter(|n| self.nodes.get(&n.id) == Some(&status)).map(|n| n.id.to_string()).collect()
     }
 
     /// The latest output of a node, from any plan version.
@@ -212,7 +213,7 @@ impl RunState {
 
     /// Applies one event of the log: the only way a run's state changes.
     pub fn apply(&mut self, at: At, event: &Event) -> Result<(), ApplyError> {
-        if at.seq != self.last_seq + 1 {
+        if at.seq != self.last_seq.next() {
             return Err(ApplyError::Gap { last: self.last_seq, got: at.seq });
         }
         if self.started_at.is_none() && !matches!(event, Event::Start(_)) {
@@ -236,9 +237,9 @@ impl RunState {
                 self.requests.retain(|r| r.subject != HitlSubject::Policy);
                 moved(self, RunStatus::Running)?;
             }
-            Event::NodeStart(start) => self.node_started(start),
+            Event::NodeStart(start) => self.node_started(at, start)?,
             Event::NodeComplete(complete) => self.node_completed(at, complete)?,
-            Event::NodeError(error) => self.node_failed(error),
+            Event::NodeError(error) => self.node_failed(at, error)?,
             Event::GoalConditionFailed(failed) => {
                 self.repair = failed.failed_goal_conditions.clone();
                 count(&mut self.replans, ReplanReason::GoalConditionFailed);
@@ -257,7 +258,7 @@ impl RunState {
                     moved(self, RunStatus::Planning)?;
                 }
             }
-            Event::PolicyUpdate(update) => self.policy_updated(update),
+            Event::PolicyUpdate(update) => self.policy_updated(at, update)?,
             Event::HitlRequest(request) => self.request_opened(at, &request.request)?,
             Event::HitlResolved(resolved) => self.request_closed(at, resolved)?,
             Event::Log(log) => {
@@ -269,8 +270,8 @@ impl RunState {
                     moved(self, to)?;
                 }
                 if let Some(resumed) = log.resumed() {
-                    for id in resumed.interrupted_nodes {
-                        self.nodes.insert(id, NodeStatus::Pending);
+                    for id in &resumed.interrupted_nodes {
+                        self.set_node(at.seq, "log", id, NodeStatus::Pending)?;
                     }
                 }
             }
@@ -286,7 +287,7 @@ impl RunState {
         Ok(())
     }
 
-    fn move_to(&mut self, seq: u64, kind: &'static str, to: RunStatus) -> Result<(), ApplyError> {
+    fn move_to(&mut self, seq: Seq, kind: &'static str, to: RunStatus) -> Result<(), ApplyError> {
         if self.status != to {
             if !self.status.can_become(to) {
                 return Err(ApplyError::Transition { seq, kind, from: self.status, to });
@@ -302,17 +303,30 @@ impl RunState {
         self.context = RunContext::seeded(&inputs, &rfc3339(at.timestamp));
     }
 
-    fn node_started(&mut self, start: &NodeStart) {
+    /// Sets the status of the current plan's node `node_id`.
+    pub(super) fn set_node(
+        &mut self,
+        seq: Seq,
+        kind: &'static str,
+        node_id: &str,
+        status: NodeStatus,
+    ) -> Result<(), ApplyError> {
+        let node = self.plan().and_then(|p| p.node(node_id)).map(|n| n.id.clone());
+        let node = node.ok_or_else(|| ApplyError::UnknownNode { seq, kind, node_id: node_id.to_string() })?;
+        self.nodes.insert(node, status);
+        Ok(())
+    }
+
+    fn node_started(&mut self, at: At, start: &NodeStart) -> Result<(), ApplyError> {
         match start.task(self.plan_version()) {
             // A human node waits for its output: it was not interrupted if the run stops.
             Some(task) => {
-                self.nodes.insert(start.node_id.clone(), NodeStatus::AwaitingHuman);
+                self.set_node(at.seq, "node_start", &start.node_id, NodeStatus::AwaitingHuman)?;
                 self.requests.push(task);
             }
-            None => {
-                self.nodes.insert(start.node_id.clone(), NodeStatus::Running);
-            }
+            None => self.set_node(at.seq, "node_start", &start.node_id, NodeStatus::Running)?,
         }
+        Ok(())
     }
 
     fn node_completed(&mut self, at: At, complete: &NodeComplete) -> Result<(), ApplyError> {
@@ -331,22 +345,22 @@ impl RunState {
         self.post_conditions.passed(&node.id, &node.capability_id, complete.post_condition_results.clone());
         self.completed.retain(|w| w.node_id != node.id);
         self.completed.push(CompletedWork {
-            node_id: node.id.clone(),
+            node_id: node.id.to_string(),
             stage: node.stage.clone(),
             capability_id: node.capability_id.clone(),
             output_facets: node.output_facets.clone(),
             output: complete.output.clone(),
         });
-        self.nodes.insert(node.id, NodeStatus::Completed);
+        self.nodes.insert(node.id.clone(), NodeStatus::Completed);
         Ok(())
     }
 
-    fn node_failed(&mut self, error: &NodeError) {
+    fn node_failed(&mut self, at: At, error: &NodeError) -> Result<(), ApplyError> {
         // A rejected human submission: the node still waits.
         if error.error.code == HUMAN_OUTPUT_INVALID {
-            return;
+            return Ok(());
         }
-        self.nodes.insert(error.node_id.clone(), NodeStatus::Failed);
+        self.set_node(at.seq, "node_error", &error.node_id, NodeStatus::Failed)?;
         self.post_conditions.failing.remove(&error.node_id);
         self.failed.get_or_insert_with(|| NodeFailure {
             node_id: error.node_id.clone(),
@@ -354,23 +368,25 @@ impl RunState {
             code: error.error.code.clone(),
             message: error.error.message.clone(),
         });
+        Ok(())
     }
 
-    fn policy_updated(&mut self, update: &PolicyUpdate) {
+    fn policy_updated(&mut self, at: At, update: &PolicyUpdate) -> Result<(), ApplyError> {
         if update.is_post_condition_retry() {
             if let Some(node_id) = &update.policy.node_id {
                 let failing = update.post_condition_results.iter().filter(|r| !r.satisfied).cloned().collect();
                 self.post_conditions.failing.insert(node_id.clone(), (update.attempts.unwrap_or_default(), failing));
             }
-            return;
+            return Ok(());
         }
         self.policy_acted(Some(&update.policy));
         if let Some(attempts) = update.attempts {
             self.fired.goto_attempts.insert(update.policy.policy_id.clone(), attempts);
         }
         for node in &update.reset_nodes {
-            self.nodes.insert(node.clone(), NodeStatus::Pending);
+            self.set_node(at.seq, "policy_update", node, NodeStatus::Pending)?;
         }
+        Ok(())
     }
 
     /// A runtime policy acted: `onStart` policies are not looked at again, and the follow-up of

@@ -29,7 +29,7 @@ impl RunState {
             // A node asked a question: it waits for the answer.
             (HitlKind::Clarify, _) => {
                 let node_id = request.node_id.clone().unwrap_or_default();
-                self.nodes.insert(node_id.clone(), NodeStatus::AwaitingHitl);
+                self.set_node(at.seq, "hitl_request", &node_id, NodeStatus::AwaitingHitl)?;
                 self.clarifications.push(Clarification {
                     request_id: request.id.clone(),
                     node_id,
@@ -66,7 +66,7 @@ impl RunState {
             });
         }
         if let Some(answer) = &decision.answer {
-            self.answered(id, answer, rfc3339(at.timestamp));
+            self.answered(at, id, answer)?;
         }
         match &resolved.replan {
             Some(replan) => {
@@ -79,12 +79,16 @@ impl RunState {
     }
 
     /// An operator answered a node's question: the node runs again, with the answer.
-    fn answered(&mut self, request_id: &str, answer: &str, at: String) {
-        let Some(asked) = self.clarifications.iter_mut().find(|c| c.request_id == request_id) else { return };
+    fn answered(&mut self, at: At, request_id: &str, answer: &str) -> Result<(), ApplyError> {
+        let Some(asked) = self.clarifications.iter_mut().find(|c| c.request_id == request_id) else {
+            return Ok(());
+        };
         asked.answer = Some(answer.to_string());
-        asked.answered_at = Some(at);
-        if self.nodes.get(&asked.node_id) == Some(&NodeStatus::AwaitingHitl) {
-            self.nodes.insert(asked.node_id.clone(), NodeStatus::Pending);
+        asked.answered_at = Some(rfc3339(at.timestamp));
+        let node_id = asked.node_id.clone();
+        if self.nodes.get(node_id.as_str()) == Some(&NodeStatus::AwaitingHitl) {
+            self.set_node(at.seq, "hitl_resolved", &node_id, NodeStatus::Pending)?;
         }
+        Ok(())
     }
 }

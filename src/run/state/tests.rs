@@ -23,7 +23,7 @@ fn a_run_mid_node_has_the_node_running_and_keeps_completed_work() {
         node_start("polish", "editor"),
     ]);
     assert_eq!(state.status, RunStatus::Running);
-    assert_eq!(state.last_seq, 6);
+    assert_eq!(state.last_seq, seq(6));
     assert_eq!(state.nodes_in(NodeStatus::Running), ["polish"]);
     assert_eq!(state.nodes["draft"], NodeStatus::Completed);
     assert_eq!(state.completed.len(), 1);
@@ -270,13 +270,13 @@ fn operator_replans_and_cancels_move_a_waiting_run() {
 
 #[test]
 fn logs_flexrun_did_not_write_are_refused() {
-    let mut state = RunState::new("r", "c", &Map::new());
-    let early = state.apply(At { seq: 1, timestamp: t0() }, &requested(1, None));
-    assert_eq!(early, Err(ApplyError::NotStarted { seq: 1, kind: "plan_requested" }));
-    state.apply(At { seq: 1, timestamp: t0() }, &run_started()).unwrap();
-    let gap = state.apply(At { seq: 3, timestamp: t0() }, &requested(1, None));
-    assert_eq!(gap, Err(ApplyError::Gap { last: 1, got: 3 }));
-    let unknown = state.apply(At { seq: 2, timestamp: t0() }, &node_complete("ghost", "writer", json!({})));
+    let mut state = RunState::new(&run_id(), "c", &Map::new());
+    let early = state.apply(At { seq: seq(1), timestamp: t0() }, &requested(1, None));
+    assert_eq!(early, Err(ApplyError::NotStarted { seq: seq(1), kind: "plan_requested" }));
+    state.apply(At { seq: seq(1), timestamp: t0() }, &run_started()).unwrap();
+    let gap = state.apply(At { seq: seq(3), timestamp: t0() }, &requested(1, None));
+    assert_eq!(gap, Err(ApplyError::Gap { last: seq(1), got: seq(3) }));
+    let unknown = state.apply(At { seq: seq(2), timestamp: t0() }, &node_complete("ghost", "writer", json!({})));
     assert!(matches!(unknown, Err(ApplyError::UnknownNode { .. })), "{unknown:?}");
     let mut ended = fold(&[run_started(), requested(1, None)]);
     let done = Complete {
@@ -287,6 +287,6 @@ fn logs_flexrun_did_not_write_are_refused() {
         post_condition_results: Vec::new(),
     };
     apply_all(&mut ended, &[Event::Complete(done)]);
-    let after_end = ended.apply(At { seq: 4, timestamp: t0() }, &requested(2, None));
+    let after_end = ended.apply(At { seq: seq(4), timestamp: t0() }, &requested(2, None));
     assert!(matches!(after_end, Err(ApplyError::Transition { from: RunStatus::Failed, .. })), "{after_end:?}");
 }
