@@ -3,6 +3,7 @@
 //! - compile: DSL text → checked → JSON-Logic → engine rule, per expression;
 //! - evaluate: one compiled condition against a facet value, compared with the JSON-Logic engine
 //!   (datalogic-rs) evaluating the same pre-compiled rule on the same pre-parsed data.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -8,6 +8,7 @@
 //!
 //! Environment: `BENCH_RUNS` (runs per concurrency level, default 400), `BENCH_LEVELS` (default
 //! "1,8,32"), `BENCH_PIN=1` (server on its own core), `BENCH_SERVER_BIN` (another server binary).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 use std::net::TcpListener;
 use std::path::Path;

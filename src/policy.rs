@@ -242,9 +242,15 @@ fn trigger(value: &Value, at: &str, catalog: &Catalog) -> Result<Trigger, Vec<Fi
             let selector = selector(value.get("selector"), &format!("{at}/selector"))?;
             let max_retries = match value.get("maxRetries") {
                 None => None,
-                Some(n) => Some(n.as_u64().filter(|n| *n <= 10).ok_or_else(|| {
-                    vec![FieldError::new(format!("{at}/maxRetries"), "range", "`maxRetries` must be an integer 0..=10")]
-                })? as u32),
+                Some(n) => {
+                    Some(n.as_u64().filter(|n| *n <= 10).and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                        vec![FieldError::new(
+                            format!("{at}/maxRetries"),
+                            "range",
+                            "`maxRetries` must be an integer 0..=10",
+                        )]
+                    })?)
+                }
             };
             Ok(Trigger::OnPostConditionFailed { selector, max_retries })
         }
@@ -327,8 +333,8 @@ fn action(value: &Value, at: &str) -> Result<Action, Vec<FieldError>> {
             };
             let max_attempts = match value.get("maxAttempts") {
                 None => 1,
-                Some(n) => match n.as_u64().filter(|n| (1..=100).contains(n)) {
-                    Some(n) => n as u32,
+                Some(n) => match n.as_u64().filter(|n| (1..=100).contains(n)).and_then(|n| u32::try_from(n).ok()) {
+                    Some(n) => n,
                     None => {
                         return Err(error("/maxAttempts", "range", "`maxAttempts` must be an integer 1..=100".into()));
                     }

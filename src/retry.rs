@@ -46,7 +46,7 @@ impl RetryPolicy {
             .with_min_delay(self.base_delay)
             .with_max_delay(MAX_DELAY)
             .with_factor(2.0)
-            .with_max_times(self.max_retries as usize)
+            .with_max_times(usize::try_from(self.max_retries).unwrap_or(usize::MAX))
             .with_jitter()
             .build();
         Backoff { delays, attempts: 0, max_retries: self.max_retries }

@@ -1,5 +1,6 @@
 //! Boundary behaviour over real HTTP: envelope validation, capability registration and the `http`
 //! executor, authentication, request limits.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

@@ -1,4 +1,5 @@
 //! The condition DSL over HTTP: the compile endpoint, DSL goal conditions in envelopes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

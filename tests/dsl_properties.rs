@@ -1,6 +1,7 @@
 //! Properties of the condition DSL over generated syntax trees:
 //! `parse(render(ast)) == ast`, and the compiled JSON-Logic, evaluated by the engine, agrees with a
 //! direct evaluation of the tree.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 use proptest::prelude::*;
 use serde_json::{Number, Value, json};

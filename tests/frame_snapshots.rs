@@ -14,6 +14,7 @@
 //!
 //! `UPDATE_SNAPSHOTS=1 cargo test --locked --test frame_snapshots` writes the snapshot files;
 //! without it, a missing or different snapshot fails the test.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

@@ -1,4 +1,5 @@
 //! `Idempotency-Key` on `run.stream`: one run per key and caller, its stream replayed for repeats.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

@@ -9,6 +9,7 @@
 //! run that differed from the live one would resume differently after a crash.
 //!
 //! `LIVE_REPLAY_RUNS` sets how many runs are generated (default 3,000).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

@@ -1,5 +1,6 @@
 //! Operator control end to end: the plan approval gate, run.resume (approve, reject, reject with
 //! feedback), operator replans, completion approval, human tasks, cancel, and racing operators.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

@@ -1,6 +1,7 @@
 //! Runtime policies end to end: `onNodeComplete` (selector + condition) with each action,
 //! `onStart` replans, `goto` bounded by `maxAttempts`, and envelopes asking for what flexrun does
 //! not run rejected at the boundary.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

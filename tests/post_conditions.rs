@@ -2,6 +2,7 @@
 //! failures in its prompt; once attempts are spent the `onPostConditionFailed` policy acts
 //! (default: the node fails); results are on `node_complete`, persisted and summarised on
 //! `complete`; bad registrations are 400.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

@@ -2,6 +2,7 @@
 //! response (mid-plan, mid-node, mid-replan), then started again on the same SQLite file. The run
 //! must finish without repeating committed work, with a gap-free log that a re-attaching client
 //! receives exactly once.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

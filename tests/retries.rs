@@ -1,5 +1,6 @@
 //! Retries of transient failures: faults injected at the stand-in model and at an `http`
 //! capability endpoint, each retry visible as a `retry` frame and in the event log.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

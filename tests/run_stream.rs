@@ -1,5 +1,6 @@
 //! `POST /api/v1/flex/run.stream` end to end: frames, persistence, goal-condition repair, caps,
 //! rejected drafts and disconnecting clients.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

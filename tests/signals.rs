@@ -1,5 +1,6 @@
 //! Capability signals end to end: a CLARIFY question pauses the run until an operator answers it
 //! (and the answer reaches the node that asked); a REPLAN signal replans within the budget.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

@@ -5,6 +5,7 @@
 //! Every run must end `completed`, or `failed` with a code and a message; none may stay active; each
 //! event log must be gap-free with one `complete` at its end; the server must not panic. The summary
 //! line it prints is reported in docs/benchmarks.md. `SOAK_RUNS` changes the number of runs.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

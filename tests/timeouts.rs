@@ -1,4 +1,5 @@
 //! Time limits: a run, a model call; each ends in a clear failure, never a hang.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
 

@@ -221,7 +221,7 @@ impl Executors {
 
     async fn read_limited(&self, response: reqwest::Response) -> Result<Vec<u8>, CapabilityError> {
         let limit = self.max_response_bytes;
-        if response.content_length().is_some_and(|len| len as usize > limit) {
+        if response.content_length().is_some_and(|len| usize::try_from(len).map_or(true, |len| len > limit)) {
             return Err(CapabilityError::TooLarge(limit));
         }
         let mut body = Vec::new();

@@ -170,7 +170,7 @@ impl Capability {
         };
         let post_condition_retries = match registration.pointer("/metadata/postConditionPolicy/maxRetries") {
             None => None,
-            Some(n) => n.as_u64().filter(|n| *n <= 10).map(|n| n as u32).or_else(|| {
+            Some(n) => n.as_u64().filter(|n| *n <= 10).and_then(|n| u32::try_from(n).ok()).or_else(|| {
                 errors.push(FieldError::new(
                     "/metadata/postConditionPolicy/maxRetries",
                     "range",

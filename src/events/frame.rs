@@ -213,8 +213,11 @@ impl Frame {
             message: event.message(),
             payload: event,
         };
-        // Every map in a frame has string keys: the one way serde_json serialisation can fail.
-        let json = serde_json::to_string(&wire).expect("frame keys are strings"); // ok: see above
+        #[expect(
+            clippy::expect_used,
+            reason = "every map in a frame has string keys: the one way serialising can fail"
+        )]
+        let json = serde_json::to_string(&wire).expect("frame keys are strings");
         Self { seq, kind: event.kind(), timestamp, json: json.into() }
     }
 

@@ -100,7 +100,11 @@ pub async fn resume(
     let run_id = text(&body, "/runId").unwrap_or_default();
     let run_id = RunId::parse(&run_id)
         .map_err(|_| ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") })?;
-    let expected_plan_version = body.get("expectedPlanVersion").and_then(Value::as_u64).map(|v| v as u32);
+    let expected_plan_version = body
+        .get("expectedPlanVersion")
+        .and_then(Value::as_u64)
+        // A version beyond any a run reaches is stale, like any other wrong one.
+        .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
     let command = Command::Resume { expected_plan_version, answer: answer(&body)?, actor: actor(&body) };
     let services: Arc<Services> = services.into_inner();
     let applied = run::apply(&services, &run_id, command).await?;

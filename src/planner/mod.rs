@@ -23,8 +23,9 @@ pub use prompt::{CompletedWork, PromptInput, Replan};
 /// Planning rounds get this many drafts: the first, and one more that sees the first one's problems.
 pub const DRAFT_ATTEMPTS: u32 = 2;
 
+#[expect(clippy::expect_used, reason = "a compiled-in schema, checked by the planner's unit tests")]
 static DRAFT_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
-    serde_json::from_str(include_str!("plan-draft.schema.json")).expect("built-in draft schema is JSON") // ok: compiled-in
+    serde_json::from_str(include_str!("plan-draft.schema.json")).expect("built-in draft schema is JSON")
 });
 
 /// The planner model client.

@@ -156,7 +156,7 @@ fn rows(log: &RunLog, decision: &Decision) -> Vec<RowWrite> {
     let state = log.state();
     let mut rows = Vec::new();
     if let Some((node_id, error)) = &decision.node_error {
-        let version = i32::try_from(state.plan_version()).unwrap_or(i32::MAX);
+        let version = super::projection::stored(state.plan_version());
         let error = error.to_string();
         rows.push(RowWrite::NodeEnded { version, node_id: node_id.clone(), status: "failed", error, at: now });
     }

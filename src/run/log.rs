@@ -17,7 +17,7 @@ use chrono::{SubsecRound, Utc};
 
 use super::claims::Claim;
 use super::id::RunId;
-use super::projection::{RowWrite, project};
+use super::projection::{RowWrite, project, stored};
 use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;
 use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
@@ -226,16 +226,15 @@ impl RunChange {
 /// The counters and plan version of a run, as its row keeps them.
 fn progress_of(state: &RunState) -> Progress {
     let counts = &state.replans;
-    let int = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
     Progress {
-        plan_version: int(state.plan_version()),
-        planner_attempts: int(state.planner_attempts),
-        goal_condition_replans: int(counts.goal_condition),
-        replans: int(counts.total),
-        signal_replans: int(counts.capability_signal),
-        policy_replans: int(counts.runtime_policy),
-        operator_replans: int(counts.operator),
-        post_condition_replans: int(counts.post_condition),
+        plan_version: stored(state.plan_version()),
+        planner_attempts: stored(state.planner_attempts),
+        goal_condition_replans: stored(counts.goal_condition),
+        replans: stored(counts.total),
+        signal_replans: stored(counts.capability_signal),
+        policy_replans: stored(counts.runtime_policy),
+        operator_replans: stored(counts.operator),
+        post_condition_replans: stored(counts.post_condition),
     }
 }
 

@@ -77,7 +77,7 @@ pub enum RowWrite {
 /// The rows `event` (at `at`) changes, given the run's state before it.
 pub fn project(state: &RunState, at: At, event: &Event) -> Vec<RowWrite> {
     let now = at.timestamp.naive_utc();
-    let version = state.plan_version() as i32;
+    let version = stored(state.plan_version());
     match event {
         Event::PlanGenerated(generated) => vec![plan_rows(state, &generated.plan.plan, now)],
         Event::NodeStart(start) => {
@@ -144,7 +144,7 @@ pub fn project(state: &RunState, at: At, event: &Event) -> Vec<RowWrite> {
 fn plan_rows(state: &RunState, plan: &Plan, now: NaiveDateTime) -> RowWrite {
     let version = PlanVersionRow {
         run_id: state.run_id.to_string(),
-        version: plan.version as i32,
+        version: stored(plan.version),
         plan: to_json(plan),
         replan_trigger: None,
         created_at: now,
@@ -157,9 +157,9 @@ fn plan_rows(state: &RunState, plan: &Plan, now: NaiveDateTime) -> RowWrite {
             let carried = state.output_of(&node.id).filter(|_| node.status == NodeStatus::Completed);
             PlanNodeRow {
                 run_id: state.run_id.to_string(),
-                plan_version: plan.version as i32,
+                plan_version: stored(plan.version),
                 node_id: node.id.to_string(),
-                position: position as i32,
+                position: i32::try_from(position).unwrap_or(i32::MAX),
                 capability_id: node.capability_id.clone(),
                 status: node.status.as_str().to_string(),
                 output: carried.map(|output| output.to_string()),
@@ -180,7 +180,7 @@ pub fn request_row(run_id: &str, info: &HitlRequestInfo, now: NaiveDateTime) -> 
         run_id: run_id.to_string(),
         kind: info.kind.as_str().into(),
         subject: info.subject.as_str().into(),
-        plan_version: info.plan_version as i32,
+        plan_version: stored(info.plan_version),
         node_id: info.node_id.clone(),
         question: info.question.clone(),
         details: to_json(info),
@@ -188,6 +188,12 @@ pub fn request_row(run_id: &str, info: &HitlRequestInfo, now: NaiveDateTime) -> 
         created_at: now,
         closed_at: None,
     }
+}
+
+/// A count or version as the database's 32-bit columns hold it (versions and counts of a run
+/// never come near the limit; should one, it is stored as the largest number, not wrapped).
+pub fn stored(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// A value's JSON text, fields in their declared order.

@@ -167,7 +167,8 @@ fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn Job>]) -> Result<(), Str
         Attempt::WriteFailed if batch.len() > 1 => attempt(conn, batch, Isolation::Savepoint),
         other => other,
     };
-    metrics::histogram!("flexrun_db_writes_per_commit").record(batch.len() as f64);
+    metrics::histogram!("flexrun_db_writes_per_commit")
+        .record(f64::from(u32::try_from(batch.len()).unwrap_or(u32::MAX)));
     match attempt {
         // A lone write that failed: its own error is what its caller hears about.
         Attempt::Committed | Attempt::WriteFailed => Ok(()),

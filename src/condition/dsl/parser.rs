@@ -55,6 +55,11 @@ impl<'a> Parser<'a> {
         token
     }
 
+    /// Consumes the next token if it is `tok`.
+    fn next_if(&mut self, tok: &Tok) -> Option<&'a Token> {
+        if self.peek_is(tok) { self.next() } else { None }
+    }
+
     fn error(&self, span: Span, message: impl Into<String>) -> DslError {
         self.map.error(ErrorCode::SyntaxError, span, message)
     }
@@ -73,7 +78,10 @@ impl<'a> Parser<'a> {
 
     /// Consumes `tok` or fails with `message` at the current position.
     fn expect(&mut self, tok: &Tok, message: &str) -> Result<&'a Token, DslError> {
-        if self.peek_is(tok) { Ok(self.next().expect("peeked")) } else { Err(self.error(self.here(), message)) }
+        match self.next_if(tok) {
+            Some(token) => Ok(token),
+            None => Err(self.error(self.here(), message)),
+        }
     }
 
     fn nested<T>(&mut self, at: Span, f: impl FnOnce(&mut Self) -> Result<T, DslError>) -> Result<T, DslError> {
@@ -152,7 +160,7 @@ impl<'a> Parser<'a> {
             // `a < b < c` is `(a < b) < c`: each link nests, and its canonical form shows the
             // parentheses, so the chain counts toward the nesting limit.
             chained += 1;
-            let at = self.next().expect("peeked").span;
+            let Some(at) = self.next().map(|t| t.span) else { break };
             if self.depth + chained > MAX_DEPTH {
                 return Err(self.error(at, format!("Expression nests deeper than {MAX_DEPTH} levels.")));
             }
@@ -165,7 +173,8 @@ impl<'a> Parser<'a> {
 
     fn unary(&mut self) -> Result<Expr, DslError> {
         if self.peek_is(&Tok::Not) {
-            let bang = self.next().expect("peeked").span;
+            let bang = self.here();
+            self.next();
             let operand = self.nested(bang, Self::unary)?;
             let span = bang.to(operand.span());
             return Ok(Expr::Not { operand: Box::new(operand), span });

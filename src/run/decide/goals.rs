@@ -128,7 +128,7 @@ fn contract_violations(run: &Run, output: &Value) -> Vec<SchemaViolation> {
 fn record(run: &Run, output: &Value, results: &[GoalConditionResult], satisfied: bool) -> RunOutputRow {
     RunOutputRow {
         run_id: run.state.run_id.to_string(),
-        plan_version: i32::try_from(run.state.plan_version()).unwrap_or(i32::MAX),
+        plan_version: crate::run::projection::stored(run.state.plan_version()),
         status: if satisfied { "satisfied" } else { "unsatisfied" }.into(),
         output: output.to_string(),
         goal_condition_results: serde_json::to_string(results).unwrap_or_default(),

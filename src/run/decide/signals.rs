@@ -22,7 +22,7 @@ pub fn on_signal(run: &Run, node: &PlanNode, signal: Signal) -> Outcome {
 /// it runs again with the answer. Beyond the run's allowance of questions the node fails.
 fn clarification(run: &Run, node: &PlanNode, question: String, context: Option<Value>) -> Outcome {
     let limit = run.limits.max_clarifications_per_run;
-    if run.state.clarifications.len() >= limit as usize {
+    if run.state.clarifications.len() >= usize::try_from(limit).unwrap_or(usize::MAX) {
         let message = format!(
             "capability {} asked a question (\"{question}\") but this run's nodes already asked all {limit} \
              questions it allows",
