@@ -22,9 +22,9 @@ pub mod http;
 pub mod llm;
 pub mod plan;
 pub mod planner;
-pub mod policy;
 pub mod retry;
 pub mod run;
+pub mod runtime_policy;
 pub mod services;
 pub mod timeouts;
 

@@ -24,12 +24,12 @@ pub struct RetryOverrides {
 
 /// How often and how patiently one call is retried.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RetryPolicy {
+pub struct RetrySchedule {
     pub max_retries: u32,
     pub base_delay: Duration,
 }
 
-impl RetryPolicy {
+impl RetrySchedule {
     /// The envelope's values where given, the configured ones otherwise.
     pub fn resolve(overrides: &RetryOverrides, settings: &RetrySettings) -> Self {
         let seconds = overrides.base_delay.unwrap_or(settings.base_delay_secs).clamp(0.0, MAX_DELAY.as_secs_f64());
@@ -89,8 +89,8 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 mod tests {
     use super::*;
 
-    fn policy(max_retries: u32, base: f64) -> RetryPolicy {
-        RetryPolicy { max_retries, base_delay: Duration::from_secs_f64(base) }
+    fn policy(max_retries: u32, base: f64) -> RetrySchedule {
+        RetrySchedule { max_retries, base_delay: Duration::from_secs_f64(base) }
     }
 
     #[test]
@@ -128,6 +128,6 @@ mod tests {
     fn envelope_overrides_settings() {
         let settings = RetrySettings { max_retries: 3, base_delay_secs: 1.0 };
         let overrides = RetryOverrides { max_retries: Some(5), base_delay: None };
-        assert_eq!(RetryPolicy::resolve(&overrides, &settings), policy(5, 1.0));
+        assert_eq!(RetrySchedule::resolve(&overrides, &settings), policy(5, 1.0));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::capability::{Executors, RegistrationPolicy, Registry, RegistryError};
+use crate::capability::{EndpointAllowlist, Executors, Registry, RegistryError};
 use crate::config::Settings;
 use crate::events::Bus;
 use crate::facet::{FacetCatalog, FacetCatalogError};
@@ -60,7 +60,7 @@ impl Services {
         let store = Store::open_on(&settings.database_url, &tokio::runtime::Handle::current())?;
         let facets = FacetCatalog::new(settings.facets.clone())?;
         let policy =
-            RegistrationPolicy { allowed_url_prefixes: settings.http_capabilities.allowed_url_prefixes.clone() };
+            EndpointAllowlist { allowed_url_prefixes: settings.http_capabilities.allowed_url_prefixes.clone() };
         let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
         let registry =
             Registry::load(store.clone(), policy, configured, settings.capabilities_dir().as_deref()).await?;

@@ -117,9 +117,10 @@ pub struct Capability {
     pub registration: Value,
 }
 
-/// What a registration is checked against besides its own shape.
+/// Which endpoints an `http` capability may be registered with (`http_capabilities` in the
+/// configuration).
 #[derive(Debug, Clone, Default)]
-pub struct RegistrationPolicy {
+pub struct EndpointAllowlist {
     /// `http` endpoints must start with one of these; empty allows any http(s) URL.
     pub allowed_url_prefixes: Vec<String>,
 }
@@ -144,7 +145,7 @@ struct RawRegistration {
 
 impl Capability {
     /// Validates a registration, reporting every problem with its JSON Pointer.
-    pub fn parse(registration: Value, policy: &RegistrationPolicy) -> Result<Self, Vec<FieldError>> {
+    pub fn parse(registration: Value, policy: &EndpointAllowlist) -> Result<Self, Vec<FieldError>> {
         let errors = SCHEMA.check(&registration);
         if !errors.is_empty() {
             return Err(errors);
@@ -199,7 +200,7 @@ impl Capability {
     }
 }
 
-fn executor(raw: &RawRegistration, policy: &RegistrationPolicy) -> Result<Executor, FieldError> {
+fn executor(raw: &RawRegistration, policy: &EndpointAllowlist) -> Result<Executor, FieldError> {
     match raw.agent_type.as_deref().unwrap_or("ai") {
         "ai" => Ok(Executor::Ai { instructions: raw.instructions.clone().unwrap_or_else(|| raw.summary.clone()) }),
         "http" => {
@@ -212,7 +213,7 @@ fn executor(raw: &RawRegistration, policy: &RegistrationPolicy) -> Result<Execut
     }
 }
 
-fn http_endpoint(endpoint: &str, policy: &RegistrationPolicy) -> Result<Url, FieldError> {
+fn http_endpoint(endpoint: &str, policy: &EndpointAllowlist) -> Result<Url, FieldError> {
     let invalid = |message: String| FieldError::new("/endpoint", "invalid_endpoint", message);
     let url = Url::parse(endpoint).map_err(|e| invalid(format!("not a URL: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -317,8 +318,8 @@ mod tests {
         })
     }
 
-    fn policy() -> RegistrationPolicy {
-        RegistrationPolicy::default()
+    fn policy() -> EndpointAllowlist {
+        EndpointAllowlist::default()
     }
 
     #[test]
@@ -337,7 +338,7 @@ mod tests {
         assert_eq!(errors[0].path, "/endpoint");
         r["endpoint"] = json!("http://127.0.0.1:9/score");
         assert!(Capability::parse(r.clone(), &policy()).is_ok());
-        let strict = RegistrationPolicy { allowed_url_prefixes: vec!["https://tools/".into()] };
+        let strict = EndpointAllowlist { allowed_url_prefixes: vec!["https://tools/".into()] };
         let errors = Capability::parse(r.clone(), &strict).unwrap_err();
         assert_eq!(errors[0].code, "invalid_endpoint");
         r["endpoint"] = json!("file:///etc/passwd");

@@ -8,7 +8,7 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
-use super::{Capability, RegistrationPolicy};
+use super::{Capability, EndpointAllowlist};
 use crate::condition::dsl::Catalog;
 use crate::store::capabilities::{self as rows, CapabilityRow};
 use crate::store::{Store, StoreError};
@@ -36,14 +36,14 @@ pub struct Registry {
     /// Serialises registrations so the database and the active set change in the same order.
     registering: tokio::sync::Mutex<()>,
     store: Store,
-    policy: RegistrationPolicy,
+    policy: EndpointAllowlist,
 }
 
 impl Registry {
     /// Loads stored registrations, then (re-)registers every `*.json` file of `dir`.
     pub async fn load(
         store: Store,
-        policy: RegistrationPolicy,
+        policy: EndpointAllowlist,
         configured_facets: Vec<(String, Value)>,
         dir: Option<&Path>,
     ) -> Result<Self, RegistryError> {

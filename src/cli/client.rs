@@ -11,12 +11,12 @@ use serde_json::Value;
 
 use crate::events::payload::Complete;
 use crate::events::{DecodedFrame, Event, Frame, ReceivedFrame};
-use crate::retry::RetryPolicy;
+use crate::retry::RetrySchedule;
 use crate::run::view::RunView;
 
 /// How the client keeps trying to reach a server that is away (restarting, say): 5 more times,
 /// waiting from 0.5 s, doubling, with jitter.
-const RECONNECT: RetryPolicy = RetryPolicy { max_retries: 5, base_delay: Duration::from_millis(500) };
+const RECONNECT: RetrySchedule = RetrySchedule { max_retries: 5, base_delay: Duration::from_millis(500) };
 
 pub struct Client {
     http: reqwest::Client,

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::Value;
 
-use crate::capability::{self, Capabilities, Capability, RegistrationPolicy};
+use crate::capability::{self, Capabilities, Capability, EndpointAllowlist};
 use crate::condition::Rule;
 use crate::condition::dsl::{self, Catalog, DslError, Scope};
 use crate::config::Settings;
@@ -102,7 +102,7 @@ fn catalog() -> anyhow::Result<Catalog> {
     let mut capabilities = Capabilities::new();
     if let Some(dir) = settings.capabilities_dir() {
         for (path, registration) in capability::registration_files(&dir)? {
-            match Capability::parse(registration, &RegistrationPolicy::default()) {
+            match Capability::parse(registration, &EndpointAllowlist::default()) {
                 Ok(c) => {
                     capabilities.insert(c.id.clone(), std::sync::Arc::new(c));
                 }

@@ -217,7 +217,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::policy::TriggerKind;
+    use crate::runtime_policy::TriggerKind;
 
     fn frame(event: Event) -> DecodedFrame {
         DecodedFrame {

@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 use crate::condition::GoalCondition;
 use crate::condition::dsl::Catalog;
 use crate::contract::OutputContract;
-use crate::policy::{self, RuntimePolicy};
 use crate::retry::RetryOverrides;
+use crate::runtime_policy::{self, RuntimePolicy};
 use crate::timeouts::TimeoutOverrides;
 use crate::validation::{self, BodySchema, ConditionProblems, FieldError, pointer};
 
@@ -44,7 +44,7 @@ pub struct TaskEnvelope {
     pub goal_conditions: Vec<GoalCondition>,
     /// `policies.planner`, passed to the planner as written.
     pub planner_policy: Option<Value>,
-    pub replan: ReplanPolicy,
+    pub replan: ReplanOverrides,
     /// `policies.runtime`, in order (the first matching policy wins).
     pub runtime_policies: Vec<RuntimePolicy>,
     /// `policies.retry`.
@@ -72,7 +72,7 @@ pub struct Approval {
 /// `policies.replan`: per-run overrides of the configured replan caps.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplanPolicy {
+pub struct ReplanOverrides {
     pub enabled: Option<bool>,
     pub max_goal_condition_replans: Option<u32>,
     pub max_replans: Option<u32>,
@@ -97,7 +97,7 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
     let goal_conditions = goal_conditions(&raw, catalog, &mut errors, &mut dsl_errors);
     let runtime_policies = match raw.pointer("/policies/runtime") {
         Some(value) => {
-            policy::parse(value, "/policies/runtime", catalog).map_err(|e| errors.extend(e)).unwrap_or_default()
+            runtime_policy::parse(value, "/policies/runtime", catalog).map_err(|e| errors.extend(e)).unwrap_or_default()
         }
         None => Vec::new(),
     };

@@ -15,8 +15,8 @@ use crate::condition::GoalConditionResult;
 use crate::contract::SchemaViolation;
 pub use crate::plan::Phase;
 use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
-pub use crate::policy::TriggerKind;
 use crate::run::budget::BudgetView;
+pub use crate::runtime_policy::TriggerKind;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -299,7 +299,7 @@ fn check_required(nodes: &[PlanNode], cx: &DraftContext<'_>, diagnostics: &mut V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capability::RegistrationPolicy;
+    use crate::capability::EndpointAllowlist;
     use serde_json::json;
     use std::sync::Arc;
 
@@ -309,7 +309,7 @@ mod tests {
             "inputFacets": inputs, "outputFacets": outputs,
             "outputContract": {"mode": "json_schema", "schema": {"type": "object"}}
         });
-        Arc::new(Capability::parse(registration, &RegistrationPolicy::default()).unwrap())
+        Arc::new(Capability::parse(registration, &EndpointAllowlist::default()).unwrap())
     }
 
     struct Fixture {

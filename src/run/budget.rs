@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::ReplanSettings;
-use crate::envelope::ReplanPolicy;
+use crate::envelope::ReplanOverrides;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -18,7 +18,7 @@ impl ReplanLimits {
     /// The limits of a stored run: its envelope's `policies.replan` (as stored, already
     /// validated) over the configured ones.
     pub fn of_stored(envelope: &serde_json::Value, settings: &ReplanSettings) -> Result<Self, serde_json::Error> {
-        let policy: ReplanPolicy = envelope
+        let policy: ReplanOverrides = envelope
             .pointer("/policies/replan")
             .map(|p| serde_json::from_value(p.clone()))
             .transpose()?
@@ -27,7 +27,7 @@ impl ReplanLimits {
     }
 
     /// The envelope's values where given, the configured ones otherwise.
-    pub fn resolve(policy: &ReplanPolicy, settings: &ReplanSettings) -> Self {
+    pub fn resolve(policy: &ReplanOverrides, settings: &ReplanSettings) -> Self {
         Self {
             enabled: policy.enabled.unwrap_or(settings.enabled),
             max_goal_condition_replans: policy
@@ -180,7 +180,7 @@ mod tests {
     #[test]
     fn envelope_overrides_settings() {
         let settings = ReplanSettings { enabled: true, max_goal_condition_replans: 2, max_replans: 4 };
-        let policy = ReplanPolicy { enabled: None, max_goal_condition_replans: Some(1), max_replans: None };
+        let policy = ReplanOverrides { enabled: None, max_goal_condition_replans: Some(1), max_replans: None };
         assert_eq!(ReplanLimits::resolve(&policy, &settings), limits(true, 1, 4));
     }
 }

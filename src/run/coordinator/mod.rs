@@ -30,7 +30,7 @@ use crate::envelope::TaskEnvelope;
 use crate::events::Event;
 use crate::events::payload::ReplanInfo;
 use crate::plan::NodeId;
-use crate::retry::{Backoff, RetryPolicy};
+use crate::retry::{Backoff, RetrySchedule};
 use crate::services::Services;
 use crate::timeouts::Timeouts;
 
@@ -88,7 +88,7 @@ pub(super) struct Coordinator {
     envelope: Arc<TaskEnvelope>,
     log: RunLog,
     replan_limits: ReplanLimits,
-    retry: RetryPolicy,
+    retry: RetrySchedule,
     timeouts: Timeouts,
     /// When the run reaches its time limit (`timeouts.run` after its start, or after the last
     /// operator decision: time spent waiting for an operator does not count).
@@ -103,7 +103,7 @@ impl Coordinator {
     /// A coordinator that carries on from where `log`'s state stands.
     pub(super) fn new(services: Arc<Services>, envelope: Arc<TaskEnvelope>, log: RunLog) -> Self {
         let replan_limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
-        let retry = RetryPolicy::resolve(&envelope.retry, &services.settings.retry);
+        let retry = RetrySchedule::resolve(&envelope.retry, &services.settings.retry);
         let timeouts = Timeouts::resolve(&envelope.timeouts, &services.settings);
         let state = log.state();
         let now = Utc::now();

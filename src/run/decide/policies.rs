@@ -1,4 +1,4 @@
-//! Runtime policies in a running run (see [`crate::policy`]): the `onStart` policies before the
+//! Runtime policies in a running run (see [`crate::runtime_policy`]): the `onStart` policies before the
 //! first node of the first plan, the `onNodeComplete` policies after each node completes, and
 //! the follow-up of an operator's decision on a policy's request.
 
@@ -9,8 +9,8 @@ use crate::condition::{FacetSource, GoalConditionResult};
 use crate::events::Event;
 use crate::events::payload::*;
 use crate::plan::{NodeStatus, PlanNode};
-use crate::policy::{self, Action, CompletedNode, RuntimePolicy};
 use crate::run::state::PolicyFollowUp;
+use crate::runtime_policy::{self, Action, CompletedNode, RuntimePolicy};
 
 /// The `onStart` policies: looked at once per run, before any node of its first plan starts.
 pub fn on_start(run: &Run) -> Outcome {
@@ -19,7 +19,7 @@ pub fn on_start(run: &Run) -> Outcome {
     if state.fired.on_start || !fresh {
         return Outcome::go_on(Vec::new());
     }
-    match policy::on_start(&run.envelope.runtime_policies) {
+    match runtime_policy::on_start(&run.envelope.runtime_policies) {
         Some(policy) => act(run, policy, None),
         None => Outcome::go_on(Vec::new()),
     }
@@ -41,7 +41,7 @@ pub fn on_node_complete(run: &Run, node: &PlanNode) -> Outcome {
     };
     let (snapshot, facts) = (run.state.context.snapshot(), run.facts());
     let fired = &run.state.fired;
-    match policy::first_match(policies, &completed, &snapshot, &facts, |p| fired.exhausted(p)) {
+    match runtime_policy::first_match(policies, &completed, &snapshot, &facts, |p| fired.exhausted(p)) {
         Some(policy) => act(run, policy, Some(node)),
         None => Outcome::go_on(Vec::new()),
     }

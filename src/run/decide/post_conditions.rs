@@ -10,8 +10,8 @@ use super::{Effect, Outcome, Run};
 use crate::condition::{self, GoalConditionResult};
 use crate::events::payload::{PolicyInfo, ReplanInfo, ReplanReason};
 use crate::plan::PlanNode;
-use crate::policy::{self, Action, CompletedNode, RuntimePolicy, Trigger, TriggerKind};
 use crate::run::context::NodeOutput;
+use crate::runtime_policy::{self, Action, CompletedNode, RuntimePolicy, Trigger, TriggerKind};
 
 /// `node`'s post-conditions evaluated on the run context as `output` would leave it (empty when
 /// its capability has none).
@@ -42,7 +42,7 @@ pub fn budget(run: &Run, node: &PlanNode, output: &Value) -> (Option<RuntimePoli
         stage: &node.stage,
         output,
     };
-    let policy = policy::on_post_condition_failed(&run.envelope.runtime_policies, &completed).cloned();
+    let policy = runtime_policy::on_post_condition_failed(&run.envelope.runtime_policies, &completed).cloned();
     let from_policy = policy.as_ref().and_then(|p| match p.trigger {
         Trigger::OnPostConditionFailed { max_retries, .. } => max_retries,
         _ => None,

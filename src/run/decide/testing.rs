@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{Value, json};
 
 use super::Run;
-use crate::capability::{Capabilities, Capability, RegistrationPolicy};
+use crate::capability::{Capabilities, Capability, EndpointAllowlist};
 use crate::config::{Limits, Settings};
 use crate::envelope::{self, TaskEnvelope};
 use crate::events::payload::*;
@@ -122,7 +122,7 @@ fn capability(id: &str, inputs: &[&str], outputs: &[&str], extra: Value) -> Arc<
     if let (Some(registration), Some(extra)) = (registration.as_object_mut(), extra.as_object()) {
         registration.extend(extra.clone());
     }
-    Arc::new(Capability::parse(registration, &RegistrationPolicy::default()).expect("fixture capability"))
+    Arc::new(Capability::parse(registration, &EndpointAllowlist::default()).expect("fixture capability"))
 }
 
 pub fn run_started() -> Event {

@@ -25,7 +25,7 @@ use crate::events::payload::*;
 use crate::events::{DecodedFrame, Event, Seq};
 use crate::plan::{NodeId, NodeStatus, Plan};
 use crate::planner::CompletedWork;
-use crate::policy::Fired;
+use crate::runtime_policy::Fired;
 
 pub use requests::PolicyFollowUp;
 
