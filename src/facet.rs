@@ -21,6 +21,20 @@ pub struct FacetCatalogError {
     pub message: String,
 }
 
+/// The facet values an output writes: each of the output facets present as a key of an object
+/// output; if there is none, and there is exactly one output facet, the whole output goes to that
+/// facet.
+pub fn writes<'o>(output_facets: &[String], output: &'o Value) -> Vec<(String, &'o Value)> {
+    let keyed: Vec<(String, &Value)> = output_facets
+        .iter()
+        .filter_map(|facet| output.get(facet.as_str()).map(|value| (facet.clone(), value)))
+        .collect();
+    match (keyed.is_empty(), output_facets) {
+        (true, [only]) => vec![(only.clone(), output)],
+        _ => keyed,
+    }
+}
+
 impl FacetCatalog {
     pub fn new(definitions: BTreeMap<String, FacetDefinition>) -> Result<Self, FacetCatalogError> {
         let mut schemas = BTreeMap::new();
@@ -46,7 +60,7 @@ impl FacetCatalog {
     /// Problems of the facet values a node's `output` writes to its `output_facets`, each path
     /// prefixed with its facet.
     pub fn output_violations(&self, output_facets: &[String], output: &Value) -> Vec<SchemaViolation> {
-        crate::run::context::RunContext::facet_writes(output_facets, output)
+        writes(output_facets, output)
             .into_iter()
             .flat_map(|(facet, value)| {
                 self.violations(&facet, value).into_iter().map(move |mut v| {

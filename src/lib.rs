@@ -8,6 +8,7 @@
 //! Pure logic (conditions, contracts, plans, drafts, the status state machine, the replan budget)
 //! does no I/O and is tested on its own; `services` wires the I/O parts together.
 
+pub mod budget;
 pub mod capability;
 pub mod cli;
 

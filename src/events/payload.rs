@@ -10,12 +10,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::budget::BudgetView;
 pub use crate::capability::ExecutorType;
 use crate::condition::GoalConditionResult;
 use crate::contract::SchemaViolation;
 pub use crate::plan::Phase;
 use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
-use crate::run::budget::BudgetView;
 pub use crate::runtime_policy::TriggerKind;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::condition::FacetSource;
+use crate::facet;
 
 /// Provenance entries kept per facet (the newest ones).
 const MAX_PROVENANCE: usize = 10;
@@ -71,23 +72,9 @@ impl RunContext {
         context
     }
 
-    /// The facet values an output writes: each of the output facets present as a key of an object
-    /// output; if there is none, and there is exactly one output facet, the whole output goes to
-    /// that facet.
-    pub fn facet_writes<'o>(output_facets: &[String], output: &'o Value) -> Vec<(String, &'o Value)> {
-        let keyed: Vec<(String, &Value)> = output_facets
-            .iter()
-            .filter_map(|facet| output.get(facet.as_str()).map(|value| (facet.clone(), value)))
-            .collect();
-        match (keyed.is_empty(), output_facets) {
-            (true, [only]) => vec![(only.clone(), output)],
-            _ => keyed,
-        }
-    }
-
-    /// Stores a node's output as [`Self::facet_writes`] describes; returns the facets written.
+    /// Stores a node's output as [`facet::writes`] describes; returns the facets written.
     pub fn record_output(&mut self, node: NodeOutput<'_>) -> Vec<String> {
-        let writes = Self::facet_writes(node.output_facets, node.output);
+        let writes = facet::writes(node.output_facets, node.output);
         for (facet, value) in &writes {
             let provenance = Provenance {
                 node_id: node.node_id.into(),

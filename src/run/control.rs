@@ -10,7 +10,6 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::json;
 
-use super::budget::ReplanLimits;
 use super::claims::Claim;
 use super::decide::operator::{self, Command, Decision, Refusal};
 use super::follow::{FollowError, follow};
@@ -19,6 +18,7 @@ use super::log::{LogError, RunLog};
 use super::projection::RowWrite;
 use super::status::RunStatus;
 use super::{ResumeError, Stored};
+use crate::budget::ReplanLimits;
 use crate::capability::check_output;
 use crate::services::Services;
 use crate::store::StoreError;

@@ -11,7 +11,6 @@
 //!                                        store
 //! ```
 
-pub mod budget;
 pub mod claims;
 pub mod context;
 pub mod control;

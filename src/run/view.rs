@@ -7,12 +7,12 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::budget::{BudgetView, ReplanCounts, ReplanLimits};
 use super::context::RunContext;
 use super::id::RunId;
 use super::state::RunState;
 use super::status::RunStatus;
 use super::{ResumeError, Stored};
+use crate::budget::{BudgetView, ReplanCounts, ReplanLimits};
 use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
 use crate::events::payload::{HitlRequestInfo, ReplanInfo};

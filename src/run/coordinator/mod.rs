@@ -19,12 +19,12 @@ use std::sync::Arc;
 use chrono::Utc;
 use tokio::sync::watch;
 
-use super::budget::ReplanLimits;
 use super::decide::{self, Failure, Run, ending, goals};
 use super::log::{LogError, RunLog};
 use super::operator::Actor;
 use super::projection::RowWrite;
 use super::state::NodeFailure;
+use crate::budget::ReplanLimits;
 use crate::capability::Capabilities;
 use crate::envelope::TaskEnvelope;
 use crate::events::Event;

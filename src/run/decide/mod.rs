@@ -18,9 +18,9 @@ pub(crate) mod testing;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value, json};
 
-use super::budget::{ReplanBudget, ReplanLimits};
 use super::context::RunContext;
 use super::state::RunState;
+use crate::budget::{ReplanBudget, ReplanLimits};
 use crate::capability::Capabilities;
 use crate::condition::{FacetSource, GoalConditionResult};
 use crate::config::Limits;

@@ -6,10 +6,10 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
+use crate::budget::ReplanLimits;
 use crate::contract::SchemaViolation;
 use crate::events::Event;
 use crate::events::payload::*;
-use crate::run::budget::ReplanLimits;
 use crate::run::state::RunState;
 use crate::run::status::RunStatus;
 

@@ -8,6 +8,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{Value, json};
 
 use super::Run;
+use crate::budget::ReplanLimits;
 use crate::capability::{Capabilities, Capability, EndpointAllowlist};
 use crate::config::{Limits, Settings};
 use crate::envelope::{self, TaskEnvelope};
@@ -15,7 +16,6 @@ use crate::events::payload::*;
 use crate::events::{Event, Seq};
 use crate::facet::FacetCatalog;
 use crate::plan::{Edge, NodeStatus, Plan, PlanMetadata, PlanNode};
-use crate::run::budget::ReplanLimits;
 use crate::run::state::{At, RunState};
 
 /// The time every fixture event happens at.
@@ -130,13 +130,13 @@ pub fn run_started() -> Event {
 }
 
 pub fn requested(attempt: u32, replan: Option<ReplanInfo>) -> Event {
-    let used = crate::run::budget::ReplanCounts::default();
+    let used = crate::budget::ReplanCounts::default();
     let limits = ReplanLimits { enabled: true, max_goal_condition_replans: 2, max_replans: 4 };
     Event::PlanRequested(PlanRequested {
         attempt,
         phase: if replan.is_some() { Phase::Replan } else { Phase::Initial },
         capabilities: Vec::new(),
-        budget: crate::run::budget::BudgetView { limits, used },
+        budget: crate::budget::BudgetView { limits, used },
         replan,
     })
 }

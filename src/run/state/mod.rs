@@ -15,10 +15,10 @@ use std::sync::Arc;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
 
-use super::budget::ReplanCounts;
 use super::context::{NodeOutput, RunContext};
 use super::id::RunId;
 use super::status::{RunStatus, UnknownStatus};
+use crate::budget::ReplanCounts;
 use crate::capability::Clarification;
 use crate::condition::GoalConditionResult;
 use crate::events::payload::*;
