@@ -128,6 +128,46 @@ impl AuthSettings {
     pub fn enabled(&self) -> bool {
         self.api_keys.iter().chain(&self.operator_keys).any(|k| !k.is_empty())
     }
+
+    /// The configured keys with their holders' names: callers' first, then operators'.
+    pub fn named_keys(&self) -> (Vec<NamedKey>, Vec<NamedKey>) {
+        let named = |keys: &[Secret]| keys.iter().filter(|k| !k.is_empty()).map(NamedKey::parse).collect();
+        (named(&self.api_keys), named(&self.operator_keys))
+    }
+}
+
+/// An API key and the name of whoever holds it: `name:key` in the configuration. A key given
+/// without a name is named after its hash (`key-<8 hex digits>`), so logs never show a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedKey {
+    pub name: String,
+    pub key: Secret,
+}
+
+impl NamedKey {
+    /// The longest name.
+    pub const MAX_NAME: usize = 64;
+
+    fn parse(entry: &Secret) -> Self {
+        let text = entry.expose();
+        match text.split_once(':') {
+            Some((name, key)) if Self::is_name(name) && !key.is_empty() => {
+                Self { name: name.to_string(), key: Secret::new(key) }
+            }
+            _ => {
+                use sha2::Digest;
+                let hash = format!("{:x}", sha2::Sha256::digest(text.as_bytes()));
+                Self { name: format!("key-{}", hash.get(..8).unwrap_or_default()), key: entry.clone() }
+            }
+        }
+    }
+
+    /// Letters, digits, `.`, `_`, `-`; starting with a letter or digit.
+    fn is_name(name: &str) -> bool {
+        name.len() <= Self::MAX_NAME
+            && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -348,7 +348,7 @@ async fn cancel_stops_running_and_paused_runs_and_refuses_ended_ones() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let started = server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE status = 'running'");
         if started == 1 {
-            break flexrun::store::runs::page(&mut server.db(), None, None, 1).unwrap()[0].run_id.clone();
+            break flexrun::store::runs::page(&mut server.db(), Default::default(), None, 1).unwrap()[0].run_id.clone();
         }
     };
     let response =

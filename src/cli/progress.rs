@@ -285,6 +285,7 @@ mod tests {
                 answer: Some("EU".into()),
                 operator: None,
                 note: None,
+                principal: None,
             }),
             replan: None,
         });

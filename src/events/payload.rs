@@ -670,6 +670,9 @@ pub struct DecisionInfo {
     pub operator: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Who decided, as authenticated: the name of the operator's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

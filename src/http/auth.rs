@@ -1,17 +1,17 @@
-//! Who is calling: API callers may start and read runs; operators may also register
-//! capabilities and (later) steer runs. Keys come from `Authorization: Bearer <key>` (or
-//! `X-Api-Key`) and are compared in constant time. Without configured keys every request is an
-//! anonymous operator, which the configuration only allows on a loopback address.
+//! Who is calling: API callers may start runs and see their own; operators may see and steer
+//! every run and register capabilities. Keys come from `Authorization: Bearer <key>` (the scheme in
+//! any case) or `X-Api-Key`, and are compared in constant time. Each key has a name (`name:key`
+//! in the configuration): the principal runs, decisions and logs show. Without configured keys
+//! every request is the anonymous operator, which the configuration only allows on a loopback
+//! address.
 
 use std::future::{Ready, ready};
 
 use actix_web::dev::Payload;
 use actix_web::{FromRequest, HttpRequest, web};
 
-use sha2::{Digest, Sha256};
-
 use super::error::ApiError;
-use crate::config::{AuthSettings, Secret};
+use crate::config::{AuthSettings, NamedKey};
 use crate::services::Services;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,47 +20,65 @@ pub enum Role {
     Operator,
 }
 
+/// The principal of requests when no keys are configured.
+pub const ANONYMOUS: &str = "anonymous";
+
 /// An authenticated request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub role: Role,
-    /// Who is calling, without revealing the key: `key:<first 16 hex digits of its SHA-256>`, or
-    /// `anonymous` when no keys are configured. Scopes what callers name (idempotency keys).
+    /// Who is calling: the name of the key presented (`anonymous` when no keys are configured).
+    /// Owns the runs it starts and scopes the idempotency keys it sends.
     pub principal: String,
 }
 
+impl Caller {
+    /// Whether this caller may see a run that `owner` started: its own runs, or every run for an
+    /// operator. (A run stored before runs had owners has none: only operators see it.)
+    pub fn may_see(&self, owner: Option<&str>) -> bool {
+        self.role == Role::Operator || owner == Some(self.principal.as_str())
+    }
+
+    /// The owner whose runs a list shows: none (every run) for an operator.
+    pub fn owner_filter(&self) -> Option<&str> {
+        (self.role != Role::Operator).then_some(self.principal.as_str())
+    }
+}
+
 /// An authenticated request with the operator role.
-#[derive(Debug, Clone, Copy)]
-pub struct Operator;
+#[derive(Debug, Clone)]
+pub struct Operator(pub Caller);
 
 fn presented_key(req: &HttpRequest) -> Option<&str> {
-    let bearer = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    let bearer = req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| {
+        let (scheme, key) = v.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(key)
+    });
     bearer.or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok())).map(str::trim)
 }
 
-fn matches(keys: &[Secret], presented: &str) -> bool {
-    // Check every key, so timing does not reveal which one (or how many) exist.
-    keys.iter().filter(|k| !k.is_empty()).fold(false, |found, key| {
-        found | constant_time_eq::constant_time_eq(key.expose().as_bytes(), presented.as_bytes())
+/// The key among `keys` that `presented` is, checking every key so timing does not reveal which
+/// one (or how many) exist.
+fn matching<'k>(keys: &'k [NamedKey], presented: &str) -> Option<&'k NamedKey> {
+    keys.iter().fold(None, |found, key| {
+        let equal = constant_time_eq::constant_time_eq(key.key.expose().as_bytes(), presented.as_bytes());
+        if equal && found.is_none() { Some(key) } else { found }
     })
 }
 
-/// Decides the role of a request.
-pub fn authenticate(settings: &AuthSettings, presented: Option<&str>) -> Result<Role, ApiError> {
+/// Decides who a request is.
+pub fn authenticate(settings: &AuthSettings, presented: Option<&str>) -> Result<Caller, ApiError> {
     if !settings.enabled() {
-        return Ok(Role::Operator);
+        return Ok(Caller { role: Role::Operator, principal: ANONYMOUS.to_string() });
     }
     let presented = presented.ok_or(ApiError::Unauthenticated)?;
-    if matches(&settings.operator_keys, presented) {
-        Ok(Role::Operator)
-    } else if matches(&settings.api_keys, presented) {
-        Ok(Role::Caller)
-    } else {
-        Err(ApiError::InvalidKey)
+    let (callers, operators) = settings.named_keys();
+    if let Some(key) = matching(&operators, presented) {
+        return Ok(Caller { role: Role::Operator, principal: key.name.clone() });
+    }
+    match matching(&callers, presented) {
+        Some(key) => Ok(Caller { role: Role::Caller, principal: key.name.clone() }),
+        None => Err(ApiError::InvalidKey),
     }
 }
 
@@ -68,13 +86,7 @@ fn caller(req: &HttpRequest) -> Result<Caller, ApiError> {
     let services = req
         .app_data::<web::Data<Services>>()
         .ok_or_else(|| ApiError::internal("services are not registered with the app"))?;
-    let presented = presented_key(req);
-    let role = authenticate(&services.settings.auth, presented)?;
-    let principal = match presented.filter(|_| services.settings.auth.enabled()) {
-        Some(key) => format!("key:{}", &format!("{:x}", Sha256::digest(key.as_bytes()))[..16]),
-        None => "anonymous".to_string(),
-    };
-    Ok(Caller { role, principal })
+    authenticate(&services.settings.auth, presented_key(req))
 }
 
 impl FromRequest for Caller {
@@ -91,13 +103,16 @@ impl FromRequest for Operator {
     type Future = Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(caller(req).and_then(|c| if c.role == Role::Operator { Ok(Operator) } else { Err(ApiError::Forbidden) }))
+        ready(
+            caller(req).and_then(|c| if c.role == Role::Operator { Ok(Operator(c)) } else { Err(ApiError::Forbidden) }),
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Secret;
 
     fn settings(api: &[&str], operator: &[&str]) -> AuthSettings {
         AuthSettings {
@@ -108,16 +123,35 @@ mod tests {
     }
 
     #[test]
-    fn roles() {
-        let s = settings(&["caller-key"], &["op-key"]);
-        assert_eq!(authenticate(&s, Some("op-key")).unwrap(), Role::Operator);
-        assert_eq!(authenticate(&s, Some("caller-key")).unwrap(), Role::Caller);
+    fn roles_and_names() {
+        let s = settings(&["alice:caller-key", "plain-key"], &["ops:op-key"]);
+        assert_eq!(authenticate(&s, Some("op-key")).unwrap(), Caller { role: Role::Operator, principal: "ops".into() });
+        assert_eq!(authenticate(&s, Some("caller-key")).unwrap().principal, "alice");
+        let unnamed = authenticate(&s, Some("plain-key")).unwrap();
+        assert_eq!(unnamed.role, Role::Caller);
+        assert!(unnamed.principal.starts_with("key-") && unnamed.principal.len() == 12, "{}", unnamed.principal);
+        assert!(
+            matches!(authenticate(&s, Some("alice:caller-key")), Err(ApiError::InvalidKey)),
+            "the name is not the key"
+        );
         assert!(matches!(authenticate(&s, Some("nope")), Err(ApiError::InvalidKey)));
         assert!(matches!(authenticate(&s, None), Err(ApiError::Unauthenticated)));
     }
 
     #[test]
-    fn no_keys_means_anonymous_operator() {
-        assert_eq!(authenticate(&settings(&[], &[]), None).unwrap(), Role::Operator);
+    fn no_keys_means_the_anonymous_operator() {
+        let caller = authenticate(&settings(&[], &[]), None).unwrap();
+        assert_eq!(caller, Caller { role: Role::Operator, principal: ANONYMOUS.into() });
+    }
+
+    #[test]
+    fn callers_see_their_own_runs_and_operators_every_run() {
+        let alice = Caller { role: Role::Caller, principal: "alice".into() };
+        assert!(alice.may_see(Some("alice")));
+        assert!(!alice.may_see(Some("bob")));
+        assert!(!alice.may_see(None));
+        let ops = Caller { role: Role::Operator, principal: "ops".into() };
+        assert!(ops.may_see(Some("bob")) && ops.may_see(None));
+        assert_eq!((alice.owner_filter(), ops.owner_filter()), (Some("alice"), None));
     }
 }

@@ -54,8 +54,12 @@ fn text(body: &Value, pointer: &str) -> Option<String> {
     body.pointer(pointer).and_then(Value::as_str).map(String::from)
 }
 
-fn actor(body: &Value) -> Actor {
-    Actor { operator: body.get("operator").cloned(), note: text(body, "/note") }
+fn actor(operator: &Operator, body: &Value) -> Actor {
+    Actor {
+        principal: operator.0.principal.clone(),
+        operator: body.get("operator").cloned(),
+        note: text(body, "/note"),
+    }
 }
 
 /// The answer a `run.resume` body carries: a `decision` or a human task's `payload`, not both.
@@ -92,7 +96,7 @@ fn answer(body: &Value) -> Result<Answer, ApiError> {
 /// follows, from the `hitl_resolved` frame until the run ends or pauses again.
 #[post("/run.resume")]
 pub async fn resume(
-    _operator: Operator,
+    operator: Operator,
     payload: web::Payload,
     services: web::Data<Services>,
 ) -> Result<impl Responder, ApiError> {
@@ -105,7 +109,7 @@ pub async fn resume(
         .and_then(Value::as_u64)
         // A version beyond any a run reaches is stale, like any other wrong one.
         .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
-    let command = Command::Resume { expected_plan_version, answer: answer(&body)?, actor: actor(&body) };
+    let command = Command::Resume { expected_plan_version, answer: answer(&body)?, actor: actor(&operator, &body) };
     let services: Arc<Services> = services.into_inner();
     let applied = run::apply(&services, &run_id, command).await?;
     Ok(frame_stream(applied.frames).customize().insert_header(("x-flexrun-run-id", run_id.to_string())))
@@ -115,13 +119,13 @@ pub async fn resume(
 /// in the background (`operator_replan`, with the feedback in the planner prompt).
 #[post("/runs/{id}/replan")]
 pub async fn replan(
-    _operator: Operator,
+    operator: Operator,
     id: web::Path<RunId>,
     payload: web::Payload,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let body = json_body(payload, &services, &REPLAN).await?;
-    let command = Command::Replan { feedback: text(&body, "/feedback"), actor: actor(&body) };
+    let command = Command::Replan { feedback: text(&body, "/feedback"), actor: actor(&operator, &body) };
     let run_id = id.into_inner();
     let applied = run::apply(&services.into_inner(), &run_id, command).await?;
     Ok(HttpResponse::Ok().json(json!({"runId": run_id, "status": applied.status})))
@@ -131,14 +135,14 @@ pub async fn replan(
 /// `cancelled`. Answers with the final status.
 #[post("/runs/{id}/cancel")]
 pub async fn cancel(
-    _operator: Operator,
+    operator: Operator,
     id: web::Path<RunId>,
     payload: web::Payload,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let body = json_body(payload, &services, &CANCEL).await?;
     let run_id = id.into_inner();
-    let command = Command::Cancel { stopped: false, actor: actor(&body) };
+    let command = Command::Cancel { stopped: false, actor: actor(&operator, &body) };
     let applied = run::apply(&services.into_inner(), &run_id, command).await?;
     Ok(HttpResponse::Ok().json(json!({"runId": run_id, "status": applied.status})))
 }
@@ -152,12 +156,13 @@ pub struct TasksQuery {
 /// `GET /api/v1/flex/tasks`: open human tasks, oldest first.
 #[get("/tasks")]
 pub async fn tasks(
-    _caller: Caller,
+    caller: Caller,
     query: web::Query<TasksQuery>,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
-    let rows = services.store.read(move |conn| hitl::open_tasks(conn, limit)).await?;
+    let owner = caller.owner_filter().map(String::from);
+    let rows = services.store.read(move |conn| hitl::open_tasks(conn, limit, owner.as_deref())).await?;
     let tasks: Vec<Value> = rows
         .iter()
         .map(|row| {
@@ -177,7 +182,7 @@ pub async fn tasks(
 /// the run fails (`human_task_declined`).
 #[post("/tasks/{id}/decline")]
 pub async fn decline(
-    _operator: Operator,
+    operator: Operator,
     id: web::Path<String>,
     payload: web::Payload,
     services: web::Data<Services>,
@@ -204,7 +209,7 @@ pub async fn decline(
         reason: text(&body, "/reason").unwrap_or_default(),
         note: text(&body, "/note"),
     };
-    let command = Command::Resume { expected_plan_version: None, answer, actor: actor(&body) };
+    let command = Command::Resume { expected_plan_version: None, answer, actor: actor(&operator, &body) };
     let run_id = RunId::parse(&task.run_id).map_err(ApiError::internal)?;
     let applied = run::apply(&services.into_inner(), &run_id, command).await?;
     Ok(HttpResponse::Ok().json(json!({

@@ -19,6 +19,7 @@ use crate::run::follow::follow;
 use crate::run::view::{RunList, RunListEntry, RunView, ViewError};
 use crate::run::{RunId, RunStatus};
 use crate::services::Services;
+use crate::store::runs::RunRow;
 use crate::store::{StoreError, events as event_log, runs};
 
 /// `POST /api/v1/flex/run.stream`: validates the envelope, creates the run and streams its frames.
@@ -35,7 +36,7 @@ pub async fn run_stream(
     let correlation_id = correlation_id(&req)?;
     let idempotency = idempotency::from_request(&req, &caller, &body)?;
     let services: Arc<Services> = services.into_inner();
-    let run = crate::run::start(&services, envelope, correlation_id, idempotency).await?;
+    let run = crate::run::start(&services, envelope, correlation_id, idempotency, &caller.principal).await?;
     let mut response = frame_stream(run.frames).customize();
     if run.replayed {
         response = response.insert_header(("idempotent-replayed", "true"));
@@ -63,6 +64,13 @@ fn not_found(run_id: &RunId) -> ApiError {
     ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") }
 }
 
+/// The run's row, if `caller` may see the run; 404 (as for a run that does not exist) if not.
+async fn visible(services: &Services, caller: &Caller, run_id: &RunId) -> Result<RunRow, ApiError> {
+    let lookup = run_id.clone();
+    let row = services.store.read(move |conn| runs::get(conn, lookup.as_str())).await.map_err(run_error(run_id))?;
+    if caller.may_see(row.owner.as_deref()) { Ok(row) } else { Err(not_found(run_id)) }
+}
+
 /// Maps a missing run to 404 and anything else to 500.
 fn run_error(run_id: &RunId) -> impl Fn(StoreError) -> ApiError + '_ {
     move |error| match error {
@@ -83,7 +91,7 @@ pub struct ListQuery {
 /// `GET /api/v1/flex/runs?status=&cursor=&limit=`: runs, newest first, a page at a time.
 #[get("/runs")]
 pub async fn list_runs(
-    _caller: Caller,
+    caller: Caller,
     query: web::Query<ListQuery>,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
@@ -94,9 +102,13 @@ pub async fn list_runs(
         .transpose()
         .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {e}")))?;
     let limit = query.limit.unwrap_or(50).clamp(1, 500);
+    let owner = caller.owner_filter().map(String::from);
     let page = services
         .store
-        .read(move |conn| runs::page(conn, status.map(RunStatus::as_str), query.cursor.as_deref(), limit + 1))
+        .read(move |conn| {
+            let filter = runs::Filter { status: status.map(RunStatus::as_str), owner: owner.as_deref() };
+            runs::page(conn, filter, query.cursor.as_deref(), limit + 1)
+        })
         .await?;
     let shown = usize::try_from(limit).unwrap_or_default();
     let next_cursor = page.get(shown).and(page.get(shown.saturating_sub(1))).map(|last| last.run_id.clone());
@@ -107,7 +119,7 @@ pub async fn list_runs(
 /// `GET /api/v1/flex/runs/{id}`: the run with its plan versions, nodes and goal evaluations.
 #[get("/runs/{id}")]
 pub async fn get_run(
-    _caller: Caller,
+    caller: Caller,
     id: web::Path<RunId>,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
@@ -116,6 +128,9 @@ pub async fn get_run(
         ViewError::Store(error) => run_error(&run_id)(error),
         ViewError::Unreadable(error) => ApiError::internal(error),
     })?;
+    if !caller.may_see(view.run.owner.as_deref()) {
+        return Err(not_found(&run_id));
+    }
     let body = serde_json::to_value(&view).map_err(ApiError::internal)?;
     Ok(HttpResponse::Ok().json(super::redact::redact(body)))
 }
@@ -130,7 +145,7 @@ pub struct EventsQuery {
 /// `GET /api/v1/flex/runs/{id}/events?after=N&limit=M`: a page of the event log.
 #[get("/runs/{id}/events")]
 pub async fn get_events(
-    _caller: Caller,
+    caller: Caller,
     id: web::Path<RunId>,
     query: web::Query<EventsQuery>,
     services: web::Data<Services>,
@@ -138,13 +153,11 @@ pub async fn get_events(
     let run_id = id.into_inner();
     let after = query.after.unwrap_or(Seq::ZERO);
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    visible(&services, &caller, &run_id).await?;
     let lookup = run_id.clone();
     let page = services
         .store
-        .read(move |conn| {
-            runs::get(conn, lookup.as_str())?;
-            event_log::after(conn, lookup.as_str(), after, limit + 1)
-        })
+        .read(move |conn| event_log::after(conn, lookup.as_str(), after, limit + 1))
         .await
         .map_err(run_error(&run_id))?;
     let shown = usize::try_from(limit).unwrap_or_default();
@@ -167,7 +180,7 @@ pub struct StreamQuery {
 #[get("/runs/{id}/stream")]
 pub async fn follow_run(
     req: HttpRequest,
-    _caller: Caller,
+    caller: Caller,
     id: web::Path<RunId>,
     query: web::Query<StreamQuery>,
     services: web::Data<Services>,
@@ -179,8 +192,7 @@ pub async fn follow_run(
         })?,
         None => query.after.unwrap_or(Seq::ZERO),
     };
-    let lookup = run_id.clone();
-    services.store.read(move |conn| runs::get(conn, lookup.as_str()).map(drop)).await.map_err(run_error(&run_id))?;
+    visible(&services, &caller, &run_id).await?;
     let frames = follow(services.store.clone(), &services.bus, run_id.to_string(), after);
     Ok(frame_stream(frames.boxed()))
 }

@@ -69,6 +69,7 @@ pub struct Applied {
 /// Applies `command` to the run: decides it on the run's state and records its frames (and what
 /// no frame carries) in one transaction, then lets the run go on when it should.
 pub async fn apply(services: &Arc<Services>, run_id: &RunId, command: Command) -> Result<Applied, ControlError> {
+    tracing::info!(%run_id, principal = command.actor().principal, command = command.name(), "operator command");
     let (claim, command) = claim(services, run_id, command).await?;
     let stored = read(services, run_id).await?;
     let state = stored.state()?;
@@ -170,6 +171,7 @@ fn rows(log: &RunLog, decision: &Decision) -> Vec<RowWrite> {
             feedback: record.feedback.clone(),
             payload: record.payload.as_ref().map(|p| json!(p).to_string()),
             decided_at: now,
+            principal: Some(record.actor.principal.clone()),
         }));
     }
     rows

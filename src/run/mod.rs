@@ -86,6 +86,7 @@ pub async fn start(
     envelope: TaskEnvelope,
     correlation_id: Option<String>,
     idempotency: Option<Idempotency>,
+    owner: &str,
 ) -> Result<StartedRun, StartError> {
     let run_id = RunId::generate();
     let correlation_id =
@@ -125,6 +126,7 @@ pub async fn start(
         policy_replans: 0,
         operator_replans: 0,
         post_condition_replans: 0,
+        owner: Some(owner.to_string()),
     };
     // Subscribed before the first commit: the stream gets every frame, `start` first.
     let live = services.bus.subscribe(run_id.as_str());
@@ -148,6 +150,7 @@ pub async fn start(
         };
     }
     metrics::counter!("flexrun_runs_started_total").increment(1);
+    tracing::info!(%run_id, owner, "run started");
     services.runtime.spawn(coordinator.drive(Resume::Requested));
     let frames = follow_new(services.store.clone(), live, run_id.to_string()).boxed();
     Ok(StartedRun { run_id, frames, replayed: false })

@@ -45,6 +45,8 @@ pub struct RunView {
 pub struct RunSummary {
     pub run_id: String,
     pub status: RunStatus,
+    /// The principal that started the run.
+    pub owner: Option<String>,
     pub objective: String,
     pub thread_id: Option<String>,
     pub correlation_id: String,
@@ -127,6 +129,7 @@ pub struct DecisionView {
 pub struct RunListEntry {
     pub run_id: String,
     pub status: String,
+    pub owner: Option<String>,
     pub objective: String,
     pub thread_id: Option<String>,
     pub plan_version: i32,
@@ -156,6 +159,7 @@ impl RunListEntry {
         Self {
             run_id: row.run_id.clone(),
             status: row.status.clone(),
+            owner: row.owner.clone(),
             objective: row.objective.clone(),
             thread_id: row.thread_id.clone(),
             plan_version: row.plan_version,
@@ -208,6 +212,7 @@ impl RunView {
         let run = RunSummary {
             run_id: state.run_id.to_string(),
             status: state.status,
+            owner: row.owner.clone(),
             objective: row.objective.clone(),
             thread_id: row.thread_id.clone(),
             correlation_id: state.correlation_id.clone(),

@@ -5,7 +5,7 @@
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
-use super::schema::{hitl_decisions, hitl_requests};
+use super::schema::{hitl_decisions, hitl_requests, runs};
 use super::{DbConn, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
@@ -35,6 +35,8 @@ pub struct DecisionRow {
     pub feedback: Option<String>,
     pub payload: Option<String>,
     pub decided_at: NaiveDateTime,
+    /// Who decided, as authenticated.
+    pub principal: Option<String>,
 }
 
 pub fn insert(conn: &mut DbConn, row: &RequestRow) -> Result<(), StoreError> {
@@ -89,14 +91,21 @@ pub fn for_run(conn: &mut DbConn, run_id: &str) -> Result<(Vec<RequestRow>, Vec<
     Ok((requests, decisions))
 }
 
-/// Pending human tasks, oldest first.
-pub fn open_tasks(conn: &mut DbConn, limit: i64) -> Result<Vec<RequestRow>, StoreError> {
-    Ok(super::on_backend!(conn, |c| hitl_requests::table
-        .filter(hitl_requests::status.eq("pending").and(hitl_requests::kind.eq("human_task")))
-        .order(hitl_requests::created_at)
-        .limit(limit)
-        .select(RequestRow::as_select())
-        .load(c))?)
+/// Pending human tasks, oldest first (of the runs `owner` started, if given).
+pub fn open_tasks(conn: &mut DbConn, limit: i64, owner: Option<&str>) -> Result<Vec<RequestRow>, StoreError> {
+    Ok(super::on_backend!(conn, |c| {
+        let mut query = hitl_requests::table
+            .filter(hitl_requests::status.eq("pending").and(hitl_requests::kind.eq("human_task")))
+            .order(hitl_requests::created_at)
+            .limit(limit)
+            .select(RequestRow::as_select())
+            .into_boxed();
+        if let Some(owner) = owner {
+            query = query
+                .filter(hitl_requests::run_id.eq_any(runs::table.filter(runs::owner.eq(owner)).select(runs::run_id)));
+        }
+        query.load(c)
+    })?)
 }
 
 /// Moves every pending request of a run to `status` (`superseded` or `cancelled`).

@@ -234,6 +234,7 @@ mod tests {
             policy_replans: 0,
             operator_replans: 0,
             post_condition_replans: 0,
+            owner: None,
         }
     }
 

@@ -34,6 +34,8 @@ pub struct RunRow {
     pub policy_replans: i32,
     pub operator_replans: i32,
     pub post_condition_replans: i32,
+    /// The principal that started the run (`None` for runs stored before runs had owners).
+    pub owner: Option<String>,
 }
 
 /// The counters and plan version of a run, saved together whenever one of them changes.
@@ -172,18 +174,29 @@ fn moved(conn: &mut DbConn, run_id: &str, from: &str, updated: usize) -> Result<
     Err(StoreError::Conflict(format!("run {run_id} is {actual}, not {from}")))
 }
 
+/// Which runs a page shows.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Filter<'a> {
+    pub status: Option<&'a str>,
+    /// Only the runs this principal started.
+    pub owner: Option<&'a str>,
+}
+
 /// A page of runs, newest first: at most `limit` created before the run `before` (run ids are
-/// UUIDv7, ordered by creation time), in `status` if given.
+/// UUIDv7, ordered by creation time), those `filter` keeps.
 pub fn page(
     conn: &mut DbConn,
-    status: Option<&str>,
+    filter: Filter<'_>,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<RunRow>, StoreError> {
     Ok(super::on_backend!(conn, |c| {
         let mut query = runs::table.select(RunRow::as_select()).order(runs::run_id.desc()).limit(limit).into_boxed();
-        if let Some(status) = status {
+        if let Some(status) = filter.status {
             query = query.filter(runs::status.eq(status));
+        }
+        if let Some(owner) = filter.owner {
+            query = query.filter(runs::owner.eq(owner));
         }
         if let Some(before) = before {
             query = query.filter(runs::run_id.lt(before));

@@ -35,6 +35,7 @@ diesel::table! {
         policy_replans -> Integer,
         operator_replans -> Integer,
         post_condition_replans -> Integer,
+        owner -> Nullable<Text>,
     }
 }
 
@@ -111,6 +112,7 @@ diesel::table! {
         feedback -> Nullable<Text>,
         payload -> Nullable<Text>,
         decided_at -> Timestamp,
+        principal -> Nullable<Text>,
     }
 }
 

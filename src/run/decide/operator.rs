@@ -13,10 +13,12 @@ use crate::events::payload::*;
 use crate::run::state::RunState;
 use crate::run::status::RunStatus;
 
-/// Who acted, and why, as the operator said (recorded with the decision).
+/// Who acted, and why (recorded with the decision).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Actor {
-    /// `{id?, displayName?, email?}` as sent.
+    /// Who, as authenticated: the name of the key the command came with.
+    pub principal: String,
+    /// `{id?, displayName?, email?}` as the operator described themselves.
     pub operator: Option<Value>,
     pub note: Option<String>,
 }
@@ -30,6 +32,24 @@ pub enum Command {
     Replan { feedback: Option<String>, actor: Actor },
     /// `runs/{id}/cancel`. `stopped` when this process's coordinator has just stopped the run.
     Cancel { stopped: bool, actor: Actor },
+}
+
+impl Command {
+    /// Who sends the command.
+    pub fn actor(&self) -> &Actor {
+        match self {
+            Self::Resume { actor, .. } | Self::Replan { actor, .. } | Self::Cancel { actor, .. } => actor,
+        }
+    }
+
+    /// What the command is, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Resume { .. } => "resume",
+            Self::Replan { .. } => "replan",
+            Self::Cancel { .. } => "cancel",
+        }
+    }
 }
 
 /// An answer to the pending request.
@@ -238,7 +258,14 @@ fn record(
 }
 
 fn decision_info(decision: Verdict, feedback: Option<String>, actor: &Actor) -> DecisionInfo {
-    DecisionInfo { decision, feedback, answer: None, operator: actor.operator.clone(), note: actor.note.clone() }
+    DecisionInfo {
+        decision,
+        feedback,
+        answer: None,
+        operator: actor.operator.clone(),
+        note: actor.note.clone(),
+        principal: Some(actor.principal.clone()).filter(|p| !p.is_empty()),
+    }
 }
 
 /// The request answered: `hitl_resolved` with the operator's decision.

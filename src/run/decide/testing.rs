@@ -248,7 +248,7 @@ pub fn resolved(id: &str, kind: HitlKind, subject: HitlSubject, decision: Option
 }
 
 pub fn verdict(decision: Verdict) -> DecisionInfo {
-    DecisionInfo { decision, feedback: None, answer: None, operator: None, note: None }
+    DecisionInfo { decision, feedback: None, answer: None, operator: None, note: None, principal: None }
 }
 
 /// A goal result on `post_copy/quality_score`.

@@ -1,0 +1,117 @@
+//! Runs belong to their caller: a key's name is the principal that owns the runs it starts; a
+//! caller lists, reads and follows only its own runs and tasks, operators every run; decisions
+//! record who made them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::*;
+
+const ALICE: &str = "alice-secret";
+const BOB: &str = "bob-secret";
+
+async fn server() -> TestServer {
+    let options = Options {
+        env: vec![
+            ("FLEXRUN_API_KEYS", format!("alice:{ALICE},bob:{BOB}")),
+            ("FLEXRUN_OPERATOR_KEYS", format!("ops:{OPERATOR_KEY}")),
+        ],
+        ..Options::default()
+    };
+    TestServer::start_with(planner_then(&[("draft", "writer")], post(0.9)), options).await
+}
+
+async fn get(server: &TestServer, key: &str, path: &str) -> (u16, Value) {
+    let response = server.http.get(server.url(path)).bearer_auth(key).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn start_as(server: &TestServer, key: &str, envelope: &Value) -> String {
+    let response =
+        server.http.post(server.url("/api/v1/flex/run.stream")).bearer_auth(key).json(envelope).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let frames = read_frames(response, usize::MAX).await;
+    frames[0].run_id.clone()
+}
+
+fn listed(body: &Value) -> Vec<String> {
+    body["runs"].as_array().unwrap().iter().map(|r| r["runId"].as_str().unwrap().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_see_only_their_own_runs_and_operators_see_every_run() {
+    let server = server().await;
+    let alices = start_as(&server, ALICE, &envelope()).await;
+    let bobs = start_as(&server, BOB, &envelope()).await;
+
+    let (status, page) = get(&server, ALICE, "/api/v1/flex/runs").await;
+    assert_eq!((status, listed(&page)), (200, vec![alices.clone()]));
+    assert_eq!(page["runs"][0]["owner"], "alice");
+    let (_, page) = get(&server, OPERATOR_KEY, "/api/v1/flex/runs").await;
+    assert_eq!(listed(&page), vec![bobs.clone(), alices.clone()], "operators see every run, newest first");
+
+    for path in ["", "/events", "/stream"] {
+        let (status, body) = get(&server, BOB, &format!("/api/v1/flex/runs/{alices}{path}")).await;
+        assert_eq!(status, 404, "bob reads {path} of alice's run");
+        assert_eq!(body["error"]["code"], "run_not_found", "as if it did not exist");
+        let (status, _) = get(&server, ALICE, &format!("/api/v1/flex/runs/{alices}{path}")).await;
+        assert_eq!(status, 200, "alice reads {path} of her run");
+        let (status, _) = get(&server, OPERATOR_KEY, &format!("/api/v1/flex/runs/{alices}{path}")).await;
+        assert_eq!(status, 200, "an operator reads {path} of any run");
+    }
+    let (_, detail) = get(&server, ALICE, &format!("/api/v1/flex/runs/{alices}")).await;
+    assert_eq!(detail["run"]["owner"], "alice");
+    assert_eq!(server.count(&format!("SELECT COUNT(*) AS n FROM runs WHERE run_id = '{bobs}' AND owner = 'bob'")), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_are_scoped_to_their_caller() {
+    let server = server().await;
+    let post = |key: &'static str| {
+        server
+            .http
+            .post(server.url("/api/v1/flex/run.stream"))
+            .bearer_auth(key)
+            .header("idempotency-key", "order-1")
+            .json(&envelope())
+            .send()
+    };
+    let alice = post(ALICE).await.unwrap();
+    let alice_run = alice.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    read_frames(alice, usize::MAX).await;
+    let bob = post(BOB).await.unwrap();
+    assert!(bob.headers().get("idempotent-replayed").is_none(), "bob's key is his own");
+    assert_ne!(bob.headers()["x-flexrun-run-id"].to_str().unwrap(), alice_run);
+    read_frames(bob, usize::MAX).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_record_the_principal_that_made_them() {
+    let server = server().await;
+    let mut envelope = envelope();
+    envelope["policies"] = json!({"approval": {"plan": "required"}});
+    let run = start_as(&server, ALICE, &envelope).await;
+    let (_, detail) = get(&server, ALICE, &format!("/api/v1/flex/runs/{run}")).await;
+    let request = detail["hitlRequests"][0]["id"].as_str().unwrap().to_string();
+
+    // A caller may not decide, even on its own run.
+    let forbidden = server
+        .http
+        .post(server.url("/api/v1/flex/run.resume"))
+        .bearer_auth(ALICE)
+        .json(&decision(&run, &request, true, None))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forbidden.status(), 403);
+
+    let (status, frames, _) = resume(&server, decision(&run, &request, true, None)).await;
+    assert_eq!(status, 200);
+    assert_eq!(frames[0].payload["decision"]["principal"], "ops");
+    let stored = server.count(&format!(
+        "SELECT COUNT(*) AS n FROM hitl_decisions WHERE request_id = '{request}' AND principal = 'ops'"
+    ));
+    assert_eq!(stored, 1);
+}
