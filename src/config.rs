@@ -65,8 +65,17 @@ pub struct Settings {
     pub limits: Limits,
     pub auth: AuthSettings,
     pub http_capabilities: HttpCapabilitySettings,
+    pub redaction: RedactionSettings,
     #[serde(default)]
     pub facets: BTreeMap<String, FacetDefinition>,
+}
+
+/// Values hidden on every read path (`crate::redact`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedactionSettings {
+    /// Marker words added to the built-in ones.
+    pub extra_keys: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

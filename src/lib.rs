@@ -23,6 +23,7 @@ pub mod http;
 pub mod llm;
 pub mod plan;
 pub mod planner;
+pub mod redact;
 pub mod retry;
 pub mod run;
 pub mod runtime_policy;

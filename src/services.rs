@@ -9,6 +9,7 @@ use crate::events::Bus;
 use crate::facet::{FacetCatalog, FacetCatalogError};
 use crate::llm::LlmClient;
 use crate::planner::Planner;
+use crate::redact::Redaction;
 use crate::run::claims::Claims;
 use crate::run::state::RunState;
 use crate::store::{Store, StoreError};
@@ -39,6 +40,8 @@ pub struct Services {
     pub planner: Planner,
     pub executors: Executors,
     pub facets: FacetCatalog,
+    /// What no read path shows (`crate::redact`).
+    pub redaction: Redaction,
     /// The runs whose log this process writes, and how to stop the task writing one.
     pub claims: Arc<Claims>,
     /// Sees every commit of every run's log (tests); a server has none.
@@ -67,6 +70,7 @@ impl Services {
         let llm = LlmClient::new(&settings.llm)?;
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
         let executors = Executors::new(llm, settings.limits.max_capability_response_bytes)?;
+        let redaction = Redaction::new(&settings.redaction.extra_keys);
         Ok(Arc::new(Self {
             settings,
             store,
@@ -75,6 +79,7 @@ impl Services {
             planner,
             executors,
             facets,
+            redaction,
             claims: Arc::default(),
             commit_observer: observer,
             runtime: tokio::runtime::Handle::current(),

@@ -7,13 +7,22 @@ use super::auth::{Caller, Operator};
 use super::body::read_body;
 use super::error::ApiError;
 use crate::capability::Capability;
+use crate::redact::{self, Redaction};
 use crate::services::Services;
 
-fn describe(c: &Capability) -> Value {
+/// A capability as callers see it: its registration without secrets, and its endpoint without
+/// credentials or query string.
+fn describe(c: &Capability, redaction: &Redaction) -> Value {
+    let mut registration = redaction.value(c.registration.clone());
+    if let Some(endpoint) = registration.get_mut("endpoint")
+        && let Some(url) = endpoint.as_str()
+    {
+        *endpoint = Value::String(redact::url(url));
+    }
     json!({
         "capabilityId": c.id, "version": c.version, "displayName": c.display_name, "summary": c.summary,
         "kind": c.kind, "agentType": c.executor.agent_type(), "inputFacets": c.input_facets,
-        "outputFacets": c.output_facets, "status": "active", "registration": c.registration,
+        "outputFacets": c.output_facets, "status": "active", "registration": registration,
     })
 }
 
@@ -29,13 +38,15 @@ pub async fn register(
         .map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?;
     let capability = services.registry.register(registration, "api").await?;
     let count = services.registry.snapshot().len();
-    Ok(HttpResponse::Created()
-        .json(json!({"ok": true, "capability": describe(&capability), "registry": {"count": count}})))
+    Ok(HttpResponse::Created().json(
+        json!({"ok": true, "capability": describe(&capability, &services.redaction), "registry": {"count": count}}),
+    ))
 }
 
 /// `GET /api/v1/flex/capabilities`
 #[get("/capabilities")]
 pub async fn list(_caller: Caller, services: web::Data<Services>) -> HttpResponse {
-    let capabilities: Vec<Value> = services.registry.snapshot().values().map(|c| describe(c)).collect();
+    let capabilities: Vec<Value> =
+        services.registry.snapshot().values().map(|c| describe(c, &services.redaction)).collect();
     HttpResponse::Ok().json(json!({"capabilities": capabilities, "count": capabilities.len()}))
 }

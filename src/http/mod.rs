@@ -8,7 +8,7 @@ mod conditions;
 mod error;
 mod idempotency;
 mod operator;
-mod redact;
+
 mod runs;
 mod sse;
 mod system;

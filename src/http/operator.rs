@@ -112,7 +112,9 @@ pub async fn resume(
     let command = Command::Resume { expected_plan_version, answer: answer(&body)?, actor: actor(&operator, &body) };
     let services: Arc<Services> = services.into_inner();
     let applied = run::apply(&services, &run_id, command).await?;
-    Ok(frame_stream(applied.frames).customize().insert_header(("x-flexrun-run-id", run_id.to_string())))
+    Ok(frame_stream(applied.frames, &services.redaction)
+        .customize()
+        .insert_header(("x-flexrun-run-id", run_id.to_string())))
 }
 
 /// `POST /api/v1/flex/runs/{id}/replan`: drops the plan a paused run waits with and plans again
@@ -175,7 +177,7 @@ pub async fn tasks(
             })
         })
         .collect();
-    Ok(HttpResponse::Ok().json(super::redact::redact(json!({"count": tasks.len(), "tasks": tasks}))))
+    Ok(HttpResponse::Ok().json(services.redaction.value(json!({"count": tasks.len(), "tasks": tasks}))))
 }
 
 /// `POST /api/v1/flex/tasks/{id}/decline` `{reason, note?, operator?}`: refuses a human task;

@@ -37,7 +37,7 @@ pub async fn run_stream(
     let idempotency = idempotency::from_request(&req, &caller, &body)?;
     let services: Arc<Services> = services.into_inner();
     let run = crate::run::start(&services, envelope, correlation_id, idempotency, &caller.principal).await?;
-    let mut response = frame_stream(run.frames).customize();
+    let mut response = frame_stream(run.frames, &services.redaction).customize();
     if run.replayed {
         response = response.insert_header(("idempotent-replayed", "true"));
     }
@@ -132,7 +132,7 @@ pub async fn get_run(
         return Err(not_found(&run_id));
     }
     let body = serde_json::to_value(&view).map_err(ApiError::internal)?;
-    Ok(HttpResponse::Ok().json(super::redact::redact(body)))
+    Ok(HttpResponse::Ok().json(services.redaction.value(body)))
 }
 
 #[derive(Debug, Deserialize)]
@@ -162,8 +162,11 @@ pub async fn get_events(
         .map_err(run_error(&run_id))?;
     let shown = usize::try_from(limit).unwrap_or_default();
     let has_more = page.len() > shown;
-    let frames: Vec<Value> =
-        page.iter().take(shown).map(|f| serde_json::from_str(&f.json).unwrap_or(Value::Null)).collect();
+    let frames: Vec<Value> = page
+        .iter()
+        .take(shown)
+        .map(|f| services.redaction.value(serde_json::from_str(&f.json).unwrap_or(Value::Null)))
+        .collect();
     let next_after = page.iter().take(shown).next_back().map_or(after, |f| f.seq);
     Ok(HttpResponse::Ok()
         .json(json!({"runId": run_id, "events": frames, "nextAfter": next_after, "hasMore": has_more})))
@@ -194,5 +197,5 @@ pub async fn follow_run(
     };
     visible(&services, &caller, &run_id).await?;
     let frames = follow(services.store.clone(), &services.bus, run_id.to_string(), after);
-    Ok(frame_stream(frames.boxed()))
+    Ok(frame_stream(frames.boxed(), &services.redaction))
 }

@@ -6,17 +6,24 @@ use std::time::Duration;
 use actix_web_lab::sse::{self, Sse};
 use futures::{Stream, StreamExt};
 
+use crate::redact::Redaction;
 use crate::run::follow::FollowError;
 use crate::store::events::LoggedFrame;
 
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-pub fn frame_stream<S>(frames: S) -> impl actix_web::Responder
+/// The frames as SSE events, each redacted (`crate::redact`): the log keeps every value, a stream
+/// shows none of the secrets.
+pub fn frame_stream<S>(frames: S, redaction: &Redaction) -> impl actix_web::Responder + use<S>
 where
     S: Stream<Item = Result<LoggedFrame, FollowError>> + 'static,
 {
-    let events = frames.map(|frame| {
-        frame.map(|f| sse::Event::Data(sse::Data::new(f.json.to_string()).id(f.seq.to_string()).event(f.event_type)))
+    let redaction = redaction.clone();
+    let events = frames.map(move |frame| {
+        frame.map(|f| {
+            let data = redaction.text(&f.json).into_owned();
+            sse::Event::Data(sse::Data::new(data).id(f.seq.to_string()).event(f.event_type))
+        })
     });
     Sse::from_stream(events).with_keep_alive(KEEP_ALIVE)
 }
