@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::capability::UrlPrefix;
+
 /// The defaults, kept in one place: the same file documents them for operators.
 const DEFAULTS: &str = include_str!("../config/flexrun.toml");
 
@@ -26,6 +28,11 @@ pub enum ConfigError {
          FLEXRUN_OPERATOR_KEYS, or `auth.allow_anonymous = true` if the network is trusted"
     )]
     AnonymousPublic { bind: SocketAddr },
+    #[error(
+        "configuration: `http_capabilities.allowed_url_prefixes` lists `{prefix}`, a link-local or \
+         cloud-metadata address, which is refused unless `http_capabilities.allow_link_local = true`"
+    )]
+    LinkLocalPrefix { prefix: String },
 }
 
 /// A secret string (API keys): deserialises like a string, never prints its value.
@@ -182,7 +189,9 @@ impl NamedKey {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpCapabilitySettings {
-    pub allowed_url_prefixes: Vec<String>,
+    /// Parsed when the settings load, so a bad entry stops the server instead of never matching.
+    pub allowed_url_prefixes: Vec<UrlPrefix>,
+    pub allow_link_local: bool,
 }
 
 /// One entry of the optional facet catalog.
@@ -242,6 +251,15 @@ impl Settings {
         if !self.auth.enabled() && !self.auth.allow_anonymous && !bind.ip().is_loopback() {
             return Err(ConfigError::AnonymousPublic { bind });
         }
+        // A prefix nothing could ever be registered under is a mistake to report, not to keep.
+        let http = &self.http_capabilities;
+        if let Some(prefix) = http
+            .allowed_url_prefixes
+            .iter()
+            .find(|p| !http.allow_link_local && p.address().is_some_and(crate::capability::is_link_local_or_metadata))
+        {
+            return Err(ConfigError::LinkLocalPrefix { prefix: prefix.to_string() });
+        }
         Ok(())
     }
 
@@ -299,6 +317,49 @@ mod tests {
     fn secrets_do_not_print() {
         let s = load(&[("FLEXRUN_LLM_API_KEY", "sk-very-secret")]).unwrap();
         assert!(!format!("{s:?}").contains("sk-very-secret"));
+    }
+
+    fn load_file(toml: &str) -> Result<Settings, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("flexrun.toml");
+        std::fs::write(&path, toml).unwrap();
+        load(&[("FLEXRUN_CONFIG", path.to_str().unwrap())])
+    }
+
+    #[test]
+    fn allowed_url_prefixes_are_parsed_when_the_settings_load() {
+        let s = load_file(
+            "[http_capabilities]\nallowed_url_prefixes = [\"https://tools.internal/api\", \"http://[::1]:8080\"]\n",
+        )
+        .unwrap();
+        let prefixes = &s.http_capabilities.allowed_url_prefixes;
+        assert_eq!(
+            prefixes,
+            &[UrlPrefix::parse("https://tools.internal/api").unwrap(), UrlPrefix::parse("http://[::1]:8080/").unwrap()]
+        );
+        assert!(!s.http_capabilities.allow_link_local, "refused by default");
+
+        for (entry, says) in [
+            ("localhost", "is not a URL"),
+            ("ftp://tools/", "scheme `ftp`"),
+            ("http://tools/?x=1", "query string"),
+            ("http://user:pw@tools/", "credentials"),
+        ] {
+            let toml = format!("[http_capabilities]\nallowed_url_prefixes = [\"https://ok/\", {entry:?}]\n");
+            let err = load_file(&toml).unwrap_err().to_string();
+            assert!(err.contains(entry) && err.contains(says), "{entry}: {err}");
+            assert!(err.contains("http_capabilities.allowed_url_prefixes"), "{entry}: names the key: {err}");
+        }
+    }
+
+    #[test]
+    fn a_link_local_prefix_needs_allow_link_local() {
+        let listed = "[http_capabilities]\nallowed_url_prefixes = [\"http://169.254.169.254/\"]\n";
+        let err = load_file(listed).unwrap_err();
+        assert!(matches!(err, ConfigError::LinkLocalPrefix { .. }), "{err}");
+        assert!(err.to_string().contains("allow_link_local"), "{err}");
+        let allowed = load_file(&format!("{listed}allow_link_local = true\n")).unwrap();
+        assert!(allowed.http_capabilities.allow_link_local);
     }
 
     #[test]

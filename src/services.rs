@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::capability::{EndpointAllowlist, Executors, Registry, RegistryError};
+use crate::capability::{AddressGuard, EndpointAllowlist, Executors, GuardedResolver, Registry, RegistryError};
 use crate::config::Settings;
 use crate::events::Bus;
 use crate::facet::{FacetCatalog, FacetCatalogError};
@@ -17,6 +17,16 @@ use crate::store::{Store, StoreError};
 /// Sees the state of a run after each commit of its log. Tests use it to check that a live
 /// run's state equals the fold of its committed log at every step.
 pub type CommitObserver = Arc<dyn Fn(&RunState) + Send + Sync>;
+
+/// What tests put in place of parts a server builds itself. A server uses `Hooks::default()`.
+#[derive(Default)]
+pub struct Hooks {
+    /// Sees every commit of every run's log.
+    pub observer: Option<CommitObserver>,
+    /// Resolves the host names of `http` capabilities instead of the system resolver, so tests
+    /// can give names chosen addresses without DNS. What it answers is checked all the same.
+    pub lookup: Option<Arc<dyn reqwest::dns::Resolve>>,
+}
 
 /// Why the server's long-lived parts could not be set up: the database, the capability
 /// registry, the facet catalog or an HTTP client.
@@ -54,22 +64,29 @@ impl Services {
     /// Opens the database (migrating it), loads capabilities and prepares the model clients.
     /// Makes no network call. Must be called from within the runtime that will drive runs.
     pub async fn start(settings: Settings) -> Result<Arc<Self>, SetupError> {
-        Self::start_observed(settings, None).await
+        Self::start_with(settings, Hooks::default()).await
     }
 
-    /// [`Self::start`], with `observer` seeing every commit of every run's log.
-    pub async fn start_observed(settings: Settings, observer: Option<CommitObserver>) -> Result<Arc<Self>, SetupError> {
+    /// [`Self::start`], with `hooks` in place of the parts they replace.
+    pub async fn start_with(settings: Settings, hooks: Hooks) -> Result<Arc<Self>, SetupError> {
         // Run coordinators submit most writes: with SQLite their runtime commits them itself.
         let store = Store::open_on(&settings.database_url, &tokio::runtime::Handle::current())?;
         let facets = FacetCatalog::new(settings.facets.clone())?;
-        let policy =
-            EndpointAllowlist { allowed_url_prefixes: settings.http_capabilities.allowed_url_prefixes.clone() };
+        let addresses = AddressGuard { allow_link_local: settings.http_capabilities.allow_link_local };
+        let policy = EndpointAllowlist {
+            allowed_url_prefixes: settings.http_capabilities.allowed_url_prefixes.clone(),
+            addresses,
+        };
         let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
         let registry =
             Registry::load(store.clone(), policy, configured, settings.capabilities_dir().as_deref()).await?;
         let llm = LlmClient::new(&settings.llm)?;
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
-        let executors = Executors::new(llm, settings.limits.max_capability_response_bytes)?;
+        let max_response_bytes = settings.limits.max_capability_response_bytes;
+        let executors = match hooks.lookup {
+            Some(lookup) => Executors::with_resolver(llm, max_response_bytes, GuardedResolver::new(lookup, addresses))?,
+            None => Executors::new(llm, max_response_bytes, addresses)?,
+        };
         let redaction = Redaction::new(&settings.redaction.extra_keys);
         Ok(Arc::new(Self {
             settings,
@@ -81,7 +98,7 @@ impl Services {
             facets,
             redaction,
             claims: Arc::default(),
-            commit_observer: observer,
+            commit_observer: hooks.observer,
             runtime: tokio::runtime::Handle::current(),
         }))
     }

@@ -202,3 +202,152 @@ async fn health_and_metrics() {
     let metrics = server.http.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("flexrun_runs_started_total"), "{metrics}");
 }
+
+/// Writes `toml` as the file named by `FLEXRUN_CONFIG` of a test server.
+fn config_file(dir: &tempfile::TempDir, toml: &str) -> (&'static str, String) {
+    let path = dir.path().join("flexrun.toml");
+    std::fs::write(&path, toml).unwrap();
+    ("FLEXRUN_CONFIG", path.display().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_are_matched_against_allowed_prefixes_as_urls() {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let config = config_file(
+        &dir,
+        "[http_capabilities]\nallowed_url_prefixes = [\"http://localhost\", \"https://tools.internal/api\"]\n",
+    );
+    let options = Options { env: vec![config], dir: Some(dir.clone()), ..Options::default() };
+    let server = TestServer::start_with(always_plan(&[("draft", "writer")]), options).await;
+    let register = server.url("/api/v1/flex/capabilities/register");
+    let registration =
+        |endpoint: &str| http_capability("scorer", &["post_copy"], &["score"], json!({"type": "object"}), endpoint);
+
+    for refused in [
+        "http://localhost.evil.example/score",
+        "http://localhost:8080/score",
+        "https://localhost/score",
+        "https://tools.internal/apix",
+        "https://tools.internal.evil.example/api",
+        "https://tools.internal:8443/api/score",
+        "http://tools.internal/api/score",
+        "https://tools.internal/api/../admin",
+        "http://127.0.0.1/score",
+    ] {
+        let (status, error) =
+            error_body(server.http.post(&register).json(&registration(refused)).send().await.unwrap()).await;
+        assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_capability")), "{refused}: {error}");
+        let detail = &error["error"]["details"][0];
+        assert_eq!(
+            (detail["path"].as_str(), detail["code"].as_str()),
+            (Some("/endpoint"), Some("invalid_endpoint")),
+            "{refused}"
+        );
+        let message = detail["message"].as_str().unwrap();
+        assert!(message.contains("http://localhost/, https://tools.internal/api"), "{refused}: {message}");
+    }
+    for allowed in [
+        "http://localhost/score",
+        "https://tools.internal/api",
+        "https://tools.internal:443/api/score?v=2#top",
+        "http://localhost:80/score?v=2",
+    ] {
+        let response = server.http.post(&register).json(&registration(allowed)).send().await.unwrap();
+        assert_eq!(response.status(), 201, "{allowed}");
+    }
+    let list: Value =
+        server.http.get(server.url("/api/v1/flex/capabilities")).send().await.unwrap().json().await.unwrap();
+    let scorer = list["capabilities"].as_array().unwrap().iter().find(|c| c["capabilityId"] == "scorer").unwrap();
+    assert_eq!(
+        scorer["registration"]["endpoint"], "http://localhost:80/score?v=2",
+        "the last allowed registration is active"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_local_endpoints_are_refused_by_default() {
+    let server = TestServer::start(always_plan(&[("draft", "writer")])).await;
+    let register = server.url("/api/v1/flex/capabilities/register");
+    for endpoint in
+        ["http://169.254.169.254/latest/meta-data/", "http://[::ffff:169.254.169.254]/", "http://[fe80::1%25eth0]/"]
+    {
+        let registration = http_capability("metadata", &[], &["x"], json!({"type": "object"}), endpoint);
+        let (status, error) = error_body(server.http.post(&register).json(&registration).send().await.unwrap()).await;
+        assert_eq!(status, 400, "{endpoint}: {error}");
+        assert_eq!(error["error"]["details"][0]["code"], "invalid_endpoint", "{endpoint}: {error}");
+    }
+    let registration =
+        http_capability("metadata", &[], &["x"], json!({"type": "object"}), "http://169.254.169.254/latest/meta-data/");
+    let (status, error) = error_body(server.http.post(&register).json(&registration).send().await.unwrap()).await;
+    assert_eq!(status, 400);
+    let message = error["error"]["details"][0]["message"].as_str().unwrap();
+    assert!(message.contains("link-local") && message.contains("allow_link_local"), "{message}");
+
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let config = config_file(&dir, "[http_capabilities]\nallow_link_local = true\n");
+    let options = Options { env: vec![config], dir: Some(dir.clone()), ..Options::default() };
+    let allowing = TestServer::start_with(always_plan(&[("draft", "writer")]), options).await;
+    let response = allowing
+        .http
+        .post(allowing.url("/api/v1/flex/capabilities/register"))
+        .json(&registration)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201, "an operator may allow them");
+}
+
+/// Names resolved from a table, never from DNS: every address test traffic reaches is loopback.
+struct Table(Vec<(&'static str, std::net::IpAddr)>);
+
+impl reqwest::dns::Resolve for Table {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let found: Vec<std::net::SocketAddr> = self
+            .0
+            .iter()
+            .filter(|(host, _)| *host == name.as_str())
+            .map(|(_, ip)| std::net::SocketAddr::new(*ip, 0))
+            .collect();
+        Box::pin(async move {
+            let found: reqwest::dns::Addrs = Box::new(found.into_iter());
+            Ok(found)
+        })
+    }
+}
+
+/// A server whose `http.writer` calls `endpoint`'s port at `host`, which `Table` resolves.
+async fn named_writer_server(endpoint: &HttpCapability, host: &str) -> TestServer {
+    let url = endpoint.url.replace("127.0.0.1", host);
+    let writer = http_capability("http.writer", &["brief"], &["post_copy"], json!({"type": "object"}), &url);
+    let table = Table(vec![
+        ("metadata.test", "169.254.169.254".parse().unwrap()),
+        ("mapped.test", "::ffff:169.254.169.254".parse().unwrap()),
+        ("tools.test", "127.0.0.1".parse().unwrap()),
+    ]);
+    let options = Options { capabilities: vec![writer], lookup: Some(Arc::new(table)), ..Options::default() };
+    TestServer::start_with(planner_then(&[("draft", "http.writer")], post(0.9)), options).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_resolving_to_link_local_addresses_fail_the_node_without_a_retry() {
+    let endpoint = HttpCapability::start(200, json!({"text": "from http", "quality_score": 0.85}));
+    let mut envelope = envelope();
+    envelope["policies"] = json!({"retry": {"maxRetries": 2, "baseDelay": 0.1}});
+
+    // The same endpoint under a name that resolves to loopback is called: the table is in use.
+    let allowed = named_writer_server(&endpoint, "tools.test").await;
+    let frames = allowed.run(&envelope).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+    assert_eq!(endpoint.received().len(), 1);
+
+    for host in ["metadata.test", "mapped.test"] {
+        let refused = named_writer_server(&endpoint, host).await;
+        let frames = refused.run(&envelope).await;
+        assert_eq!(kinds(&frames)[3..], ["node_start", "node_error", "complete"], "{host}: never retried");
+        assert_eq!(frames[4].payload["error"]["code"], "capability_address_refused", "{host}");
+        let message = frames[4].message.as_deref().unwrap();
+        assert!(message.contains(host) && message.contains("169.254.169.254"), "{host}: {message}");
+        assert_eq!(frames[5].payload["status"], "failed");
+        assert_eq!(endpoint.received().len(), 1, "{host}: nothing was sent");
+    }
+}

@@ -355,6 +355,7 @@ fn the_live_state_equals_the_fold_of_the_committed_log_at_every_step() {
             capabilities: capabilities(),
             dir: Some(dir),
             observer: Some(observer),
+            lookup: None,
         };
         TestServer::start_with(model(stage.clone()), options).await
     });

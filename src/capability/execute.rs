@@ -3,12 +3,14 @@
 //! capability's output contract before the node may complete.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::endpoint::{AddressGuard, GuardedResolver, RefusedAddress};
 use super::signal::{self, InvalidSignal, Reply};
 use super::{Capability, Executor};
 use crate::condition::GoalConditionResult;
@@ -75,6 +77,10 @@ pub enum CapabilityError {
     Timeout(Duration),
     #[error("could not reach the capability endpoint: {0}")]
     Connection(String),
+    /// The endpoint is, or its host name resolved to, an address flexrun does not call. Calling
+    /// again would resolve to the same refusal, so it is never retried.
+    #[error("capability endpoint refused: {0}")]
+    AddressRefused(RefusedAddress),
     #[error("capability endpoint answered HTTP {status}: {body}")]
     Status { status: u16, body: String, retry_after: Option<Duration> },
     #[error("capability response is larger than {0} bytes")]
@@ -98,6 +104,7 @@ impl CapabilityError {
             Self::Timeout(_) | Self::Connection(_) => true,
             Self::Status { status, .. } => matches!(status, 408 | 429) || *status >= 500,
             Self::NotRegistered(_)
+            | Self::AddressRefused(_)
             | Self::TooLarge(_)
             | Self::NotJson(_)
             | Self::Contract(_)
@@ -122,6 +129,7 @@ impl CapabilityError {
             Self::Model(_) => "model_error",
             Self::Timeout(_) => "capability_timeout",
             Self::Connection(_) => "capability_unreachable",
+            Self::AddressRefused(_) => "capability_address_refused",
             Self::Status { .. } => "capability_http_error",
             Self::TooLarge(_) => "capability_response_too_large",
             Self::NotJson(_) => "capability_output_not_json",
@@ -138,17 +146,34 @@ pub struct Executors {
     llm: LlmClient,
     http: reqwest::Client,
     max_response_bytes: usize,
+    /// Checks endpoints that name an address: the client resolves only names.
+    addresses: AddressGuard,
 }
 
 impl Executors {
-    pub fn new(llm: LlmClient, max_response_bytes: usize) -> Result<Self, reqwest::Error> {
+    /// Executors whose `http` calls resolve names with the system resolver and reach only the
+    /// addresses `addresses` allows.
+    pub fn new(llm: LlmClient, max_response_bytes: usize, addresses: AddressGuard) -> Result<Self, reqwest::Error> {
+        Self::with_resolver(llm, max_response_bytes, GuardedResolver::system(addresses))
+    }
+
+    /// Executors whose `http` calls resolve names with `resolver` (tests give names chosen
+    /// addresses with it, without DNS).
+    pub fn with_resolver(
+        llm: LlmClient,
+        max_response_bytes: usize,
+        resolver: GuardedResolver,
+    ) -> Result<Self, reqwest::Error> {
+        let addresses = resolver.guard();
         // Never follow redirects (only registered URLs are called) and never retry on our behalf
-        // (every attempt is flexrun's, announced by a `retry` frame).
+        // (every attempt is flexrun's, announced by a `retry` frame). Names are resolved by the
+        // guarded resolver, so the address checked is the address connected to.
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .retry(reqwest::retry::never())
+            .dns_resolver(Arc::new(resolver))
             .build()?;
-        Ok(Self { llm, http, max_response_bytes })
+        Ok(Self { llm, http, max_response_bytes, addresses })
     }
 
     /// Runs `capability` for one node and returns its signal, or its output checked against its
@@ -201,6 +226,9 @@ impl Executors {
         bundle: &ContextBundle,
         timeout: Duration,
     ) -> Result<Value, CapabilityError> {
+        // The client connects to an address in the URL without resolving it, so the resolver
+        // never sees it: such endpoints are checked here (registration refuses them too).
+        self.addresses.check_url(endpoint).map_err(CapabilityError::AddressRefused)?;
         let call = async {
             let response = self.http.post(endpoint.clone()).json(bundle).send().await.map_err(connection)?;
             let status = response.status();
@@ -236,7 +264,16 @@ impl Executors {
     }
 }
 
+/// A failed call: refused by the resolver (found among the error's causes), or a connection
+/// failure worth retrying.
 fn connection(error: reqwest::Error) -> CapabilityError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(e) = cause {
+        if let Some(refused) = e.downcast_ref::<RefusedAddress>() {
+            return CapabilityError::AddressRefused(refused.clone());
+        }
+        cause = e.source();
+    }
     CapabilityError::Connection(error.without_url().to_string())
 }
 

@@ -1,10 +1,15 @@
 //! Capabilities: the steps a plan may use. A registration (API body or file) is validated into a
 //! [`Capability`]; the [`Registry`] holds the active set; [`Executors`] run one.
 
+mod endpoint;
 mod execute;
 mod registry;
 pub mod signal;
 
+pub use endpoint::{
+    AddressGuard, EndpointAllowlist, GuardedResolver, RefusedAddress, UrlPrefix, UrlPrefixError,
+    is_link_local_or_metadata,
+};
 pub use execute::{CapabilityError, Clarification, ContextBundle, Executors, PostConditionFailures, check_output};
 pub use registry::{Capabilities, Registry, RegistryError, catalog, registration_files};
 pub use signal::{Reply, Signal};
@@ -117,14 +122,6 @@ pub struct Capability {
     pub registration: Value,
 }
 
-/// Which endpoints an `http` capability may be registered with (`http_capabilities` in the
-/// configuration).
-#[derive(Debug, Clone, Default)]
-pub struct EndpointAllowlist {
-    /// `http` endpoints must start with one of these; empty allows any http(s) URL.
-    pub allowed_url_prefixes: Vec<String>,
-}
-
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawRegistration {
@@ -222,10 +219,14 @@ fn http_endpoint(endpoint: &str, policy: &EndpointAllowlist) -> Result<Url, Fiel
     if !url.username().is_empty() || url.password().is_some() {
         return Err(invalid("credentials in the URL are not allowed".into()));
     }
-    let allowed = &policy.allowed_url_prefixes;
-    if !allowed.is_empty() && !allowed.iter().any(|prefix| url.as_str().starts_with(prefix.as_str())) {
+    if let Err(refused) = policy.addresses.check_url(&url) {
+        return Err(invalid(format!("`{url}`: {refused}")));
+    }
+    if !policy.allows(&url) {
+        let allowed: Vec<String> = policy.allowed_url_prefixes.iter().map(ToString::to_string).collect();
         return Err(invalid(format!(
-            "`{url}` is not under an allowed prefix ({}); see `http_capabilities.allowed_url_prefixes`",
+            "`{url}` is not under an allowed prefix ({}): scheme, host and port must equal one \
+             prefix's, and the path be at or below its path; see `http_capabilities.allowed_url_prefixes`",
             allowed.join(", ")
         )));
     }
@@ -338,11 +339,54 @@ mod tests {
         assert_eq!(errors[0].path, "/endpoint");
         r["endpoint"] = json!("http://127.0.0.1:9/score");
         assert!(Capability::parse(r.clone(), &policy()).is_ok());
-        let strict = EndpointAllowlist { allowed_url_prefixes: vec!["https://tools/".into()] };
+        let strict = EndpointAllowlist {
+            allowed_url_prefixes: vec![UrlPrefix::parse("https://tools/").unwrap()],
+            ..EndpointAllowlist::default()
+        };
         let errors = Capability::parse(r.clone(), &strict).unwrap_err();
         assert_eq!(errors[0].code, "invalid_endpoint");
         r["endpoint"] = json!("file:///etc/passwd");
         assert_eq!(Capability::parse(r, &policy()).unwrap_err()[0].code, "invalid_endpoint");
+    }
+
+    fn http_registration(endpoint: &str) -> Value {
+        let mut r = registration();
+        r["agentType"] = json!("http");
+        r["endpoint"] = json!(endpoint);
+        r
+    }
+
+    #[test]
+    fn allowed_prefixes_are_matched_as_urls_not_strings() {
+        let localhost = EndpointAllowlist {
+            allowed_url_prefixes: vec![UrlPrefix::parse("http://localhost").unwrap()],
+            ..EndpointAllowlist::default()
+        };
+        assert!(Capability::parse(http_registration("http://localhost/score"), &localhost).is_ok());
+        for refused in ["http://localhost.evil.example/score", "http://localhost:8080/score", "https://localhost/"] {
+            let errors = Capability::parse(http_registration(refused), &localhost).unwrap_err();
+            assert_eq!((errors[0].path.as_str(), errors[0].code.as_str()), ("/endpoint", "invalid_endpoint"));
+            assert!(errors[0].message.contains("http://localhost/"), "{}", errors[0].message);
+        }
+    }
+
+    #[test]
+    fn link_local_endpoints_are_refused_unless_allowed() {
+        let allowing = EndpointAllowlist { addresses: AddressGuard { allow_link_local: true }, ..policy() };
+        for endpoint in
+            ["http://169.254.169.254/latest/meta-data/", "http://[fe80::1]:8080/", "http://[::ffff:169.254.169.254]/"]
+        {
+            let errors = Capability::parse(http_registration(endpoint), &policy()).unwrap_err();
+            assert_eq!(errors[0].code, "invalid_endpoint", "{endpoint}");
+            assert!(errors[0].message.contains("link-local"), "{}", errors[0].message);
+            assert!(Capability::parse(http_registration(endpoint), &allowing).is_ok(), "{endpoint}");
+        }
+        // Even an allowed prefix naming such an address needs `allow_link_local`.
+        let listed = EndpointAllowlist {
+            allowed_url_prefixes: vec![UrlPrefix::parse("http://169.254.169.254/").unwrap()],
+            ..EndpointAllowlist::default()
+        };
+        assert!(Capability::parse(http_registration("http://169.254.169.254/x"), &listed).is_err());
     }
 
     #[test]

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use flexrun::config::Settings;
 use flexrun::events::ReceivedFrame;
 use flexrun::llm::standin::{ChatCall, Script, StandIn};
-use flexrun::services::Services;
+use flexrun::services::{Hooks, Services};
 use flexrun::store::DbConn;
 
 pub use flexrun::llm::standin::{Reply, script};
@@ -43,11 +43,13 @@ pub struct Options {
     pub dir: Option<Arc<tempfile::TempDir>>,
     /// Sees every commit of every run's log.
     pub observer: Option<flexrun::services::CommitObserver>,
+    /// Resolves `http` capability host names (instead of the system resolver).
+    pub lookup: Option<Arc<dyn reqwest::dns::Resolve>>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { env: Vec::new(), capabilities: default_capabilities(), dir: None, observer: None }
+        Self { env: Vec::new(), capabilities: default_capabilities(), dir: None, observer: None, lookup: None }
     }
 }
 
@@ -77,7 +79,8 @@ impl TestServer {
         let lookup = env.clone();
         let settings = Settings::load_from(|name| lookup.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
             .expect("test settings load");
-        let services = Services::start_observed(settings, options.observer).await.expect("services start");
+        let hooks = Hooks { observer: options.observer, lookup: options.lookup };
+        let services = Services::start_with(settings, hooks).await.expect("services start");
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let server = flexrun::http::serve(services.clone(), listener).unwrap();

@@ -1,0 +1,436 @@
+//! Where `http` capabilities may point, and which addresses their calls may reach.
+//!
+//! Two rules, checked at two moments:
+//!
+//! - **At registration**, an endpoint must fall under an allowed URL prefix
+//!   (`http_capabilities.allowed_url_prefixes`), compared as parsed URLs — scheme, host and port
+//!   equal, path below the prefix's path at a segment boundary — because a string prefix lets
+//!   `http://localhost` admit `http://localhost.evil.example`. An endpoint whose host is a literal
+//!   link-local or cloud-metadata address is refused.
+//! - **At call time**, the addresses a host name resolves to are checked by the HTTP client's
+//!   resolver ([`GuardedResolver`]), so the address checked is the address connected to: a name
+//!   that was harmless at registration cannot later lead to the metadata service.
+//!
+//! Link-local and metadata addresses are refused because they are where cloud instances keep
+//! their credentials (169.254.169.254 and friends); an operator who really means to call one sets
+//! `http_capabilities.allow_link_local = true`.
+//!
+//! This module imports nothing else of flexrun: the settings parse their prefixes with it.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use serde::Deserialize;
+use url::{Host, Url};
+
+/// AWS's instance metadata service on IPv6 (Nitro instances). It is not link-local, so it is
+/// named here; its IPv4 twin, 169.254.169.254, is covered by the link-local range.
+const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254);
+
+/// One entry of `http_capabilities.allowed_url_prefixes`, parsed once when the settings load.
+///
+/// An endpoint falls under it when scheme, host and port are equal (a missing port is the
+/// scheme's default: 80 for http, 443 for https) and the endpoint's path is the entry's path or
+/// continues it with `/` (`/tools` and `/tools/` both allow `/tools` and `/tools/x`, not
+/// `/toolsx`). Hosts are compared as the URL parser normalises them (lowercase names, IDNA,
+/// canonical IP addresses): a name never matches an address, nor a subdomain its parent. The
+/// endpoint's query string and fragment are not compared.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct UrlPrefix {
+    /// The entry as parsed (normalised), for messages.
+    url: Url,
+    /// The entry's path without its trailing `/`; empty for the root.
+    path: String,
+}
+
+/// Why an entry of `http_capabilities.allowed_url_prefixes` is refused. The messages leave room
+/// for the settings loader to append which entry of which key it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlPrefixError {
+    #[error("allowed URL prefix `{entry}` is not a URL ({reason}; write e.g. \"https://tools.internal/\")")]
+    NotAUrl { entry: String, reason: url::ParseError },
+    #[error("allowed URL prefix `{entry}` is not an http(s) URL (scheme `{scheme}`)")]
+    Scheme { entry: String, scheme: String },
+    #[error("allowed URL prefix `{entry}` has credentials (no endpoint may have them)")]
+    Credentials { entry: String },
+    #[error("allowed URL prefix `{entry}` has a query string or fragment (a prefix is scheme, host, port and path)")]
+    QueryOrFragment { entry: String },
+}
+
+impl UrlPrefix {
+    pub fn parse(entry: &str) -> Result<Self, UrlPrefixError> {
+        let url = Url::parse(entry).map_err(|reason| UrlPrefixError::NotAUrl { entry: entry.into(), reason })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(UrlPrefixError::Scheme { entry: entry.into(), scheme: url.scheme().into() });
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(UrlPrefixError::Credentials { entry: entry.into() });
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(UrlPrefixError::QueryOrFragment { entry: entry.into() });
+        }
+        let path = url.path().trim_end_matches('/').to_string();
+        Ok(Self { url, path })
+    }
+
+    /// Whether `endpoint` falls under this prefix (see the type's documentation).
+    pub fn allows(&self, endpoint: &Url) -> bool {
+        endpoint.scheme() == self.url.scheme()
+            && endpoint.host() == self.url.host()
+            && endpoint.port_or_known_default() == self.url.port_or_known_default()
+            && endpoint
+                .path()
+                .strip_prefix(self.path.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+
+    /// The address the entry names, when its host is one.
+    pub fn address(&self) -> Option<IpAddr> {
+        host_address(&self.url)
+    }
+}
+
+impl TryFrom<String> for UrlPrefix {
+    type Error = UrlPrefixError;
+
+    fn try_from(entry: String) -> Result<Self, Self::Error> {
+        Self::parse(&entry)
+    }
+}
+
+impl fmt::Display for UrlPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.url.fmt(f)
+    }
+}
+
+/// The address a URL's host is, when it is a literal address rather than a name.
+fn host_address(url: &Url) -> Option<IpAddr> {
+    match url.host()? {
+        Host::Ipv4(ip) => Some(IpAddr::V4(ip)),
+        Host::Ipv6(ip) => Some(IpAddr::V6(ip)),
+        Host::Domain(_) => None,
+    }
+}
+
+/// Whether `address` is link-local (169.254.0.0/16, fe80::/10, or an IPv4-mapped IPv6 form of
+/// the former) or a cloud metadata address outside those ranges (AWS's fd00:ec2::254).
+pub fn is_link_local_or_metadata(address: IpAddr) -> bool {
+    match address {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.is_link_local(),
+            None => v6.is_unicast_link_local() || v6 == AWS_METADATA_V6,
+        },
+    }
+}
+
+/// A call refused because of the address it would connect to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefusedAddress {
+    /// The URL names the address itself.
+    #[error(
+        "{address} is a link-local or cloud-metadata address; flexrun does not call those unless \
+         `http_capabilities.allow_link_local = true`"
+    )]
+    Literal { address: IpAddr },
+    /// The URL's host name resolved to the address.
+    #[error(
+        "`{host}` resolves to {address}, a link-local or cloud-metadata address; flexrun does not \
+         call those unless `http_capabilities.allow_link_local = true`"
+    )]
+    Resolved { host: String, address: IpAddr },
+}
+
+/// Which addresses `http` capability calls may reach (`http_capabilities.allow_link_local`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AddressGuard {
+    pub allow_link_local: bool,
+}
+
+impl AddressGuard {
+    /// Refuses `address` (which `host` resolved to, if it was a name) unless it may be called.
+    pub fn check(self, host: Option<&str>, address: IpAddr) -> Result<(), RefusedAddress> {
+        if self.allow_link_local || !is_link_local_or_metadata(address) {
+            return Ok(());
+        }
+        Err(match host {
+            Some(host) => RefusedAddress::Resolved { host: host.to_string(), address },
+            None => RefusedAddress::Literal { address },
+        })
+    }
+
+    /// Refuses a URL whose host is a literal refused address. Names are checked when they are
+    /// resolved, by [`GuardedResolver`]: the HTTP client resolves only names, never addresses.
+    pub fn check_url(self, url: &Url) -> Result<(), RefusedAddress> {
+        host_address(url).map_or(Ok(()), |address| self.check(None, address))
+    }
+}
+
+/// Which endpoints an `http` capability may be registered with (`http_capabilities` in the
+/// configuration).
+#[derive(Debug, Clone, Default)]
+pub struct EndpointAllowlist {
+    /// An endpoint must fall under one of these; empty allows any http(s) URL.
+    pub allowed_url_prefixes: Vec<UrlPrefix>,
+    /// Literal link-local and metadata addresses are refused unless allowed here.
+    pub addresses: AddressGuard,
+}
+
+impl EndpointAllowlist {
+    /// Whether `endpoint` falls under an allowed prefix (any, when none is configured).
+    pub fn allows(&self, endpoint: &Url) -> bool {
+        self.allowed_url_prefixes.is_empty() || self.allowed_url_prefixes.iter().any(|prefix| prefix.allows(endpoint))
+    }
+}
+
+/// The `http` capability client's resolver: resolves with `lookup`, then refuses the whole name
+/// if any address it resolved to is refused by `guard` — not only that address, so a name that
+/// mixes a public address with the metadata service is a configuration to fix, not a coin toss.
+/// The client connects only to addresses this returns, so nothing can change between the check
+/// and the connect.
+pub struct GuardedResolver {
+    lookup: Arc<dyn Resolve>,
+    guard: AddressGuard,
+}
+
+impl GuardedResolver {
+    /// Checks what the system resolver (`getaddrinfo`) answers.
+    pub fn system(guard: AddressGuard) -> Self {
+        Self::new(Arc::new(SystemLookup), guard)
+    }
+
+    /// Checks what `lookup` answers (tests resolve names to chosen addresses with it).
+    pub fn new(lookup: Arc<dyn Resolve>, guard: AddressGuard) -> Self {
+        Self { lookup, guard }
+    }
+
+    /// The addresses this resolver lets through.
+    pub fn guard(&self) -> AddressGuard {
+        self.guard
+    }
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_string();
+        let guard = self.guard;
+        let lookup = self.lookup.resolve(name);
+        Box::pin(async move {
+            let addresses: Vec<SocketAddr> = lookup.await?.collect();
+            for address in &addresses {
+                guard.check(Some(&host), address.ip())?;
+            }
+            let addresses: Addrs = Box::new(addresses.into_iter());
+            Ok(addresses)
+        })
+    }
+}
+
+/// The system resolver, as reqwest's default uses it (`getaddrinfo` on the blocking pool).
+/// Port 0 lets the client put in the URL's port.
+struct SystemLookup;
+
+impl Resolve for SystemLookup {
+    fn resolve(&self, name: Name) -> Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let addresses: Addrs = Box::new(addresses.into_iter());
+            Ok(addresses)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    fn allows(prefix: &str, endpoint: &str) -> bool {
+        UrlPrefix::parse(prefix).unwrap().allows(&Url::parse(endpoint).unwrap())
+    }
+
+    #[test]
+    fn a_prefix_is_a_host_not_the_start_of_one() {
+        assert!(allows("http://localhost", "http://localhost/score"));
+        assert!(!allows("http://localhost", "http://localhost.evil.example/score"));
+        assert!(!allows("http://localhost", "http://localhost.evil.example"));
+        assert!(!allows("https://tools.internal/", "https://evil.tools.internal/"));
+        assert!(!allows("https://tools.internal/", "https://tools.internal.evil.example/"));
+        // Names compare case-insensitively, as the URL parser lowercases them.
+        assert!(allows("https://Tools.Internal/", "https://tools.internal/x"));
+        // A name never matches an address, even the one it resolves to.
+        assert!(!allows("http://localhost/", "http://127.0.0.1/"));
+    }
+
+    #[test]
+    fn ports_must_be_equal_with_defaults_made_explicit() {
+        assert!(!allows("http://localhost", "http://localhost:8080/score"));
+        assert!(!allows("http://localhost:8080", "http://localhost:8081/"));
+        assert!(allows("http://localhost:8080/", "http://localhost:8080/score"));
+        assert!(allows("http://tools", "http://tools:80/x"));
+        assert!(allows("http://tools:80/", "http://tools/x"));
+        assert!(allows("https://tools", "https://tools:443/x"));
+        assert!(allows("https://tools:443", "https://tools/x"));
+        assert!(!allows("https://tools", "https://tools:80/x"));
+    }
+
+    #[test]
+    fn schemes_must_be_equal() {
+        assert!(!allows("https://tools/", "http://tools/x"));
+        assert!(!allows("http://tools/", "https://tools/x"));
+        assert!(!allows("http://tools:443/", "https://tools/x"), "same port, other scheme");
+    }
+
+    #[test]
+    fn paths_match_at_segment_boundaries() {
+        for prefix in ["http://tools/api", "http://tools/api/"] {
+            assert!(allows(prefix, "http://tools/api"), "{prefix}");
+            assert!(allows(prefix, "http://tools/api/"), "{prefix}");
+            assert!(allows(prefix, "http://tools/api/score/v2"), "{prefix}");
+            assert!(!allows(prefix, "http://tools/apix"), "{prefix}");
+            assert!(!allows(prefix, "http://tools/ap"), "{prefix}");
+            assert!(!allows(prefix, "http://tools/"), "{prefix}");
+            // Dot segments are resolved before matching.
+            assert!(!allows(prefix, "http://tools/api/../admin"), "{prefix}");
+            assert!(!allows(prefix, "http://tools/api/%2e%2e/admin"), "{prefix}");
+        }
+        assert!(allows("http://tools", "http://tools/anything"));
+        assert!(allows("http://tools/", "http://tools"));
+        assert!(!allows("http://tools/Api", "http://tools/api"), "paths are case-sensitive");
+    }
+
+    #[test]
+    fn endpoint_queries_and_fragments_are_not_compared() {
+        assert!(allows("http://tools/api", "http://tools/api?x=1"));
+        assert!(allows("http://tools/api", "http://tools/api/score?x=/../admin#frag"));
+        assert!(!allows("http://tools/api", "http://tools/apix?/api"));
+    }
+
+    #[test]
+    fn ipv6_and_ipv4_literals_match_exactly() {
+        assert!(allows("http://[::1]:8080/", "http://[::1]:8080/x"));
+        assert!(allows("http://[::1]:8080/", "http://[0:0:0:0:0:0:0:1]:8080/x"), "one address, two spellings");
+        assert!(!allows("http://[::1]:8080/", "http://[::1]:8081/x"));
+        assert!(!allows("http://[::1]/", "http://127.0.0.1/x"));
+        assert!(allows("http://127.0.0.1:9000/", "http://127.0.0.1:9000/x"));
+        assert!(!allows("http://127.0.0.1/", "http://127.0.0.10/x"));
+        assert!(!allows("http://127.0.0.1/", "http://127.0.0.1.evil.example/x"));
+        // An IPv4-mapped IPv6 address is another host than the IPv4 address.
+        assert!(!allows("http://127.0.0.1/", "http://[::ffff:127.0.0.1]/x"));
+        assert!(allows("http://[::ffff:127.0.0.1]/", "http://[::ffff:7f00:1]/x"));
+    }
+
+    #[test]
+    fn bad_entries_are_refused_with_a_reason() {
+        assert!(matches!(UrlPrefix::parse("localhost"), Err(UrlPrefixError::NotAUrl { .. })));
+        assert!(matches!(UrlPrefix::parse("tools.internal/api"), Err(UrlPrefixError::NotAUrl { .. })));
+        assert!(matches!(UrlPrefix::parse("http://"), Err(UrlPrefixError::NotAUrl { .. })));
+        assert!(matches!(UrlPrefix::parse("ftp://tools/"), Err(UrlPrefixError::Scheme { .. })));
+        assert!(matches!(UrlPrefix::parse("localhost:8080"), Err(UrlPrefixError::Scheme { .. })));
+        assert!(matches!(UrlPrefix::parse("http://u:p@tools/"), Err(UrlPrefixError::Credentials { .. })));
+        assert!(matches!(UrlPrefix::parse("http://tools/?a=1"), Err(UrlPrefixError::QueryOrFragment { .. })));
+        assert!(matches!(UrlPrefix::parse("http://tools/#x"), Err(UrlPrefixError::QueryOrFragment { .. })));
+        let message = UrlPrefix::parse("ftp://tools/").unwrap_err().to_string();
+        assert!(message.contains("ftp://tools/") && message.contains("not an http(s) URL"), "{message}");
+    }
+
+    #[test]
+    fn link_local_and_metadata_addresses_are_recognised() {
+        for refused in [
+            "169.254.169.254",
+            "169.254.0.1",
+            "169.254.255.255",
+            "fe80::1",
+            "febf:ffff::1",
+            "::ffff:169.254.169.254",
+            "fd00:ec2::254",
+        ] {
+            assert!(is_link_local_or_metadata(refused.parse().unwrap()), "{refused}");
+        }
+        for allowed in
+            ["127.0.0.1", "10.0.0.1", "169.253.255.255", "169.255.0.1", "::1", "fec0::1", "::ffff:127.0.0.1", "fd00::1"]
+        {
+            assert!(!is_link_local_or_metadata(allowed.parse().unwrap()), "{allowed}");
+        }
+    }
+
+    #[test]
+    fn the_guard_refuses_literal_link_local_hosts_unless_allowed() {
+        let refuse = AddressGuard::default();
+        let allow = AddressGuard { allow_link_local: true };
+        for url in [
+            "http://169.254.169.254/latest/meta-data/",
+            "http://[fe80::1]/",
+            "http://[::ffff:169.254.169.254]/",
+            "http://[::ffff:a9fe:a9fe]/",
+            "http://[fd00:ec2::254]/",
+        ] {
+            let url = Url::parse(url).unwrap();
+            let refused = refuse.check_url(&url).unwrap_err();
+            assert!(refused.to_string().contains("allow_link_local"), "{refused}");
+            assert!(allow.check_url(&url).is_ok(), "{url}");
+        }
+        for url in ["http://127.0.0.1:8080/", "http://[::1]/", "http://metadata.google.internal/"] {
+            assert!(refuse.check_url(&Url::parse(url).unwrap()).is_ok(), "{url}: names are checked when resolved");
+        }
+    }
+
+    #[test]
+    fn resolved_addresses_are_checked() {
+        let refuse = AddressGuard::default();
+        let metadata = IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254));
+        let refused = refuse.check(Some("metadata.test"), metadata).unwrap_err();
+        assert_eq!(refused, RefusedAddress::Resolved { host: "metadata.test".into(), address: metadata });
+        assert!(
+            refused.to_string().starts_with("`metadata.test` resolves to 169.254.169.254, a link-local"),
+            "{refused}"
+        );
+        assert!(refuse.check(Some("link.test"), "fe80::1".parse().unwrap()).is_err());
+        assert!(refuse.check(Some("mapped.test"), "::ffff:169.254.169.254".parse().unwrap()).is_err());
+        assert!(refuse.check(Some("localhost"), IpAddr::V4(Ipv4Addr::LOCALHOST)).is_ok());
+        assert!(refuse.check(Some("localhost"), "::1".parse().unwrap()).is_ok());
+        assert!(AddressGuard { allow_link_local: true }.check(Some("metadata.test"), metadata).is_ok());
+    }
+
+    /// Names resolved from a table, never from DNS.
+    struct Table(HashMap<&'static str, Vec<IpAddr>>);
+
+    impl Resolve for Table {
+        fn resolve(&self, name: Name) -> Resolving {
+            let found: Vec<SocketAddr> =
+                self.0.get(name.as_str()).into_iter().flatten().map(|ip| SocketAddr::new(*ip, 0)).collect();
+            Box::pin(async move {
+                let addresses: Addrs = Box::new(found.into_iter());
+                Ok(addresses)
+            })
+        }
+    }
+
+    async fn resolve(resolver: &GuardedResolver, name: &str) -> Result<Vec<SocketAddr>, String> {
+        match resolver.resolve(name.parse().unwrap()).await {
+            Ok(addresses) => Ok(addresses.collect()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_resolver_refuses_a_name_with_any_refused_address() {
+        let table = Table(HashMap::from([
+            ("metadata.test", vec!["169.254.169.254".parse().unwrap()]),
+            ("mixed.test", vec!["127.0.0.1".parse().unwrap(), "fe80::1".parse().unwrap()]),
+            ("local.test", vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()]),
+        ]));
+        let resolver = GuardedResolver::new(Arc::new(table), AddressGuard::default());
+        let refused = resolve(&resolver, "metadata.test").await.unwrap_err();
+        assert!(refused.contains("`metadata.test` resolves to 169.254.169.254"), "{refused}");
+        let refused = resolve(&resolver, "mixed.test").await.unwrap_err();
+        assert!(refused.contains("fe80::1"), "{refused}");
+        assert_eq!(resolve(&resolver, "local.test").await.unwrap().len(), 2);
+    }
+}
