@@ -19,8 +19,10 @@ const DEFAULTS: &str = include_str!("../config/flexrun.toml");
 /// Why settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// Not a `source`: the message already carries the loader's error (with the key and file),
+    /// and error reports that print causes would show it twice.
     #[error("configuration: {0}")]
-    Load(#[from] config::ConfigError),
+    Load(config::ConfigError),
     #[error("configuration: `bind` = {value:?} is not a socket address (e.g. 127.0.0.1:8080)")]
     Bind { value: String },
     #[error(
@@ -33,6 +35,12 @@ pub enum ConfigError {
          cloud-metadata address, which is refused unless `http_capabilities.allow_link_local = true`"
     )]
     LinkLocalPrefix { prefix: String },
+}
+
+impl From<config::ConfigError> for ConfigError {
+    fn from(error: config::ConfigError) -> Self {
+        Self::Load(error)
+    }
 }
 
 /// A secret string (API keys): deserialises like a string, never prints its value.
@@ -349,6 +357,8 @@ mod tests {
             let err = load_file(&toml).unwrap_err().to_string();
             assert!(err.contains(entry) && err.contains(says), "{entry}: {err}");
             assert!(err.contains("http_capabilities.allowed_url_prefixes"), "{entry}: names the key: {err}");
+            let report = format!("{:#}", anyhow::Error::from(load_file(&toml).unwrap_err()));
+            assert_eq!(report.matches(entry).count(), 1, "said once: {report}");
         }
     }
 
