@@ -17,10 +17,11 @@ pub use auth::{Role, authenticate};
 pub use error::ApiError;
 
 use std::net::TcpListener;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
-use actix_web::dev::Server;
-use actix_web::{App, HttpResponse, HttpServer, web};
+use actix_web::dev::{ResourceDef, Server};
+use actix_web::http::{Method, header};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde_json::json;
 use tracing_actix_web::TracingLogger;
 
@@ -49,11 +50,58 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(system::schema),
             ),
         )
-        .default_service(web::to(not_found));
+        .default_service(web::to(no_route));
 }
 
-async fn not_found() -> HttpResponse {
-    HttpResponse::NotFound().json(json!({"error": {"code": "not_found", "message": "no such endpoint", "details": []}}))
+/// Every endpoint [`routes`] registers: its method and full path, as the handlers' attributes
+/// (`#[get("/runs/{id}")]` in its scope) say. With it, a request that reaches no handler can be
+/// told apart: a known path with another method (405, with `Allow`) or no such path (404). A test
+/// checks that each entry reaches its handler.
+const ENDPOINTS: [(Method, &str); 17] = [
+    (Method::GET, "/metrics"),
+    (Method::GET, "/api/v1/health"),
+    (Method::POST, "/api/v1/flex/run.stream"),
+    (Method::POST, "/api/v1/flex/run.resume"),
+    (Method::GET, "/api/v1/flex/runs"),
+    (Method::GET, "/api/v1/flex/runs/{id}"),
+    (Method::POST, "/api/v1/flex/runs/{id}/replan"),
+    (Method::POST, "/api/v1/flex/runs/{id}/cancel"),
+    (Method::GET, "/api/v1/flex/tasks"),
+    (Method::POST, "/api/v1/flex/tasks/{id}/decline"),
+    (Method::GET, "/api/v1/flex/runs/{id}/events"),
+    (Method::GET, "/api/v1/flex/runs/{id}/stream"),
+    (Method::POST, "/api/v1/flex/capabilities/register"),
+    (Method::GET, "/api/v1/flex/capabilities"),
+    (Method::POST, "/api/v1/flex/conditions/compile"),
+    (Method::GET, "/api/v1/flex/conditions/variables"),
+    (Method::GET, "/api/v1/flex/schemas/{name}"),
+];
+
+/// The methods the endpoints at `path` take (none: no endpoint has that path).
+fn allowed_methods(path: &str) -> Vec<&'static Method> {
+    static PATTERNS: LazyLock<Vec<(&'static Method, ResourceDef)>> =
+        LazyLock::new(|| ENDPOINTS.iter().map(|(method, pattern)| (method, ResourceDef::new(*pattern))).collect());
+    let mut methods: Vec<&'static Method> =
+        PATTERNS.iter().filter(|(_, pattern)| pattern.is_match(path)).map(|(method, _)| *method).collect();
+    methods.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    methods.dedup();
+    methods
+}
+
+/// A request no handler took: 405 with `Allow` if its path is an endpoint's, else 404.
+async fn no_route(request: HttpRequest) -> HttpResponse {
+    let allowed = allowed_methods(request.path());
+    if allowed.is_empty() {
+        return HttpResponse::NotFound()
+            .json(json!({"error": {"code": "not_found", "message": "no such endpoint", "details": []}}));
+    }
+    let allow: Vec<&str> = allowed.iter().map(|method| method.as_str()).collect();
+    let allow = allow.join(", ");
+    HttpResponse::MethodNotAllowed().insert_header((header::ALLOW, allow.as_str())).json(json!({"error": {
+        "code": "method_not_allowed",
+        "message": format!("this endpoint does not take {}: use {allow}", request.method()),
+        "details": [],
+    }}))
 }
 
 /// Starts serving on `listener`. The returned server runs until stopped; await it.
@@ -91,4 +139,45 @@ pub fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::Result<
     .listen(listener)?
     .shutdown_timeout(5)
     .run())
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::dev::ServiceResponse;
+    use actix_web::test::{TestRequest, call_service, init_service, read_body};
+    use serde_json::Value;
+
+    use super::*;
+
+    /// The status, the code if [`no_route`] answered, and the `Allow` header of a response.
+    async fn unrouted(response: ServiceResponse) -> (u16, Option<String>, Option<String>) {
+        let status = response.status().as_u16();
+        let allow = response.headers().get(header::ALLOW).and_then(|v| v.to_str().ok()).map(String::from);
+        let body: Value = serde_json::from_slice(&read_body(response).await).unwrap_or(Value::Null);
+        let code = body["error"]["code"].as_str().filter(|c| ["not_found", "method_not_allowed"].contains(c));
+        (status, code.map(String::from), allow)
+    }
+
+    #[actix_web::test]
+    async fn every_endpoint_is_routed_and_other_methods_are_405() {
+        // No app data: the handlers fail, but after routing, which is what this checks.
+        let app = init_service(App::new().configure(routes)).await;
+        let call = |method: &Method, path: &str| {
+            call_service(&app, TestRequest::default().method(method.clone()).uri(path).to_request())
+        };
+        for (method, pattern) in &ENDPOINTS {
+            let path =
+                pattern.replace("{id}", "0190b2d4-0000-7000-8000-000000000000").replace("{name}", "task-envelope");
+            let (_, code, _) = unrouted(call(method, &path).await).await;
+            assert_eq!(code, None, "{method} {path} reaches no handler");
+            let other = if *method == Method::GET { Method::DELETE } else { Method::GET };
+            let (status, code, allow) = unrouted(call(&other, &path).await).await;
+            assert_eq!((status, code.as_deref()), (405, Some("method_not_allowed")), "{other} {path}");
+            assert_eq!(allow.as_deref(), Some(method.as_str()), "{other} {path}");
+        }
+        for path in ["/", "/api/v1/flex/nope", "/api/v1/flex/runs/x/y", "/api/v2/flex/runs"] {
+            let answer = unrouted(call(&Method::GET, path).await).await;
+            assert_eq!(answer, (404, Some("not_found".into()), None), "{path}");
+        }
+    }
 }
