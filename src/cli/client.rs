@@ -9,6 +9,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::Value;
 
+use super::terminal::safe;
 use crate::events::payload::Complete;
 use crate::events::{DecodedFrame, Event, Frame, ReceivedFrame};
 use crate::retry::RetrySchedule;
@@ -220,14 +221,40 @@ async fn check(response: reqwest::Response) -> anyhow::Result<reqwest::Response>
     }
     let status = response.status();
     let body: Value = response.json().await.unwrap_or(Value::Null);
+    bail!(error_message(status, &body))
+}
+
+/// The message of an error response: its status and message, then one line per detail. The
+/// texts are the server's, escaped: each stays on its line and cannot steer the terminal.
+fn error_message(status: reqwest::StatusCode, body: &Value) -> String {
     let error = &body["error"];
-    let mut message = format!("{status}: {}", error["message"].as_str().unwrap_or("request failed"));
+    let mut message = format!("{status}: {}", safe(error["message"].as_str().unwrap_or("request failed")));
     for detail in error["details"].as_array().into_iter().flatten() {
         message.push_str(&format!(
             "\n  {} {}",
-            detail["path"].as_str().map(|p| if p.is_empty() { "(body)" } else { p }).unwrap_or(""),
-            detail["message"].as_str().unwrap_or("")
+            safe(detail["path"].as_str().map(|p| if p.is_empty() { "(body)" } else { p }).unwrap_or("")),
+            safe(detail["message"].as_str().unwrap_or(""))
         ));
     }
-    bail!(message)
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn error_messages_from_the_server_are_escaped_line_by_line() {
+        let body = json!({"error": {"code": "invalid_envelope", "message": "bad\u{1b}[2J\nflexrun: all good",
+            "details": [{"path": "/objective\u{9b}1A", "message": "too long\r"}, {"path": "", "message": "x"}]}});
+        let message = error_message(reqwest::StatusCode::BAD_REQUEST, &body);
+        assert_eq!(
+            message,
+            "400 Bad Request: bad\\x1b[2J\\x0aflexrun: all good\n  /objective\\u{9b}1A too long\\x0d\n  (body) x"
+        );
+        let empty = error_message(reqwest::StatusCode::BAD_GATEWAY, &Value::Null);
+        assert_eq!(empty, "502 Bad Gateway: request failed");
+    }
 }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::client::{Client, Outcome};
 use super::progress::Progress;
+use super::terminal::print_line;
 use crate::config::Settings;
 use crate::events::payload::CompleteStatus;
 use crate::llm::standin::{self, ChatCall, Reply, StandIn};
@@ -29,9 +30,9 @@ const CAPABILITIES: [(&str, &str); 4] = [
 const ENVELOPE: &str = include_str!("../../examples/demo-envelope.json");
 
 pub async fn run() -> anyhow::Result<ExitCode> {
-    println!("flexrun demo");
-    println!("  The model is a scripted STAND-IN on loopback, not a real LLM: set FLEXRUN_LLM_BASE_URL,");
-    println!("  FLEXRUN_LLM_API_KEY and FLEXRUN_LLM_MODEL and use `flexrun serve` + `flexrun run` for a real one.\n");
+    print_line("flexrun demo");
+    print_line("  The model is a scripted STAND-IN on loopback, not a real LLM: set FLEXRUN_LLM_BASE_URL,");
+    print_line("  FLEXRUN_LLM_API_KEY and FLEXRUN_LLM_MODEL and use `flexrun serve` + `flexrun run` for a real one.\n");
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let capabilities_dir = dir.path().join("capabilities");
     std::fs::create_dir(&capabilities_dir)?;
@@ -63,11 +64,11 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     progress.finish();
     let calls = stand_in.calls();
     let planner_calls = calls.iter().filter(|c| c.is_planner()).count();
-    println!(
+    print_line(&format!(
         "\nThe stand-in model answered {} calls: {planner_calls} planner, {} capability.",
         calls.len(),
         calls.len() - planner_calls
-    );
+    ));
     handle.stop(true).await;
     stand_in.stop().await;
     match outcome? {

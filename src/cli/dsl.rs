@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::Value;
 
+use super::terminal::print_line;
 use crate::capability::{self, Capabilities, Capability, EndpointAllowlist};
 use crate::condition::Rule;
 use crate::condition::dsl::{self, Catalog, DslError, Scope};
@@ -17,6 +18,7 @@ use crate::config::Settings;
 pub enum DslCommand {
     /// Compile an expression and print its JSON-Logic, canonical form and variables.
     Compile {
+        /// The expression, e.g. "facets.post_copy.quality_score >= 0.8".
         expression: String,
         /// Read names that are not catalog variables relative to the condition's value.
         #[arg(long)]
@@ -24,12 +26,15 @@ pub enum DslCommand {
     },
     /// Check the expression in a file; exits non-zero (2) when it has errors.
     Check {
+        /// A file holding one expression.
         file: PathBuf,
+        /// Read names that are not catalog variables relative to the condition's value.
         #[arg(long)]
         relative: bool,
     },
     /// Evaluate an expression against JSON data (names are read relative to the data).
     Eval {
+        /// The expression, e.g. "quality_score >= 0.8".
         expression: String,
         /// The data, as JSON text.
         #[arg(long)]
@@ -42,13 +47,13 @@ pub fn run(command: DslCommand) -> anyhow::Result<ExitCode> {
     match command {
         DslCommand::Compile { expression, relative } => {
             let compiled = compile(&expression, &catalog, relative)?;
-            println!("{}", serde_json::to_string_pretty(&compiled)?);
+            print_line(&serde_json::to_string_pretty(&compiled)?);
             Ok(ExitCode::SUCCESS)
         }
         DslCommand::Check { file, relative } => {
             let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
             compile(text.trim_end(), &catalog, relative)?;
-            println!("{}: ok", file.display());
+            print_line(&format!("{}: ok", file.display()));
             Ok(ExitCode::SUCCESS)
         }
         DslCommand::Eval { expression, data } => {
@@ -57,9 +62,9 @@ pub fn run(command: DslCommand) -> anyhow::Result<ExitCode> {
             let rule = Rule::from_dsl(compiled.json_logic, compiled.eval_logic).map_err(anyhow::Error::msg)?;
             let result = rule.evaluate(&data).map_err(anyhow::Error::msg)?;
             let holds = rule.holds(&data).map_err(anyhow::Error::msg)?;
-            println!("{holds}");
+            print_line(&holds.to_string());
             if result != Value::Bool(holds) {
-                println!("(the expression evaluates to {result})");
+                print_line(&format!("(the expression evaluates to {result})"));
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -6,14 +6,16 @@ mod demo;
 mod dsl;
 mod operate;
 mod progress;
+mod terminal;
 
 pub use demo::demo_script;
 
+use std::io::{IsTerminal, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
@@ -22,7 +24,9 @@ use crate::events::payload::CompleteStatus;
 use crate::services::Services;
 use crate::store::Store;
 use client::{Client, Outcome};
+use operate::Verdict;
 use progress::Progress;
+use terminal::{print_line, safe, safe_block};
 
 #[derive(Debug, Parser)]
 #[command(name = "flexrun", version, about = "Runs LLM-planned agent runs and replans until goal conditions hold")]
@@ -64,6 +68,7 @@ enum Command {
     /// and follow the run.
     #[command(group = clap::ArgGroup::new("verdict").required(true).multiple(false))]
     Resume {
+        /// The paused run's id.
         run: String,
         /// Approve the pending request.
         #[arg(long, group = "verdict")]
@@ -88,6 +93,7 @@ enum Command {
     },
     /// Drop the plan a paused run waits with and plan again (counts as a replan).
     Replan {
+        /// The paused run's id.
         run: String,
         /// What the planner should do differently.
         #[arg(long)]
@@ -99,6 +105,7 @@ enum Command {
     },
     /// Cancel a run: in-flight work is dropped and the run ends `cancelled`.
     Cancel {
+        /// The run's id.
         run: String,
         #[command(flatten)]
         acting: operate::Acting,
@@ -134,7 +141,8 @@ pub fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli.command)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("flexrun: {error:#}");
+            // The error may quote the server; when standard error is gone there is no one to tell.
+            let _ = writeln!(std::io::stderr(), "flexrun: {}", safe_block(&report(&error)));
             ExitCode::from(2)
         }
     }
@@ -143,25 +151,26 @@ pub fn main() -> ExitCode {
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve { log_json } => {
-            init_tracing("info", log_json);
+            init_tracing("info", log_json)?;
             serve().await
         }
         Command::Run { envelope, server, api_key, json } => {
-            init_tracing("warn", false);
+            init_tracing("warn", false)?;
             run(envelope, &server, api_key, json).await
         }
         Command::Demo => {
-            init_tracing("warn", false);
+            init_tracing("warn", false)?;
             demo::run().await
         }
         Command::Runs { command, connection } => operate::runs(command, &connection).await,
         Command::Resume { run, approve, answer, feedback, acting, connection, json, .. } => {
-            init_tracing("warn", false);
-            let (approved, text) = match answer {
-                Some(answer) => (true, Some(answer)),
-                None => (approve, feedback),
+            init_tracing("warn", false)?;
+            let verdict = match answer {
+                Some(answer) => Verdict::Answer(answer),
+                None if approve => Verdict::Approve,
+                None => Verdict::Reject { feedback },
             };
-            operate::resume(&run, approved, text, &acting, &connection, json).await
+            operate::resume(&run, &verdict, &acting, &connection, json).await
         }
         Command::Replan { run, feedback, acting, connection } => {
             operate::act(&run, "replan", feedback, &acting, &connection).await
@@ -169,19 +178,52 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Cancel { run, acting, connection } => operate::act(&run, "cancel", None, &acting, &connection).await,
         Command::Dsl { command } => dsl::run(command),
         Command::Migrate => {
-            init_tracing("info", false);
+            init_tracing("info", false)?;
             let settings = Settings::load()?;
             Store::open(&settings.database_url)?;
-            println!("database at {} is up to date", settings.database_url);
+            print_line(&format!("database at {} is up to date", settings.database_url));
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn init_tracing(default: &str, json: bool) {
-    let filter = EnvFilter::try_from_env("FLEXRUN_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+/// An error with its causes, `outer: inner`, where a cause the message before it already quotes
+/// is not repeated (many errors print their source in their own message and also return it as
+/// their source).
+fn report(error: &anyhow::Error) -> String {
+    let mut message = error.to_string();
+    let mut previous = message.clone();
+    for cause in error.chain().skip(1) {
+        let text = cause.to_string();
+        if !previous.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        previous = text;
+    }
+    message
+}
+
+/// Logs go to standard error: filtered by `FLEXRUN_LOG` (`default` when it is unset or empty),
+/// coloured only when standard error is a terminal and `NO_COLOR` is not set. A filter that does
+/// not parse is an error, not a silent fallback to the default.
+fn init_tracing(default: &str, json: bool) -> anyhow::Result<()> {
+    let filter = log_filter(std::env::var("FLEXRUN_LOG"), default)?;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
     let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    Ok(())
+}
+
+/// The log filter from the value of `FLEXRUN_LOG`.
+fn log_filter(variable: Result<String, std::env::VarError>, default: &str) -> anyhow::Result<EnvFilter> {
+    match variable {
+        Ok(value) if !value.trim().is_empty() => EnvFilter::try_new(&value).with_context(|| {
+            format!("FLEXRUN_LOG={value:?} is not a valid log filter (e.g. `info` or `flexrun=debug,warn`)")
+        }),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(EnvFilter::new(default)),
+        Err(std::env::VarError::NotUnicode(_)) => bail!("FLEXRUN_LOG is not valid UTF-8"),
+    }
 }
 
 async fn serve() -> anyhow::Result<ExitCode> {
@@ -215,9 +257,78 @@ fn exit_code(outcome: Outcome, json: bool) -> anyhow::Result<ExitCode> {
         Outcome::Complete(_) => Ok(ExitCode::FAILURE),
         Outcome::Paused { run_id, status } => {
             if !json {
-                println!("⏸ run {run_id} is {status}: it waits for an operator (flexrun resume / replan / cancel)");
+                print_line(&safe(&format!(
+                    "⏸ run {run_id} is {status}: it waits for an operator (flexrun resume / replan / cancel)"
+                )));
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+    use crate::run::RunStatus;
+
+    /// Every argument of `command` and its subcommands that has no help text, by path.
+    fn undocumented(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+            if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                missing.push(format!("{path} {}", arg.get_id()));
+            }
+        }
+        for sub in command.get_subcommands() {
+            undocumented(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+
+    #[test]
+    fn every_argument_has_help() {
+        let mut missing = Vec::new();
+        undocumented(&Cli::command(), "flexrun", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
+    }
+
+    #[test]
+    fn status_takes_the_run_statuses() {
+        let cli = Cli::command();
+        let list = cli.find_subcommand("runs").and_then(|runs| runs.find_subcommand("list")).unwrap();
+        let status = list.get_arguments().find(|arg| arg.get_id() == "status").unwrap();
+        let values: Vec<String> = status.get_possible_values().iter().map(|v| v.get_name().to_string()).collect();
+        assert_eq!(values, RunStatus::ALL.map(|s| s.as_str().to_string()));
+        let parsed = Cli::try_parse_from(["flexrun", "runs", "list", "--status", "awaiting_hitl"]).unwrap();
+        let Command::Runs { command: operate::RunsCommand::List { status, .. }, .. } = parsed.command else {
+            panic!("runs list");
+        };
+        assert_eq!(status, Some(RunStatus::AwaitingHitl));
+        let error = Cli::try_parse_from(["flexrun", "runs", "list", "--status", "waiting"]).unwrap_err();
+        assert!(error.to_string().contains("awaiting_hitl"), "{error}");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading the file: {0}")]
+    struct Quoting(#[source] std::io::Error);
+
+    #[test]
+    fn causes_are_shown_once() {
+        let quoting = anyhow::Error::from(Quoting(std::io::Error::other("disk on fire")));
+        assert_eq!(report(&quoting), "reading the file: disk on fire");
+        let layered = anyhow::Error::from(std::io::Error::other("disk on fire")).context("cannot read x.json");
+        assert_eq!(report(&layered), "cannot read x.json: disk on fire");
+    }
+
+    #[test]
+    fn a_bad_log_filter_is_an_error_that_names_the_variable() {
+        let error = log_filter(Ok("flexrun=loud".into()), "info").unwrap_err();
+        let message = report(&error);
+        assert!(message.starts_with("FLEXRUN_LOG=\"flexrun=loud\" is not a valid log filter"), "{message}");
+        assert_eq!(message.matches("error parsing level filter").count(), 1, "{message}");
+        assert!(log_filter(Ok("flexrun=debug,warn".into()), "info").is_ok());
+        assert!(log_filter(Ok(" ".into()), "info").is_ok());
+        assert!(log_filter(Err(std::env::VarError::NotPresent), "info").is_ok());
     }
 }

@@ -3,12 +3,17 @@
 
 use std::process::ExitCode;
 
+use anyhow::bail;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::client::Client;
 use super::progress::Progress;
+use super::terminal::{print_line, safe, safe_json};
+use crate::events::payload::{HitlKind, HitlRequestInfo, HitlSubject};
+use crate::run::RunStatus;
 use crate::run::view::{RunList, RunView};
 
 /// Where the server is and how to authenticate.
@@ -56,9 +61,10 @@ impl Acting {
 pub enum RunsCommand {
     /// List runs, newest first.
     List {
-        /// Only runs with this status (e.g. awaiting_hitl).
-        #[arg(long)]
-        status: Option<String>,
+        /// Only runs with this status (awaiting_hitl: waiting for an approval or an answer).
+        #[arg(long, value_parser = status_parser())]
+        status: Option<RunStatus>,
+        /// How many runs to show at most (one page).
         #[arg(long, default_value_t = 20)]
         limit: u32,
         /// Continue after a previous page (its `next cursor`).
@@ -70,11 +76,29 @@ pub enum RunsCommand {
     },
     /// Show one run: status, plan versions, nodes, operator requests.
     Show {
+        /// The run's id.
         run: String,
         /// Print the API's JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The statuses `--status` takes: every run status, listed in `--help`.
+fn status_parser() -> impl TypedValueParser<Value = RunStatus> {
+    PossibleValuesParser::new(RunStatus::ALL.map(RunStatus::as_str)).try_map(|status| status.parse::<RunStatus>())
+}
+
+/// Prints JSON text from the server as one line.
+fn print_json(value: &Value) {
+    print_line(&safe_json(&value.to_string()));
+}
+
+/// Prints lines made of text from the server, each escaped for the terminal.
+fn print_lines(lines: &[String]) {
+    for line in lines {
+        print_line(&safe(line));
+    }
 }
 
 /// `flexrun runs list|show`.
@@ -87,28 +111,37 @@ pub async fn runs(command: RunsCommand, connection: &Connection) -> anyhow::Resu
             query.extend(cursor.map(|c| format!("cursor={c}")));
             let path = format!("/api/v1/flex/runs?{}", query.join("&"));
             if json {
-                println!("{}", client.call(Method::GET, &path, None).await?);
+                print_json(&client.call(Method::GET, &path, None).await?);
                 return Ok(ExitCode::SUCCESS);
             }
-            let page: RunList = client.get(&path).await?;
-            for run in &page.runs {
-                let objective: String = run.objective.chars().take(60).collect();
-                println!("{}  {:<15} {}  {objective}", run.run_id, run.status, run.created_at.to_rfc3339());
-            }
-            if let Some(cursor) = page.next_cursor {
-                println!("more: --cursor {cursor}");
-            }
+            print_lines(&list(&client.get(&path).await?));
         }
         RunsCommand::Show { run, json } => {
             let path = format!("/api/v1/flex/runs/{run}");
             if json {
-                println!("{}", client.call(Method::GET, &path, None).await?);
+                print_json(&client.call(Method::GET, &path, None).await?);
                 return Ok(ExitCode::SUCCESS);
             }
-            show(&client.get(&path).await?);
+            print_lines(&show(&client.get(&path).await?));
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A page of runs for people, one line each.
+fn list(page: &RunList) -> Vec<String> {
+    let mut lines: Vec<String> = page
+        .runs
+        .iter()
+        .map(|run| {
+            let objective: String = run.objective.chars().take(60).collect();
+            format!("{}  {:<15} {}  {objective}", run.run_id, run.status, run.created_at.to_rfc3339())
+        })
+        .collect();
+    if let Some(cursor) = &page.next_cursor {
+        lines.push(format!("more: --cursor {cursor}"));
+    }
+    lines
 }
 
 fn text(value: &Value) -> String {
@@ -119,11 +152,13 @@ fn text(value: &Value) -> String {
     }
 }
 
-/// A run for people: its status, plans, nodes, requests, goal results and output.
-fn show(view: &RunView) {
+/// A run for people: its status, plans, nodes, requests, goal results and output; one line per
+/// element (text of several lines — a question, the output — is a block of lines).
+fn show(view: &RunView) -> Vec<String> {
+    let mut lines = Vec::new();
     let run = &view.run;
-    println!("run {}  {}", run.run_id, run.status);
-    println!("  objective: {}", run.objective);
+    lines.push(format!("run {}  {}", run.run_id, run.status));
+    lines.push(format!("  objective: {}", run.objective));
     let counts = &run.replans;
     let by_reason: Vec<String> = [
         ("goalCondition", counts.goal_condition),
@@ -137,63 +172,145 @@ fn show(view: &RunView) {
     .map(|(reason, n)| format!("{reason} {n}"))
     .collect();
     let by_reason = if by_reason.is_empty() { String::new() } else { format!(" ({})", by_reason.join(", ")) };
-    println!("  plan version {}, replans {}{by_reason}", run.plan_version, counts.total);
+    lines.push(format!("  plan version {}, replans {}{by_reason}", run.plan_version, counts.total));
     if let Some(error) = run.error.as_object() {
         let field = |key: &str| error.get(key).map(text).unwrap_or_default();
-        println!("  error: {} — {}", field("code"), field("message"));
+        lines.push(format!("  error: {} — {}", field("code"), field("message")));
     }
     for node in &view.nodes {
-        println!("  v{} {:<20} {:<16} {}", node.plan_version, node.node_id, node.status, node.capability_id);
+        lines.push(format!("  v{} {:<20} {:<16} {}", node.plan_version, node.node_id, node.status, node.capability_id));
     }
     for request in &view.hitl_requests {
         let info = &request.request;
         let decision = request.decision.as_ref().map(|d| format!(" {}", d.decision)).unwrap_or_default();
-        println!(
+        lines.push(format!(
             "  request {} {} {} v{}: {}{decision}",
             info.id,
             info.kind.as_str(),
             info.subject.as_str(),
             info.plan_version,
             request.status
-        );
-        // What an operator answering from here needs to read.
+        ));
+        // What an operator answering from here needs to read, indented under its request.
         if request.status == "pending" {
-            println!("    {}", info.question);
+            lines.extend(info.question.lines().map(|line| format!("    {line}")));
         }
     }
     if let Some(evaluation) = view.outputs.last() {
-        println!("  goal conditions (plan v{}, {}):", evaluation.plan_version, evaluation.status);
+        lines.push(format!("  goal conditions (plan v{}, {}):", evaluation.plan_version, evaluation.status));
         for result in &evaluation.goal_condition_results {
             let mark = if result.satisfied { "✓" } else { "✗" };
             let observed = result.observed_value.as_ref().map(|v| format!(" (observed {v})")).unwrap_or_default();
-            println!("    {mark} {}{}: {}{observed}", result.facet, result.path, result.expression);
+            lines.push(format!("    {mark} {}{}: {}{observed}", result.facet, result.path, result.expression));
         }
     }
     if !run.result.is_null() {
-        println!("  output:\n{}", serde_json::to_string_pretty(&run.result).unwrap_or_default());
+        lines.push("  output:".into());
+        lines.extend(serde_json::to_string_pretty(&run.result).unwrap_or_default().lines().map(String::from));
+    }
+    lines
+}
+
+/// What `flexrun resume` says to the request a run waits on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Approve an approval request.
+    Approve,
+    /// Reject an approval (with feedback: plan again), or decline to answer a question.
+    Reject { feedback: Option<String> },
+    /// Answer a node's question.
+    Answer(String),
+}
+
+impl Verdict {
+    /// The `decision` of a `run.resume` body, for request `request_id` when it is known.
+    fn decision(&self, request_id: Option<&str>) -> Value {
+        let (approved, text) = match self {
+            Self::Approve => (true, None),
+            Self::Reject { feedback } => (false, feedback.as_deref()),
+            Self::Answer(answer) => (true, Some(answer.as_str())),
+        };
+        let mut decision = json!({"approved": approved});
+        if let Some(text) = text {
+            decision["freeformText"] = json!(text);
+        }
+        if let Some(request_id) = request_id {
+            decision["requestId"] = json!(request_id);
+        }
+        decision
+    }
+}
+
+/// The request a run waits on, as its view shows it: the newest pending one, which is the one
+/// `run.resume` answers.
+fn pending(view: &RunView) -> Option<&HitlRequestInfo> {
+    view.hitl_requests.iter().rev().find(|request| request.status == "pending").map(|request| &request.request)
+}
+
+/// Whether `verdict` is an answer to request `pending` of run `run`; if not, what to use instead.
+///
+/// The server reads `approved: true` with a text as an approval with feedback when the run waits
+/// for an approval, so an `--answer` sent there would approve a plan or a result; and an
+/// `--approve` cannot answer a question.
+fn check_verdict(run: &str, pending: &HitlRequestInfo, verdict: &Verdict) -> Result<(), String> {
+    let id = &pending.id;
+    match (pending.kind, verdict) {
+        (HitlKind::Approval, Verdict::Answer(_)) => Err(format!(
+            "run {run} waits for an approval ({}, request {id}), not an answer: use --approve, or --reject \
+             [--feedback \"…\"]",
+            approval_of(pending.subject)
+        )),
+        (HitlKind::Clarify, Verdict::Approve) => Err(format!(
+            "run {run} waits for an answer to a node's question (request {id}), not an approval: use --answer \
+             \"…\", or --reject to decline the question"
+        )),
+        (HitlKind::HumanTask, _) => Err(format!(
+            "run {run} waits for human node \"{}\" to do its task (request {id}), which `flexrun resume` cannot \
+             answer: send the node's output with `run.resume` (`payload`), or decline the task with \
+             POST /api/v1/flex/tasks/{id}/decline",
+            pending.node_id.as_deref().unwrap_or_default()
+        )),
+        (HitlKind::Approval, Verdict::Approve | Verdict::Reject { .. })
+        | (HitlKind::Clarify, Verdict::Answer(_) | Verdict::Reject { .. }) => Ok(()),
+    }
+}
+
+/// What an approval request asks to approve.
+fn approval_of(subject: HitlSubject) -> &'static str {
+    match subject {
+        HitlSubject::Plan => "of its plan",
+        HitlSubject::Completion => "of its result",
+        HitlSubject::Policy => "asked by a runtime policy",
+        HitlSubject::Node => "of a node",
     }
 }
 
 /// `flexrun resume <run> --approve|--reject [--feedback]|--answer`: answers a pending approval or
-/// question (`text` is the feedback or the answer) and follows the run until it ends or pauses
-/// again.
+/// question and follows the run until it ends or pauses again.
+///
+/// It reads the run first: a verdict that does not fit the request the run waits on is refused
+/// here, with the flag that fits, and the decision names the request it was checked against (so
+/// the server refuses it if another request is pending by the time it arrives).
 pub async fn resume(
     run: &str,
-    approved: bool,
-    text: Option<String>,
+    verdict: &Verdict,
     acting: &Acting,
     connection: &Connection,
     json_output: bool,
 ) -> anyhow::Result<ExitCode> {
+    let client = connection.client();
+    let view: RunView = client.get(&format!("/api/v1/flex/runs/{run}")).await?;
+    let pending = pending(&view);
+    if let Some(pending) = pending
+        && let Err(hint) = check_verdict(run, pending, verdict)
+    {
+        bail!(hint);
+    }
     let mut body = acting.fields();
     body.insert("runId".into(), json!(run));
-    let mut decision = json!({"approved": approved});
-    if let Some(text) = text {
-        decision["freeformText"] = json!(text);
-    }
-    body.insert("decision".into(), decision);
+    body.insert("decision".into(), verdict.decision(pending.map(|p| p.id.as_str())));
     let progress = Progress::new(json_output);
-    let outcome = connection.client().resume(&Value::Object(body), |frame, raw| progress.frame(frame, raw)).await;
+    let outcome = client.resume(&Value::Object(body), |frame, raw| progress.frame(frame, raw)).await;
     progress.finish();
     super::exit_code(outcome?, json_output)
 }
@@ -212,6 +329,75 @@ pub async fn act(
     }
     let path = format!("/api/v1/flex/runs/{run}/{action}");
     let answer = connection.client().call(Method::POST, &path, Some(&Value::Object(body))).await?;
-    println!("run {} is {}", text(&answer["runId"]), text(&answer["status"]));
+    print_line(&safe(&format!("run {} is {}", text(&answer["runId"]), text(&answer["status"]))));
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(kind: HitlKind, subject: HitlSubject) -> HitlRequestInfo {
+        HitlRequestInfo {
+            id: "req-1".into(),
+            kind,
+            subject,
+            question: "Approve the plan?".into(),
+            plan_version: 1,
+            created_at: "2026-01-01T00:00:00Z".into(),
+            node_id: (subject == HitlSubject::Node).then(|| "review".to_string()),
+            context: Value::Null,
+        }
+    }
+
+    fn answer() -> Verdict {
+        Verdict::Answer("EU only".into())
+    }
+
+    fn reject() -> Verdict {
+        Verdict::Reject { feedback: Some("add a polish step".into()) }
+    }
+
+    #[test]
+    fn an_answer_is_not_sent_to_an_approval() {
+        for subject in [HitlSubject::Plan, HitlSubject::Completion, HitlSubject::Policy] {
+            let hint = check_verdict("r1", &request(HitlKind::Approval, subject), &answer()).unwrap_err();
+            assert!(hint.starts_with("run r1 waits for an approval"), "{hint}");
+            assert!(hint.contains("not an answer: use --approve, or --reject [--feedback \"…\"]"), "{hint}");
+        }
+        let plan = request(HitlKind::Approval, HitlSubject::Plan);
+        assert!(check_verdict("r1", &plan, &Verdict::Approve).is_ok());
+        assert!(check_verdict("r1", &plan, &reject()).is_ok());
+    }
+
+    #[test]
+    fn an_approval_is_not_sent_to_a_question() {
+        let question = request(HitlKind::Clarify, HitlSubject::Node);
+        let hint = check_verdict("r1", &question, &Verdict::Approve).unwrap_err();
+        assert!(hint.contains("waits for an answer to a node's question (request req-1)"), "{hint}");
+        assert!(hint.contains("use --answer"), "{hint}");
+        assert!(check_verdict("r1", &question, &answer()).is_ok());
+        // Rejecting a question declines it (the node fails): a decision the server takes.
+        assert!(check_verdict("r1", &question, &reject()).is_ok());
+    }
+
+    #[test]
+    fn a_human_task_is_not_answered_from_here() {
+        let task = request(HitlKind::HumanTask, HitlSubject::Node);
+        for verdict in [Verdict::Approve, reject(), answer()] {
+            let hint = check_verdict("r1", &task, &verdict).unwrap_err();
+            assert!(hint.contains("human node \"review\""), "{hint}");
+            assert!(hint.contains("/api/v1/flex/tasks/req-1/decline"), "{hint}");
+        }
+    }
+
+    #[test]
+    fn decisions_name_the_request_they_were_checked_against() {
+        assert_eq!(
+            answer().decision(Some("req-1")),
+            json!({"approved": true, "freeformText": "EU only", "requestId": "req-1"})
+        );
+        assert_eq!(reject().decision(None), json!({"approved": false, "freeformText": "add a polish step"}));
+        assert_eq!(Verdict::Approve.decision(None), json!({"approved": true}));
+    }
 }

@@ -7,6 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
 use super::client::Seen;
+use super::terminal::{print_line, safe, safe_json};
 use crate::condition::GoalConditionResult;
 use crate::events::payload::*;
 use crate::events::{DecodedFrame, Event};
@@ -29,8 +30,8 @@ impl Progress {
     }
 
     /// Prints a line above the spinner (also when output is not a terminal).
-    fn line(&self, text: impl AsRef<str>) {
-        self.spinner.suspend(|| println!("{}", text.as_ref()));
+    fn line(&self, text: &str) {
+        self.spinner.suspend(|| print_line(text));
     }
 
     pub fn finish(&self) {
@@ -39,22 +40,34 @@ impl Progress {
 
     pub fn frame(&self, frame: &Seen, raw: &str) {
         if self.json {
-            println!("{raw}");
+            print_line(&safe_json(raw));
             return;
         }
-        let shown = match frame {
-            Seen::Known(frame) => describe(frame),
-            Seen::Unknown { kind, .. } => Shown::line(format!("  · {kind}")),
-        };
+        let shown = render(frame);
         if let Some(status) = shown.status {
             self.spinner.set_message(status);
         }
         if shown.end {
             self.spinner.finish_and_clear();
         }
-        for line in shown.lines {
+        for line in &shown.lines {
             self.line(line);
         }
+    }
+}
+
+/// How a frame is shown, made safe for a terminal: any text in it may come from the server (a
+/// model's output, a capability's error or question), so each line and the status is escaped —
+/// and stays one line.
+fn render(frame: &Seen) -> Shown {
+    let shown = match frame {
+        Seen::Known(frame) => describe(frame),
+        Seen::Unknown { kind, .. } => Shown::line(format!("  · {kind}")),
+    };
+    Shown {
+        lines: shown.lines.iter().map(|line| safe(line).into_owned()).collect(),
+        status: shown.status.map(|status| safe(&status).into_owned()),
+        end: shown.end,
     }
 }
 
@@ -179,7 +192,8 @@ fn complete_lines(p: &Complete) -> Vec<String> {
     }];
     lines.extend(p.goal_condition_results.iter().flatten().map(|r| format!("    {}", goal_line(r))));
     if !p.output.is_null() {
-        lines.push(format!("output:\n{}", serde_json::to_string_pretty(&p.output).unwrap_or_default()));
+        lines.push("output:".to_string());
+        lines.extend(serde_json::to_string_pretty(&p.output).unwrap_or_default().lines().map(String::from));
     }
     lines
 }
@@ -306,6 +320,30 @@ mod tests {
         );
         let emit = PolicyUpdate { event: Some("hello".into()), ..update(policy("emit", TriggerKind::OnStart)) };
         assert_eq!(describe(&frame(Event::PolicyUpdate(emit))).lines, ["  ⚙ policy again (onStart): emit hello"]);
+    }
+
+    #[test]
+    fn text_from_the_server_cannot_steer_the_terminal() {
+        let failed = Event::NodeError(NodeError {
+            node_id: "draft".into(),
+            capability_id: "writer".into(),
+            label: "Draft".into(),
+            error: ErrorInfo { code: "bad".into(), message: "\u{1b}[2J\u{1b}[H✔ completed\nfake line".into() },
+        });
+        let shown = render(&Seen::Known(Box::new(frame(failed))));
+        assert_eq!(shown.lines, ["  ✗ draft: \\x1b[2J\\x1b[H✔ completed\\x0afake line"]);
+        let done = Complete {
+            status: CompleteStatus::Completed,
+            output: json!({"text": "hi\u{9b}2J\u{7}"}),
+            goal_condition_results: None,
+            error: None,
+            post_condition_results: Vec::new(),
+        };
+        let shown = render(&Seen::Known(Box::new(frame(Event::Complete(done)))));
+        // The output is shown as a block of lines, each one escaped.
+        assert_eq!(shown.lines, ["✔ completed", "output:", "{", "  \"text\": \"hi\\u{9b}2J\\u0007\"", "}"]);
+        let unknown = render(&Seen::Unknown { seq: 3, kind: "new\u{1b}]0;title\u{7}".into() });
+        assert_eq!(unknown.lines, ["  · new\\x1b]0;title\\x07"]);
     }
 
     #[test]

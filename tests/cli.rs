@@ -1,0 +1,281 @@
+//! The `flexrun` command line as people use it: the real binary, against a real server with a
+//! stand-in model. What reaches the terminal, closed pipes, `resume` refusing a verdict that does
+//! not fit, help, logging and configuration errors, and 405 for a known path with another method.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::process::ServerProcess;
+use support::*;
+
+/// The `flexrun` binary with none of the caller's flexrun settings.
+fn flexrun(args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_flexrun"));
+    for name in ["FLEXRUN_SERVER", "FLEXRUN_API_KEY", "FLEXRUN_LOG", "FLEXRUN_CONFIG", "NO_COLOR"] {
+        command.env_remove(name);
+    }
+    command.args(args).stdin(Stdio::null()).kill_on_drop(true);
+    command
+}
+
+/// Runs `flexrun args…` against `server` to the end.
+async fn cli(server: &TestServer, args: &[&str]) -> Output {
+    let mut all = args.to_vec();
+    all.extend(["--server", &server.base]);
+    tokio::time::timeout(Duration::from_secs(60), flexrun(&all).output()).await.expect("flexrun ends").unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// Characters a terminal acts on instead of showing: C0 controls but newline and tab, DEL, C1.
+fn controls(text: &str) -> Vec<char> {
+    text.chars().filter(|c| matches!(u32::from(*c), 0x00..=0x08 | 0x0b..=0x1f | 0x7f..=0x9f)).collect()
+}
+
+fn write_envelope(dir: &Path, envelope: &Value) -> String {
+    let path = dir.join("envelope.json");
+    std::fs::write(&path, envelope.to_string()).unwrap();
+    path.display().to_string()
+}
+
+fn with_plan_approval(mut envelope: Value) -> Value {
+    envelope["policies"] = json!({"approval": {"plan": "required"}});
+    envelope
+}
+
+/// A screen-clearing, title-setting, colouring text (C0 and C1 escape sequences, a bell, DEL).
+const HOSTILE: &str = "\u{1b}[2J\u{1b}[H\u{1b}]0;owned\u{7} \u{9b}31mred\u{7f}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_from_the_server_is_escaped_on_the_terminal() {
+    let output = Reply::json(json!({"text": format!("post {HOSTILE}"), "quality_score": 0.9}));
+    let server = TestServer::start(planner_then(&[("draft", "writer")], output)).await;
+    let mut hostile = envelope();
+    hostile["objective"] = json!(format!("Write a post {HOSTILE}"));
+    let envelope_file = write_envelope(server.dir.path(), &hostile);
+
+    let progress = cli(&server, &["run", &envelope_file]).await;
+    assert!(progress.status.success(), "{progress:?}");
+    let shown = text(&progress.stdout);
+    assert_eq!(controls(&shown), Vec::<char>::new(), "{shown}");
+    // The output is JSON, where C0 controls are escapes already; DEL and C1 are not.
+    assert!(shown.contains("\\u001b[2J\\u001b[H\\u001b]0;owned\\u0007 \\u{9b}31mred\\x7f"), "{shown}");
+    let run_id = shown.lines().next().unwrap().strip_prefix("▶ run ").unwrap().to_string();
+
+    let list = cli(&server, &["runs", "list"]).await;
+    let shown = text(&list.stdout);
+    assert!(list.status.success() && shown.contains(&run_id), "{list:?}");
+    assert_eq!(controls(&shown), Vec::<char>::new(), "{shown}");
+    assert!(shown.contains("Write a post \\x1b[2J"), "{shown}");
+
+    let show = cli(&server, &["runs", "show", &run_id]).await;
+    let shown = text(&show.stdout);
+    assert!(show.status.success(), "{show:?}");
+    assert_eq!(controls(&shown), Vec::<char>::new(), "{shown}");
+    assert!(shown.contains("  objective: Write a post \\x1b[2J"), "{shown}");
+
+    // JSON output is the same JSON value, with the control characters JSON lets through raw
+    // (DEL, C1) written as escapes.
+    for args in [vec!["runs", "show", &run_id, "--json"], vec!["runs", "list", "--json"]] {
+        let json_output = cli(&server, &args).await;
+        let shown = text(&json_output.stdout);
+        assert_eq!(controls(&shown), Vec::<char>::new(), "{shown}");
+        assert_eq!(shown.lines().count(), 1, "{shown}");
+        let value: Value = serde_json::from_str(&shown).unwrap();
+        let objective = if args[1] == "show" { &value["run"]["objective"] } else { &value["runs"][0]["objective"] };
+        assert_eq!(objective, &json!(format!("Write a post {HOSTILE}")));
+    }
+    let frames = cli(&server, &["run", &envelope_file, "--json"]).await;
+    let shown = text(&frames.stdout);
+    assert!(frames.status.success(), "{frames:?}");
+    assert_eq!(controls(&shown), Vec::<char>::new(), "{shown}");
+    let frames: Vec<Value> = shown.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let logged = server.event_log(frames[0]["runId"].as_str().unwrap());
+    assert_eq!(frames, logged.into_iter().map(|(_, _, frame)| frame).collect::<Vec<_>>());
+    assert!(shown.contains("\\u009b31mred\\u007f"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pipe_ends_the_command_quietly() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    server.run(&envelope()).await;
+    let envelope_file = write_envelope(server.dir.path(), &envelope());
+    for args in [
+        vec!["runs", "list"],
+        vec!["runs", "list", "--json"],
+        vec!["run", &envelope_file, "--json"],
+        vec!["run", &envelope_file],
+    ] {
+        let mut all = args.clone();
+        all.extend(["--server", &server.base]);
+        let mut child = flexrun(&all).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        // The reader goes away before anything is written (`| head -0`, or a pager quit early).
+        drop(child.stdout.take());
+        let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(141), "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_refuses_an_answer_to_an_approval() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let paused = server.run(&with_plan_approval(envelope())).await;
+    let run_id = paused[0].run_id.clone();
+    server.wait_for_status(&run_id, "awaiting_hitl").await;
+    let waiting = cli(&server, &["runs", "list", "--status", "awaiting_hitl"]).await;
+    assert!(text(&waiting.stdout).contains(&run_id), "{waiting:?}");
+    let completed = cli(&server, &["runs", "list", "--status", "completed"]).await;
+    assert!(completed.status.success() && completed.stdout.is_empty(), "{completed:?}");
+
+    let answered = cli(&server, &["resume", &run_id, "--answer", "EU only"]).await;
+    let stderr = text(&answered.stderr);
+    assert_eq!(answered.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("run {run_id} waits for an approval (of its plan")), "{stderr}");
+    assert!(stderr.contains("not an answer: use --approve, or --reject [--feedback \"…\"]"), "{stderr}");
+    // Nothing was sent: the plan is neither approved nor run.
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0);
+    assert_eq!(server.capability_calls("writer"), 0);
+    assert_eq!(flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status, "awaiting_hitl");
+
+    let approved = cli(&server, &["resume", &run_id, "--approve", "--operator", "op-7"]).await;
+    assert!(approved.status.success(), "{approved:?}");
+    assert!(text(&approved.stdout).contains("✔ completed"), "{approved:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_is_shown_escaped_and_wants_an_answer() {
+    let server = TestServer::start(script(|call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer")]);
+        }
+        if call.user.contains("### CLARIFICATIONS") {
+            return post(0.9);
+        }
+        Reply::json(json!({"signal": "CLARIFY", "question": format!("Formal or casual?\nReply {HOSTILE}")}))
+    }))
+    .await;
+    let envelope_file = write_envelope(server.dir.path(), &envelope());
+    let paused = cli(&server, &["run", &envelope_file]).await;
+    let shown = text(&paused.stdout);
+    assert!(paused.status.success(), "{paused:?}");
+    assert_eq!(controls(&shown), Vec::<char>::new(), "{shown}");
+    // In the progress display a question stays on its line.
+    assert!(
+        shown.contains("Formal or casual?\\x0aReply \\x1b[2J\\x1b[H\\x1b]0;owned\\x07 \\u{9b}31mred\\x7f"),
+        "{shown}"
+    );
+    let run_id = shown.lines().next().unwrap().strip_prefix("▶ run ").unwrap().to_string();
+
+    // `runs show` prints the pending question as a block under its request.
+    let show = cli(&server, &["runs", "show", &run_id]).await;
+    let shown = text(&show.stdout);
+    assert_eq!(controls(&shown), Vec::<char>::new(), "{shown}");
+    assert!(shown.contains("\n    Formal or casual?\n    Reply \\x1b[2J"), "{shown}");
+
+    let approved = cli(&server, &["resume", &run_id, "--approve"]).await;
+    let stderr = text(&approved.stderr);
+    assert_eq!(approved.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("waits for an answer to a node's question"), "{stderr}");
+    assert!(stderr.contains("not an approval: use --answer"), "{stderr}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0);
+
+    let answered = cli(&server, &["resume", &run_id, "--answer", "casual"]).await;
+    assert!(answered.status.success(), "{answered:?}");
+    let shown = text(&answered.stdout);
+    assert!(shown.contains("answered: casual") && shown.contains("✔ completed"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn help_lists_the_run_statuses() {
+    let help = flexrun(&["runs", "list", "--help"]).output().await.unwrap();
+    let shown = text(&help.stdout);
+    assert!(help.status.success(), "{help:?}");
+    let statuses = flexrun::run::RunStatus::ALL.map(|s| s.as_str()).join(", ");
+    assert!(shown.contains(&format!("[possible values: {statuses}]")), "{shown}");
+    let wrong = flexrun(&["runs", "list", "--status", "paused"]).output().await.unwrap();
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(text(&wrong.stderr).contains("invalid value 'paused' for '--status <STATUS>'"), "{wrong:?}");
+}
+
+/// Runs `flexrun serve` with `env` until it exits (it must, within 20 s).
+async fn serve_must_exit(dir: &Path, env: &[(&str, &str)]) -> Output {
+    let mut command = flexrun(&["serve"]);
+    command
+        .env("FLEXRUN_DATABASE_URL", format!("sqlite://{}", dir.join("flexrun.db").display()))
+        .env("FLEXRUN_BIND", "127.0.0.1:0")
+        .envs(env.iter().copied());
+    tokio::time::timeout(Duration::from_secs(20), command.output())
+        .await
+        .expect("flexrun serve should have exited")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_log_filter_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = serve_must_exit(dir.path(), &[("FLEXRUN_LOG", "flexrun=loud")]).await;
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("flexrun: FLEXRUN_LOG=\"flexrun=loud\" is not a valid log filter"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!dir.path().join("flexrun.db").exists(), "nothing started");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_written_to_a_file_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    // An empty NO_COLOR does not turn colours off: only the log not being a terminal does.
+    let server = ServerProcess::start(dir.path(), "http://127.0.0.1:9/v1", &[], &[("NO_COLOR", "")]).await;
+    let log = server.log();
+    assert!(log.contains("flexrun listening"), "{log}");
+    assert!(!log.contains('\u{1b}'), "{log:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_configuration_is_one_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("flexrun.toml");
+    std::fs::write(&config, "bnd = \"127.0.0.1:9000\"\n").unwrap();
+    let output = serve_must_exit(dir.path(), &[("FLEXRUN_CONFIG", config.to_str().unwrap())]).await;
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("flexrun: configuration: unknown field `bnd`, expected one of `bind`"), "{stderr}");
+    assert_eq!(stderr.matches("unknown field").count(), 1, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_known_path_with_another_method_is_405() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let run_id = server.run(&envelope()).await[0].run_id.clone();
+    let cases = [
+        (reqwest::Method::DELETE, format!("/api/v1/flex/runs/{run_id}"), "GET"),
+        (reqwest::Method::GET, "/api/v1/flex/run.stream".to_string(), "POST"),
+        (reqwest::Method::PUT, format!("/api/v1/flex/runs/{run_id}/cancel"), "POST"),
+        (reqwest::Method::POST, "/api/v1/health".to_string(), "GET"),
+    ];
+    for (method, path, allow) in cases {
+        let response = server.http.request(method.clone(), server.url(&path)).send().await.unwrap();
+        assert_eq!(response.status(), 405, "{method} {path}");
+        assert_eq!(response.headers()["allow"], allow, "{method} {path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+        assert_eq!(body["error"]["details"], json!([]), "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(allow), "{body}");
+    }
+    for path in ["/api/v1/flex/nope", "/api/v1/flex/runs/x/y/z", "/nope"] {
+        let response = server.http.delete(server.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "not_found", "{body}");
+    }
+}
