@@ -16,12 +16,14 @@ use crate::capability::UrlPrefix;
 /// The defaults, kept in one place: the same file documents them for operators.
 const DEFAULTS: &str = include_str!("../config/flexrun.toml");
 
-/// Why settings could not be loaded.
+/// Why settings could not be loaded. Each is one complete message: none has a source error that
+/// would repeat it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// Not a `source`: the message already carries the loader's error (with the key and file),
-    /// and error reports that print causes would show it twice.
-    #[error("configuration: {0}")]
+    /// A file that does not parse, a value of the wrong type, an unknown key. Not a `source`:
+    /// the message already carries the loader's error, and reports that print causes would show
+    /// it twice.
+    #[error("configuration: {}", describe(.0))]
     Load(config::ConfigError),
     #[error("configuration: `bind` = {value:?} is not a socket address (e.g. 127.0.0.1:8080)")]
     Bind { value: String },
@@ -40,6 +42,15 @@ pub enum ConfigError {
 impl From<config::ConfigError> for ConfigError {
     fn from(error: config::ConfigError) -> Self {
         Self::Load(error)
+    }
+}
+
+/// The `config` crate's error as one message. A file that does not parse is named first: the
+/// crate puts it after the parser's report, which spans several lines.
+fn describe(error: &config::ConfigError) -> String {
+    match error {
+        config::ConfigError::FileParse { uri: Some(uri), cause } => format!("{uri}: {}", cause.to_string().trim_end()),
+        other => other.to_string(),
     }
 }
 
@@ -370,6 +381,44 @@ mod tests {
         assert!(err.to_string().contains("allow_link_local"), "{err}");
         let allowed = load_file(&format!("{listed}allow_link_local = true\n")).unwrap();
         assert!(allowed.http_capabilities.allow_link_local);
+    }
+
+    /// The message an error prints with its causes (as `flexrun` shows it).
+    fn shown(error: ConfigError) -> String {
+        format!("{:#}", anyhow::Error::from(error))
+    }
+
+    #[test]
+    fn a_bad_configuration_is_one_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        let unknown = file("unknown.toml", "bnd = \"127.0.0.1:1\"\n");
+        let message = shown(load(&[("FLEXRUN_CONFIG", &unknown)]).unwrap_err());
+        assert!(message.starts_with("configuration: unknown field `bnd`, expected one of `bind`"), "{message}");
+        assert_eq!(message.matches("unknown field").count(), 1, "{message}");
+
+        let syntax = file("syntax.toml", "bind = \n");
+        let message = shown(load(&[("FLEXRUN_CONFIG", &syntax)]).unwrap_err());
+        assert!(
+            message.starts_with("configuration: ") && message.contains("syntax.toml: TOML parse error"),
+            "{message}"
+        );
+        assert_eq!(message.matches("TOML parse error").count(), 1, "{message}");
+        assert!(!message.ends_with('\n'), "{message:?}");
+
+        let message = shown(load(&[("FLEXRUN_GOAL_CONDITION_REPLAN_LIMIT", "many")]).unwrap_err());
+        assert_eq!(
+            message,
+            "configuration: invalid type: string \"many\", expected an integer for key \
+             `replan.max_goal_condition_replans`"
+        );
+        let missing = dir.path().join("missing.toml").display().to_string();
+        let message = shown(load(&[("FLEXRUN_CONFIG", &missing)]).unwrap_err());
+        assert_eq!(message, format!("configuration: configuration file {missing:?} not found"));
     }
 
     #[test]
