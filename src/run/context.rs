@@ -58,7 +58,7 @@ pub struct NodeOutput<'a> {
 
 impl RunContext {
     /// A context holding the envelope's inputs, seeded at `at` (the run's `start`).
-    pub fn seeded(inputs: &Map<String, Value>, at: &str) -> Self {
+    pub fn seeded(inputs: Map<String, Value>, at: &str) -> Self {
         let mut context = Self::default();
         for (facet, value) in inputs {
             let provenance = Provenance {
@@ -67,7 +67,7 @@ impl RunContext {
                 plan_version: None,
                 timestamp: at.into(),
             };
-            context.write(facet, value.clone(), provenance);
+            context.write(&facet, value, provenance);
         }
         context
     }

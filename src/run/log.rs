@@ -138,7 +138,8 @@ impl RunLog {
     /// publishes the frames. After a failure nothing is committed and this log is ahead of the
     /// database: drop it (the run carries on from what the database holds).
     pub async fn commit(&mut self) -> Result<(), LogError> {
-        let change = self.run_change();
+        let created = self.created.take();
+        let change = self.run_change(created);
         if self.staged.is_empty() && self.rows.is_empty() && change.is_none() {
             return Ok(());
         }
@@ -157,7 +158,6 @@ impl RunLog {
                 events::append(conn, &run_id, &committed)
             })
             .await?;
-        self.created = None;
         self.row = RowState { status: self.state.status, progress: progress_of(&self.state) };
         if !frames.is_empty() {
             self.bus.publish(self.state.run_id.as_str(), BusMessage::Frames(frames));
@@ -174,11 +174,11 @@ impl RunLog {
         self.bus.settle(self.state.run_id.as_str());
     }
 
-    /// What the next commit changes on the run row.
-    fn run_change(&self) -> Option<RunChange> {
+    /// What the next commit changes on the run row (`created`: a new run's row, inserted by it).
+    fn run_change(&self, created: Option<RunRow>) -> Option<RunChange> {
         let (status, progress) = (self.state.status, progress_of(&self.state));
-        if let Some(row) = &self.created {
-            let row = RunRow { status: status.as_str().to_string(), ..row.clone() };
+        if let Some(row) = created {
+            let row = RunRow { status: status.as_str().to_string(), ..row };
             return Some(RunChange::Create(Box::new(progress.stamp(row))));
         }
         let from = self.row.status;

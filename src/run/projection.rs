@@ -125,19 +125,25 @@ pub fn project(state: &RunState, at: At, event: &Event) -> Vec<RowWrite> {
             }
             rows
         }
-        Event::PolicyTriggered(_) => vec![
-            RowWrite::DiscardUnfinished { version },
-            RowWrite::CloseAll { status: RequestStatus::Superseded, at: now },
-        ],
+        Event::PolicyTriggered(_) => {
+            let mut rows = vec![RowWrite::DiscardUnfinished { version }];
+            rows.extend(close_open(state, RequestStatus::Superseded, now));
+            rows
+        }
         Event::PolicyUpdate(update) => update
             .reset_nodes
             .iter()
             .map(|node_id| RowWrite::NodeWaiting { version, node_id: node_id.clone(), status: NodeStatus::Pending })
             .collect(),
         // Nobody answers a request of a run that ended.
-        Event::Complete(_) => vec![RowWrite::CloseAll { status: RequestStatus::Cancelled, at: now }],
+        Event::Complete(_) => close_open(state, RequestStatus::Cancelled, now).into_iter().collect(),
         _ => Vec::new(),
     }
+}
+
+/// Every request still open leaves `pending` (nothing to write when none is).
+fn close_open(state: &RunState, status: RequestStatus, at: NaiveDateTime) -> Option<RowWrite> {
+    (!state.requests.is_empty()).then_some(RowWrite::CloseAll { status, at })
 }
 
 /// A new plan version and its nodes; a node carried over completed keeps its output.

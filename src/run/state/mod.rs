@@ -300,7 +300,7 @@ impl RunState {
     fn start(&mut self, at: At) {
         self.started_at = Some(at.timestamp);
         let inputs = self.inputs.take().unwrap_or_default();
-        self.context = RunContext::seeded(&inputs, &rfc3339(at.timestamp));
+        self.context = RunContext::seeded(inputs, &rfc3339(at.timestamp));
     }
 
     /// Sets the status of the current plan's node `node_id`.
@@ -331,8 +331,11 @@ impl RunState {
 
     fn node_completed(&mut self, at: At, complete: &NodeComplete) -> Result<(), ApplyError> {
         let version = self.plan_version();
-        let node = self.plan().and_then(|p| p.node(&complete.node_id)).cloned().ok_or_else(|| {
-            ApplyError::UnknownNode { seq: at.seq, kind: "node_complete", node_id: complete.node_id.clone() }
+        let plan = self.plan().cloned();
+        let node = plan.as_deref().and_then(|p| p.node(&complete.node_id)).ok_or_else(|| ApplyError::UnknownNode {
+            seq: at.seq,
+            kind: "node_complete",
+            node_id: complete.node_id.clone(),
         })?;
         self.context.record_output(NodeOutput {
             node_id: &node.id,
