@@ -11,6 +11,7 @@
 
 use std::borrow::Cow;
 
+use aho_corasick::AhoCorasick;
 use serde_json::Value;
 
 /// What a redacted value is replaced by.
@@ -37,10 +38,18 @@ pub const DEFAULT_MARKERS: [&str; 16] = [
 ];
 
 /// The markers in force: the defaults and those an operator added (`redaction.extra_keys`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Redaction {
     markers: Vec<String>,
+    /// Finds, in one pass over a text, whether any marker could be spelled in it at all (each
+    /// marker, and the compound ones also with `_` and `-` between their words), so a text that
+    /// cannot hold a secret key is passed on untouched without looking at its keys.
+    /// (`None` if the automaton could not be built: then every text is looked at.)
+    candidates: Option<AhoCorasick>,
 }
+
+/// The default markers made of two words, as keys may spell them.
+const COMPOUNDS: [(&str, &str); 3] = [("api", "key"), ("private", "key"), ("access", "key")];
 
 impl Default for Redaction {
     fn default() -> Self {
@@ -57,7 +66,12 @@ impl Redaction {
         markers.extend(extra.iter().map(|m| normalise(m)).filter(|m| !m.is_empty()));
         markers.sort();
         markers.dedup();
-        Self { markers }
+        let mut patterns: Vec<String> = markers.clone();
+        patterns.extend(COMPOUNDS.iter().flat_map(|(a, b)| [format!("{a}_{b}"), format!("{a}-{b}")]));
+        patterns.extend(extra.iter().map(|m| m.to_ascii_lowercase()));
+        // Building fails only for absurdly large pattern sets.
+        let candidates = AhoCorasick::builder().ascii_case_insensitive(true).build(&patterns).ok();
+        Self { markers, candidates }
     }
 
     /// Whether a value under `key` is a secret.
@@ -92,7 +106,8 @@ impl Redaction {
     /// A JSON text (a frame) with every secret replaced: the same text when it has no secret
     /// key — found in one pass without parsing, so the common frame costs no copy.
     pub fn text<'a>(&self, json: &'a str) -> Cow<'a, str> {
-        if !keys(json).any(|key| self.is_secret(&key)) {
+        let candidate = self.candidates.as_ref().is_none_or(|c| c.is_match(json));
+        if !candidate || !keys(json).any(|key| self.is_secret(&key)) {
             return Cow::Borrowed(json);
         }
         match serde_json::from_str::<Value>(json) {
@@ -217,6 +232,9 @@ mod tests {
         let out = r.text(&text);
         assert!(!out.contains("sk-1") && out.contains(REDACTED), "{out}");
         assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), redacted);
+        let compounds = r#"{"X-Api-Key":"k1","private_key":"k2","AccessKey":"k3","Tenant-ID":"k4"}"#;
+        let out = Redaction::new(&["tenant".into()]).text(compounds).into_owned();
+        assert!(["k1", "k2", "k3", "k4"].iter().all(|k| !out.contains(k)), "{out}");
         let escaped = r#"{"a\"b":1,"password":"p"}"#;
         assert!(!r.text(escaped).contains("\"p\""));
     }
