@@ -37,6 +37,9 @@ pub enum ConfigError {
          cloud-metadata address, which is refused unless `http_capabilities.allow_link_local = true`"
     )]
     LinkLocalPrefix { prefix: String },
+    /// A value of the right type that flexrun cannot work with.
+    #[error("configuration: `{key}` {problem}")]
+    Invalid { key: &'static str, problem: String },
 }
 
 impl From<config::ConfigError> for ConfigError {
@@ -112,6 +115,7 @@ pub struct LlmSettings {
     pub model: String,
     pub timeout_secs: u64,
     pub planner_response_format: PlannerResponseFormat,
+    pub max_response_bytes: usize,
 }
 
 /// How the planner asks the model for JSON; not every OpenAI-compatible server supports every form.
@@ -143,6 +147,8 @@ pub struct RetrySettings {
 pub struct Limits {
     pub run_timeout_secs: u64,
     pub max_body_bytes: usize,
+    pub body_read_timeout_secs: u64,
+    pub max_concurrent_body_reads: usize,
     pub max_concurrent_nodes: usize,
     pub capability_timeout_secs: u64,
     pub max_capability_response_bytes: usize,
@@ -232,6 +238,10 @@ const ENV_OVERRIDES: &[(&str, &[&str])] = &[
     ("replan.max_goal_condition_replans", &["FLEXRUN_GOAL_CONDITION_REPLAN_LIMIT"]),
 ];
 
+fn as_u64(value: usize) -> u64 {
+    u64::try_from(value).unwrap_or(u64::MAX)
+}
+
 /// Comma-separated list variables.
 const ENV_LIST_OVERRIDES: &[(&str, &str)] =
     &[("auth.api_keys", "FLEXRUN_API_KEYS"), ("auth.operator_keys", "FLEXRUN_OPERATOR_KEYS")];
@@ -266,6 +276,7 @@ impl Settings {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
+        self.check_values()?;
         let bind = self.bind_addr()?;
         if !self.auth.enabled() && !self.auth.allow_anonymous && !bind.ip().is_loopback() {
             return Err(ConfigError::AnonymousPublic { bind });
@@ -280,6 +291,38 @@ impl Settings {
             return Err(ConfigError::LinkLocalPrefix { prefix: prefix.to_string() });
         }
         Ok(())
+    }
+
+    /// Values that would only fail later, at run time and as if the failure were transient: a
+    /// model URL that is not one, a limit of zero.
+    fn check_values(&self) -> Result<(), ConfigError> {
+        let invalid = |key, problem: &str| Err(ConfigError::Invalid { key, problem: problem.to_string() });
+        match url::Url::parse(&self.llm.base_url) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {}
+            _ => {
+                let shown = crate::excerpt::excerpt(&self.llm.base_url, 100);
+                return invalid(
+                    "llm.base_url",
+                    &format!("= {shown:?} is not an http(s) URL (e.g. https://api.openai.com/v1)"),
+                );
+            }
+        }
+        let limits = &self.limits;
+        let positive = [
+            ("llm.timeout_secs", self.llm.timeout_secs),
+            ("llm.max_response_bytes", as_u64(self.llm.max_response_bytes)),
+            ("limits.max_body_bytes", as_u64(limits.max_body_bytes)),
+            ("limits.body_read_timeout_secs", limits.body_read_timeout_secs),
+            ("limits.max_concurrent_body_reads", as_u64(limits.max_concurrent_body_reads)),
+            ("limits.max_concurrent_nodes", as_u64(limits.max_concurrent_nodes)),
+            ("limits.capability_timeout_secs", limits.capability_timeout_secs),
+            ("limits.run_timeout_secs", limits.run_timeout_secs),
+            ("limits.max_capability_response_bytes", as_u64(limits.max_capability_response_bytes)),
+        ];
+        match positive.into_iter().find(|(_, value)| *value == 0) {
+            Some((key, _)) => invalid(key, "must be at least 1"),
+            None => Ok(()),
+        }
     }
 
     /// The listen address.
@@ -419,6 +462,24 @@ mod tests {
         let missing = dir.path().join("missing.toml").display().to_string();
         let message = shown(load(&[("FLEXRUN_CONFIG", &missing)]).unwrap_err());
         assert_eq!(message, format!("configuration: configuration file {missing:?} not found"));
+    }
+
+    #[test]
+    fn values_flexrun_cannot_work_with_are_refused_when_loading() {
+        for url in ["localhost:8000/v1", "not a url", "ftp://models.example/v1", "http://"] {
+            let message = shown(load(&[("FLEXRUN_LLM_BASE_URL", url)]).unwrap_err());
+            assert!(message.starts_with("configuration: `llm.base_url` = "), "{url}: {message}");
+        }
+        let long = format!("http://{}", "x".repeat(100_000));
+        assert!(load(&[("FLEXRUN_LLM_BASE_URL", "http://127.0.0.1:9/v1")]).is_ok());
+        let message = shown(load(&[("FLEXRUN_LLM_BASE_URL", &format!("{long} x"))]).unwrap_err());
+        assert!(message.len() < 400, "a bad URL is quoted in part: {} bytes", message.len());
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("zero.toml");
+        std::fs::write(&path, "[limits]\nmax_concurrent_body_reads = 0\n").unwrap();
+        let message = shown(load(&[("FLEXRUN_CONFIG", &path.display().to_string())]).unwrap_err());
+        assert_eq!(message, "configuration: `limits.max_concurrent_body_reads` must be at least 1");
     }
 
     #[test]

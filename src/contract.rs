@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::excerpt;
 use crate::validation::FieldError;
 
 /// A JSON Schema compiled once, kept with its source so it can be shown to people and models.
@@ -27,14 +28,16 @@ impl CompiledSchema {
         &self.source
     }
 
-    /// Every violation of `instance`, as `(pointer into the instance, message)`.
+    /// The violations of `instance` (the first [`MAX_VIOLATIONS`]), each message bounded: a
+    /// schema error quotes the offending value, which may be a capability's whole answer.
     pub fn violations(&self, instance: &Value) -> Vec<SchemaViolation> {
         self.validator
             .iter_errors(instance)
+            .take(MAX_VIOLATIONS)
             .map(|e| SchemaViolation {
-                instance_path: e.instance_path().to_string(),
+                instance_path: excerpt::excerpt(&e.instance_path().to_string(), excerpt::MESSAGE).into_owned(),
                 keyword: e.kind().keyword().to_string(),
-                message: e.to_string(),
+                message: excerpt::Excerpt(&e, excerpt::MESSAGE).to_string(),
             })
             .collect()
     }
@@ -57,6 +60,9 @@ impl Serialize for CompiledSchema {
         self.source.serialize(serializer)
     }
 }
+
+/// Violations reported of one value; a value that breaks its contract is refused all the same.
+pub const MAX_VIOLATIONS: usize = 20;
 
 /// One schema violation of a produced value (sent in `validation_error` frames).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -114,8 +120,8 @@ enum RawContract {
 impl OutputContract {
     /// Parses a contract at `path` of a request body, reporting every problem found.
     pub fn parse(value: &Value, path: &str) -> Result<Self, Vec<FieldError>> {
-        let raw: RawContract = serde_json::from_value(value.clone())
-            .map_err(|e| vec![FieldError::new(path, "invalid_contract", e.to_string())])?;
+        let raw: RawContract = crate::validation::decode(value, path)
+            .map_err(|e| vec![FieldError { code: "invalid_contract".into(), ..e }])?;
         match raw {
             RawContract::JsonSchema { schema, hints, example } => {
                 let schema = CompiledSchema::compile(schema).map_err(|message| {

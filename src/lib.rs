@@ -17,6 +17,7 @@ pub mod config;
 pub mod contract;
 pub mod envelope;
 pub mod events;
+pub mod excerpt;
 pub mod facet;
 pub mod http;
 

@@ -37,12 +37,16 @@ async fn bad_envelopes_get_400_with_every_problem_and_create_nothing() {
     let mut bad_rule = envelope();
     bad_rule["goal_condition"][0]["condition"] = json!({"jsonLogic": {">==": [1, 2]}});
 
-    let cases: [(&str, Value, &str, &str); 5] = [
+    let mut unknown_facet = envelope();
+    unknown_facet["goal_condition"][0]["facet"] = json!("post_kopy");
+
+    let cases: [(&str, Value, &str, &str); 6] = [
         ("missing objective", missing_objective, "/objective", "required"),
         ("unknown key", unknown_key, "/goalConditions", "unknown_field"),
         ("bad outputContract", bad_contract, "/outputContract/facets", "minItems"),
         ("bad pointer", bad_pointer, "/goal_condition/0/path", "invalid_pointer"),
         ("bad JSON-Logic", bad_rule, "/goal_condition/0/condition/jsonLogic", "invalid_json_logic"),
+        ("a facet nothing provides", unknown_facet, "/goal_condition/0/facet", "undeclared_facet"),
     ];
     for (name, body, path, code) in cases {
         let (status, error) = error_body(server.post_run(&body).await).await;
@@ -64,6 +68,25 @@ async fn bad_envelopes_get_400_with_every_problem_and_create_nothing() {
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "no run for a rejected envelope");
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events"), 0);
     assert!(server.llm_calls().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_integer_written_with_a_fraction_is_an_integer_as_the_schema_says() {
+    let server = TestServer::start(always_plan(&[("draft", "writer")])).await;
+    let mut body = envelope();
+    body["policies"] = json!({"replan": {"maxGoalConditionReplans": 2.0}, "retry": {"maxRetries": 1e0},
+                              "timeouts": {"runSeconds": 600.0}});
+    let frames = server.run(&body).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed");
+    let run_id = frames[0].payload["runId"].as_str().unwrap();
+    let run: Value =
+        server.http.get(server.url(&format!("/api/v1/flex/runs/{run_id}"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(run["envelope"]["policies"]["replan"]["maxGoalConditionReplans"], json!(2));
+
+    body["policies"]["replan"]["maxGoalConditionReplans"] = json!(2.5);
+    let (status, error) = error_body(server.post_run(&body).await).await;
+    assert_eq!(status, 400);
+    assert_eq!(detail_paths(&error), ["/policies/replan/maxGoalConditionReplans"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -254,6 +254,18 @@ async fn a_bad_configuration_is_one_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_url_that_is_no_url_stops_serve_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = serve_must_exit(dir.path(), &[("FLEXRUN_LLM_BASE_URL", "localhost:8000/v1")]).await;
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "flexrun: configuration: `llm.base_url` = \"localhost:8000/v1\" is not an http(s) URL (e.g. https://api.openai.com/v1)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_known_path_with_another_method_is_405() {
     let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
     let run_id = server.run(&envelope()).await[0].run_id.clone();

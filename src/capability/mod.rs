@@ -147,8 +147,8 @@ impl Capability {
         if !errors.is_empty() {
             return Err(errors);
         }
-        let raw: RawRegistration = serde_json::from_value(registration.clone())
-            .map_err(|e| vec![FieldError::new("", "invalid", e.to_string())])?;
+        let registration = crate::validation::integral_numbers(registration);
+        let raw: RawRegistration = crate::validation::decode(&registration, "").map_err(|e| vec![e])?;
         let mut errors = Vec::new();
         let executor = executor(&raw, policy).map_err(|e| errors.push(e)).ok();
         let output_contract = OutputContract::parse(&registration["outputContract"], "/outputContract")

@@ -58,7 +58,9 @@ impl Registry {
                     capabilities.insert(capability.id.clone(), Arc::new(capability));
                 }
                 Err(errors) => tracing::warn!(
-                    capability = %row.capability_id, ?errors,
+                    capability = %crate::excerpt::log(&row.capability_id),
+                    problems = errors.len(),
+                    first = %crate::excerpt::log(errors.first().map(|e| format!("{}: {}", e.path, e.message)).unwrap_or_default()),
                     "stored capability registration is no longer valid; it is not active"
                 ),
             }
@@ -157,5 +159,6 @@ pub fn catalog(configured: &[(String, Value)], capabilities: &Capabilities) -> C
     for capability in capabilities.values() {
         facets.extend(super::facet_schemas(&capability.output_contract, &capability.output_facets));
     }
-    Catalog::with_facets(facets)
+    let produced = capabilities.values().flat_map(|c| c.output_facets.iter().map(String::as_str));
+    Catalog::with_facets(facets).produced(produced)
 }

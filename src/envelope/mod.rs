@@ -90,6 +90,10 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
     if !errors.is_empty() {
         return Err(EnvelopeError::Invalid(errors));
     }
+    // Stored with `2.0` read as `2`, so every later reading of the policies agrees with this one.
+    if let Some(policies) = raw.get_mut("policies") {
+        *policies = validation::integral_numbers(policies.take());
+    }
     errors.extend(unsupported_features(&raw));
     let output_contract =
         OutputContract::parse(&raw["outputContract"], "/outputContract").map_err(|e| errors.extend(e)).ok();
@@ -101,6 +105,9 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         }
         None => Vec::new(),
     };
+    if let Some(contract) = &output_contract {
+        errors.extend(undeclared_facets(&raw, contract, catalog));
+    }
     let (Some(output_contract), true) = (output_contract, errors.is_empty()) else {
         return Err(EnvelopeError::Invalid(errors));
     };
@@ -155,10 +162,10 @@ fn policy_at<T: serde::de::DeserializeOwned + Default>(
 ) -> Result<T, EnvelopeError> {
     policies
         .and_then(|p| p.get(key))
-        .map(|value| serde_json::from_value(value.clone()))
+        .map(|value| validation::decode(value, path))
         .transpose()
         .map(Option::unwrap_or_default)
-        .map_err(|e| EnvelopeError::Invalid(vec![FieldError::new(path, "invalid", e.to_string())]))
+        .map_err(|e| EnvelopeError::Invalid(vec![e]))
 }
 
 fn string_at(raw: &Value, at: &str) -> Option<String> {
@@ -193,6 +200,35 @@ fn goal_conditions(
         }
     }
     conditions
+}
+
+/// Goal conditions on a facet that neither the output contract, the inputs nor any registered
+/// capability provides: such a condition can never hold, and each replan to meet it would be a
+/// paid model call wasted.
+fn undeclared_facets(raw: &Value, contract: &OutputContract, catalog: &Catalog) -> Vec<FieldError> {
+    let Some(entries) = raw.get("goal_condition").and_then(Value::as_array) else { return Vec::new() };
+    let inputs = raw.get("inputs").and_then(Value::as_object);
+    let provided = |facet: &str| {
+        contract.facets().iter().any(|f| f == facet)
+            || inputs.is_some_and(|inputs| inputs.contains_key(facet))
+            || catalog.knows_facet(facet)
+    };
+    entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, entry)| Some((i, entry.get("facet")?.as_str()?)))
+        .filter(|(_, facet)| !provided(facet))
+        .map(|(i, facet)| {
+            FieldError::new(
+                pointer(["goal_condition".to_string(), i.to_string(), "facet".to_string()]),
+                "undeclared_facet",
+                format!(
+                    "no output contract facet, input or registered capability provides the facet `{}`",
+                    crate::excerpt::excerpt(facet, 100)
+                ),
+            )
+        })
+        .collect()
 }
 
 /// Envelope features that later flexrun versions implement. Rejecting them keeps a caller from
@@ -264,6 +300,21 @@ mod tests {
     }
 
     #[test]
+    fn a_goal_condition_on_a_facet_nothing_provides_is_refused() {
+        let condition = |facet: &str| json!({"facet": facet, "path": "/ok", "condition": {"jsonLogic": {"==": [{"var": "ok"}, true]}}});
+        let mut body = valid();
+        body["goal_condition"] = json!([condition("post_copy"), condition("brief"), condition("summary")]);
+        let errors = problems(body.clone());
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!((errors[0].path.as_str(), errors[0].code.as_str()), ("/goal_condition/2/facet", "undeclared_facet"));
+        // A registered capability producing it (with or without a schema) declares it.
+        let produced = Catalog::builtin().produced(["summary"]);
+        assert!(from_value(body.clone(), &produced).is_ok());
+        let described = Catalog::with_facets([("summary", &json!({"type": "object"}))]);
+        assert!(from_value(body, &described).is_ok());
+    }
+
+    #[test]
     fn missing_objective_and_contract_are_required() {
         let errors = problems(json!({}));
         let paths: Vec<_> = errors.iter().map(|e| e.path.as_str()).collect();
@@ -274,8 +325,8 @@ mod tests {
     fn reports_every_goal_condition_problem() {
         let mut body = valid();
         body["goal_condition"] = json!([
-            {"facet": "a", "path": "no-slash", "condition": {"jsonLogic": {">": [1, 2]}}},
-            {"facet": "b", "path": "/x", "condition": {"jsonLogic": {"nope": []}}}
+            {"facet": "post_copy", "path": "no-slash", "condition": {"jsonLogic": {">": [1, 2]}}},
+            {"facet": "brief", "path": "/x", "condition": {"jsonLogic": {"nope": []}}}
         ]);
         let errors = problems(body);
         let codes: Vec<_> = errors.iter().map(|e| (e.path.as_str(), e.code.as_str())).collect();

@@ -14,6 +14,7 @@ use crate::budget::BudgetView;
 pub use crate::capability::ExecutorType;
 use crate::condition::GoalConditionResult;
 use crate::contract::SchemaViolation;
+use crate::excerpt;
 pub use crate::plan::Phase;
 use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
 pub use crate::runtime_policy::TriggerKind;
@@ -282,6 +283,14 @@ pub struct PostConditionSummary {
 pub struct ErrorInfo {
     pub code: String,
     pub message: String,
+}
+
+impl ErrorInfo {
+    /// An error whose message is at most [`excerpt::FRAME`] characters: a capability that
+    /// answers a megabyte of error text does not put it into every frame and log line after.
+    pub fn new(code: impl Into<String>, message: &str) -> Self {
+        Self { code: code.into(), message: excerpt::excerpt(message, excerpt::FRAME).into_owned() }
+    }
 }
 
 /// The `node_error` code of a human submission that broke its contract: the run keeps waiting,

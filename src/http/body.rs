@@ -1,19 +1,110 @@
-//! Reading request bodies with a size bound, so an oversized body gets a JSON 413.
+//! Request bodies, read whole and bounded three ways: in size (`limits.max_body_bytes`, else a JSON
+//! 413), in time (`limits.body_read_timeout_secs`, else 408) and in how many are read at once
+//! (`limits.max_concurrent_body_reads`, else 503 with `Retry-After`).
+//!
+//! Without the last two, a client that starts many uploads and stalls each of them keeps a
+//! body buffer per upload alive for as long as it likes. With them, memory spent on bodies is at
+//! most `max_concurrent_body_reads × max_body_bytes`, and a stalled upload is let go after the
+//! deadline. Every endpoint that takes a body takes it through [`Body`].
 
-use actix_web::web;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::Payload;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest, web};
 use futures::StreamExt;
+use futures::future::LocalBoxFuture;
+use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
 
 use super::error::ApiError;
+use crate::config::Limits;
+use crate::excerpt;
 
-pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::Bytes, ApiError> {
-    let mut body = web::BytesMut::new();
+/// How bodies are read: the three bounds, shared by every worker of the server.
+#[derive(Clone)]
+pub struct BodyReads {
+    permits: Arc<Semaphore>,
+    limit: usize,
+    deadline: Duration,
+}
+
+impl BodyReads {
+    pub fn new(limits: &Limits) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(limits.max_concurrent_body_reads)),
+            limit: limits.max_body_bytes,
+            deadline: Duration::from_secs(limits.body_read_timeout_secs),
+        }
+    }
+
+    /// Reads a body that announced `length` bytes (if it did).
+    async fn read(&self, payload: Payload, length: Option<usize>) -> Result<web::Bytes, ApiError> {
+        if length.is_some_and(|length| length > self.limit) {
+            return Err(ApiError::PayloadTooLarge { limit: self.limit });
+        }
+        // Refused rather than queued: a queue of stalled uploads is what the bound is against.
+        let Ok(_permit) = self.permits.try_acquire() else { return Err(ApiError::TooManyBodies) };
+        let secs = self.deadline.as_secs();
+        tokio::time::timeout(self.deadline, read_limited(payload, self.limit, length.unwrap_or(0)))
+            .await
+            .unwrap_or(Err(ApiError::BodyTimeout { secs }))
+    }
+}
+
+/// Reads at most `limit` bytes; `expected` (what the client announced) sizes the buffer once,
+/// rather than letting it double past the limit as chunks arrive.
+async fn read_limited(mut payload: Payload, limit: usize, expected: usize) -> Result<web::Bytes, ApiError> {
+    let mut body = web::BytesMut::with_capacity(expected);
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk
-            .map_err(|e| ApiError::bad_request("invalid_body", format!("could not read the request body: {e}")))?;
+        let chunk = chunk.map_err(|e| {
+            ApiError::bad_request("invalid_body", format!("could not read the request body: {}", excerpt::log(e)))
+        })?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError::PayloadTooLarge { limit });
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
+}
+
+/// A request body read through the server's [`BodyReads`].
+pub struct Body(pub web::Bytes);
+
+impl Body {
+    /// The body as `T`: 400 `invalid_json` if it is not JSON, `invalid_request` if it is JSON of
+    /// the wrong shape.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        serde_json::from_slice(&self.0).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => {
+                ApiError::bad_request("invalid_request", format!("invalid request body: {e}"))
+            }
+            _ => ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")),
+        })
+    }
+
+    /// Whether the body is empty or only white space.
+    pub fn is_blank(&self) -> bool {
+        self.0.iter().all(u8::is_ascii_whitespace)
+    }
+}
+
+impl FromRequest for Body {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(request: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let reads = request.app_data::<web::Data<BodyReads>>().cloned();
+        let length = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        let payload = payload.take();
+        Box::pin(async move {
+            let reads = reads.ok_or_else(|| ApiError::internal("the server has no body reader"))?;
+            reads.read(payload, length).await.map(Body)
+        })
+    }
 }

@@ -4,7 +4,7 @@ use actix_web::{HttpResponse, get, post, web};
 use serde_json::{Value, json};
 
 use super::auth::{Caller, Operator};
-use super::body::read_body;
+use super::body::Body;
 use super::error::ApiError;
 use crate::capability::Capability;
 use crate::redact::{self, Redaction};
@@ -30,12 +30,10 @@ fn describe(c: &Capability, redaction: &Redaction) -> Value {
 #[post("/capabilities/register")]
 pub async fn register(
     _operator: Operator,
-    payload: web::Payload,
+    body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = read_body(payload, services.settings.limits.max_body_bytes).await?;
-    let registration: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?;
+    let registration: Value = body.json()?;
     let capability = services.registry.register(registration, "api").await?;
     let count = services.registry.snapshot().len();
     Ok(HttpResponse::Created().json(

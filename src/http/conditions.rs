@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::Caller;
+use super::body::Body;
 use super::error::ApiError;
 use crate::condition::dsl::{self, Scope};
 use crate::services::Services;
@@ -26,15 +27,17 @@ pub struct CompileRequest {
 #[post("/conditions/compile")]
 pub async fn compile_condition(
     _caller: Caller,
-    request: web::Json<CompileRequest>,
+    body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
+    let request: CompileRequest = body.json()?;
     let scope = if request.relative { Scope::Relative { schema: None } } else { Scope::Catalog };
     match dsl::compile(&request.dsl, &services.registry.catalog(), scope) {
         Ok(compiled) => Ok(HttpResponse::Ok().json(compiled)),
         Err(errors) => {
             let details: Vec<FieldError> = errors.into_iter().map(|e| FieldError::from_dsl("/dsl", e)).collect();
-            let message = format!("invalid condition expression: {}", details[0].message);
+            let first = details.first().map_or("", |d| d.message.as_str());
+            let message = format!("invalid condition expression: {first}");
             Err(ApiError::BadRequest { code: "invalid_condition_dsl", message, details })
         }
     }

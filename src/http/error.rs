@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use crate::capability::RegistryError;
 use crate::envelope::EnvelopeError;
+use crate::excerpt;
 use crate::run::operator::Refusal;
 use crate::run::{ControlError, StartError};
 use crate::store::StoreError;
@@ -25,6 +26,10 @@ pub enum ApiError {
     NotFound { code: &'static str, what: String },
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    #[error("the request body did not arrive within {secs} s")]
+    BodyTimeout { secs: u64 },
+    #[error("too many request bodies are being uploaded at once; try again shortly")]
+    TooManyBodies,
     /// The resource is not in a state that allows the request.
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
@@ -50,21 +55,29 @@ impl ApiError {
             Self::InvalidKey => "invalid_api_key",
             Self::Forbidden => "forbidden",
             Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::BodyTimeout { .. } => "body_timeout",
+            Self::TooManyBodies => "too_many_uploads",
             Self::Internal { .. } => "internal_error",
         }
     }
 
+    /// The first [`MAX_DETAILS`] problems, each bounded, then one saying how many more there
+    /// are: a body of a million mistakes gets an answer of a few KiB.
     fn details(&self) -> Value {
-        match self {
-            Self::BadRequest { details, .. } => json!(details),
-            _ => json!([]),
+        let Self::BadRequest { details, .. } = self else { return json!([]) };
+        let mut shown: Vec<Value> = details.iter().take(MAX_DETAILS).map(bounded_detail).collect();
+        if details.len() > MAX_DETAILS {
+            let more = details.len() - MAX_DETAILS;
+            shown.push(json!({"path": "", "code": "more_errors", "message": format!("and {more} more problems")}));
         }
+        Value::Array(shown)
     }
 
-    /// Logs an unexpected error and hides it behind a reference the operator can find in the log.
+    /// Logs an unexpected error (bounded) and hides it behind a reference the operator can find
+    /// in the log.
     pub fn internal(error: impl std::fmt::Display) -> Self {
         let reference = uuid::Uuid::now_v7().to_string();
-        tracing::error!(%reference, %error, "request failed");
+        tracing::error!(%reference, error = %excerpt::log(error), "request failed");
         Self::Internal { reference }
     }
 }
@@ -77,6 +90,8 @@ impl ResponseError for ApiError {
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Self::TooManyBodies => StatusCode::SERVICE_UNAVAILABLE,
             Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -84,8 +99,17 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status_code()).json(json!({
-            "error": {"code": self.code(), "message": self.to_string(), "details": self.details()}
+        let message = excerpt::Excerpt(self, excerpt::MESSAGE).to_string();
+        let mut response = HttpResponse::build(self.status_code());
+        if matches!(self, Self::TooManyBodies) {
+            response.insert_header((actix_web::http::header::RETRY_AFTER, "1"));
+        }
+        // A body left unread: the connection is closed rather than kept to drain it.
+        if matches!(self, Self::TooManyBodies | Self::BodyTimeout { .. } | Self::PayloadTooLarge { .. }) {
+            response.force_close();
+        }
+        response.json(json!({
+            "error": {"code": self.code(), "message": message, "details": self.details()}
         }))
     }
 }
@@ -161,6 +185,22 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         Self::internal(error)
     }
+}
+
+/// Problems listed in an error response; the rest are counted.
+const MAX_DETAILS: usize = 20;
+
+/// One problem as an error response shows it: its path and message bounded.
+fn bounded_detail(detail: &FieldError) -> Value {
+    let mut value = json!({
+        "path": excerpt::excerpt(&detail.path, excerpt::MESSAGE),
+        "code": excerpt::excerpt(&detail.code, 64),
+        "message": excerpt::excerpt(&detail.message, excerpt::MESSAGE),
+    });
+    if let Some(range) = &detail.range {
+        value["range"] = json!(range);
+    }
+    value
 }
 
 /// "invalid task envelope: /objective: `objective` is required (and 2 more)".

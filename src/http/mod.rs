@@ -1,6 +1,7 @@
 //! The HTTP server (actix-web): routes, authentication, SSE, and the mapping of errors to
 //! responses. Handlers are thin: they parse, call into the domain, and shape the answer.
 
+mod access;
 mod auth;
 mod body;
 mod capabilities;
@@ -111,26 +112,16 @@ pub fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::Result<
     let query_errors = web::QueryConfig::default().error_handler(|error, _| {
         ApiError::bad_request("invalid_query", format!("invalid query string: {error}")).into()
     });
-    let json_errors =
-        web::JsonConfig::default().limit(data.settings.limits.max_body_bytes).error_handler(|error, _| {
-            let message = match &error {
-                actix_web::error::JsonPayloadError::Overflow { limit }
-                | actix_web::error::JsonPayloadError::OverflowKnownLength { limit, .. } => {
-                    return ApiError::PayloadTooLarge { limit: *limit }.into();
-                }
-                other => other.to_string(),
-            };
-            ApiError::bad_request("invalid_request", format!("invalid request body: {message}")).into()
-        });
+    let bodies = web::Data::new(body::BodyReads::new(&data.settings.limits));
     let path_errors = web::PathConfig::default()
         .error_handler(|error, _| ApiError::bad_request("invalid_path", format!("invalid path: {error}")).into());
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
             .app_data(query_errors.clone())
-            .app_data(json_errors.clone())
+            .app_data(bodies.clone())
             .app_data(path_errors.clone())
-            .wrap(TracingLogger::default())
+            .wrap(TracingLogger::<access::AccessLog>::new())
             .configure(routes)
     })
     // Frames are small writes that must leave at once; Nagle's algorithm would hold them back

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::auth::{Caller, Operator};
-use super::body::read_body;
+use super::body::Body;
 use super::error::{ApiError, summary};
 use super::sse::frame_stream;
 use crate::run::operator::{Actor, Answer, Command};
@@ -35,14 +35,8 @@ fn action_schema(fields: &[&str], required: &[&str]) -> BodySchema {
 }
 
 /// Reads a JSON body (an empty body is `{}`) and checks it against `schema`.
-async fn json_body(payload: web::Payload, services: &Services, schema: &BodySchema) -> Result<Value, ApiError> {
-    let body = read_body(payload, services.settings.limits.max_body_bytes).await?;
-    let value: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?
-    };
+fn json_body(body: &Body, schema: &BodySchema) -> Result<Value, ApiError> {
+    let value: Value = if body.is_blank() { json!({}) } else { body.json()? };
     let details = schema.check(&value);
     if details.is_empty() {
         return Ok(value);
@@ -95,12 +89,8 @@ fn answer(body: &Value) -> Result<Answer, ApiError> {
 /// `POST /api/v1/flex/run.resume`: answers the request a paused run waits on and streams what
 /// follows, from the `hitl_resolved` frame until the run ends or pauses again.
 #[post("/run.resume")]
-pub async fn resume(
-    operator: Operator,
-    payload: web::Payload,
-    services: web::Data<Services>,
-) -> Result<impl Responder, ApiError> {
-    let body = json_body(payload, &services, &RESUME).await?;
+pub async fn resume(operator: Operator, body: Body, services: web::Data<Services>) -> Result<impl Responder, ApiError> {
+    let body = json_body(&body, &RESUME)?;
     let run_id = text(&body, "/runId").unwrap_or_default();
     let run_id = RunId::parse(&run_id)
         .map_err(|_| ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") })?;
@@ -123,10 +113,10 @@ pub async fn resume(
 pub async fn replan(
     operator: Operator,
     id: web::Path<RunId>,
-    payload: web::Payload,
+    body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = json_body(payload, &services, &REPLAN).await?;
+    let body = json_body(&body, &REPLAN)?;
     let command = Command::Replan { feedback: text(&body, "/feedback"), actor: actor(&operator, &body) };
     let run_id = id.into_inner();
     let applied = run::apply(&services.into_inner(), &run_id, command).await?;
@@ -139,10 +129,10 @@ pub async fn replan(
 pub async fn cancel(
     operator: Operator,
     id: web::Path<RunId>,
-    payload: web::Payload,
+    body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = json_body(payload, &services, &CANCEL).await?;
+    let body = json_body(&body, &CANCEL)?;
     let run_id = id.into_inner();
     let command = Command::Cancel { stopped: false, actor: actor(&operator, &body) };
     let applied = run::apply(&services.into_inner(), &run_id, command).await?;
@@ -186,10 +176,10 @@ pub async fn tasks(
 pub async fn decline(
     operator: Operator,
     id: web::Path<String>,
-    payload: web::Payload,
+    body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = json_body(payload, &services, &DECLINE).await?;
+    let body = json_body(&body, &DECLINE)?;
     let task_id = id.into_inner();
     let lookup = task_id.clone();
     let task = services.store.read(move |conn| hitl::get(conn, &lookup)).await.map_err(|e| match e {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::auth::Caller;
-use super::body::read_body;
+use super::body::Body;
 use super::error::ApiError;
 use super::idempotency;
 use super::sse::frame_stream;
@@ -28,10 +28,9 @@ use crate::store::{StoreError, events as event_log, runs};
 pub async fn run_stream(
     req: HttpRequest,
     caller: Caller,
-    payload: web::Payload,
+    Body(body): Body,
     services: web::Data<Services>,
 ) -> Result<impl Responder, ApiError> {
-    let body = read_body(payload, services.settings.limits.max_body_bytes).await?;
     let envelope = envelope::parse(&body, &services.registry.catalog())?;
     let correlation_id = correlation_id(&req)?;
     let idempotency = idempotency::from_request(&req, &caller, &body)?;

@@ -42,6 +42,8 @@ pub enum LlmError {
     Empty(String),
     #[error("invalid model request: {0}")]
     Request(String),
+    #[error("model response is larger than {0} bytes")]
+    TooLarge(usize),
 }
 
 impl LlmError {
@@ -58,7 +60,7 @@ impl LlmError {
         match self {
             Self::Timeout(_) | Self::Connection(_) => true,
             Self::Status { status, .. } => matches!(status, 408 | 429) || *status >= 500,
-            Self::Protocol(_) | Self::Empty(_) | Self::Request(_) => false,
+            Self::Protocol(_) | Self::Empty(_) | Self::Request(_) | Self::TooLarge(_) => false,
         }
     }
 }
@@ -183,7 +185,8 @@ impl LlmClient {
             .with_api_base(settings.base_url.trim_end_matches('/'))
             .with_api_key(settings.api_key.expose());
         // Not even the protocol-level retries reqwest makes by default: every attempt is flexrun's.
-        let transport = Transport { client: reqwest::Client::builder().retry(reqwest::retry::never()).build()? };
+        let client = reqwest::Client::builder().retry(reqwest::retry::never()).build()?;
+        let transport = Transport { client, limit: settings.max_response_bytes };
         let client = Client::with_config(config).with_http_service(transport);
         Ok(Self { client, model: settings.model.clone() })
     }
@@ -222,6 +225,8 @@ impl LlmClient {
 #[derive(Clone)]
 struct Transport {
     client: reqwest::Client,
+    /// The largest body read from the model endpoint.
+    limit: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -230,6 +235,28 @@ struct HttpFailure {
     status: u16,
     message: String,
     retry_after: Option<Duration>,
+}
+
+/// A response body longer than the limit.
+#[derive(Debug, thiserror::Error)]
+#[error("larger than {0} bytes")]
+struct TooLarge(usize);
+
+/// Reads `response`'s body, refusing one longer than `limit` (whatever it claims to be).
+async fn read_limited(response: reqwest::Response, limit: usize) -> Result<bytes::Bytes, OpenAIError> {
+    if response.content_length().is_some_and(|len| usize::try_from(len).map_or(true, |len| len > limit)) {
+        return Err(OpenAIError::Boxed(Box::new(TooLarge(limit))));
+    }
+    let mut body = bytes::BytesMut::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = futures::StreamExt::next(&mut chunks).await {
+        let chunk = chunk.map_err(OpenAIError::Reqwest)?;
+        if body.len() + chunk.len() > limit {
+            return Err(OpenAIError::Boxed(Box::new(TooLarge(limit))));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
 }
 
 impl tower::Service<HttpRequestFactory> for Transport {
@@ -242,11 +269,17 @@ impl tower::Service<HttpRequestFactory> for Transport {
     }
 
     fn call(&mut self, request: HttpRequestFactory) -> Self::Future {
-        let client = self.client.clone();
+        let (client, limit) = (self.client.clone(), self.limit);
         Box::pin(async move {
             let response = client.execute(request.build().await?).await.map_err(OpenAIError::Reqwest)?;
             if response.status().is_success() {
-                return Ok(response);
+                // Read here, bounded, and handed on as a response of the bytes read.
+                let (status, headers) = (response.status(), response.headers().clone());
+                let body = read_limited(response, limit).await?;
+                let mut rebuilt = http::Response::new(body);
+                *rebuilt.status_mut() = status;
+                *rebuilt.headers_mut() = headers;
+                return Ok(reqwest::Response::from(rebuilt));
             }
             let status = response.status().as_u16();
             let retry_after = response
@@ -254,11 +287,12 @@ impl tower::Service<HttpRequestFactory> for Transport {
                 .get(reqwest::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(crate::retry::parse_retry_after);
-            let body = response.bytes().await.unwrap_or_default();
+            let body = read_limited(response, limit).await.unwrap_or_default();
             let message = serde_json::from_slice::<serde_json::Value>(&body)
                 .ok()
                 .and_then(|v| v["error"]["message"].as_str().map(String::from))
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(500).collect());
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+            let message = crate::excerpt::excerpt(&message, crate::excerpt::MESSAGE).into_owned();
             Err(OpenAIError::Boxed(Box::new(HttpFailure { status, message, retry_after })))
         })
     }
@@ -270,7 +304,12 @@ fn classify(error: OpenAIError, timeout: Duration) -> LlmError {
             Ok(failure) => {
                 LlmError::Status { status: failure.status, message: failure.message, retry_after: failure.retry_after }
             }
-            Err(other) => LlmError::Request(other.to_string()),
+            Err(other) => match other.downcast::<TooLarge>() {
+                Ok(too_large) => LlmError::TooLarge(too_large.0),
+                Err(other) => {
+                    LlmError::Request(crate::excerpt::excerpt(&other.to_string(), crate::excerpt::MESSAGE).into_owned())
+                }
+            },
         },
         OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Timeout(timeout),
         OpenAIError::Reqwest(e) => LlmError::Connection(without_url(e)),

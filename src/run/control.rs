@@ -88,7 +88,7 @@ pub async fn apply(services: &Arc<Services>, run_id: &RunId, command: Command) -
     match stored.envelope(services) {
         Ok(envelope) => super::continue_run(services, envelope, log, false),
         Err(reason) => {
-            tracing::error!(%run_id, %reason, "run cannot go on; failing it");
+            tracing::error!(%run_id, reason = %crate::excerpt::log(&reason), "run cannot go on; failing it");
             let events = super::decide::ending::failed(
                 log.state(),
                 super::decide::ending::unresumable(&reason.to_string()),

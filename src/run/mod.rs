@@ -252,7 +252,7 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
         let Some(claim) = services.claims.try_claim(&run_id) else { continue };
         match Stored::read(services, &run_id).await {
             Ok(stored) => resumed += usize::from(drive(services, claim, &stored, true).await?),
-            Err(error) => tracing::error!(%run_id, %error, "could not recover the run"),
+            Err(error) => tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not recover the run"),
         }
     }
     Ok(resumed)
@@ -270,7 +270,7 @@ async fn drive(services: &Arc<Services>, claim: Claim, stored: &Stored, announce
             Ok(true)
         }
         Err(reason) => {
-            tracing::error!(%run_id, %reason, "run cannot be resumed; failing it");
+            tracing::error!(%run_id, reason = %crate::excerpt::log(&reason), "run cannot be resumed; failing it");
             abandon(services, claim, stored, &reason).await.map(|()| false)
         }
     }

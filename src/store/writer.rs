@@ -173,7 +173,7 @@ fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn Job>]) -> Result<(), Str
         // A lone write that failed: its own error is what its caller hears about.
         Attempt::Committed | Attempt::WriteFailed => Ok(()),
         Attempt::CommitFailed(error) => {
-            tracing::error!(%error, writes = batch.len(), "database commit failed");
+            tracing::error!(error = %crate::excerpt::log(&error), writes = batch.len(), "database commit failed");
             Err(error)
         }
     }

@@ -12,8 +12,10 @@ use serde_json::Value;
 use crate::condition::dsl::{DslError, Range};
 use crate::suggest::closest;
 
+mod decode;
 mod facet_condition;
 
+pub use decode::{decode, integral_numbers};
 pub use facet_condition::{ConditionProblems, parse_facet_condition};
 
 /// One problem with one field of a request body.

@@ -91,6 +91,15 @@ impl ServerProcess {
         read_frames(response, usize::MAX).await
     }
 
+    /// The resident memory of the running process, in bytes (Linux: `/proc/<pid>/status`).
+    pub fn resident_bytes(&self) -> u64 {
+        let pid = self.child.as_ref().expect("the server runs").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS in /proc/<pid>/status");
+        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kib * 1024
+    }
+
     /// Everything the server processes wrote to stderr so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()

@@ -5,7 +5,7 @@
 //! A facet variable's canonical path is where goal and policy conditions find it at evaluation:
 //! `metadata.runContextSnapshot.facets.<facet>.value[.<prop>…]`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -71,6 +71,9 @@ pub struct Catalog {
     names: HashMap<String, usize>,
     /// The schema of each facet, for checking names relative to a value inside it.
     facet_schemas: HashMap<String, Value>,
+    /// Facets something on this server produces (a capability's output facet), with or without
+    /// a schema: a goal condition on any other facet could never be met.
+    produced: HashSet<String>,
 }
 
 const RUN_VARIABLES: [(&str, VarType, &str); 4] = [
@@ -117,6 +120,17 @@ impl Catalog {
             .flat_map(|(i, v)| names_of(v).map(move |n| (n.to_string(), i)))
             .collect();
         catalog
+    }
+
+    /// Records that something produces `facets`.
+    pub fn produced(mut self, facets: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.produced.extend(facets.into_iter().map(Into::into));
+        self
+    }
+
+    /// Whether a facet is described (has a schema) or produced by something on this server.
+    pub fn knows_facet(&self, facet: &str) -> bool {
+        self.facet_schemas.contains_key(facet) || self.produced.contains(facet)
     }
 
     fn add(&mut self, variable: Variable) {

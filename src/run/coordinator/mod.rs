@@ -29,6 +29,7 @@ use crate::capability::Capabilities;
 use crate::envelope::TaskEnvelope;
 use crate::events::Event;
 use crate::events::payload::ReplanInfo;
+use crate::excerpt;
 use crate::plan::NodeId;
 use crate::retry::{Backoff, RetrySchedule};
 use crate::services::Services;
@@ -144,7 +145,9 @@ impl Coordinator {
         let run_id = self.log.run_id().to_string();
         match std::panic::AssertUnwindSafe(self.run_to_end(from)).catch_unwind().await {
             Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::error!(%run_id, %error, "run coordinator stopped on a database error"),
+            Ok(Err(error)) => {
+                tracing::error!(%run_id, error = %excerpt::log(error), "run coordinator stopped on a database error")
+            }
             Err(_) => tracing::error!(%run_id, "run coordinator panicked; the run keeps its last committed state"),
         }
         // Whatever happened, nobody waits forever for frames that will not come; dropping the log
@@ -161,7 +164,7 @@ impl Coordinator {
         match self.log.record(vec![event]).await {
             Ok(()) => self.drive(from).await,
             Err(error) => {
-                tracing::error!(run_id = %self.log.run_id(), %error, "could not resume the run");
+                tracing::error!(run_id = %self.log.run_id(), error = %excerpt::log(error), "could not resume the run");
                 self.log.settle();
             }
         }
@@ -260,7 +263,8 @@ impl Coordinator {
         let state = self.log.state();
         if let Some(end) = state.end.as_ref().filter(|end| end.error.is_some()) {
             let (code, message) = end.error_summary();
-            tracing::info!(run_id = %state.run_id, status = %state.status, code, message, "run ended without completing");
+            let (code, message) = (excerpt::log(code), excerpt::log(message));
+            tracing::info!(run_id = %state.run_id, status = %state.status, %code, %message, "run ended without completing");
         }
     }
 }

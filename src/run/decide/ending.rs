@@ -43,7 +43,7 @@ pub fn failed(state: &RunState, failure: Failure, mut prelude: Vec<Event>) -> Ve
 /// The frames that end a run stopped while nodes ran (its time limit, a cancel): a
 /// `node_error` with the failure's code for each running node, then `complete`.
 pub fn stopped(state: &RunState, failure: Failure) -> Vec<Event> {
-    let error = ErrorInfo { code: failure.code.into(), message: failure.message.clone() };
+    let error = ErrorInfo::new(failure.code, &failure.message);
     let plan = state.plan().map(|p| p.nodes.as_slice()).unwrap_or_default();
     let errors = plan
         .iter()
@@ -81,7 +81,7 @@ pub fn node_error(node: &PlanNode, code: &str, message: String, mut events: Vec<
         node_id: node.id.to_string(),
         capability_id: node.capability_id.clone(),
         label: node.label.clone(),
-        error: ErrorInfo { code: code.to_string(), message },
+        error: ErrorInfo::new(code, &message),
     }));
     (events, failure)
 }

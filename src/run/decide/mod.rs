@@ -120,11 +120,13 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    /// A failure whose message is bounded like every error message in a frame
+    /// ([`crate::excerpt::FRAME`]).
+    pub fn new(code: &'static str, message: impl AsRef<str>) -> Self {
         Self {
             ending: CompleteStatus::Failed,
             code,
-            message: message.into(),
+            message: crate::excerpt::excerpt(message.as_ref(), crate::excerpt::FRAME).into_owned(),
             details: Map::new(),
             output: Value::Null,
             goal_condition_results: None,

@@ -359,7 +359,7 @@ fn submission(
                 node_id,
                 capability_id: pending.capability_id.clone(),
                 label: pending.label.clone(),
-                error: ErrorInfo { code: HUMAN_OUTPUT_INVALID.into(), message },
+                error: ErrorInfo::new(HUMAN_OUTPUT_INVALID, &message),
             }),
         ]);
     }
@@ -408,6 +408,7 @@ fn clarification(pending: &Pending, approved: bool, text: Option<String>, actor:
 
 /// A human task declined, or a node's question left unanswered: the node fails, and the run.
 fn refuse_node(pending: &Pending, code: &'static str, message: String, details: Value, actor: Actor) -> Decision {
+    let message = crate::excerpt::excerpt(&message, crate::excerpt::FRAME).into_owned();
     let node_id = pending.info.node_id.clone().unwrap_or_default();
     let mut node_error = json!({"code": code, "message": message});
     let mut run_error = json!({"nodeId": node_id, "capabilityId": pending.capability_id});
@@ -423,7 +424,7 @@ fn refuse_node(pending: &Pending, code: &'static str, message: String, details: 
             node_id: node_id.clone(),
             capability_id: pending.capability_id.clone(),
             label: pending.label.clone(),
-            error: ErrorInfo { code: code.into(), message },
+            error: ErrorInfo::new(code, &message),
         }),
         complete,
     ]);
