@@ -10,9 +10,9 @@
 //! "1,8,32"), `BENCH_PIN=1` (server on its own core), `BENCH_SERVER_BIN` (another server binary).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,15 +21,8 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+use common::{Server, capability};
 use flexrun::llm::standin::{self, Reply, StandIn};
-
-fn capability(id: &str, inputs: &[&str], outputs: &[&str]) -> Value {
-    json!({
-        "capabilityId": id, "version": "1", "displayName": id, "summary": id, "kind": "execution",
-        "agentType": "ai", "inputFacets": inputs, "outputFacets": outputs, "instructions": id,
-        "outputContract": {"mode": "json_schema", "schema": {"type": "object"}}
-    })
-}
 
 fn script() -> standin::Script {
     standin::script(|call| {
@@ -61,84 +54,6 @@ fn envelope() -> Value {
         "goal_condition": [{"facet": "post_copy", "path": "/quality_score",
                             "condition": {"jsonLogic": {">=": [{"var": "quality_score"}, 0.8]}}}]
     })
-}
-
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Server {
-    fn start(dir: &Path, llm: &str) -> Self {
-        let capabilities = dir.join("capabilities");
-        std::fs::create_dir_all(&capabilities).unwrap();
-        for c in [
-            capability("writer", &["brief"], &["post_copy"]),
-            capability("tagger", &["brief"], &["tags"]),
-            capability("editor", &["post_copy"], &["post_copy"]),
-        ] {
-            let name = format!("{}.json", c["capabilityId"].as_str().unwrap());
-            std::fs::write(capabilities.join(name), c.to_string()).unwrap();
-        }
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        // BENCH_PIN=1 runs the server on CPU 1 and leaves CPU 0 to the clients and the stand-in.
-        let pinned = std::env::var("BENCH_PIN").is_ok_and(|v| v == "1");
-        // BENCH_SERVER_BIN runs another build of the server (to compare two builds back to back).
-        let binary = std::env::var("BENCH_SERVER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_flexrun").to_string());
-        let mut command = if pinned { Command::new("taskset") } else { Command::new(&binary) };
-        if pinned {
-            command.args(["-c", "1", &binary]);
-        }
-        let child = command
-            .arg("serve")
-            .env_clear()
-            .env("FLEXRUN_BIND", format!("127.0.0.1:{port}"))
-            .env("FLEXRUN_DATABASE_URL", format!("sqlite://{}", dir.join("bench.db").display()))
-            .env("FLEXRUN_CAPABILITIES_DIR", &capabilities)
-            .env("FLEXRUN_LLM_BASE_URL", llm)
-            .env("FLEXRUN_LLM_API_KEY", "bench")
-            .env("FLEXRUN_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start flexrun serve");
-        Self { child, base: format!("http://127.0.0.1:{port}") }
-    }
-
-    /// User + system CPU seconds the server process has used.
-    fn cpu_seconds(&self) -> f64 {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
-        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-        ticks / clock_ticks()
-    }
-
-    fn peak_rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        kib / 1024.0
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn clock_ticks() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
 }
 
 /// Runs one envelope to `complete`; returns the time to the first frame.
@@ -223,14 +138,13 @@ fn main() {
             .collect();
         let llm = StandIn::start(script()).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let server = Server::start(dir.path(), &llm.base_url);
+        let capabilities = [
+            capability("writer", &["brief"], &["post_copy"]),
+            capability("tagger", &["brief"], &["tags"]),
+            capability("editor", &["post_copy"], &["post_copy"]),
+        ];
+        let server = Server::start(dir.path(), &llm.base_url, &capabilities, &[]).await;
         let http = reqwest::Client::new();
-        for _ in 0..100 {
-            if http.get(format!("{}/api/v1/health", server.base)).send().await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
         level(&server, 4, 50).await; // warm-up
         let calls_before = llm.calls().len();
         println!("| clients | runs | runs/s | server CPU per run | time to first frame p50 / p99 |");

@@ -215,3 +215,40 @@ async fn memory_stays_bounded_under_hundreds_of_stalled_uploads() {
     assert_eq!(health.status(), 200, "the server still answers");
     drop(uploads);
 }
+
+#[tokio::test]
+async fn a_megabyte_objective_makes_prompts_of_tens_of_kib() {
+    let server = TestServer::start(support::planner_then(&[("draft", "writer")], support::post(0.9))).await;
+    let mut body = envelope();
+    body["objective"] = json!("o".repeat(1_000_000));
+    let frames = server.run(&body).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed");
+    let calls = server.llm_calls();
+    assert_eq!(calls.len(), 2, "one planner call, one capability call");
+    for call in &calls {
+        assert!(call.user.len() < 64 * 1024, "a prompt of {} bytes", call.user.len());
+        assert!(call.user.contains("… (992000 more characters)"), "the cut is marked");
+    }
+}
+
+#[tokio::test]
+async fn a_draft_of_ten_thousand_nodes_is_rejected_without_a_single_node_run() {
+    let nodes: Vec<Value> = (0..10_000).map(|i| json!({"stage": format!("s{i}"), "capabilityId": "writer"})).collect();
+    let draft = Reply::json(json!({ "nodes": nodes }));
+    let server =
+        TestServer::start(script(move |call| if call.is_planner() { draft.clone() } else { support::post(0.9) })).await;
+    let frames = server.run(&envelope()).await;
+    let rejected: Vec<_> = frames.iter().filter(|f| f.kind == "plan_rejected").collect();
+    assert_eq!(rejected.len(), 2, "both drafts of the round are rejected");
+    let diagnostics = rejected[0].payload["diagnostics"].as_array().unwrap();
+    assert_eq!(diagnostics.len(), 1);
+    assert_eq!(diagnostics[0]["code"], "PLAN_TOO_LARGE");
+    let complete = &frames.last().unwrap().payload;
+    assert_eq!(
+        (complete["status"].as_str(), complete["error"]["code"].as_str()),
+        (Some("failed"), Some("plan_rejected"))
+    );
+    let calls = server.llm_calls();
+    assert_eq!(calls.len(), 2, "two planner calls and no capability call");
+    assert!(calls[1].user.contains("PLAN_TOO_LARGE"), "the second draft is told why the first was refused");
+}

@@ -2,7 +2,6 @@
 //! capability one POST to its registered endpoint. Both answers are checked against the
 //! capability's output contract before the node may complete.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +14,7 @@ use super::signal::{self, InvalidSignal, Reply};
 use super::{Capability, Executor};
 use crate::condition::GoalConditionResult;
 use crate::contract::{OutputContract, SchemaViolation};
+use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
 use crate::llm::{ChatRequest, LlmClient, LlmError, ResponseShape, parse_json_content};
 use crate::timeouts::Timeouts;
 
@@ -311,34 +311,33 @@ fn ai_prompt(capability: &Capability, instructions: &str, bundle: &ContextBundle
     });
     system.push('\n');
     system.push_str(signal::PROMPT);
-    let mut user = format!("### OBJECTIVE\n{}\n\n### STEP\nNode: {}\n", bundle.objective, bundle.node_id);
-    for instruction in &bundle.instructions {
-        let _ = writeln!(user, "- {instruction}");
-    }
-    let _ = write!(user, "\n### INPUTS\n{}\n", json_text(&bundle.inputs));
+    let mut user = String::new();
+    section_within(&mut user, "OBJECTIVE", &bundle.objective, OBJECTIVE_CHARS);
+    let instructions = bundle.instructions.iter().map(|i| format!("- {}", value(i)));
+    section(&mut user, "STEP", &format!("Node: {}\n{}", bundle.node_id, lines_within(instructions, SECTION_CHARS)));
+    section(&mut user, "INPUTS", &json_text(&bundle.inputs));
     if !bundle.prior_outputs.is_empty() {
-        let _ = write!(user, "\n### PRIOR OUTPUTS\n{}\n", json_text(&bundle.prior_outputs));
+        section(&mut user, "PRIOR OUTPUTS", &json_text(&bundle.prior_outputs));
     }
     if !bundle.repair.is_empty() {
         let repair = serde_json::to_string(&bundle.repair).unwrap_or_default();
-        let _ = write!(user, "\n### GOAL CONDITIONS TO REPAIR\nYour output must make these hold:\n{repair}\n");
+        section(&mut user, "GOAL CONDITIONS TO REPAIR", &format!("Your output must make these hold:\n{repair}"));
     }
     if let Some(failed) = &bundle.post_condition_failures {
         let failed = serde_json::to_string(failed).unwrap_or_default();
-        let _ = write!(
-            user,
-            "\n### PREVIOUS POST-CONDITION FAILURES\nPrevious post-condition failures detected.\n{failed}\n"
-        );
+        let text = format!("Previous post-condition failures detected.\n{failed}");
+        section(&mut user, "PREVIOUS POST-CONDITION FAILURES", &text);
     }
     if !bundle.clarifications.is_empty() {
-        let _ = write!(user, "\n### CLARIFICATIONS\nYou asked, and an operator answered:\n");
-        for c in &bundle.clarifications {
+        let asked = bundle.clarifications.iter().map(|c| {
             let answer = c.answer.as_deref().unwrap_or("(not answered)");
-            let _ = writeln!(user, "- Question: {}\n  Answer: {answer}", c.question);
-        }
+            format!("- Question: {}\n  Answer: {}", value(&c.question), value(answer))
+        });
+        let text = format!("You asked, and an operator answered:\n{}", lines_within(asked, SECTION_CHARS));
+        section(&mut user, "CLARIFICATIONS", &text);
     }
     let contract = serde_json::to_string(&capability.output_contract).unwrap_or_default();
-    let _ = write!(user, "\n### OUTPUT CONTRACT\n{contract}\n");
+    section(&mut user, "OUTPUT CONTRACT", &contract);
     (system, user)
 }
 

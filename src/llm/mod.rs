@@ -12,6 +12,7 @@
 //!
 //! [`standin`] is a scripted stand-in for such a server (the demo and the tests), not a model.
 
+pub mod prompt;
 pub mod standin;
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Plan drafts: the planner model's JSON answer, validated and compiled into a [`Plan`].
 //! Pure: everything the check needs is passed in, and every problem becomes a [`Diagnostic`].
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 use crate::capability::Capabilities;
@@ -9,6 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::capability::Capability;
+use crate::excerpt;
 use crate::plan::{Diagnostic, Edge, NodeId, NodeStatus, Plan, PlanMetadata, PlanNode, blocked_by_cycles};
 
 /// A facet the plan must produce (or find already available), and why.
@@ -29,7 +31,16 @@ pub struct DraftContext<'a> {
     pub completed: &'a HashMap<String, String>,
     pub version: u32,
     pub metadata: PlanMetadata,
+    /// Most nodes a plan may have (`limits.max_plan_nodes`).
+    pub max_nodes: usize,
 }
+
+/// Most characters of a stage name or label in a draft.
+pub const MAX_NAME_CHARS: usize = 200;
+/// Most characters of all of one node's rationale and instructions together.
+pub const MAX_NODE_TEXT_CHARS: usize = 8_000;
+/// Most diagnostics reported of one draft; the rest are counted in a last one.
+pub const MAX_DIAGNOSTICS: usize = 20;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -62,6 +73,14 @@ enum OneOrMany {
 }
 
 impl OneOrMany {
+    fn iter(&self) -> std::slice::Iter<'_, String> {
+        match self {
+            Self::None => [].iter(),
+            Self::One(s) => std::slice::from_ref(s).iter(),
+            Self::Many(v) => v.iter(),
+        }
+    }
+
     fn into_vec(self) -> Vec<String> {
         match self {
             Self::None => Vec::new(),
@@ -71,15 +90,22 @@ impl OneOrMany {
     }
 }
 
-/// Validates a draft and compiles it into a plan, or explains every problem.
+/// Validates a draft and compiles it into a plan, or explains its problems (at most
+/// [`MAX_DIAGNOSTICS`] of them, then how many more there were).
 pub fn compile(draft: &Value, cx: &DraftContext<'_>) -> Result<Plan, Vec<Diagnostic>> {
-    let raw_nodes = draft_nodes(draft)?;
+    compile_all(draft, cx).map_err(bounded)
+}
+
+fn compile_all(draft: &Value, cx: &DraftContext<'_>) -> Result<Plan, Vec<Diagnostic>> {
+    let raw_nodes = draft_nodes(draft, cx.max_nodes)?;
     let mut diagnostics = Vec::new();
     let mut nodes: Vec<(PlanNode, Vec<String>)> = Vec::new();
+    let mut ids = HashSet::new();
     for (index, raw) in raw_nodes.iter().enumerate() {
         match serde_json::from_value::<DraftNode>(raw.clone()) {
             Ok(draft_node) => {
-                if let Some(node) = compile_node(draft_node, cx, &nodes, &mut diagnostics) {
+                if let Some(node) = compile_node(draft_node, cx, &ids, &mut diagnostics) {
+                    ids.insert(node.0.id.clone());
                     nodes.push(node);
                 }
             }
@@ -111,8 +137,12 @@ pub fn compile(draft: &Value, cx: &DraftContext<'_>) -> Result<Plan, Vec<Diagnos
     }
 }
 
-fn draft_nodes(draft: &Value) -> Result<&Vec<Value>, Vec<Diagnostic>> {
+fn draft_nodes(draft: &Value, max_nodes: usize) -> Result<&Vec<Value>, Vec<Diagnostic>> {
     match draft.get("nodes").and_then(Value::as_array) {
+        Some(nodes) if nodes.len() > max_nodes => Err(vec![Diagnostic::error(
+            "PLAN_TOO_LARGE",
+            format!("the draft has {} nodes; a plan may have at most {max_nodes}", nodes.len()),
+        )]),
         Some(nodes) if !nodes.is_empty() => Ok(nodes),
         _ => Err(vec![Diagnostic::error(
             "DRAFT_INVALID",
@@ -121,20 +151,70 @@ fn draft_nodes(draft: &Value) -> Result<&Vec<Value>, Vec<Diagnostic>> {
     }
 }
 
+/// The first [`MAX_DIAGNOSTICS`] diagnostics, each message bounded, and one counting the rest:
+/// they are sent in a frame and fed back to the planner, so they must not grow with the draft.
+fn bounded(mut diagnostics: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    let more = diagnostics.len().saturating_sub(MAX_DIAGNOSTICS);
+    diagnostics.truncate(MAX_DIAGNOSTICS);
+    let shorten = |text: &mut String, max: usize| {
+        if let Cow::Owned(shorter) = excerpt::excerpt(text, max) {
+            *text = shorter;
+        }
+    };
+    for diagnostic in &mut diagnostics {
+        shorten(&mut diagnostic.message, excerpt::MESSAGE);
+        for name in
+            [&mut diagnostic.node_stage, &mut diagnostic.capability_id, &mut diagnostic.facet].into_iter().flatten()
+        {
+            shorten(name, MAX_NAME_CHARS);
+        }
+    }
+    if more > 0 {
+        diagnostics.push(Diagnostic::error("MORE_DIAGNOSTICS", format!("and {more} more problems of the same draft")));
+    }
+    diagnostics
+}
+
+/// Stage names, labels and per-node text within their limits: a draft is a model's answer, and
+/// what it carries is stored, streamed and sent along with every call of its nodes.
+fn check_sizes(draft: &DraftNode, stage: &str, diagnostics: &mut Vec<Diagnostic>) -> bool {
+    let long_name =
+        [Some(stage), draft.label.as_deref()].into_iter().flatten().any(|n| n.chars().count() > MAX_NAME_CHARS);
+    let text: usize = draft.rationale.iter().chain(draft.instructions.iter()).map(|t| t.chars().count()).sum();
+    if long_name || text > MAX_NODE_TEXT_CHARS {
+        let shown = excerpt::excerpt(stage, 60);
+        diagnostics.push(
+            Diagnostic::error(
+                "NODE_TEXT_TOO_LONG",
+                format!(
+                    "stage \"{shown}\": a stage name or label may have at most {MAX_NAME_CHARS} characters, \
+                     rationale and instructions together at most {MAX_NODE_TEXT_CHARS}"
+                ),
+            )
+            .stage(&shown),
+        );
+        return false;
+    }
+    true
+}
+
 /// One draft node → a plan node plus its explicit `dependsOn` list, or diagnostics.
 fn compile_node(
     draft: DraftNode,
     cx: &DraftContext<'_>,
-    earlier: &[(PlanNode, Vec<String>)],
+    earlier: &HashSet<NodeId>,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Option<(PlanNode, Vec<String>)> {
     let stage = draft.stage.trim().to_string();
+    if !check_sizes(&draft, &stage, diagnostics) {
+        return None;
+    }
     let id = NodeId::from_stage(&stage);
     if id.is_empty() || id == "_" {
         diagnostics.push(Diagnostic::error("STAGE_MISSING", "every node needs a non-empty `stage`"));
         return None;
     }
-    if earlier.iter().any(|(n, _)| n.id == id) {
+    if earlier.contains(&id) {
         diagnostics.push(
             Diagnostic::error("DUPLICATE_STAGE", format!("stage \"{stage}\" (node id `{id}`) appears twice"))
                 .stage(&stage),
@@ -219,12 +299,15 @@ fn output_facets(
 /// Explicit `dependsOn` edges where given; otherwise an edge from the nearest earlier producer of
 /// each facet a node reads or writes (so two writers of one facet run in plan order).
 fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -> Vec<Edge> {
+    let ids: HashSet<&NodeId> = nodes.iter().map(|(n, _)| &n.id).collect();
+    // The latest node so far writing each facet: one pass, whatever the plan's size.
+    let mut producer: HashMap<&str, &NodeId> = HashMap::new();
     let mut edges = Vec::new();
-    for (index, (node, depends_on)) in nodes.iter().enumerate() {
+    for (node, depends_on) in nodes {
         if !depends_on.is_empty() {
             for dependency in depends_on {
                 let from = NodeId::from_stage(dependency);
-                if nodes.iter().any(|(n, _)| n.id == from) && from != node.id {
+                if ids.contains(&from) && from != node.id {
                     edges.push(Edge { from, to: node.id.clone(), reason: "depends_on".into() });
                 } else {
                     diagnostics.push(
@@ -239,16 +322,18 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
                     );
                 }
             }
-            continue;
-        }
-        let mut froms = BTreeSet::new();
-        for facet in node.input_facets.iter().chain(&node.output_facets) {
-            let earlier = nodes[..index].iter().rev().find(|(n, _)| n.output_facets.contains(facet));
-            if let Some((producer, _)) = earlier
-                && froms.insert(producer.id.clone())
-            {
-                edges.push(Edge { from: producer.id.clone(), to: node.id.clone(), reason: format!("facet:{facet}") });
+        } else {
+            let mut froms = BTreeSet::new();
+            for facet in node.input_facets.iter().chain(&node.output_facets) {
+                if let Some(&from) = producer.get(facet.as_str())
+                    && froms.insert(from.clone())
+                {
+                    edges.push(Edge { from: from.clone(), to: node.id.clone(), reason: format!("facet:{facet}") });
+                }
             }
+        }
+        for facet in &node.output_facets {
+            producer.insert(facet, &node.id);
         }
     }
     edges
@@ -256,10 +341,10 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
 
 /// Every input facet must be available before the plan runs or produced by an earlier-ordered node.
 fn check_inputs(nodes: &[PlanNode], cx: &DraftContext<'_>, diagnostics: &mut Vec<Diagnostic>) {
+    let mut produced: HashSet<&str> = HashSet::new();
     for (index, node) in nodes.iter().enumerate() {
         for facet in &node.input_facets {
-            let produced_before = nodes[..index].iter().any(|n| n.output_facets.contains(facet));
-            if !produced_before && !cx.available_facets.contains(facet) {
+            if !produced.contains(facet.as_str()) && !cx.available_facets.contains(facet) {
                 let later = nodes[index + 1..].iter().any(|n| n.output_facets.contains(facet));
                 let hint = if later { "; move its producer before this stage" } else { "" };
                 diagnostics.push(
@@ -276,6 +361,7 @@ fn check_inputs(nodes: &[PlanNode], cx: &DraftContext<'_>, diagnostics: &mut Vec
                 );
             }
         }
+        produced.extend(node.output_facets.iter().map(String::as_str));
     }
 }
 
@@ -350,6 +436,7 @@ mod tests {
                     phase: crate::plan::Phase::Initial,
                     draft_node_count: 0,
                 },
+                max_nodes: 5,
             };
             compile(&draft, &cx)
         }
@@ -377,6 +464,39 @@ mod tests {
         );
         assert_eq!(plan.nodes[2].rationale, ["tighten"]);
         assert_eq!(plan.nodes[0].output_facets, ["post_copy"]);
+    }
+
+    #[test]
+    fn a_draft_over_the_size_limits_is_refused_and_says_why() {
+        let nodes =
+            |n: usize| (0..n).map(|i| json!({"stage": format!("s{i}"), "capabilityId": "writer"})).collect::<Vec<_>>();
+        let too_many = Fixture::new().compile(json!({"nodes": nodes(6)})).unwrap_err();
+        assert_eq!(codes(&too_many), ["PLAN_TOO_LARGE"]);
+        assert!(too_many[0].message.contains("6 nodes") && too_many[0].message.contains("at most 5"));
+        assert!(Fixture::new().compile(json!({"nodes": nodes(5)})).is_ok());
+
+        let long_stage = json!({"nodes": [{"stage": "s".repeat(MAX_NAME_CHARS + 1), "capabilityId": "writer"}]});
+        let refused = Fixture::new().compile(long_stage).unwrap_err();
+        assert_eq!(codes(&refused), ["NODE_TEXT_TOO_LONG"]);
+        assert!(refused[0].message.len() < 400, "the diagnostic quotes the stage in part");
+        let long_text = json!({"nodes": [{"stage": "draft", "capabilityId": "writer",
+            "instructions": vec!["x".repeat(MAX_NODE_TEXT_CHARS / 2); 3]}]});
+        assert_eq!(codes(&Fixture::new().compile(long_text).unwrap_err()), ["NODE_TEXT_TOO_LONG"]);
+    }
+
+    #[test]
+    fn diagnostics_are_bounded_in_number_and_length() {
+        let bad: Vec<Value> =
+            (0..5).map(|i| json!({"stage": format!("s{i}"), "capabilityId": "x".repeat(10_000)})).collect();
+        let diagnostics = Fixture::new().compile(json!({"nodes": bad})).unwrap_err();
+        assert_eq!(codes(&diagnostics), vec!["CAPABILITY_NOT_REGISTERED"; 5]);
+        assert!(diagnostics.iter().all(|d| d.message.chars().count() < 400), "{diagnostics:?}");
+        assert!(diagnostics.iter().all(|d| d.capability_id.as_ref().unwrap().len() < 300), "{diagnostics:?}");
+        let more: Vec<Diagnostic> = (0..MAX_DIAGNOSTICS + 7).map(|_| Diagnostic::error("X", "x")).collect();
+        let shown = bounded(more);
+        assert_eq!(shown.len(), MAX_DIAGNOSTICS + 1);
+        assert_eq!(shown[MAX_DIAGNOSTICS].code, "MORE_DIAGNOSTICS");
+        assert!(shown[MAX_DIAGNOSTICS].message.starts_with("and 7 more"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The planner prompt, built from named sections so each part can be read, tested and changed on
-//! its own. Long values are truncated so a prompt stays bounded whatever a run produced.
+//! its own. Every section has a budget ([`crate::llm::prompt`]), so a prompt stays bounded
+//! whatever the envelope carries and the run produced.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,10 +13,8 @@ use crate::condition::GoalConditionResult;
 use crate::config::FacetDefinition;
 use crate::envelope::TaskEnvelope;
 use crate::events::payload::{PolicyInfo, SignalInfo};
+use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
 use crate::plan::{Diagnostic, Plan};
-
-/// Longest rendering of one JSON value in a prompt, in characters.
-const MAX_VALUE_CHARS: usize = 2000;
 
 /// A node that completed earlier in the run, with what it produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,14 +95,16 @@ fn system() -> String {
 fn user(input: &PromptInput<'_>) -> String {
     let envelope = input.envelope;
     let mut s = String::new();
-    section(&mut s, "OBJECTIVE", &envelope.objective);
+    section_within(&mut s, "OBJECTIVE", &envelope.objective, OBJECTIVE_CHARS);
     section(&mut s, "INPUTS", &facet_values(envelope.inputs.iter()));
-    section(&mut s, "OUTPUT CONTRACT", &json(&serde_json::to_value(&envelope.output_contract).unwrap_or_default()));
+    section(&mut s, "OUTPUT CONTRACT", &value(serde_json::to_value(&envelope.output_contract).unwrap_or_default()));
     if !envelope.goal_conditions.is_empty() {
-        let mut goals = String::from("Every condition must hold before the run can finish:\n");
-        for g in &envelope.goal_conditions {
-            let _ = writeln!(goals, "- facet \"{}\" @ path \"{}\": {}", g.facet, g.path, g.expression);
-        }
+        let goals = envelope
+            .goal_conditions
+            .iter()
+            .map(|g| format!("- facet \"{}\" @ path \"{}\": {}", g.facet, g.path, value(&g.expression)));
+        let goals =
+            format!("Every condition must hold before the run can finish:\n{}", lines_within(goals, SECTION_CHARS));
         section(&mut s, "GOAL CONDITIONS", &goals);
     }
     section(&mut s, "CAPABILITIES", &capability_table(input.capabilities));
@@ -114,16 +115,15 @@ fn user(input: &PromptInput<'_>) -> String {
         section(&mut s, "SPECIAL INSTRUCTIONS", &bullets(&envelope.special_instructions));
     }
     if let Some(planner) = &envelope.planner_policy {
-        section(&mut s, "POLICIES", &json(planner));
+        section(&mut s, "POLICIES", &value(planner));
     }
     if let Some(replan) = &input.replan {
         replan_sections(&mut s, replan);
     }
     if !input.rejected_draft.is_empty() {
-        let mut text = String::from("Your previous draft was rejected. Fix every problem:\n");
-        for d in input.rejected_draft {
-            let _ = writeln!(text, "- [{}] {}", d.code, d.message);
-        }
+        let problems = input.rejected_draft.iter().map(|d| format!("- [{}] {}", d.code, d.message));
+        let text =
+            format!("Your previous draft was rejected. Fix every problem:\n{}", lines_within(problems, SECTION_CHARS));
         section(&mut s, "PREVIOUS DRAFT DIAGNOSTICS", &text);
     }
     section(&mut s, "OUTPUT FORMAT", "Return only the PlanDraft JSON object.");
@@ -141,7 +141,7 @@ fn replan_sections(s: &mut String, replan: &Replan<'_>) {
             signal.capability_id, signal.node_id, signal.reason
         );
         if !signal.details.is_null() {
-            let _ = writeln!(text, "Details: {}", truncate(&signal.details.to_string()));
+            let _ = writeln!(text, "Details: {}", value(&signal.details));
         }
         text.push_str(
             "Plan the remaining work from what was actually built (COMPLETED NODES) and the current run \
@@ -162,29 +162,28 @@ fn replan_sections(s: &mut String, replan: &Replan<'_>) {
         text.push('\n');
         section(s, "RUNTIME POLICY", &text);
     }
-    let mut completed = String::new();
-    if replan.completed.is_empty() {
-        completed.push_str("No step has completed yet.\n");
-    }
-    for work in replan.completed {
-        let _ = writeln!(
-            completed,
-            "- stage \"{}\" (node {}) → capability {} | output facets: {}\n  output: {}",
-            work.stage,
-            work.node_id,
-            work.capability_id,
-            work.output_facets.join(", "),
-            truncate(&work.output.to_string())
-        );
-    }
+    let completed = if replan.completed.is_empty() {
+        "No step has completed yet.\n".to_string()
+    } else {
+        let lines = replan.completed.iter().map(|work| {
+            format!(
+                "- stage \"{}\" (node {}) → capability {} | output facets: {}\n  output: {}",
+                work.stage,
+                work.node_id,
+                work.capability_id,
+                work.output_facets.join(", "),
+                value(&work.output)
+            )
+        });
+        lines_within(lines, SECTION_CHARS)
+    };
     section(s, "COMPLETED NODES", &completed);
-    let snapshot: Vec<Value> = replan
-        .previous_plan
-        .nodes
-        .iter()
-        .map(|n| serde_json::json!({"stage": n.stage, "capabilityId": n.capability_id, "nodeId": n.id}))
-        .collect();
-    section(s, "PREVIOUS PLAN", &format!("Version {}: {}", replan.previous_plan.version, Value::Array(snapshot)));
+    let previous =
+        replan.previous_plan.nodes.iter().map(|n| {
+            serde_json::json!({"stage": n.stage, "capabilityId": n.capability_id, "nodeId": n.id}).to_string()
+        });
+    let previous = format!("Version {}:\n{}", replan.previous_plan.version, lines_within(previous, SECTION_CHARS));
+    section(s, "PREVIOUS PLAN", &previous);
     if !replan.failed_goal_conditions.is_empty() {
         section(s, "GOAL CONDITION REPAIR", &goal_condition_repair(replan.failed_goal_conditions));
     }
@@ -207,7 +206,7 @@ pub fn goal_condition_repair(failed: &[GoalConditionResult]) -> String {
             let _ = writeln!(s, "  JSON Logic:\n  {logic}");
         }
         if let Some(observed) = &r.observed_value {
-            let _ = writeln!(s, "  Observed value:\n  {}", truncate(&observed.to_string()));
+            let _ = writeln!(s, "  Observed value:\n  {}", value(observed));
         }
         match &r.error {
             Some(error) => {
@@ -246,42 +245,26 @@ fn facet_catalog(catalog: &BTreeMap<String, FacetDefinition>) -> String {
             let _ = write!(s, ": {description}");
         }
         if let Some(schema) = &facet.schema {
-            let _ = write!(s, " (schema: {})", truncate(&schema.to_string()));
+            let _ = write!(s, " (schema: {})", value(schema));
         }
         s.push('\n');
     }
     s
 }
 
-fn facet_values<'a>(values: impl Iterator<Item = (&'a String, &'a Value)>) -> String {
-    let mut s = String::new();
-    for (name, value) in values {
-        let _ = writeln!(s, "- {name}: {}", truncate(&value.to_string()));
+fn facet_values<'a>(values: impl ExactSizeIterator<Item = (&'a String, &'a Value)>) -> String {
+    if values.len() == 0 {
+        return "none".to_string();
     }
-    if s.is_empty() { "none".to_string() } else { s }
+    lines_within(values.map(|(name, v)| format!("- {name}: {}", value(v))), SECTION_CHARS)
 }
 
 fn bullets(items: &[String]) -> String {
-    items.iter().map(|i| format!("- {i}\n")).collect()
-}
-
-fn json(value: &Value) -> String {
-    truncate(&value.to_string())
+    lines_within(items.iter().map(|i| format!("- {}", value(i))), SECTION_CHARS)
 }
 
 fn or_dash(s: &str) -> &str {
     if s.is_empty() { "—" } else { s }
-}
-
-fn section(out: &mut String, title: &str, body: &str) {
-    let _ = write!(out, "### {title}\n{}\n\n", body.trim_end());
-}
-
-fn truncate(text: &str) -> String {
-    match text.char_indices().nth(MAX_VALUE_CHARS) {
-        Some((cut, _)) => format!("{}… (truncated)", &text[..cut]),
-        None => text.to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -423,9 +406,53 @@ mod tests {
     }
 
     #[test]
-    fn long_values_are_truncated() {
-        let long = "x".repeat(MAX_VALUE_CHARS + 10);
-        assert!(truncate(&long).ends_with("… (truncated)"));
-        assert_eq!(truncate("short"), "short");
+    fn a_prompt_stays_bounded_whatever_the_run_carries() {
+        let mut envelope = envelope();
+        envelope.objective = "o".repeat(1_000_000);
+        for i in 0..5_000 {
+            envelope.inputs.insert(format!("input_{i}"), json!({"text": "i".repeat(5_000)}));
+        }
+        let diagnostics: Vec<Diagnostic> =
+            (0..10_000).map(|i| Diagnostic::error("MISSING_INPUT_FACET", format!("problem {i}"))).collect();
+        let completed: Vec<CompletedWork> = (0..1_000)
+            .map(|i| CompletedWork {
+                node_id: format!("n{i}"),
+                stage: format!("n{i}"),
+                capability_id: "writer".into(),
+                output_facets: vec!["post_copy".into()],
+                output: json!({"text": "w".repeat(10_000)}),
+            })
+            .collect();
+        let previous = Plan {
+            version: 1,
+            nodes: vec![],
+            edges: vec![],
+            metadata: PlanMetadata {
+                planner_model: "m".into(),
+                planner_attempt: 1,
+                phase: crate::plan::Phase::Initial,
+                draft_node_count: 0,
+            },
+        };
+        let input = PromptInput {
+            envelope: &envelope,
+            capabilities: &[],
+            facet_catalog: &BTreeMap::new(),
+            replan: Some(Replan {
+                reason: "goal_condition_failed",
+                failed_goal_conditions: &[],
+                feedback: None,
+                signal: None,
+                policy: None,
+                completed: &completed,
+                previous_plan: &previous,
+            }),
+            rejected_draft: &diagnostics,
+        };
+        let (_, user) = build(&input);
+        assert!(user.len() < 100_000, "a prompt of {} bytes", user.len());
+        assert!(user.contains("… (992000 more characters)"), "the objective says how much was cut");
+        assert!(user.contains("more entries not shown)"), "lists say how many entries were left out");
+        assert!(user.contains("### OUTPUT FORMAT"), "sections after the long ones are still there");
     }
 }

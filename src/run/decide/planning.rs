@@ -75,6 +75,7 @@ pub fn compile(run: &Run, draft: &Value, attempt: u32, phase: Phase, model: &str
             phase,
             draft_node_count: draft.get("nodes").and_then(Value::as_array).map_or(0, Vec::len),
         },
+        max_nodes: run.limits.max_plan_nodes,
     };
     planner::draft::compile(draft, &cx)
 }

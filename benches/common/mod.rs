@@ -1,0 +1,108 @@
+//! What the server benchmarks share: `flexrun serve` as a child process (the release build, or
+//! `BENCH_SERVER_BIN` to compare two builds back to back) on a fresh SQLite file, and its CPU time
+//! and memory read from /proc.
+#![allow(dead_code)] // Each bench uses the part it needs.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// An `ai` capability with a JSON Schema output contract of any object.
+pub fn capability(id: &str, inputs: &[&str], outputs: &[&str]) -> Value {
+    json!({
+        "capabilityId": id, "version": "1", "displayName": id, "summary": id, "kind": "execution",
+        "agentType": "ai", "inputFacets": inputs, "outputFacets": outputs, "instructions": id,
+        "outputContract": {"mode": "json_schema", "schema": {"type": "object"}}
+    })
+}
+
+pub struct Server {
+    child: Child,
+    pub base: String,
+}
+
+impl Server {
+    /// Starts the server with `capabilities` registered, the model at `llm`, and `env` on top.
+    pub async fn start(dir: &Path, llm: &str, capabilities: &[Value], env: &[(&str, &str)]) -> Self {
+        let capabilities_dir = dir.join("capabilities");
+        std::fs::create_dir_all(&capabilities_dir).unwrap();
+        for c in capabilities {
+            let name = format!("{}.json", c["capabilityId"].as_str().unwrap());
+            std::fs::write(capabilities_dir.join(name), c.to_string()).unwrap();
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // BENCH_PIN=1 runs the server on CPU 1 and leaves CPU 0 to the clients and the stand-in.
+        let pinned = std::env::var("BENCH_PIN").is_ok_and(|v| v == "1");
+        let binary = std::env::var("BENCH_SERVER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_flexrun").to_string());
+        let mut command = if pinned { Command::new("taskset") } else { Command::new(&binary) };
+        if pinned {
+            command.args(["-c", "1", &binary]);
+        }
+        let child = command
+            .arg("serve")
+            .env_clear()
+            .env("FLEXRUN_BIND", format!("127.0.0.1:{port}"))
+            .env("FLEXRUN_DATABASE_URL", format!("sqlite://{}", dir.join("bench.db").display()))
+            .env("FLEXRUN_CAPABILITIES_DIR", &capabilities_dir)
+            .env("FLEXRUN_LLM_BASE_URL", llm)
+            .env("FLEXRUN_LLM_API_KEY", "bench")
+            .env("FLEXRUN_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start flexrun serve");
+        let server = Self { child, base: format!("http://127.0.0.1:{port}") };
+        server.wait_until_healthy().await;
+        server
+    }
+
+    async fn wait_until_healthy(&self) {
+        let http = reqwest::Client::new();
+        for _ in 0..600 {
+            if http.get(format!("{}/api/v1/health", self.base)).send().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("flexrun serve did not answer within 30 s");
+    }
+
+    /// User + system CPU seconds the server process has used.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        ticks / clock_ticks()
+    }
+
+    pub fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        kib / 1024.0
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
