@@ -3,12 +3,12 @@
 //! is answered with [`Diagnostic`]s.
 
 mod diagnostic;
-
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod graph;
 
 use serde::{Deserialize, Serialize};
 
 pub use diagnostic::Diagnostic;
+pub use graph::{IndexedPlan, blocked_by_cycles};
 
 /// The state of one node within a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -187,69 +187,10 @@ pub struct PlanMetadata {
     pub draft_node_count: usize,
 }
 
-impl Plan {
-    pub fn node(&self, id: &str) -> Option<&PlanNode> {
-        self.nodes.iter().find(|n| n.id == id)
-    }
-
-    /// Nodes that may start now: not started, and every predecessor completed. In plan order.
-    pub fn ready<'a>(&'a self, status: &HashMap<NodeId, NodeStatus>) -> Vec<&'a PlanNode> {
-        let is = |id: &str, wanted| status.get(id).copied().unwrap_or(NodeStatus::Pending) == wanted;
-        self.nodes
-            .iter()
-            .filter(|node| is(&node.id, NodeStatus::Pending))
-            .filter(|node| self.edges.iter().filter(|e| e.to == node.id).all(|e| is(&e.from, NodeStatus::Completed)))
-            .collect()
-    }
-
-    /// `id` and every node after it (reachable along edges), in plan order.
-    pub fn downstream(&self, id: &str) -> Vec<NodeId> {
-        let mut reached: HashSet<&str> = HashSet::from([id]);
-        let mut frontier = vec![id];
-        while let Some(from) = frontier.pop() {
-            for edge in self.edges.iter().filter(|e| e.from == from) {
-                if reached.insert(edge.to.as_str()) {
-                    frontier.push(edge.to.as_str());
-                }
-            }
-        }
-        self.nodes.iter().filter(|n| reached.contains(n.id.as_str())).map(|n| n.id.clone()).collect()
-    }
-
-    /// The ids of direct predecessors of `id`.
-    pub fn predecessors<'a>(&'a self, id: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.edges.iter().filter(move |e| e.to == id).map(|e| e.from.as_str())
-    }
-}
-
-/// Nodes that can never start because they lie on a cycle of `edges` or after one (empty for a
-/// DAG), sorted.
-pub fn blocked_by_cycles(node_ids: &[NodeId], edges: &[Edge]) -> Vec<String> {
-    // Kahn's algorithm: whatever cannot be removed lies on, or behind, a cycle.
-    let mut incoming: BTreeMap<&str, usize> = node_ids.iter().map(|id| (id.as_str(), 0)).collect();
-    for edge in edges {
-        if let Some(count) = incoming.get_mut(edge.to.as_str()) {
-            *count += 1;
-        }
-    }
-    let mut ready: Vec<&str> = incoming.iter().filter(|(_, n)| **n == 0).map(|(id, _)| *id).collect();
-    let mut removed: HashSet<&str> = HashSet::new();
-    while let Some(id) = ready.pop() {
-        removed.insert(id);
-        for edge in edges.iter().filter(|e| e.from == id) {
-            if let Some(count) = incoming.get_mut(edge.to.as_str()) {
-                *count -= 1;
-                if *count == 0 {
-                    ready.push(edge.to.as_str());
-                }
-            }
-        }
-    }
-    incoming.keys().filter(|id| !removed.contains(*id)).map(|id| id.to_string()).collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     fn node(id: &str) -> PlanNode {
@@ -271,8 +212,8 @@ mod tests {
         Edge { from: from.into(), to: to.into(), reason: "depends_on".into() }
     }
 
-    fn plan(ids: &[&str], edges: Vec<Edge>) -> Plan {
-        Plan {
+    fn plan(ids: &[&str], edges: Vec<Edge>) -> IndexedPlan {
+        IndexedPlan::from(Plan {
             version: 1,
             nodes: ids.iter().map(|id| node(id)).collect(),
             edges,
@@ -282,7 +223,7 @@ mod tests {
                 phase: Phase::Initial,
                 draft_node_count: ids.len(),
             },
-        }
+        })
     }
 
     #[test]
@@ -296,6 +237,17 @@ mod tests {
         assert!(p.ready(&status).is_empty());
         status.insert("b".into(), NodeStatus::Completed);
         assert_eq!(ids(p.ready(&status)), ["c"]);
+    }
+
+    #[test]
+    fn nodes_predecessors_and_what_follows_are_found_by_id() {
+        let p = plan(&["a", "b", "c", "d"], vec![edge("a", "c"), edge("b", "c"), edge("c", "d"), edge("x", "d")]);
+        assert_eq!(p.node("c").map(|n| n.id.as_str()), Some("c"));
+        assert!(p.node("x").is_none());
+        assert_eq!(p.predecessors("c").collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(p.predecessors("d").collect::<Vec<_>>(), ["c"], "an edge from an unknown node is left out");
+        assert_eq!(p.downstream("b"), ["b", "c", "d"].map(NodeId::from));
+        assert!(p.downstream("x").is_empty());
     }
 
     #[test]

@@ -230,7 +230,7 @@ impl RunView {
             .iter()
             .map(|v| PlanVersionView {
                 version: v.plan.version,
-                plan: (*v.plan).clone(),
+                plan: Plan::clone(&v.plan),
                 trigger: v.replan.clone(),
                 created_at: v.at,
             })

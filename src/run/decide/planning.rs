@@ -44,7 +44,7 @@ pub fn replan_prompt<'a>(run: &Run<'a>, replan: &'a Option<ReplanInfo>) -> Optio
         feedback: info.feedback.as_deref(),
         signal: info.signal.as_deref(),
         policy: info.policy.as_deref(),
-        completed: &run.state.completed,
+        completed: run.state.completed(),
         previous_plan,
     })
 }
@@ -62,7 +62,7 @@ pub fn compile(run: &Run, draft: &Value, attempt: u32, phase: Phase, model: &str
         required.push(RequiredFacet { facet: goal.facet.clone(), because: "goal_condition" });
     }
     let available = run.state.context.facet_names().cloned().collect();
-    let completed = run.state.completed.iter().map(|w: &CompletedWork| (w.node_id.clone(), w.capability_id.clone()));
+    let completed = run.state.completed().iter().map(|w: &CompletedWork| (w.node_id.clone(), w.capability_id.clone()));
     let cx = DraftContext {
         capabilities: run.capabilities,
         available_facets: &available,

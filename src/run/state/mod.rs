@@ -23,7 +23,7 @@ use crate::capability::Clarification;
 use crate::condition::GoalConditionResult;
 use crate::events::payload::*;
 use crate::events::{DecodedFrame, Event, Seq};
-use crate::plan::{NodeId, NodeStatus, Plan};
+use crate::plan::{IndexedPlan, NodeId, NodeStatus};
 use crate::planner::CompletedWork;
 use crate::runtime_policy::Fired;
 
@@ -57,7 +57,7 @@ pub struct PostConditionState {
 /// A plan version of a run: the plan, when it was installed, and the replan that made it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanVersion {
-    pub plan: Arc<Plan>,
+    pub plan: Arc<IndexedPlan>,
     pub at: DateTime<Utc>,
     /// Why the plan was replaced by this one (`None` for the first plan).
     pub replan: Option<ReplanInfo>,
@@ -82,7 +82,9 @@ pub struct RunState {
     /// The current plan's nodes.
     pub nodes: HashMap<NodeId, NodeStatus>,
     /// Work completed in any plan version, by node id, in completion order.
-    pub completed: Vec<CompletedWork>,
+    completed: Vec<CompletedWork>,
+    /// Where each node's entry is in `completed`: a node's output is found without a search.
+    completed_at: HashMap<String, usize>,
     /// The goal conditions that failed last: given to nodes that run again to repair them.
     pub repair: Vec<GoalConditionResult>,
     /// Why the planner was asked last, or why an operator or a trigger asked for a replan since.
@@ -138,6 +140,7 @@ impl RunState {
             plans: Vec::new(),
             nodes: HashMap::new(),
             completed: Vec::new(),
+            completed_at: HashMap::new(),
             repair: Vec::new(),
             replan: None,
             failed: None,
@@ -181,7 +184,7 @@ impl RunState {
     }
 
     /// The current plan.
-    pub fn plan(&self) -> Option<&Arc<Plan>> {
+    pub fn plan(&self) -> Option<&Arc<IndexedPlan>> {
         self.plans.last().map(|v| &v.plan)
     }
 
@@ -208,7 +211,12 @@ impl RunState {
 
     /// The latest output of a node, from any plan version.
     pub fn output_of(&self, node_id: &str) -> Option<&Value> {
-        self.completed.iter().rev().find(|w| w.node_id == node_id).map(|w| &w.output)
+        self.completed_at.get(node_id).and_then(|&i| self.completed.get(i)).map(|w| &w.output)
+    }
+
+    /// Work completed in any plan version, one entry per node (its latest), in completion order.
+    pub fn completed(&self) -> &[CompletedWork] {
+        &self.completed
     }
 
     /// Applies one event of the log: the only way a run's state changes.
@@ -229,7 +237,7 @@ impl RunState {
                 moved(self, RunStatus::Planning)?;
             }
             Event::PlanGenerated(generated) => {
-                let plan = Arc::new(generated.plan.plan.clone());
+                let plan = Arc::new(IndexedPlan::from(generated.plan.plan.clone()));
                 self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
                 self.plans.push(PlanVersion { plan, at: at.timestamp, replan: generated.replan.clone() });
                 self.failed = None;
@@ -346,16 +354,27 @@ impl RunState {
             at: &complete.completed_at,
         });
         self.post_conditions.passed(&node.id, &node.capability_id, complete.post_condition_results.clone());
-        self.completed.retain(|w| w.node_id != node.id);
-        self.completed.push(CompletedWork {
+        let work = CompletedWork {
             node_id: node.id.to_string(),
             stage: node.stage.clone(),
             capability_id: node.capability_id.clone(),
             output_facets: node.output_facets.clone(),
             output: complete.output.clone(),
-        });
+        };
+        self.record_completed(work);
         self.nodes.insert(node.id.clone(), NodeStatus::Completed);
         Ok(())
+    }
+
+    /// `work` becomes its node's entry, last in completion order. A node completing again (a
+    /// rerun: rare) moves to the end; a first completion costs no search.
+    fn record_completed(&mut self, work: CompletedWork) {
+        if self.completed_at.contains_key(&work.node_id) {
+            self.completed.retain(|w| w.node_id != work.node_id);
+            self.completed_at = self.completed.iter().enumerate().map(|(i, w)| (w.node_id.clone(), i)).collect();
+        }
+        self.completed_at.insert(work.node_id.clone(), self.completed.len());
+        self.completed.push(work);
     }
 
     fn node_failed(&mut self, at: At, error: &NodeError) -> Result<(), ApplyError> {

@@ -26,8 +26,8 @@ fn a_run_mid_node_has_the_node_running_and_keeps_completed_work() {
     assert_eq!(state.last_seq, seq(6));
     assert_eq!(state.nodes_in(NodeStatus::Running), ["polish"]);
     assert_eq!(state.nodes["draft"], NodeStatus::Completed);
-    assert_eq!(state.completed.len(), 1);
-    assert_eq!(state.completed[0].capability_id, "writer");
+    assert_eq!(state.completed().len(), 1);
+    assert_eq!(state.completed()[0].capability_id, "writer");
     assert_eq!(state.context.facet_value("post_copy"), Some(&json!({"text": "a"})));
     assert_eq!(state.context.facet_value("brief"), Some(&json!({"topic": "flexrun"})));
     assert_eq!(state.started_at, Some(t0()));
@@ -161,7 +161,7 @@ fn policy_frames_restore_what_policies_did() {
     assert!(state.fired.on_start);
     assert_eq!(state.fired.goto_attempts["again"], 1);
     assert_eq!(state.nodes["draft"], NodeStatus::Pending, "a goto runs the completed node again");
-    assert_eq!(state.completed.len(), 1, "its earlier output stays until it is replaced");
+    assert_eq!(state.completed().len(), 1, "its earlier output stays until it is replaced");
 }
 
 #[test]
