@@ -5,10 +5,11 @@
 //! numbers of its frames are therefore assigned in one place (the claim holder's
 //! [`RunLog`](super::log::RunLog)), and two writers can never compute the same `seq`. A command
 //! that makes a paused run go on hands its claim to the new coordinator, so nothing can slip in
-//! between. A cancel asks the holder to stop and waits for its claim.
+//! between. A cancel asks the holder to stop and waits for its claim; the holder's log marks the
+//! stop honoured when it commits the cancellation, so the cancel knows whether it was its own.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ struct Held {
     id: u64,
     /// Becomes `Some` (who cancelled) when the holder is asked to stop; dropped on release.
     stop: watch::Sender<Option<Actor>>,
+    honoured: Arc<AtomicBool>,
 }
 
 /// The right to write one run's log. Released when dropped.
@@ -37,42 +39,96 @@ pub struct Claim {
     claims: Arc<Claims>,
     /// Becomes `Some` (who cancelled) when an operator cancels the run.
     pub stop: watch::Receiver<Option<Actor>>,
+    /// Set once the holder committed the cancellation it was asked for.
+    honoured: Arc<AtomicBool>,
+}
+
+/// A cancel's request to stop a run's holder, given to the one cancel that made it.
+pub struct StopRequest {
+    honoured: Arc<AtomicBool>,
+}
+
+impl StopRequest {
+    /// Whether the holder committed the cancellation (read after it let go of the run).
+    pub fn honoured(&self) -> bool {
+        self.honoured.load(Ordering::Acquire)
+    }
 }
 
 impl Claims {
     /// Claims `run_id`, unless someone in this process holds it.
     pub fn try_claim(self: &Arc<Self>, run_id: &RunId) -> Option<Claim> {
+        self.try_claim_stopping(run_id, None)
+    }
+
+    /// Claims `run_id`, waiting up to `patience` for its holder to release it.
+    pub async fn claim_within(self: &Arc<Self>, run_id: &RunId, patience: Duration) -> Option<Claim> {
+        self.claim_within_stopping(run_id, patience, None).await
+    }
+
+    /// Claims `run_id` for `actor`'s cancel: asks its holder to stop, then waits up to `patience`
+    /// for the claim. The claim is taken already stopping, so a cancel racing this one is not told
+    /// it stopped the run. Also says whether the holder, on this cancel's request, recorded the
+    /// cancellation.
+    pub async fn claim_to_cancel(
+        self: &Arc<Self>,
+        run_id: &RunId,
+        actor: &Actor,
+        patience: Duration,
+    ) -> Option<(Claim, bool)> {
+        let request = self.stop(run_id, actor);
+        let claim = self.claim_within_stopping(run_id, patience, Some(actor.clone())).await?;
+        Some((claim, request.is_some_and(|r| r.honoured())))
+    }
+
+    fn try_claim_stopping(self: &Arc<Self>, run_id: &RunId, stop: Option<Actor>) -> Option<Claim> {
         let mut held = self.lock();
         if held.contains_key(run_id) {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (stop, receiver) = watch::channel(None);
-        held.insert(run_id.clone(), Held { id, stop });
-        Some(Claim { run_id: run_id.clone(), id, claims: self.clone(), stop: receiver })
+        let (stop, receiver) = watch::channel(stop);
+        let honoured = Arc::new(AtomicBool::new(false));
+        held.insert(run_id.clone(), Held { id, stop, honoured: honoured.clone() });
+        Some(Claim { run_id: run_id.clone(), id, claims: self.clone(), stop: receiver, honoured })
     }
 
-    /// Claims `run_id`, waiting up to `patience` for its holder to release it.
-    pub async fn claim_within(self: &Arc<Self>, run_id: &RunId, patience: Duration) -> Option<Claim> {
+    async fn claim_within_stopping(
+        self: &Arc<Self>,
+        run_id: &RunId,
+        patience: Duration,
+        stop: Option<Actor>,
+    ) -> Option<Claim> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             let holder = self.lock().get(run_id).map(|held| held.stop.subscribe());
             let Some(mut released) = holder else {
-                match self.try_claim(run_id) {
+                match self.try_claim_stopping(run_id, stop.clone()) {
                     Some(claim) => return Some(claim),
                     None => continue,
                 }
             };
             // Wait until the holder's sender is dropped (a stop request also wakes us: look again).
             if tokio::time::timeout_at(deadline, released.changed()).await.is_err() {
-                return self.try_claim(run_id);
+                return self.try_claim_stopping(run_id, stop);
             }
         }
     }
 
-    /// Asks the holder of `run_id` to stop; `false` when nobody here holds it.
-    pub fn stop(&self, run_id: &RunId, actor: &Actor) -> bool {
-        self.lock().get(run_id).is_some_and(|held| held.stop.send(Some(actor.clone())).is_ok())
+    /// Asks the holder of `run_id` to stop on behalf of `actor`. `None` when nobody here holds
+    /// it, or when another cancel already asked: that cancel reports the cancellation, so of two
+    /// racing cancels only one can be told it stopped the run.
+    pub fn stop(&self, run_id: &RunId, actor: &Actor) -> Option<StopRequest> {
+        let held = self.lock();
+        let held = held.get(run_id)?;
+        let asked = held.stop.send_if_modified(|stop| {
+            if stop.is_some() {
+                return false;
+            }
+            *stop = Some(actor.clone());
+            true
+        });
+        asked.then(|| StopRequest { honoured: held.honoured.clone() })
     }
 
     /// Whether someone in this process holds `run_id`.
@@ -98,6 +154,11 @@ impl Claim {
     /// The run was asked to stop (an operator cancelled it).
     pub fn stop_requested(&self) -> bool {
         self.stop.borrow().is_some()
+    }
+
+    /// The holder committed the cancellation it was asked for: the cancel that asked reports it.
+    pub fn honour_stop(&self) {
+        self.honoured.store(true, Ordering::Release);
     }
 }
 
@@ -137,12 +198,15 @@ mod tests {
             tokio::spawn(async move { claims.claim_within(&id("r"), Duration::from_secs(5)).await.is_some() })
         };
         tokio::task::yield_now().await;
-        assert!(claims.stop(&id("r"), &Actor::default()));
+        let request = claims.stop(&id("r"), &Actor::default()).expect("the first stop is asked");
+        assert!(claims.stop(&id("r"), &Actor::default()).is_none(), "a second stop is not");
         holder.stop.changed().await.unwrap();
         assert!(holder.stop_requested());
+        holder.honour_stop();
         drop(holder);
         assert!(waiter.await.unwrap(), "the waiter took the claim");
-        assert!(!claims.stop(&id("nobody"), &Actor::default()));
+        assert!(request.honoured());
+        assert!(claims.stop(&id("nobody"), &Actor::default()).is_none());
     }
 
     #[tokio::test]
@@ -150,5 +214,34 @@ mod tests {
         let claims = Arc::new(Claims::default());
         let _holder = claims.try_claim(&id("r")).unwrap();
         assert!(claims.claim_within(&id("r"), Duration::from_millis(20)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn of_two_racing_cancels_only_the_one_its_holder_honoured_stopped_the_run() {
+        let claims = Arc::new(Claims::default());
+        // A command holds the run and lets go without cancelling it: the stop was not honoured.
+        let command = claims.try_claim(&id("r")).unwrap();
+        let cancel = {
+            let claims = claims.clone();
+            tokio::spawn(
+                async move { claims.claim_to_cancel(&id("r"), &Actor::default(), Duration::from_secs(5)).await },
+            )
+        };
+        tokio::task::yield_now().await;
+        drop(command);
+        let (first, stopped) = cancel.await.unwrap().expect("claimed");
+        assert!(!stopped);
+        // The first cancel holds the run already stopping: a second is not told it stopped it.
+        let second = {
+            let claims = claims.clone();
+            tokio::spawn(
+                async move { claims.claim_to_cancel(&id("r"), &Actor::default(), Duration::from_secs(5)).await },
+            )
+        };
+        tokio::task::yield_now().await;
+        first.honour_stop();
+        drop(first);
+        let (_, stopped) = second.await.unwrap().expect("claimed");
+        assert!(!stopped);
     }
 }

@@ -106,9 +106,9 @@ pub async fn apply(services: &Arc<Services>, run_id: &RunId, command: Command) -
 /// that is pausing, and is refused while a coordinator drives the run.
 async fn claim(services: &Arc<Services>, run_id: &RunId, command: Command) -> Result<(Claim, Command), ControlError> {
     if let Command::Cancel { actor, .. } = command {
-        let stopped = services.claims.stop(run_id, &actor);
-        let claim = services.claims.claim_within(run_id, STOP_WAIT).await;
-        return Ok((claim.ok_or_else(|| Refusal::Busy(run_id.to_string()))?, Command::Cancel { stopped, actor }));
+        let claimed = services.claims.claim_to_cancel(run_id, &actor, STOP_WAIT).await;
+        let (claim, stopped) = claimed.ok_or_else(|| Refusal::Busy(run_id.to_string()))?;
+        return Ok((claim, Command::Cancel { stopped, actor }));
     }
     if let Some(claim) = services.claims.try_claim(run_id) {
         return Ok((claim, command));

@@ -159,6 +159,9 @@ impl RunLog {
             })
             .await?;
         self.row = RowState { status: self.state.status, progress: progress_of(&self.state) };
+        if self.state.status == RunStatus::Cancelled && self.claim.stop_requested() {
+            self.claim.honour_stop();
+        }
         if !frames.is_empty() {
             self.bus.publish(self.state.run_id.as_str(), BusMessage::Frames(frames));
         }

@@ -20,6 +20,9 @@ pub struct ServerProcess {
     port: u16,
     pub base: String,
     pub dir: PathBuf,
+    /// One client for every request a test sends: building a client loads the system's TLS
+    /// roots, slow enough in debug builds to stall a test sending many requests at once.
+    pub http: reqwest::Client,
     env: Vec<(String, String)>,
 }
 
@@ -44,7 +47,8 @@ impl ServerProcess {
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
-        let mut server = Self { child: None, port, base, dir: dir.to_path_buf(), env: all };
+        let http = reqwest::Client::new();
+        let mut server = Self { child: None, port, base, dir: dir.to_path_buf(), http, env: all };
         server.spawn().await;
         server
     }
@@ -69,7 +73,8 @@ impl ServerProcess {
 
     /// Posts an envelope to `run.stream`: the run id and the (streaming) response.
     pub async fn post_run(&self, envelope: &Value) -> (String, reqwest::Response) {
-        let response = reqwest::Client::new()
+        let response = self
+            .http
             .post(self.url("/api/v1/flex/run.stream"))
             .json(envelope)
             .send()
@@ -81,7 +86,8 @@ impl ServerProcess {
 
     /// Re-attaches to a run after frame `last_seen` (`Last-Event-ID`) and reads it to the end.
     pub async fn reattach(&self, run_id: &str, last_seen: u64) -> Vec<ReceivedFrame> {
-        let response = reqwest::Client::new()
+        let response = self
+            .http
             .get(self.url(&format!("/api/v1/flex/runs/{run_id}/stream")))
             .header("last-event-id", last_seen.to_string())
             .send()
@@ -121,9 +127,8 @@ impl ServerProcess {
     }
 
     async fn wait_until_healthy(&mut self) {
-        let client = reqwest::Client::new();
         for _ in 0..300 {
-            if let Ok(response) = client.get(self.url("/api/v1/health")).send().await
+            if let Ok(response) = self.http.get(self.url("/api/v1/health")).send().await
                 && response.status().is_success()
             {
                 return;

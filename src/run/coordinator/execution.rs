@@ -50,8 +50,9 @@ impl Coordinator {
                 }
             }
             // With nothing running the loop ends, and what is staged (the last completion)
-            // commits with the goal evaluation that follows at once.
-            if running.is_empty() {
+            // commits with the goal evaluation that follows at once. A cancel asked for before
+            // anything ran (or after the last node) is taken by the wait below, which sees it first.
+            if running.is_empty() && !self.log.claim().stop_requested() {
                 break;
             }
             let waits = self.before_waiting().await?;
