@@ -33,4 +33,5 @@ pub mod timeouts;
 
 pub mod store;
 pub mod suggest;
+pub mod telemetry;
 pub mod validation;

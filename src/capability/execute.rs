@@ -15,7 +15,7 @@ use super::{Capability, Executor};
 use crate::condition::GoalConditionResult;
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
-use crate::llm::{ChatRequest, LlmClient, LlmError, ResponseShape, parse_json_content};
+use crate::llm::{ChatRequest, LlmClient, LlmError, Purpose, ResponseShape, parse_json_content};
 use crate::timeouts::Timeouts;
 
 /// What a node's capability is given (and what an `http` capability receives as its body).
@@ -184,6 +184,23 @@ impl Executors {
         bundle: &ContextBundle,
         timeouts: &Timeouts,
     ) -> Result<Reply, CapabilityError> {
+        let started = std::time::Instant::now();
+        let result = self.call(capability, bundle, timeouts).await;
+        let outcome = match &result {
+            Ok(Reply::Output(_)) => "ok",
+            Ok(Reply::Signal(_)) => "signal",
+            Err(error) => error.code(),
+        };
+        crate::telemetry::capability_call(capability.executor.agent_type(), outcome, started.elapsed());
+        result
+    }
+
+    async fn call(
+        &self,
+        capability: &Capability,
+        bundle: &ContextBundle,
+        timeouts: &Timeouts,
+    ) -> Result<Reply, CapabilityError> {
         let answer = match &capability.executor {
             Executor::Ai { instructions } => self.run_ai(capability, instructions, bundle, timeouts.model_call).await?,
             Executor::Http { endpoint } => self.run_http(endpoint, bundle, timeouts.capability_call).await?,
@@ -213,7 +230,8 @@ impl Executors {
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
         };
-        let content = self.llm.complete(ChatRequest { system, user, shape, timeout }).await?;
+        let content =
+            self.llm.complete(ChatRequest { purpose: Purpose::Capability, system, user, shape, timeout }).await?;
         match capability.output_contract {
             OutputContract::Freeform { .. } => Ok(parse_json_content(&content).unwrap_or(Value::String(content))),
             _ => parse_json_content(&content).map_err(CapabilityError::NotJson),

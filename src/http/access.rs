@@ -54,11 +54,7 @@ impl RootSpanBuilder for AccessLog {
             Err(error) => (error.as_response_error().status_code(), Some(error), UNMATCHED.to_string(), None),
         };
         span.record("http.status_code", status.as_u16());
-        let labels = [("route", route), ("status", status.as_u16().to_string())];
-        metrics::counter!("flexrun_http_requests_total", &labels).increment(1);
-        if let Some(Started(at)) = started {
-            metrics::histogram!("flexrun_http_request_duration_seconds", &labels).record(at.elapsed().as_secs_f64());
-        }
+        crate::telemetry::http_request(route, status.as_u16(), started.map(|Started(at)| at.elapsed()));
         let Some(error) = error else { return };
         let message = excerpt::log(error.as_response_error());
         span.in_scope(|| {

@@ -9,6 +9,7 @@ use futures::{Stream, StreamExt};
 use crate::redact::Redaction;
 use crate::run::follow::FollowError;
 use crate::store::events::LoggedFrame;
+use crate::telemetry;
 
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
@@ -19,7 +20,9 @@ where
     S: Stream<Item = Result<LoggedFrame, FollowError>> + 'static,
 {
     let redaction = redaction.clone();
+    let open = telemetry::OpenStream::open();
     let events = frames.map(move |frame| {
+        let _open = &open;
         frame.map(|f| {
             let data = redaction.text(&f.json).into_owned();
             sse::Event::Data(sse::Data::new(data).id(f.seq.to_string()).event(f.event_type))

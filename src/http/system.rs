@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use actix_web::{HttpResponse, get, web};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 
 use super::auth::Caller;
@@ -17,9 +17,11 @@ static METRICS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 pub fn install_metrics() {
     STARTED.get_or_init(Instant::now);
     METRICS.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let recorder = crate::telemetry::recorder().ok()?;
         let handle = recorder.handle();
-        metrics::set_global_recorder(recorder).ok().map(|_| handle)
+        metrics::set_global_recorder(recorder).ok()?;
+        crate::telemetry::describe();
+        Some(handle)
     });
 }
 

@@ -56,6 +56,19 @@ impl LlmError {
         }
     }
 
+    /// What kind of failure this is, as the metrics label it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Timeout(_) => "timeout",
+            Self::Connection(_) => "connection",
+            Self::Status { .. } => "status",
+            Self::Protocol(_) => "protocol",
+            Self::Empty(_) => "empty",
+            Self::Request(_) => "request",
+            Self::TooLarge(_) => "too_large",
+        }
+    }
+
     /// Timeouts, connection errors, 408, 429 and 5xx: the same call may succeed later.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -81,11 +94,28 @@ pub enum ResponseShape<'a> {
 /// One system + user exchange.
 #[derive(Debug, Clone)]
 pub struct ChatRequest<'a> {
+    pub purpose: Purpose,
     pub system: String,
     pub user: String,
     pub shape: ResponseShape<'a>,
     /// How long the call may take.
     pub timeout: Duration,
+}
+
+/// What a model call is for: the metrics count planner and capability calls apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Planner,
+    Capability,
+}
+
+impl Purpose {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Planner => "planner",
+            Self::Capability => "capability",
+        }
+    }
 }
 
 /// The Chat Completions request body.
@@ -199,6 +229,14 @@ impl LlmClient {
 
     /// Sends one request and returns the assistant message content.
     pub async fn complete(&self, request: ChatRequest<'_>) -> Result<String, LlmError> {
+        let (purpose, started) = (request.purpose, std::time::Instant::now());
+        let result = self.call(request).await;
+        let outcome = result.as_ref().map_or_else(LlmError::kind, |_| "ok");
+        crate::telemetry::model_call(purpose.as_str(), outcome, started.elapsed());
+        result
+    }
+
+    async fn call(&self, request: ChatRequest<'_>) -> Result<String, LlmError> {
         let body = Body {
             model: &self.model,
             messages: [

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::config::PlannerResponseFormat;
 use std::time::Duration;
 
-use crate::llm::{ChatRequest, LlmClient, LlmError, ResponseShape, parse_json_content};
+use crate::llm::{ChatRequest, LlmClient, LlmError, Purpose, ResponseShape, parse_json_content};
 use crate::plan::Diagnostic;
 
 pub use draft::{DraftContext, RequiredFacet};
@@ -59,7 +59,8 @@ impl Planner {
             PlannerResponseFormat::JsonObject => ResponseShape::JsonObject,
             PlannerResponseFormat::None => ResponseShape::Text,
         };
-        let content = self.llm.complete(ChatRequest { system, user, shape, timeout }).await?;
+        let content =
+            self.llm.complete(ChatRequest { purpose: Purpose::Planner, system, user, shape, timeout }).await?;
         Ok(parse_json_content(&content).map_err(|problem| Diagnostic::not_json(&problem)))
     }
 }

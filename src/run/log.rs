@@ -20,10 +20,12 @@ use super::id::RunId;
 use super::projection::{RowWrite, project, stored};
 use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;
+use crate::budget::ReplanCounts;
 use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
 use crate::services::{CommitObserver, Services};
 use crate::store::runs::{self, Outcome, Progress, RunRow};
 use crate::store::{Store, StoreError, events};
+use crate::telemetry;
 
 /// Why an event was not recorded.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,8 @@ pub struct RunLog {
     row: RowState,
     /// A new run: its row is inserted by the first commit.
     created: Option<RunRow>,
+    /// The replans counted in the metrics so far.
+    counted: ReplanCounts,
 }
 
 impl RunLog {
@@ -79,7 +83,6 @@ impl RunLog {
             plan_version: None,
         };
         Self {
-            state,
             header,
             claim,
             store: services.store.clone(),
@@ -89,6 +92,8 @@ impl RunLog {
             rows: Vec::new(),
             row,
             created,
+            counted: state.replans,
+            state,
         }
     }
 
@@ -140,6 +145,10 @@ impl RunLog {
     pub async fn commit(&mut self) -> Result<(), LogError> {
         let created = self.created.take();
         let change = self.run_change(created);
+        let ended = match &change {
+            Some(RunChange::End { to, .. }) => Some(*to),
+            _ => None,
+        };
         if self.staged.is_empty() && self.rows.is_empty() && change.is_none() {
             return Ok(());
         }
@@ -159,6 +168,7 @@ impl RunLog {
             })
             .await?;
         self.row = RowState { status: self.state.status, progress: progress_of(&self.state) };
+        self.count_committed(ended);
         if self.state.status == RunStatus::Cancelled && self.claim.stop_requested() {
             self.claim.honour_stop();
         }
@@ -169,6 +179,18 @@ impl RunLog {
             observer(&self.state);
         }
         Ok(())
+    }
+
+    /// Counts in the metrics what the commit recorded: the replans it granted, and the run's end.
+    fn count_committed(&mut self, ended: Option<RunStatus>) {
+        for (kind, made) in self.state.replans.since(&self.counted) {
+            telemetry::replans(kind, made);
+        }
+        self.counted = self.state.replans;
+        if let Some(status) = ended {
+            let code = self.state.end.as_ref().map(|end| end.error_summary().0).unwrap_or_default();
+            telemetry::run_ended(status.as_str(), code);
+        }
     }
 
     /// Tells followers the run will publish nothing more from here (it ended or waits for an

@@ -149,7 +149,7 @@ pub async fn start(
             _ => Err(error.into()),
         };
     }
-    metrics::counter!("flexrun_runs_started_total").increment(1);
+    crate::telemetry::run_started();
     tracing::info!(%run_id, owner, "run started");
     services.runtime.spawn(coordinator.drive(Resume::Requested));
     let frames = follow_new(services.store.clone(), live, run_id.to_string()).boxed();
@@ -283,7 +283,7 @@ fn continue_run(services: &Arc<Services>, envelope: TaskEnvelope, log: RunLog, a
     let next = next_step(state);
     let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), log);
     if announce {
-        metrics::counter!("flexrun_runs_resumed_total").increment(1);
+        crate::telemetry::run_resumed();
         services.runtime.spawn(coordinator.resume(next));
     } else {
         services.runtime.spawn(coordinator.drive(next));

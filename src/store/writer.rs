@@ -163,12 +163,12 @@ enum Attempt {
 /// no savepoint to pay for; only if one of them fails is the batch run again, each write in its
 /// own savepoint, so the failure rolls back that write alone and the others still commit.
 fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn Job>]) -> Result<(), String> {
+    let started = std::time::Instant::now();
     let attempt = match attempt(conn, batch, Isolation::Shared) {
         Attempt::WriteFailed if batch.len() > 1 => attempt(conn, batch, Isolation::Savepoint),
         other => other,
     };
-    metrics::histogram!("flexrun_db_writes_per_commit")
-        .record(f64::from(u32::try_from(batch.len()).unwrap_or(u32::MAX)));
+    crate::telemetry::commit(batch.len(), started.elapsed());
     match attempt {
         // A lone write that failed: its own error is what its caller hears about.
         Attempt::Committed | Attempt::WriteFailed => Ok(()),

@@ -80,7 +80,7 @@ impl ServerProcess {
             .send()
             .await
             .expect("run.stream request");
-        assert_eq!(response.status(), 200);
+        assert_eq!(response.status(), 200, "run.stream refused {envelope}");
         (response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string(), response)
     }
 

@@ -1,0 +1,148 @@
+//! Every metric flexrun exports, named, described and labelled in one place, so `/metrics` reads
+//! like a list a newcomer can check against the code, and no label can take unbounded values.
+//!
+//! Labels are always from a fixed set: statuses, replan reasons, error codes flexrun defines,
+//! route patterns. A value that could come from outside (an error code read back from a frame) is
+//! passed through [`code_label`] first.
+
+use std::time::Duration;
+
+use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusRecorder};
+
+/// Latency buckets (seconds): from a millisecond (a commit, a stand-in model) to a minute (a slow
+/// model call).
+const LATENCY_BUCKETS: &[f64] =
+    &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// Writes per commit: one run's frames to a batch of many runs' frames.
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
+/// The recorder `/metrics` renders, with histograms (not summaries) for latencies and batches.
+pub fn recorder() -> Result<PrometheusRecorder, BuildError> {
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Full(DB_WRITES_PER_COMMIT.into()), BATCH_BUCKETS)?
+        .build_recorder();
+    Ok(recorder)
+}
+
+const HTTP_REQUESTS: &str = "flexrun_http_requests_total";
+const HTTP_DURATION: &str = "flexrun_http_request_duration_seconds";
+const RUNS_STARTED: &str = "flexrun_runs_started_total";
+const RUNS_RESUMED: &str = "flexrun_runs_resumed_total";
+const RUNS_ENDED: &str = "flexrun_runs_ended_total";
+const REPLANS: &str = "flexrun_replans_total";
+const MODEL_CALLS: &str = "flexrun_model_calls_total";
+const MODEL_DURATION: &str = "flexrun_model_call_duration_seconds";
+const CAPABILITY_CALLS: &str = "flexrun_capability_calls_total";
+const CAPABILITY_DURATION: &str = "flexrun_capability_call_duration_seconds";
+const OPEN_STREAMS: &str = "flexrun_open_streams";
+const DB_COMMIT_DURATION: &str = "flexrun_db_commit_duration_seconds";
+const DB_WRITES_PER_COMMIT: &str = "flexrun_db_writes_per_commit";
+
+/// Gives every metric its help text and unit (once the recorder is installed).
+pub fn describe() {
+    describe_counter!(HTTP_REQUESTS, "HTTP requests answered, by route pattern and status");
+    describe_histogram!(HTTP_DURATION, Unit::Seconds, "HTTP request latency, by route pattern and status");
+    describe_counter!(RUNS_STARTED, "Runs started by run.stream");
+    describe_counter!(RUNS_RESUMED, "Runs picked up again after a restart");
+    describe_counter!(RUNS_ENDED, "Runs ended, by status (completed, failed, cancelled) and error code");
+    describe_counter!(
+        REPLANS,
+        "Replans granted, by kind (goal_condition, capability_signal, runtime_policy, operator, post_condition)"
+    );
+    describe_counter!(MODEL_CALLS, "Model calls, by purpose (planner, capability) and outcome (ok or the error kind)");
+    describe_histogram!(MODEL_DURATION, Unit::Seconds, "Model call latency, by purpose");
+    describe_counter!(CAPABILITY_CALLS, "Capability calls, by agent type and outcome (ok, signal or the error code)");
+    describe_histogram!(CAPABILITY_DURATION, Unit::Seconds, "Capability call latency, by agent type");
+    describe_gauge!(OPEN_STREAMS, "SSE streams open now (run.stream, run.resume and runs/{id}/stream)");
+    describe_histogram!(DB_COMMIT_DURATION, Unit::Seconds, "Time to commit one batch of writes");
+    describe_histogram!(DB_WRITES_PER_COMMIT, "Writes (of any number of runs) committed together");
+}
+
+pub fn http_request(route: String, status: u16, elapsed: Option<Duration>) {
+    let labels = [("route", route), ("status", status.to_string())];
+    counter!(HTTP_REQUESTS, &labels).increment(1);
+    if let Some(elapsed) = elapsed {
+        histogram!(HTTP_DURATION, &labels).record(elapsed.as_secs_f64());
+    }
+}
+
+pub fn run_started() {
+    counter!(RUNS_STARTED).increment(1);
+}
+
+pub fn run_resumed() {
+    counter!(RUNS_RESUMED).increment(1);
+}
+
+/// A run ended with `status`; `code` is its error's code ("" when it completed).
+pub fn run_ended(status: &'static str, code: &str) {
+    counter!(RUNS_ENDED, "status" => status, "code" => code_label(code)).increment(1);
+}
+
+/// `made` replans granted, of one kind of the replan budget.
+pub fn replans(kind: &'static str, made: u32) {
+    if made > 0 {
+        counter!(REPLANS, "kind" => kind).increment(u64::from(made));
+    }
+}
+
+/// One model call: `outcome` is `ok` or the error's kind.
+pub fn model_call(purpose: &'static str, outcome: &'static str, elapsed: Duration) {
+    counter!(MODEL_CALLS, "purpose" => purpose, "outcome" => outcome).increment(1);
+    histogram!(MODEL_DURATION, "purpose" => purpose).record(elapsed.as_secs_f64());
+}
+
+/// One capability call: `outcome` is `ok`, `signal` or the error's code.
+pub fn capability_call(agent_type: &'static str, outcome: &'static str, elapsed: Duration) {
+    counter!(CAPABILITY_CALLS, "agent_type" => agent_type, "outcome" => outcome).increment(1);
+    histogram!(CAPABILITY_DURATION, "agent_type" => agent_type).record(elapsed.as_secs_f64());
+}
+
+/// One committed (or failed) batch of `writes` writes.
+pub fn commit(writes: usize, elapsed: Duration) {
+    histogram!(DB_COMMIT_DURATION).record(elapsed.as_secs_f64());
+    histogram!(DB_WRITES_PER_COMMIT).record(f64::from(u32::try_from(writes).unwrap_or(u32::MAX)));
+}
+
+/// Counts an open SSE stream for as long as it lives.
+pub struct OpenStream(());
+
+impl OpenStream {
+    pub fn open() -> Self {
+        gauge!(OPEN_STREAMS).increment(1.0);
+        Self(())
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        gauge!(OPEN_STREAMS).decrement(1.0);
+    }
+}
+
+/// Longest error code used as a label as it is.
+const CODE_CHARS: usize = 48;
+
+/// An error code as a label: flexrun's codes are short snake_case words; anything else is `other`,
+/// so a label never carries text from outside.
+fn code_label(code: &str) -> String {
+    let plain =
+        code.len() <= CODE_CHARS && code.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if plain { code.to_string() } else { "other".to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_short_codes_become_labels() {
+        assert_eq!(code_label("plan_rejected"), "plan_rejected");
+        assert_eq!(code_label(""), "");
+        assert_eq!(code_label("Robert'); DROP"), "other");
+        assert_eq!(code_label(&"a".repeat(49)), "other");
+    }
+}

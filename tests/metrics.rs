@@ -1,0 +1,117 @@
+//! `GET /metrics` counts what runs did: runs started and ended by status and code, replans by
+//! kind, model and capability calls by outcome with their latencies, open streams, commits. The
+//! server is its own process, so the counts are exactly this test's.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flexrun::llm::standin::StandIn;
+use serde_json::json;
+use support::process::ServerProcess;
+use support::*;
+
+/// Plans `draft`, and `draft` + `polish` for a repair. The first writer call fails with a 500 (a
+/// retried model error); writer scores 0.5, editor 0.9. The `slow` capability takes 400 ms.
+fn model() -> flexrun::llm::standin::Script {
+    let writer_calls = Arc::new(AtomicUsize::new(0));
+    script(move |call| {
+        if call.is_planner() {
+            if call.user.contains("slow step") {
+                return plan(&[("wait", "tagger")]);
+            }
+            if call.user.contains("### GOAL CONDITION REPAIR") {
+                return plan(&[("draft", "writer"), ("polish", "editor")]);
+            }
+            return plan(&[("draft", "writer")]);
+        }
+        match call.capability_id() {
+            Some("writer") if writer_calls.fetch_add(1, Ordering::SeqCst) == 0 => Reply::error(500, "overloaded"),
+            Some("writer") => post(0.5),
+            Some("tagger") => Reply::json(json!({"tags": ["a"]})).after(Duration::from_millis(400)),
+            _ => post(0.9),
+        }
+    })
+}
+
+/// The value of the sample `name{labels}` (labels in the exporter's order), or 0 when absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .map_or(0.0, |value| value.trim().parse().unwrap())
+}
+
+async fn metrics(server: &ServerProcess) -> String {
+    let response = server.http.get(server.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_runs_replans_calls_streams_and_commits() {
+    let model = StandIn::start(model()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+
+    // A repair run: a retried model error, one goal-condition replan, then completed.
+    let mut repair = envelope();
+    repair["policies"] = json!({"retry": {"maxRetries": 1, "baseDelay": 0.1}});
+    let (_, response) = server.post_run(&repair).await;
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+
+    // A run paused for its plan's approval, then cancelled.
+    let mut approval = envelope();
+    approval["policies"] = json!({"approval": {"plan": "required"}});
+    let (paused, response) = server.post_run(&approval).await;
+    read_frames(response, usize::MAX).await;
+    let cancel = server.url(&format!("/api/v1/flex/runs/{paused}/cancel"));
+    assert_eq!(server.http.post(cancel).json(&json!({})).send().await.unwrap().status(), 200);
+
+    // A bad envelope: a 400, and no run.
+    let bad = server.http.post(server.url("/api/v1/flex/run.stream")).json(&json!({"objective": 1})).send().await;
+    assert_eq!(bad.unwrap().status(), 400);
+
+    // Two streams open on a slow run while it runs; none once it ended.
+    let mut slow = envelope();
+    slow["objective"] = json!("a slow step");
+    slow["outputContract"] = json!({"mode": "facets", "facets": ["tags"]});
+    slow.as_object_mut().unwrap().remove("goal_condition");
+    let (slow_id, slow_stream) = server.post_run(&slow).await;
+    let follow = server.http.get(server.url(&format!("/api/v1/flex/runs/{slow_id}/stream"))).send().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let during = metrics(&server).await;
+    let (first, second) = tokio::join!(read_frames(slow_stream, usize::MAX), read_frames(follow, usize::MAX));
+    assert_eq!(first.last().unwrap().payload["status"], "completed");
+    assert_eq!(second.last().unwrap().payload["status"], "completed");
+    assert_eq!(sample(&during, "flexrun_open_streams"), 2.0, "{during}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let after = metrics(&server).await;
+    let expect = |series: &str, value: f64| assert_eq!(sample(&after, series), value, "{series}\n{after}");
+    expect("flexrun_open_streams", 0.0);
+    expect("flexrun_runs_started_total", 3.0);
+    expect(r#"flexrun_runs_ended_total{status="completed",code=""}"#, 2.0);
+    expect(r#"flexrun_runs_ended_total{status="cancelled",code="cancelled"}"#, 1.0);
+    expect(r#"flexrun_replans_total{kind="goal_condition"}"#, 1.0);
+    // Planner: the repair run's two plans, the paused run's and the slow run's.
+    expect(r#"flexrun_model_calls_total{purpose="planner",outcome="ok"}"#, 4.0);
+    // Capabilities: writer fails once (retried), writer, editor; the slow run's tagger.
+    expect(r#"flexrun_model_calls_total{purpose="capability",outcome="status"}"#, 1.0);
+    expect(r#"flexrun_model_calls_total{purpose="capability",outcome="ok"}"#, 3.0);
+    expect(r#"flexrun_capability_calls_total{agent_type="ai",outcome="model_error"}"#, 1.0);
+    expect(r#"flexrun_capability_calls_total{agent_type="ai",outcome="ok"}"#, 3.0);
+    expect(r#"flexrun_capability_call_duration_seconds_count{agent_type="ai"}"#, 4.0);
+    expect(r#"flexrun_model_call_duration_seconds_count{purpose="planner"}"#, 4.0);
+    // The slow call is in the 0.5 s bucket, not below it.
+    expect(r#"flexrun_capability_call_duration_seconds_bucket{agent_type="ai",le="0.25"}"#, 3.0);
+    expect(r#"flexrun_capability_call_duration_seconds_bucket{agent_type="ai",le="0.5"}"#, 4.0);
+    expect(r#"flexrun_http_requests_total{route="/api/v1/flex/run.stream",status="400"}"#, 1.0);
+    assert!(sample(&after, "flexrun_db_commit_duration_seconds_count") >= 10.0, "{after}");
+    assert!(sample(&after, "flexrun_db_writes_per_commit_count") >= 10.0, "{after}");
+    assert!(after.contains("# HELP flexrun_runs_ended_total"), "metrics are described");
+}
