@@ -216,15 +216,27 @@ fn init_tracing(default: &str, json: bool) -> anyhow::Result<()> {
 }
 
 /// The log filter from the value of `FLEXRUN_LOG`.
+///
+/// The HTTP library logs each malformed request it cannot even parse (a bad header, a broken
+/// chunk) at ERROR, with the client's bytes in the message; the client gets its 400 all the same.
+/// A client's mistake is not the server's error, so those lines are off unless the filter names
+/// `actix_http` itself.
 fn log_filter(variable: Result<String, std::env::VarError>, default: &str) -> anyhow::Result<EnvFilter> {
-    match variable {
+    let filter = match variable {
         Ok(value) if !value.trim().is_empty() => EnvFilter::try_new(&value).with_context(|| {
             format!("FLEXRUN_LOG={value:?} is not a valid log filter (e.g. `info` or `flexrun=debug,warn`)")
-        }),
-        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(EnvFilter::new(default)),
+        })?,
+        Ok(_) | Err(std::env::VarError::NotPresent) => EnvFilter::new(default),
         Err(std::env::VarError::NotUnicode(_)) => bail!("FLEXRUN_LOG is not valid UTF-8"),
+    };
+    if filter.to_string().contains("actix_http") {
+        return Ok(filter);
     }
+    Ok(filter.add_directive(CLIENT_PARSE_ERRORS.parse()?))
 }
+
+/// Where the HTTP library reports requests it could not parse.
+const CLIENT_PARSE_ERRORS: &str = "actix_http::h1::dispatcher=off";
 
 async fn serve() -> anyhow::Result<ExitCode> {
     let settings = Settings::load()?;

@@ -8,6 +8,7 @@ mod capabilities;
 mod conditions;
 mod error;
 mod idempotency;
+mod openapi;
 mod operator;
 
 mod runs;
@@ -27,12 +28,16 @@ use serde_json::json;
 use tracing_actix_web::TracingLogger;
 
 use crate::services::Services;
+use openapi::ENDPOINTS;
+#[cfg(test)]
+use openapi::Endpoint;
 
-/// Registers every route.
+/// Registers every route. [`ENDPOINTS`] lists them all again, for 405 answers and the OpenAPI
+/// document; a test checks each entry reaches its handler.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(system::metrics_text)
         .service(
-            web::scope("/api/v1").service(system::health).service(
+            web::scope("/api/v1").service(system::health).service(system::openapi_json).service(
                 web::scope("/flex")
                     .service(runs::run_stream)
                     .service(operator::resume)
@@ -54,34 +59,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .default_service(web::to(no_route));
 }
 
-/// Every endpoint [`routes`] registers: its method and full path, as the handlers' attributes
-/// (`#[get("/runs/{id}")]` in its scope) say. With it, a request that reaches no handler can be
-/// told apart: a known path with another method (405, with `Allow`) or no such path (404). A test
-/// checks that each entry reaches its handler.
-const ENDPOINTS: [(Method, &str); 17] = [
-    (Method::GET, "/metrics"),
-    (Method::GET, "/api/v1/health"),
-    (Method::POST, "/api/v1/flex/run.stream"),
-    (Method::POST, "/api/v1/flex/run.resume"),
-    (Method::GET, "/api/v1/flex/runs"),
-    (Method::GET, "/api/v1/flex/runs/{id}"),
-    (Method::POST, "/api/v1/flex/runs/{id}/replan"),
-    (Method::POST, "/api/v1/flex/runs/{id}/cancel"),
-    (Method::GET, "/api/v1/flex/tasks"),
-    (Method::POST, "/api/v1/flex/tasks/{id}/decline"),
-    (Method::GET, "/api/v1/flex/runs/{id}/events"),
-    (Method::GET, "/api/v1/flex/runs/{id}/stream"),
-    (Method::POST, "/api/v1/flex/capabilities/register"),
-    (Method::GET, "/api/v1/flex/capabilities"),
-    (Method::POST, "/api/v1/flex/conditions/compile"),
-    (Method::GET, "/api/v1/flex/conditions/variables"),
-    (Method::GET, "/api/v1/flex/schemas/{name}"),
-];
-
 /// The methods the endpoints at `path` take (none: no endpoint has that path).
 fn allowed_methods(path: &str) -> Vec<&'static Method> {
     static PATTERNS: LazyLock<Vec<(&'static Method, ResourceDef)>> =
-        LazyLock::new(|| ENDPOINTS.iter().map(|(method, pattern)| (method, ResourceDef::new(*pattern))).collect());
+        LazyLock::new(|| ENDPOINTS.iter().map(|e| (&e.method, ResourceDef::new(e.path))).collect());
     let mut methods: Vec<&'static Method> =
         PATTERNS.iter().filter(|(_, pattern)| pattern.is_match(path)).map(|(method, _)| *method).collect();
     methods.sort_by(|a, b| a.as_str().cmp(b.as_str()));
@@ -156,7 +137,7 @@ mod tests {
         let call = |method: &Method, path: &str| {
             call_service(&app, TestRequest::default().method(method.clone()).uri(path).to_request())
         };
-        for (method, pattern) in &ENDPOINTS {
+        for Endpoint { method, path: pattern, .. } in &ENDPOINTS {
             let path =
                 pattern.replace("{id}", "0190b2d4-0000-7000-8000-000000000000").replace("{name}", "task-envelope");
             let (_, code, _) = unrouted(call(method, &path).await).await;

@@ -18,10 +18,13 @@ use crate::store::StoreError;
 use crate::store::hitl;
 use crate::validation::{BodySchema, FieldError};
 
-static RESUME: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("schemas/resume.schema.json")));
-static REPLAN: LazyLock<BodySchema> = LazyLock::new(|| action_schema(&["feedback", "note", "operator"], &[]));
-static CANCEL: LazyLock<BodySchema> = LazyLock::new(|| action_schema(&["note", "operator"], &[]));
-static DECLINE: LazyLock<BodySchema> = LazyLock::new(|| action_schema(&["reason", "note", "operator"], &["reason"]));
+pub(super) static RESUME: LazyLock<BodySchema> =
+    LazyLock::new(|| BodySchema::builtin(include_str!("schemas/resume.schema.json")));
+pub(super) static REPLAN: LazyLock<BodySchema> =
+    LazyLock::new(|| action_schema(&["feedback", "note", "operator"], &[]));
+pub(super) static CANCEL: LazyLock<BodySchema> = LazyLock::new(|| action_schema(&["note", "operator"], &[]));
+pub(super) static DECLINE: LazyLock<BodySchema> =
+    LazyLock::new(|| action_schema(&["reason", "note", "operator"], &["reason"]));
 
 /// The shared operator-action schema narrowed to the fields one endpoint takes.
 fn action_schema(fields: &[&str], required: &[&str]) -> BodySchema {

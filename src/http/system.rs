@@ -1,11 +1,11 @@
 //! Health, Prometheus metrics and the JSON Schemas of request bodies.
 
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Instant;
 
 use actix_web::{HttpResponse, get, web};
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::auth::Caller;
 use crate::services::Services;
@@ -41,6 +41,13 @@ pub async fn health(services: web::Data<Services>) -> HttpResponse {
         },
     });
     if database { HttpResponse::Ok().json(body) } else { HttpResponse::ServiceUnavailable().json(body) }
+}
+
+/// `GET /api/v1/openapi.json`: the OpenAPI 3.1 document of this API (`super::openapi`).
+#[get("/openapi.json")]
+pub async fn openapi_json() -> HttpResponse {
+    static DOCUMENT: LazyLock<Value> = LazyLock::new(super::openapi::document);
+    HttpResponse::Ok().json(&*DOCUMENT)
 }
 
 /// `GET /metrics`: Prometheus text format.
