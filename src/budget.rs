@@ -79,19 +79,6 @@ pub struct ReplanCounts {
     pub post_condition: u32,
 }
 
-impl ReplanCounts {
-    /// The replans made since `before`, by kind (the names the budget's `used` counts go by).
-    pub fn since(&self, before: &ReplanCounts) -> [(&'static str, u32); 5] {
-        [
-            ("goal_condition", self.goal_condition.saturating_sub(before.goal_condition)),
-            ("capability_signal", self.capability_signal.saturating_sub(before.capability_signal)),
-            ("runtime_policy", self.runtime_policy.saturating_sub(before.runtime_policy)),
-            ("operator", self.operator.saturating_sub(before.operator)),
-            ("post_condition", self.post_condition.saturating_sub(before.post_condition)),
-        ]
-    }
-}
-
 /// A run's caps and what it used of them: whether one more replan is granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplanBudget {

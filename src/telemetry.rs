@@ -48,10 +48,7 @@ pub fn describe() {
     describe_counter!(RUNS_STARTED, "Runs started by run.stream");
     describe_counter!(RUNS_RESUMED, "Runs picked up again after a restart");
     describe_counter!(RUNS_ENDED, "Runs ended, by status (completed, failed, cancelled) and error code");
-    describe_counter!(
-        REPLANS,
-        "Replans granted, by kind (goal_condition, capability_signal, runtime_policy, operator, post_condition)"
-    );
+    describe_counter!(REPLANS, "Replans granted, by reason (the reason the replan frames carry)");
     describe_counter!(MODEL_CALLS, "Model calls, by purpose (planner, capability) and outcome (ok or the error kind)");
     describe_histogram!(MODEL_DURATION, Unit::Seconds, "Model call latency, by purpose");
     describe_counter!(CAPABILITY_CALLS, "Capability calls, by agent type and outcome (ok, signal or the error code)");
@@ -82,11 +79,9 @@ pub fn run_ended(status: &'static str, code: &str) {
     counter!(RUNS_ENDED, "status" => status, "code" => code_label(code)).increment(1);
 }
 
-/// `made` replans granted, of one kind of the replan budget.
-pub fn replans(kind: &'static str, made: u32) {
-    if made > 0 {
-        counter!(REPLANS, "kind" => kind).increment(u64::from(made));
-    }
+/// A replan granted, for `reason`.
+pub fn replan(reason: &'static str) {
+    counter!(REPLANS, "reason" => reason).increment(1);
 }
 
 /// One model call: `outcome` is `ok` or the error's kind.

@@ -97,7 +97,7 @@ async fn metrics_count_runs_replans_calls_streams_and_commits() {
     expect("flexrun_runs_started_total", 3.0);
     expect(r#"flexrun_runs_ended_total{status="completed",code=""}"#, 2.0);
     expect(r#"flexrun_runs_ended_total{status="cancelled",code="cancelled"}"#, 1.0);
-    expect(r#"flexrun_replans_total{kind="goal_condition"}"#, 1.0);
+    expect(r#"flexrun_replans_total{reason="goal_condition_failed"}"#, 1.0);
     // Planner: the repair run's two plans, the paused run's and the slow run's.
     expect(r#"flexrun_model_calls_total{purpose="planner",outcome="ok"}"#, 4.0);
     // Capabilities: writer fails once (retried), writer, editor; the slow run's tagger.

@@ -83,6 +83,20 @@ pub enum Event {
 }
 
 impl Event {
+    /// The replan this event grants, if it grants one: the one rule the replan budget's counts
+    /// and the metrics both follow. A failed goal evaluation, a runtime policy's or an
+    /// operator's replan, and an operator's answer that asks for another plan grant one.
+    pub fn granted_replan(&self) -> Option<ReplanReason> {
+        match self {
+            Self::GoalConditionFailed(_) => Some(ReplanReason::GoalConditionFailed),
+            Self::PolicyTriggered(triggered) => Some(triggered.replan.reason),
+            Self::HitlResolved(resolved) if resolved.decision.is_some() => {
+                resolved.replan.as_ref().map(|replan| replan.reason)
+            }
+            _ => None,
+        }
+    }
+
     pub fn kind(&self) -> FrameKind {
         match self {
             Self::Start(_) => FrameKind::Start,

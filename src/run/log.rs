@@ -20,7 +20,7 @@ use super::id::RunId;
 use super::projection::{RowWrite, project, stored};
 use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;
-use crate::budget::ReplanCounts;
+use crate::events::payload::ReplanReason;
 use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
 use crate::services::{CommitObserver, Services};
 use crate::store::runs::{self, Outcome, Progress, RunRow};
@@ -57,8 +57,8 @@ pub struct RunLog {
     row: RowState,
     /// A new run: its row is inserted by the first commit.
     created: Option<RunRow>,
-    /// The replans counted in the metrics so far.
-    counted: ReplanCounts,
+    /// The replans the staged events grant, counted in the metrics once committed.
+    granted: Vec<ReplanReason>,
 }
 
 impl RunLog {
@@ -92,7 +92,7 @@ impl RunLog {
             rows: Vec::new(),
             row,
             created,
-            counted: state.replans,
+            granted: Vec::new(),
             state,
         }
     }
@@ -118,6 +118,7 @@ impl RunLog {
             let at = At { seq: self.state.last_seq.next(), timestamp: Utc::now().trunc_subsecs(3) };
             let rows = project(&self.state, at, &event);
             self.state.apply(at, &event)?;
+            self.granted.extend(event.granted_replan());
             self.header.plan_version = Some(self.state.plan_version()).filter(|v| *v > 0);
             let frame = Frame::encode_at(&self.header, at.seq, at.timestamp, &event);
             debug_assert_decodes(&frame, &event);
@@ -183,10 +184,9 @@ impl RunLog {
 
     /// Counts in the metrics what the commit recorded: the replans it granted, and the run's end.
     fn count_committed(&mut self, ended: Option<RunStatus>) {
-        for (kind, made) in self.state.replans.since(&self.counted) {
-            telemetry::replans(kind, made);
+        for reason in self.granted.drain(..) {
+            telemetry::replan(reason.as_str());
         }
-        self.counted = self.state.replans;
         if let Some(status) = ended {
             let code = self.state.end.as_ref().map(|end| end.error_summary().0).unwrap_or_default();
             telemetry::run_ended(status.as_str(), code);

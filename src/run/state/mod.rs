@@ -229,6 +229,9 @@ impl RunState {
         }
         let kind = event.kind().as_str();
         let moved = |state: &mut Self, to: RunStatus| state.move_to(at.seq, kind, to);
+        if let Some(reason) = event.granted_replan() {
+            count(&mut self.replans, reason);
+        }
         match event {
             Event::Start(_) => self.start(at),
             Event::PlanRequested(request) => {
@@ -250,11 +253,9 @@ impl RunState {
             Event::NodeError(error) => self.node_failed(at, error)?,
             Event::GoalConditionFailed(failed) => {
                 self.repair = failed.failed_goal_conditions.clone();
-                count(&mut self.replans, ReplanReason::GoalConditionFailed);
             }
             Event::PolicyTriggered(triggered) => {
                 let reason = triggered.replan.reason;
-                count(&mut self.replans, reason);
                 self.replan = Some(triggered.replan.clone());
                 // A replan supersedes every open request.
                 self.requests.clear();
@@ -438,7 +439,7 @@ impl PostConditionState {
 }
 
 /// Counts one replan granted for `reason`.
-pub(super) fn count(counts: &mut ReplanCounts, reason: ReplanReason) {
+fn count(counts: &mut ReplanCounts, reason: ReplanReason) {
     let counter = match reason {
         ReplanReason::GoalConditionFailed => &mut counts.goal_condition,
         ReplanReason::CapabilitySignal => &mut counts.capability_signal,

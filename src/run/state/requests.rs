@@ -1,7 +1,7 @@
 //! What operator requests do to a run's state: a request opened (an approval, a node's question,
 //! a runtime policy's pause) and a request closed (answered, superseded or cancelled).
 
-use super::{ApplyError, At, RunState, count, rfc3339};
+use super::{ApplyError, At, RunState, rfc3339};
 use crate::capability::Clarification;
 use crate::events::payload::*;
 use crate::plan::NodeStatus;
@@ -70,7 +70,6 @@ impl RunState {
         }
         match &resolved.replan {
             Some(replan) => {
-                count(&mut self.replans, replan.reason);
                 self.replan = Some(replan.clone());
                 self.move_to(at.seq, "hitl_resolved", RunStatus::Planning)
             }
