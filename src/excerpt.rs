@@ -17,6 +17,10 @@ pub const FRAME: usize = 1_000;
 
 /// `text`, cut to at most `max` characters (and a note of how many more there were).
 pub fn excerpt(text: &str, max: usize) -> Cow<'_, str> {
+    // No more bytes than `max`: no more characters either, and nothing to count.
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
     match text.char_indices().nth(max) {
         None => Cow::Borrowed(text),
         Some((cut, _)) => {
@@ -56,6 +60,12 @@ struct Bounded {
 
 impl fmt::Write for Bounded {
     fn write_str(&mut self, s: &str) -> fmt::Result {
+        // The common case, a piece that fits whole: kept in one copy, not a character at a time.
+        if self.seen.saturating_add(s.len()) <= self.max {
+            self.kept.push_str(s);
+            self.seen += s.chars().count();
+            return Ok(());
+        }
         for c in s.chars() {
             if self.seen < self.max {
                 self.kept.push(c);
@@ -77,6 +87,8 @@ mod tests {
         let huge = "x".repeat(1_000_000);
         assert!(excerpt(&huge, MESSAGE).len() < MESSAGE + 40);
         assert_eq!(format!("{}", Excerpt("abcdef", 3)), "abc… (3 more characters)");
+        assert_eq!(format!("{}", Excerpt(format_args!("{}{}", "ab", "éé"), 3)), "abé… (1 more characters)");
+        assert_eq!(format!("{}", Excerpt(format_args!("{}{}", "ab", "cd"), 4)), "abcd");
         assert_eq!(format!("{}", log(&huge)).chars().count(), LOG + "… (999000 more characters)".chars().count());
         assert_eq!(format!("{}", Excerpt("abc", 3)), "abc");
     }
