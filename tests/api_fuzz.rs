@@ -28,7 +28,8 @@ fn schemathesis() -> PathBuf {
         std::env::split_paths(&path).map(|dir| dir.join("st")).find(|st| st.is_file())
     });
     match found {
-        Some(st) if st.is_file() => st,
+        // Absolute: the fuzzer runs in a scratch directory.
+        Some(st) if st.is_file() => std::fs::canonicalize(&st).unwrap_or(st),
         _ => panic!(
             "schemathesis is not installed{}: run the tests with scripts/test, which installs it into \
              target/test-tools, or `pip install schemathesis` and set FLEXRUN_SCHEMATHESIS to its `st`",
