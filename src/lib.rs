@@ -14,6 +14,7 @@ pub mod cli;
 
 pub mod condition;
 pub mod config;
+pub mod console;
 pub mod contract;
 pub mod envelope;
 pub mod events;

@@ -15,7 +15,7 @@ mod runs;
 mod sse;
 mod system;
 
-pub use auth::{Role, authenticate};
+pub use auth::{Caller, Role, authenticate};
 pub use error::ApiError;
 
 use std::net::TcpListener;
@@ -56,6 +56,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(system::schema),
             ),
         )
+        .configure(crate::console::routes)
         .default_service(web::to(no_route));
 }
 
@@ -147,7 +148,7 @@ mod tests {
             assert_eq!((status, code.as_deref()), (405, Some("method_not_allowed")), "{other} {path}");
             assert_eq!(allow.as_deref(), Some(method.as_str()), "{other} {path}");
         }
-        for path in ["/", "/api/v1/flex/nope", "/api/v1/flex/runs/x/y", "/api/v2/flex/runs"] {
+        for path in ["/api/v1/flex/nope", "/api/v1/flex/runs/x/y", "/api/v2/flex/runs"] {
             let answer = unrouted(call(&Method::GET, path).await).await;
             assert_eq!(answer, (404, Some("not_found".into()), None), "{path}");
         }

@@ -16,7 +16,7 @@ use super::sse::frame_stream;
 use crate::envelope;
 use crate::events::Seq;
 use crate::run::follow::follow;
-use crate::run::view::{RunList, RunListEntry, RunView, ViewError};
+use crate::run::view::{RunList, RunQuery, RunView, ViewError};
 use crate::run::{RunId, RunStatus};
 use crate::services::Services;
 use crate::store::runs::RunRow;
@@ -100,19 +100,10 @@ pub async fn list_runs(
         .map(|s| s.parse::<RunStatus>())
         .transpose()
         .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {e}")))?;
-    let limit = query.limit.unwrap_or(50).clamp(1, 500);
     let owner = caller.owner_filter().map(String::from);
-    let page = services
-        .store
-        .read(move |conn| {
-            let filter = runs::Filter { status: status.map(RunStatus::as_str), owner: owner.as_deref() };
-            runs::page(conn, filter, query.cursor.as_deref(), limit + 1)
-        })
-        .await?;
-    let shown = usize::try_from(limit).unwrap_or_default();
-    let next_cursor = page.get(shown).and(page.get(shown.saturating_sub(1))).map(|last| last.run_id.clone());
-    let runs = page.iter().take(shown).map(RunListEntry::of).collect();
-    Ok(HttpResponse::Ok().json(RunList { runs, next_cursor }))
+    let runs = RunQuery { status, owner, objective_contains: None };
+    let list = RunList::read(&services, runs, query.cursor, query.limit.unwrap_or(50)).await?;
+    Ok(HttpResponse::Ok().json(list))
 }
 
 /// `GET /api/v1/flex/runs/{id}`: the run with its plan versions, nodes and goal evaluations.

@@ -21,7 +21,7 @@ use crate::services::Services;
 use crate::store::StoreError;
 use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::plans::{self, PlanNodeRow, RunOutputRow};
-use crate::store::runs::RunRow;
+use crate::store::runs::{self, RunRow};
 
 /// A run with its plan versions, nodes, goal evaluations and operator requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,6 +140,15 @@ pub struct RunListEntry {
     pub updated_at: DateTime<Utc>,
 }
 
+/// Which runs a list shows.
+#[derive(Debug, Clone, Default)]
+pub struct RunQuery {
+    pub status: Option<RunStatus>,
+    /// Only this principal's runs (a caller sees only its own).
+    pub owner: Option<String>,
+    pub objective_contains: Option<String>,
+}
+
 /// A page of runs, newest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -147,6 +156,33 @@ pub struct RunList {
     pub runs: Vec<RunListEntry>,
     /// Where the next page starts (`cursor=`), if there is one.
     pub next_cursor: Option<String>,
+}
+
+impl RunList {
+    /// A page of at most `limit` runs (1 to 500), newest first, from `cursor` on, those `query`
+    /// asks for.
+    pub async fn read(
+        services: &Services,
+        query: RunQuery,
+        cursor: Option<String>,
+        limit: i64,
+    ) -> Result<Self, StoreError> {
+        let limit = limit.clamp(1, 500);
+        let page = services
+            .store
+            .read(move |conn| {
+                let filter = runs::Filter {
+                    status: query.status.map(RunStatus::as_str),
+                    owner: query.owner.as_deref(),
+                    objective_contains: query.objective_contains.as_deref(),
+                };
+                runs::page(conn, filter, cursor.as_deref(), limit + 1)
+            })
+            .await?;
+        let shown = usize::try_from(limit).unwrap_or_default();
+        let next_cursor = page.get(shown).and(page.get(shown.saturating_sub(1))).map(|last| last.run_id.clone());
+        Ok(Self { runs: page.iter().take(shown).map(RunListEntry::of).collect(), next_cursor })
+    }
 }
 
 impl RunListEntry {

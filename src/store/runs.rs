@@ -180,6 +180,15 @@ pub struct Filter<'a> {
     pub status: Option<&'a str>,
     /// Only the runs this principal started.
     pub owner: Option<&'a str>,
+    /// Only the runs whose objective contains this text (ASCII letters in any case).
+    pub objective_contains: Option<&'a str>,
+}
+
+/// A `LIKE` pattern matching any text that contains `text` (its `%`, `_` and `\\` taken
+/// literally).
+fn like_pattern(text: &str) -> String {
+    let escaped = text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
+    format!("%{escaped}%")
 }
 
 /// A page of runs, newest first: at most `limit` created before the run `before` (run ids are
@@ -200,6 +209,9 @@ pub fn page(
         }
         if let Some(before) = before {
             query = query.filter(runs::run_id.lt(before));
+        }
+        if let Some(text) = filter.objective_contains {
+            query = query.filter(runs::objective.like(like_pattern(text)).escape('\\'));
         }
         query.load(c)
     })?)

@@ -22,6 +22,7 @@ use flexrun::store::DbConn;
 
 pub use flexrun::llm::standin::{Reply, script};
 
+pub mod browser;
 pub mod process;
 
 pub const OPERATOR_KEY: &str = "operator-test-key";

@@ -1,0 +1,29 @@
+//! The operator console: HTML pages served by flexrun itself at `/ui/`, rendered on the server
+//! (askama templates compiled into the binary from `templates/console/`), with one small script
+//! and one stylesheet embedded as well (`assets/console/`). No build step, no CDN: the binary is
+//! the whole console. Live data comes from the API's own SSE streams through the browser's
+//! `EventSource`, which re-attaches with `Last-Event-ID` by itself. `docs/console.md` says why.
+//!
+//! Pages read through the same read models as the API (`run::view`), as the same caller.
+
+mod assets;
+mod page;
+mod runs;
+
+use actix_web::{HttpResponse, http::header, web};
+
+/// Registers `/` (a redirect to the run list) and every `/ui/` route.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/", web::get().to(home)).service(
+        web::scope("/ui")
+            .service(assets::asset)
+            .service(runs::list)
+            .service(runs::show)
+            .route("", web::get().to(home))
+            .route("/", web::get().to(home)),
+    );
+}
+
+async fn home() -> HttpResponse {
+    HttpResponse::SeeOther().insert_header((header::LOCATION, "/ui/runs")).finish()
+}

@@ -1,0 +1,36 @@
+//! Rendering a page, and the pages a request gets instead when it goes wrong.
+
+use actix_web::HttpResponse;
+use askama::Template;
+
+/// The version pages put on their asset links.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A rendered page, or the error page if the template could not be rendered.
+pub fn html(page: &impl Template) -> HttpResponse {
+    match page.render() {
+        Ok(body) => HttpResponse::Ok().content_type("text/html; charset=utf-8").body(body),
+        Err(error) => {
+            tracing::error!(error = %crate::excerpt::log(&error), "console page failed to render");
+            message(500, "Something went wrong", "The page could not be shown; the server log says why.")
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/message.html")]
+struct Message<'a> {
+    version: &'a str,
+    section: &'a str,
+    title: &'a str,
+    text: &'a str,
+}
+
+/// A page that only says what happened (a run not found, an error).
+pub fn message(status: u16, title: &str, text: &str) -> HttpResponse {
+    let page = Message { version: VERSION, section: "", title, text };
+    let body = page.render().unwrap_or_else(|_| text.to_string());
+    let status =
+        actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
+    HttpResponse::build(status).content_type("text/html; charset=utf-8").body(body)
+}

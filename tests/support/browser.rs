@@ -1,0 +1,117 @@
+//! A real headless Chromium driven over WebDriver (Debian's `chromium` and `chromium-driver`),
+//! for the console's tests. `scripts/test` installs both when they are missing; without them a
+//! test fails and says so.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+/// A chromedriver process and a browser session in it.
+pub struct Browser {
+    pub client: Client,
+    driver: Child,
+}
+
+const DRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+impl Browser {
+    /// Starts chromedriver on a free loopback port and opens a headless Chromium `width` pixels wide.
+    pub async fn start(width: u32) -> Self {
+        for (path, package) in [(DRIVER, "chromium-driver"), (CHROMIUM, "chromium")] {
+            assert!(
+                std::path::Path::new(path).exists(),
+                "{path} is missing: run the tests with scripts/test, which installs Debian's {package}, \
+                 or `apt-get install chromium chromium-driver`"
+            );
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = Command::new(DRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".into(),
+            json!({"binary": CHROMIUM, "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                   "--disable-dev-shm-usage", format!("--window-size={width},900")]}),
+        );
+        capabilities.insert("goog:loggingPrefs".into(), json!({"browser": "ALL"}));
+        let url = format!("http://127.0.0.1:{port}");
+        let mut last_error = None;
+        for _ in 0..100 {
+            match ClientBuilder::native().capabilities(capabilities.clone()).connect(&url).await {
+                Ok(client) => return Self { client, driver },
+                Err(error) => last_error = Some(error),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("chromedriver did not start a session: {last_error:?}");
+    }
+
+    /// The text of the first element `css` selects, once there is one (waiting up to 10 s).
+    pub async fn text(&self, css: &str) -> String {
+        let element = self.client.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css(css)).await;
+        element.unwrap_or_else(|e| panic!("no element {css}: {e}")).text().await.unwrap()
+    }
+
+    /// Waits up to 10 s until the first element `css` selects has text containing `wanted`.
+    pub async fn wait_for_text(&self, css: &str, wanted: &str) {
+        for _ in 0..100 {
+            if let Ok(element) = self.client.find(Locator::Css(css)).await
+                && element.text().await.is_ok_and(|text| text.contains(wanted))
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{css} never showed {wanted:?}; it shows {:?}", self.text(css).await);
+    }
+
+    /// Severe messages the pages logged to the browser console (errors, failed requests).
+    pub async fn console_errors(&self) -> Vec<String> {
+        let logs = self.client.issue_cmd(LogCommand).await.unwrap_or_default();
+        logs.as_array()
+            .map(|entries| {
+                entries
+                    .iter()
+                    .filter(|entry| entry["level"] == "SEVERE")
+                    .map(|entry| entry["message"].as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// chromedriver's `POST /session/{id}/se/log {type: "browser"}`: the browser console's messages
+/// since the last call.
+#[derive(Debug)]
+struct LogCommand;
+
+impl fantoccini::wd::WebDriverCompatibleCommand for LogCommand {
+    fn endpoint(&self, base_url: &url::Url, session_id: Option<&str>) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/se/log", session_id.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(json!({"type": "browser"}).to_string()))
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
