@@ -58,3 +58,85 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     assert!(errors.iter().all(|e| e.contains("404")), "console errors: {errors:?}");
     browser.close().await;
 }
+
+/// With keys configured, a browser signs in with a key: the session cookie is HttpOnly and
+/// SameSite=Strict; a caller sees only its own runs; a change sent from another site is refused;
+/// signing out ends the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signing_in_with_a_key_opens_a_session_that_sees_what_the_key_may_see() {
+    let options = Options {
+        env: vec![
+            ("FLEXRUN_API_KEYS", "alice:alice-key".into()),
+            ("FLEXRUN_OPERATOR_KEYS", format!("ops:{OPERATOR_KEY}")),
+        ],
+        ..Options::default()
+    };
+    let server = TestServer::start_with(repair_script(0.5, 0.9), options).await;
+    let operators_run = server.run(&envelope()).await[0].run_id.clone();
+    let mut own = envelope();
+    own["objective"] = json!("Alice's own run");
+    let response = server
+        .http
+        .post(server.url("/api/v1/flex/run.stream"))
+        .bearer_auth("alice-key")
+        .json(&own)
+        .send()
+        .await
+        .unwrap();
+    let alices_run = read_frames(response, usize::MAX).await[0].run_id.clone();
+
+    let browser = Browser::start(390).await;
+    let client = &browser.client;
+    client.goto(&server.url(&format!("/ui/runs/{alices_run}"))).await.unwrap();
+    let at = client.current_url().await.unwrap();
+    assert_eq!(at.path(), "/ui/login", "not signed in: sent to sign in");
+    let sign_in = |key: &'static str| async move {
+        let field = client.find(Locator::Css("input[name=key]")).await.unwrap();
+        field.send_keys(key).await.unwrap();
+        client.find(Locator::Css("form.login button")).await.unwrap().click().await.unwrap();
+    };
+    sign_in("not-a-key").await;
+    browser.wait_for_text("[data-testid=problem]", "not valid").await;
+    sign_in("alice-key").await;
+    // Back where it was going, as alice.
+    browser.wait_for_text("[data-testid=status]", "completed").await;
+    assert_eq!(client.current_url().await.unwrap().path(), format!("/ui/runs/{alices_run}"));
+    assert_eq!(browser.text("[data-testid=principal]").await, "alice");
+    browser.wait_for_text("[data-testid=events]", "complete").await;
+    client.goto(&server.url("/ui/runs")).await.unwrap();
+    let rows = client.find_all(Locator::Css("table.runs tbody tr")).await.unwrap();
+    assert_eq!(rows.len(), 1, "a caller sees only its own runs");
+    client.goto(&server.url(&format!("/ui/runs/{operators_run}"))).await.unwrap();
+    assert_eq!(browser.text("h1").await, "Run not found");
+
+    // The cookie: opaque, HttpOnly, SameSite=Strict; a change from another site is refused.
+    let cookie = client.get_named_cookie("flexrun_session").await.unwrap();
+    assert_eq!(cookie.http_only(), Some(true));
+    assert_eq!(cookie.same_site().map(|s| s.to_string()).as_deref(), Some("Strict"));
+    let session = format!("flexrun_session={}", cookie.value());
+    let cross_site = server
+        .http
+        .post(server.url("/api/v1/flex/run.stream"))
+        .header("cookie", &session)
+        .header("origin", "http://evil.example")
+        .json(&envelope())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross_site.status(), 403);
+    assert_eq!(cross_site.json::<serde_json::Value>().await.unwrap()["error"]["code"], "cross_site_request");
+    let runs_before = server.count("SELECT COUNT(*) AS n FROM runs");
+    assert_eq!(runs_before, 2, "nothing was started");
+    let same_site = server.http.get(server.url("/api/v1/flex/runs")).header("cookie", &session).send().await.unwrap();
+    assert_eq!(same_site.status(), 200, "the session reads the API as alice");
+
+    // Signing out ends the session: the old cookie no longer works.
+    client.goto(&server.url("/ui/runs")).await.unwrap();
+    client.find(Locator::Css("form.sign-out button")).await.unwrap().click().await.unwrap();
+    browser.wait_for_text("h1", "Sign in").await;
+    let after = server.http.get(server.url("/api/v1/flex/runs")).header("cookie", &session).send().await.unwrap();
+    assert_eq!(after.status(), 401);
+    let errors = browser.console_errors().await;
+    assert!(errors.iter().all(|e| e.contains("404") || e.contains("401")), "console errors: {errors:?}");
+    browser.close().await;
+}

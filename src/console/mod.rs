@@ -9,6 +9,8 @@
 mod assets;
 mod page;
 mod runs;
+mod sign_in;
+mod viewer;
 
 use actix_web::{HttpResponse, http::header, web};
 
@@ -19,6 +21,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(assets::asset)
             .service(runs::list)
             .service(runs::show)
+            .service(sign_in::form)
+            .service(sign_in::sign_in)
+            .service(sign_in::sign_out)
             .route("", web::get().to(home))
             .route("/", web::get().to(home)),
     );

@@ -6,6 +6,22 @@ use askama::Template;
 /// The version pages put on their asset links.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// What the frame around every page shows: which section is open, and who is signed in.
+pub struct Chrome {
+    pub version: &'static str,
+    pub section: &'static str,
+    pub signed_in: bool,
+    pub principal: String,
+}
+
+impl Chrome {
+    pub fn new(section: &'static str, viewer: Option<&super::viewer::Viewer>) -> Self {
+        let (signed_in, principal) =
+            viewer.map_or((false, String::new()), |v| (v.signed_in, v.caller.principal.clone()));
+        Self { version: VERSION, section, signed_in, principal }
+    }
+}
+
 /// A rendered page, or the error page if the template could not be rendered.
 pub fn html(page: &impl Template) -> HttpResponse {
     match page.render() {
@@ -20,15 +36,14 @@ pub fn html(page: &impl Template) -> HttpResponse {
 #[derive(Template)]
 #[template(path = "console/message.html")]
 struct Message<'a> {
-    version: &'a str,
-    section: &'a str,
+    chrome: Chrome,
     title: &'a str,
     text: &'a str,
 }
 
 /// A page that only says what happened (a run not found, an error).
 pub fn message(status: u16, title: &str, text: &str) -> HttpResponse {
-    let page = Message { version: VERSION, section: "", title, text };
+    let page = Message { chrome: Chrome::new("", None), title, text };
     let body = page.render().unwrap_or_else(|_| text.to_string());
     let status =
         actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);

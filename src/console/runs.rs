@@ -5,8 +5,8 @@ use actix_web::{HttpResponse, get, web};
 use askama::Template;
 use serde::Deserialize;
 
-use super::page::{self, VERSION};
-use crate::http::Caller;
+use super::page::{self, Chrome};
+use super::viewer::Viewer;
 use crate::run::view::{RunList, RunListEntry, RunQuery, RunView, ViewError};
 use crate::run::{RunId, RunStatus};
 use crate::services::Services;
@@ -65,8 +65,7 @@ impl Row {
 #[derive(Template)]
 #[template(path = "console/runs.html")]
 struct RunsPage {
-    version: &'static str,
-    section: &'static str,
+    chrome: Chrome,
     statuses: Vec<(&'static str, bool)>,
     filtered_by_status: bool,
     filtered: bool,
@@ -77,7 +76,8 @@ struct RunsPage {
 
 /// `GET /ui/runs?status=&q=&cursor=`.
 #[get("/runs")]
-pub async fn list(caller: Caller, query: web::Query<ListQuery>, services: web::Data<Services>) -> HttpResponse {
+pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::Data<Services>) -> HttpResponse {
+    let caller = &viewer.caller;
     let query = query.into_inner();
     let status = query.status.parse::<RunStatus>().ok();
     let text: String = query.q.trim().chars().take(TEXT_CHARS).collect();
@@ -99,8 +99,7 @@ pub async fn list(caller: Caller, query: web::Query<ListQuery>, services: web::D
         format!("/ui/runs?{}", url.query().unwrap_or_default())
     });
     page::html(&RunsPage {
-        version: VERSION,
-        section: "runs",
+        chrome: Chrome::new("runs", Some(&viewer)),
         statuses: RunStatus::ALL.iter().map(|s| (s.as_str(), Some(*s) == status)).collect(),
         filtered_by_status: status.is_some(),
         filtered: status.is_some() || !text.is_empty(),
@@ -113,8 +112,7 @@ pub async fn list(caller: Caller, query: web::Query<ListQuery>, services: web::D
 #[derive(Template)]
 #[template(path = "console/run.html")]
 struct RunPage {
-    version: &'static str,
-    section: &'static str,
+    chrome: Chrome,
     run_id: String,
     objective: String,
     status: String,
@@ -124,7 +122,8 @@ struct RunPage {
 
 /// `GET /ui/runs/{id}`: the run, its frames followed live.
 #[get("/runs/{id}")]
-pub async fn show(caller: Caller, id: web::Path<String>, services: web::Data<Services>) -> HttpResponse {
+pub async fn show(viewer: Viewer, id: web::Path<String>, services: web::Data<Services>) -> HttpResponse {
+    let caller = &viewer.caller;
     let not_found = || page::message(404, "Run not found", "There is no run with this id that you may see.");
     let Ok(run_id) = RunId::parse(&id) else { return not_found() };
     let view = match RunView::read(&services, &run_id).await {
@@ -137,8 +136,7 @@ pub async fn show(caller: Caller, id: web::Path<String>, services: web::Data<Ser
         return not_found();
     }
     page::html(&RunPage {
-        version: VERSION,
-        section: "runs",
+        chrome: Chrome::new("runs", Some(&viewer)),
         run_id: run_id.to_string(),
         objective: view.run.objective.clone(),
         status: view.run.status.as_str().to_string(),

@@ -8,9 +8,11 @@
 use std::future::{Ready, ready};
 
 use actix_web::dev::Payload;
+use actix_web::http::Method;
 use actix_web::{FromRequest, HttpRequest, web};
 
 use super::error::ApiError;
+use super::session::{self, Sessions};
 use crate::config::{AuthSettings, NamedKey};
 use crate::services::Services;
 
@@ -82,11 +84,28 @@ pub fn authenticate(settings: &AuthSettings, presented: Option<&str>) -> Result<
     }
 }
 
+/// Who a request is: by the key it presents, else by its browser session (`super::session`).
 fn caller(req: &HttpRequest) -> Result<Caller, ApiError> {
     let services = req
         .app_data::<web::Data<Services>>()
         .ok_or_else(|| ApiError::internal("services are not registered with the app"))?;
-    authenticate(&services.settings.auth, presented_key(req))
+    let settings = &services.settings.auth;
+    let key = presented_key(req);
+    let Some(token) = session::token(req).filter(|_| key.is_none() && settings.enabled()) else {
+        return authenticate(settings, key);
+    };
+    let sessions = req.app_data::<web::Data<Sessions>>().ok_or(ApiError::Unauthenticated)?;
+    let caller = sessions.caller(&token).ok_or(ApiError::Unauthenticated)?;
+    let reads_only = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if !reads_only && !session::same_origin(req) {
+        return Err(ApiError::CrossSite);
+    }
+    Ok(caller)
+}
+
+/// Whether a request is authenticated by a browser session rather than by a key.
+pub fn by_session(req: &HttpRequest) -> bool {
+    presented_key(req).is_none() && session::token(req).is_some()
 }
 
 impl FromRequest for Caller {

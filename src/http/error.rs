@@ -22,6 +22,9 @@ pub enum ApiError {
     InvalidKey,
     #[error("this action needs an operator key")]
     Forbidden,
+    /// A browser session's request that changes something, from another site's page.
+    #[error("this request did not come from flexrun's own pages")]
+    CrossSite,
     #[error("{what} not found")]
     NotFound { code: &'static str, what: String },
     #[error("request body is larger than {limit} bytes")]
@@ -54,6 +57,7 @@ impl ApiError {
             Self::Unauthenticated => "unauthenticated",
             Self::InvalidKey => "invalid_api_key",
             Self::Forbidden => "forbidden",
+            Self::CrossSite => "cross_site_request",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::BodyTimeout { .. } => "body_timeout",
             Self::TooManyBodies => "too_many_uploads",
@@ -87,7 +91,7 @@ impl ResponseError for ApiError {
         match self {
             Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthenticated | Self::InvalidKey => StatusCode::UNAUTHORIZED,
-            Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::Forbidden | Self::CrossSite => StatusCode::FORBIDDEN,
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,

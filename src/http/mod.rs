@@ -12,10 +12,12 @@ mod openapi;
 mod operator;
 
 mod runs;
+pub mod session;
 mod sse;
 mod system;
 
-pub use auth::{Caller, Role, authenticate};
+pub use auth::{Caller, Operator, Role, authenticate, by_session};
+pub use body::Body;
 pub use error::ApiError;
 
 use std::net::TcpListener;
@@ -97,9 +99,11 @@ pub fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::Result<
     let bodies = web::Data::new(body::BodyReads::new(&data.settings.limits));
     let path_errors = web::PathConfig::default()
         .error_handler(|error, _| ApiError::bad_request("invalid_path", format!("invalid path: {error}")).into());
+    let sessions = web::Data::new(session::Sessions::default());
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
+            .app_data(sessions.clone())
             .app_data(query_errors.clone())
             .app_data(bodies.clone())
             .app_data(path_errors.clone())

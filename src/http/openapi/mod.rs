@@ -96,7 +96,8 @@ fn errors(endpoint: &Endpoint) -> Vec<u16> {
     if endpoint.access != Access::Public {
         statuses.push(401);
     }
-    if endpoint.access == Access::Operator {
+    // An operator's action by a caller; a browser session's change from another site.
+    if endpoint.access == Access::Operator || (endpoint.access != Access::Public && endpoint.body.is_some()) {
         statuses.push(403);
     }
     if endpoint.body.is_some() {

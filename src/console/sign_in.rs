@@ -1,0 +1,90 @@
+//! `/ui/login` and `/ui/logout`: a key traded for a browser session, and the session ended
+//! (`crate::http::session`).
+
+use actix_web::{HttpRequest, HttpResponse, get, http::header, post, web};
+use askama::Template;
+use serde::Deserialize;
+
+use super::page::{self, Chrome};
+use crate::http::session::{self, Sessions};
+use crate::http::{ApiError, Body, authenticate};
+use crate::services::Services;
+
+#[derive(Template)]
+#[template(path = "console/login.html")]
+struct LoginPage {
+    chrome: Chrome,
+    next: String,
+    problem: Option<&'static str>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NextQuery {
+    #[serde(default)]
+    next: String,
+}
+
+/// Where to go after signing in: a console page of this server, nothing else.
+fn destination(next: &str) -> &str {
+    let local = next.starts_with("/ui/") && !next.starts_with("//") && !next.contains('\\');
+    if local { next } else { "/ui/runs" }
+}
+
+fn see_other(location: &str) -> HttpResponse {
+    HttpResponse::SeeOther().insert_header((header::LOCATION, location.to_string())).finish()
+}
+
+/// `GET /ui/login?next=`: the sign-in form (or, with no keys configured, straight on).
+#[get("/login")]
+pub async fn form(query: web::Query<NextQuery>, services: web::Data<Services>) -> HttpResponse {
+    let next = destination(&query.next).to_string();
+    if !services.settings.auth.enabled() {
+        return see_other(&next);
+    }
+    page::html(&LoginPage { chrome: Chrome::new("", None), next, problem: None })
+}
+
+/// `POST /ui/login` (`key`, `next`, form-encoded): a valid key opens a session.
+#[post("/login")]
+pub async fn sign_in(
+    req: HttpRequest,
+    body: Body,
+    services: web::Data<Services>,
+    sessions: web::Data<Sessions>,
+) -> Result<HttpResponse, ApiError> {
+    if !session::same_origin(&req) {
+        return Err(ApiError::CrossSite);
+    }
+    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body.0).into_owned().collect();
+    let field = |name: &str| fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str());
+    let next = destination(field("next")).to_string();
+    let key = field("key").trim();
+    match authenticate(&services.settings.auth, Some(key).filter(|k| !k.is_empty())) {
+        Ok(caller) => {
+            let token = sessions.open(caller);
+            let mut response = see_other(&next);
+            response.add_cookie(&session::cookie(&req, Some(&token))).map_err(ApiError::internal)?;
+            Ok(response)
+        }
+        Err(_) => {
+            let problem = Some("That key is not valid. Check it and try again.");
+            let mut response = page::html(&LoginPage { chrome: Chrome::new("", None), next, problem });
+            *response.status_mut() = actix_web::http::StatusCode::UNAUTHORIZED;
+            Ok(response)
+        }
+    }
+}
+
+/// `POST /ui/logout`: ends the session and clears its cookie.
+#[post("/logout")]
+pub async fn sign_out(req: HttpRequest, sessions: web::Data<Sessions>) -> Result<HttpResponse, ApiError> {
+    if !session::same_origin(&req) {
+        return Err(ApiError::CrossSite);
+    }
+    if let Some(token) = session::token(&req) {
+        sessions.close(&token);
+    }
+    let mut response = see_other("/ui/login");
+    response.add_cookie(&session::cookie(&req, None)).map_err(ApiError::internal)?;
+    Ok(response)
+}

@@ -1,0 +1,45 @@
+//! Who is looking at a console page: the API's caller (a key, a browser session, or the
+//! anonymous operator when no keys are configured). A browser that is not signed in is sent to
+//! `/ui/login`, and back to the page it asked for afterwards.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::dev::Payload;
+use actix_web::error::InternalError;
+use actix_web::http::header;
+use actix_web::{FromRequest, HttpRequest, HttpResponse};
+
+use crate::http::{ApiError, Caller, by_session};
+
+pub struct Viewer {
+    pub caller: Caller,
+    /// Signed in through `/ui/login` (so the page offers to sign out).
+    pub signed_in: bool,
+}
+
+impl FromRequest for Viewer {
+    type Error = actix_web::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let caller = Caller::from_request(req, payload);
+        let signed_in = by_session(req);
+        let next = req.uri().path_and_query().map_or("/ui/runs", |p| p.as_str()).to_string();
+        Box::pin(async move {
+            match caller.await {
+                Ok(caller) => Ok(Self { caller, signed_in }),
+                Err(ApiError::Unauthenticated | ApiError::InvalidKey) => Err(sign_in_first(&next)),
+                Err(other) => Err(other.into()),
+            }
+        })
+    }
+}
+
+/// A redirect to the sign-in page, which comes back to `next`.
+fn sign_in_first(next: &str) -> actix_web::Error {
+    let mut url = String::from("/ui/login?");
+    url.push_str(&url::form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish());
+    let response = HttpResponse::SeeOther().insert_header((header::LOCATION, url)).finish();
+    InternalError::from_response("sign in first", response).into()
+}
