@@ -55,7 +55,7 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
 
     let errors = browser.console_errors().await;
     // The not-found page is a 404 on purpose; nothing else may be logged.
-    assert!(errors.iter().all(|e| e.contains("404")), "console errors: {errors:?}");
+    assert!(errors.iter().all(|e| e.contains("/ui/runs/01a20000") && e.contains("404")), "console errors: {errors:?}");
     browser.close().await;
 }
 
@@ -106,6 +106,9 @@ async fn signing_in_with_a_key_opens_a_session_that_sees_what_the_key_may_see() 
     client.goto(&server.url("/ui/runs")).await.unwrap();
     let rows = client.find_all(Locator::Css("table.runs tbody tr")).await.unwrap();
     assert_eq!(rows.len(), 1, "a caller sees only its own runs");
+    client.goto(&server.url(&format!("/ui/runs/{alices_run}"))).await.unwrap();
+    browser.text("[data-testid=status]").await;
+    assert!(client.find(Locator::Css("section.actions")).await.is_err(), "a caller's pages are read-only");
     client.goto(&server.url(&format!("/ui/runs/{operators_run}"))).await.unwrap();
     assert_eq!(browser.text("h1").await, "Run not found");
 
@@ -138,5 +141,92 @@ async fn signing_in_with_a_key_opens_a_session_that_sees_what_the_key_may_see() 
     assert_eq!(after.status(), 401);
     let errors = browser.console_errors().await;
     assert!(errors.iter().all(|e| e.contains("404") || e.contains("401")), "console errors: {errors:?}");
+    browser.close().await;
+}
+
+/// An operator steers paused runs from their pages: Approve runs the plan to the end; Reject with
+/// feedback plans again (v2, waiting for approval again); Cancel ends a run; an action the run no
+/// longer allows shows the server's refusal and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_approves_rejects_and_cancels_paused_runs_from_their_pages() {
+    let server = TestServer::start(script(|call| {
+        if call.is_planner() {
+            if call.user.contains("### OPERATOR FEEDBACK") {
+                return plan(&[("draft", "writer"), ("polish", "editor")]);
+            }
+            return plan(&[("draft", "writer")]);
+        }
+        post(0.9)
+    }))
+    .await;
+    let mut gated = envelope();
+    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let paused = || {
+        let (server, gated) = (&server, gated.clone());
+        async move { server.run(&gated).await[0].run_id.clone() }
+    };
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    let click = |label: &'static str| async move {
+        let buttons = client.find_all(Locator::Css("section.actions button")).await.unwrap();
+        for button in buttons {
+            if button.text().await.unwrap() == label {
+                return button.click().await.unwrap();
+            }
+        }
+        panic!("no {label} button");
+    };
+
+    // Approve.
+    let approved = paused().await;
+    client.goto(&server.url(&format!("/ui/runs/{approved}"))).await.unwrap();
+    assert_eq!(browser.text("[data-testid=question]").await, "Approve plan version 1 before any of its steps runs?");
+    click("Approve").await;
+    browser.wait_for_text("[data-testid=status]", "completed").await;
+    assert!(client.find(Locator::Css("section.actions")).await.is_err(), "an ended run offers no action");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions WHERE decision = 'approved'"), 1);
+
+    // Reject with feedback: a second plan, waiting for approval again.
+    let rejected = paused().await;
+    client.goto(&server.url(&format!("/ui/runs/{rejected}"))).await.unwrap();
+    client
+        .find(Locator::Css("form[data-approved=false] textarea"))
+        .await
+        .unwrap()
+        .send_keys("add a polish step")
+        .await
+        .unwrap();
+    click("Reject").await;
+    browser.wait_for_text("[data-testid=question]", "Approve plan version 2").await;
+    let planner = server.planner_calls();
+    assert!(planner.last().unwrap().user.contains("add a polish step"), "the feedback reached the planner");
+
+    // Cancel.
+    client.goto(&server.url(&format!("/ui/runs/{rejected}"))).await.unwrap();
+    click("Cancel").await;
+    browser.wait_for_text("[data-testid=status]", "cancelled").await;
+
+    // A stale page: the run was cancelled elsewhere; Approve shows why it cannot.
+    let stale = paused().await;
+    client.goto(&server.url(&format!("/ui/runs/{stale}"))).await.unwrap();
+    browser.text("[data-testid=question]").await;
+    let cancel = server
+        .http
+        .post(server.url(&format!("/api/v1/flex/runs/{stale}/cancel")))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cancel.status(), 200);
+    click("Approve").await;
+    browser.wait_for_text("[data-testid=action-problem]", "not awaiting operator input").await;
+    assert_eq!(
+        server.count("SELECT COUNT(*) AS n FROM hitl_decisions WHERE decision = 'approved'"),
+        1,
+        "nothing recorded"
+    );
+    let errors = browser.console_errors().await;
+    assert!(errors.iter().all(|e| e.contains("run.resume") && e.contains("409")), "console errors: {errors:?}");
     browser.close().await;
 }

@@ -13,11 +13,16 @@ function localTimes(root) {
   }
 }
 
-// Frames after which the run publishes nothing more until an operator acts: the stream ends,
-// and the browser must not reconnect in a loop.
+// Frames after which the run publishes nothing more until an operator acts. The server then
+// ends the stream; the browser would reconnect every few seconds, so the page stops it when the
+// stream ends after one of them (a `hitl_request` earlier in the replay is not the end).
 const pausing = new Set(["complete", "hitl_request"]);
 
+// Frames after which the page's server-rendered parts (header, actions) are out of date.
+const rerender = new Set(["hitl_request", "hitl_resolved", "complete"]);
+
 function followEvents(list) {
+  const renderedSeq = Number(list.dataset.renderedSeq || 0);
   const source = new EventSource(list.dataset.stream);
   const seen = new Set();
   const show = (event) => {
@@ -42,7 +47,18 @@ function followEvents(list) {
         status.className = `status status-${frame.payload.status}`;
       }
     }
-    if (pausing.has(frame.type)) source.close();
+    last = frame.type;
+    if (frame.type === "complete") source.close();
+    // A live frame that changes what the server rendered (a new request to answer, a request
+    // closed, the end): show the page as it is now.
+    if (frame.seq > renderedSeq && rerender.has(frame.type)) {
+      source.close();
+      location.reload();
+    }
+  };
+  let last = null;
+  source.onerror = () => {
+    if (pausing.has(last)) source.close();
   };
   source.onmessage = show;
   for (const type of FRAME_TYPES) source.addEventListener(type, show);
@@ -57,3 +73,56 @@ const FRAME_TYPES = [
 
 localTimes(document);
 for (const list of document.querySelectorAll("[data-stream]")) followEvents(list);
+
+// Operator actions: each form posts to the API as the signed-in viewer (the session cookie goes
+// along; the server checks the role and the origin). On success the page reloads to show the run
+// as it is now; a refusal is shown as the server worded it.
+async function act(form, section) {
+  const runId = section.dataset.runId;
+  const feedback = form.querySelector("[name=feedback]")?.value.trim() || undefined;
+  let url;
+  let body;
+  switch (form.dataset.action) {
+    case "resume":
+      url = "/api/v1/flex/run.resume";
+      body = { runId, decision: { requestId: form.dataset.requestId, approved: form.dataset.approved === "true", freeformText: feedback } };
+      break;
+    case "replan":
+      url = `/api/v1/flex/runs/${runId}/replan`;
+      body = { feedback };
+      break;
+    default:
+      url = `/api/v1/flex/runs/${runId}/cancel`;
+      body = {};
+  }
+  const controller = new AbortController();
+  const response = await fetch(url, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+    signal: controller.signal,
+  });
+  if (response.ok) {
+    // A resume answers with the run's stream: the page follows the run itself.
+    controller.abort();
+    location.reload();
+    return;
+  }
+  const problem = section.querySelector("[data-testid=action-problem]");
+  const answer = await response.json().catch(() => ({}));
+  problem.textContent = answer?.error?.message || `The server answered ${response.status}.`;
+  problem.hidden = false;
+}
+
+for (const section of document.querySelectorAll("section.actions")) {
+  for (const form of section.querySelectorAll("form[data-action]")) {
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      for (const button of section.querySelectorAll("button")) button.disabled = true;
+      act(form, section).finally(() => {
+        for (const button of section.querySelectorAll("button")) button.disabled = false;
+      });
+    });
+  }
+}

@@ -7,6 +7,8 @@ use serde::Deserialize;
 
 use super::page::{self, Chrome};
 use super::viewer::Viewer;
+use crate::events::payload::HitlKind;
+use crate::http::Role;
 use crate::run::view::{RunList, RunListEntry, RunQuery, RunView, ViewError};
 use crate::run::{RunId, RunStatus};
 use crate::services::Services;
@@ -113,11 +115,26 @@ pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::D
 #[template(path = "console/run.html")]
 struct RunPage {
     chrome: Chrome,
+    /// The request the run waits on, as the operator answers it here.
+    pending: Option<Pending>,
+    /// Operator actions that apply now (empty for a caller: the page is read-only).
+    can_replan: bool,
+    can_cancel: bool,
     run_id: String,
     objective: String,
     status: String,
     correlation_id: String,
     plan_version: u32,
+    /// The last frame the page was rendered with: later ones are live.
+    last_seq: u64,
+}
+
+/// A pending request, as the run page offers to answer it.
+struct Pending {
+    id: String,
+    /// `approval`, `question` or `human_task`.
+    kind: &'static str,
+    question: String,
 }
 
 /// `GET /ui/runs/{id}`: the run, its frames followed live.
@@ -135,13 +152,30 @@ pub async fn show(viewer: Viewer, id: web::Path<String>, services: web::Data<Ser
     if !caller.may_see(view.run.owner.as_deref()) {
         return not_found();
     }
+    let operator = caller.role == Role::Operator;
+    let status = view.run.status;
+    let waiting = matches!(status, RunStatus::AwaitingHitl | RunStatus::AwaitingHuman);
+    let pending =
+        view.hitl_requests.iter().find(|r| r.status == "pending").filter(|_| operator && waiting).map(|r| Pending {
+            id: r.request.id.clone(),
+            kind: match r.request.kind {
+                HitlKind::Approval => "approval",
+                HitlKind::Clarify => "question",
+                HitlKind::HumanTask => "human_task",
+            },
+            question: r.request.question.clone(),
+        });
     page::html(&RunPage {
         chrome: Chrome::new("runs", Some(&viewer)),
+        pending,
+        can_replan: operator && waiting,
+        can_cancel: operator && !status.is_terminal(),
         run_id: run_id.to_string(),
         objective: view.run.objective.clone(),
         status: view.run.status.as_str().to_string(),
         correlation_id: view.run.correlation_id.clone(),
         plan_version: view.run.plan_version,
+        last_seq: view.run.last_seq,
     })
 }
 

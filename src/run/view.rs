@@ -61,6 +61,9 @@ pub struct RunSummary {
     pub error: Value,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The seq of the run's last frame: a client following its stream from here misses nothing.
+    #[serde(default)]
+    pub last_seq: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -260,6 +263,7 @@ impl RunView {
             error: end.and_then(|e| e.error.clone()).unwrap_or(Value::Null),
             created_at: row.created_at.and_utc(),
             updated_at: row.updated_at.and_utc(),
+            last_seq: state.last_seq.get(),
         };
         let plan_versions = state
             .plans
