@@ -55,7 +55,7 @@ pub async fn run() -> anyhow::Result<ExitCode> {
     let services = Services::start(settings).await?;
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let base = format!("http://{}", listener.local_addr()?);
-    let server = crate::http::serve(services, listener)?;
+    let server = crate::http::serve(services, listener, crate::console::routes)?;
     let handle = server.handle();
     tokio::spawn(server);
 

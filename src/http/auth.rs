@@ -11,41 +11,11 @@ use actix_web::dev::Payload;
 use actix_web::http::Method;
 use actix_web::{FromRequest, HttpRequest, web};
 
+pub use super::caller::{ANONYMOUS, Caller, Role};
 use super::error::ApiError;
 use super::session::{self, Sessions};
 use crate::config::{AuthSettings, NamedKey};
 use crate::services::Services;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Caller,
-    Operator,
-}
-
-/// The principal of requests when no keys are configured.
-pub const ANONYMOUS: &str = "anonymous";
-
-/// An authenticated request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub role: Role,
-    /// Who is calling: the name of the key presented (`anonymous` when no keys are configured).
-    /// Owns the runs it starts and scopes the idempotency keys it sends.
-    pub principal: String,
-}
-
-impl Caller {
-    /// Whether this caller may see a run that `owner` started: its own runs, or every run for an
-    /// operator. (A run stored before runs had owners has none: only operators see it.)
-    pub fn may_see(&self, owner: Option<&str>) -> bool {
-        self.role == Role::Operator || owner == Some(self.principal.as_str())
-    }
-
-    /// The owner whose runs a list shows: none (every run) for an operator.
-    pub fn owner_filter(&self) -> Option<&str> {
-        (self.role != Role::Operator).then_some(self.principal.as_str())
-    }
-}
 
 /// An authenticated request with the operator role.
 #[derive(Debug, Clone)]

@@ -4,6 +4,7 @@
 mod access;
 mod auth;
 mod body;
+mod caller;
 mod capabilities;
 mod conditions;
 mod error;
@@ -58,7 +59,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(system::schema),
             ),
         )
-        .configure(crate::console::routes)
         .default_service(web::to(no_route));
 }
 
@@ -89,8 +89,14 @@ async fn no_route(request: HttpRequest) -> HttpResponse {
     }}))
 }
 
-/// Starts serving on `listener`. The returned server runs until stopped; await it.
-pub fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::Result<Server> {
+/// Starts serving the API on `listener`, and the routes `pages` registers beside it (the
+/// console: passed in, so the API does not depend on the pages built on it). The returned server
+/// runs until stopped; await it.
+pub fn serve(
+    services: Arc<Services>,
+    listener: TcpListener,
+    pages: fn(&mut web::ServiceConfig),
+) -> std::io::Result<Server> {
     system::install_metrics();
     let data = web::Data::from(services);
     let query_errors = web::QueryConfig::default().error_handler(|error, _| {
@@ -108,6 +114,7 @@ pub fn serve(services: Arc<Services>, listener: TcpListener) -> std::io::Result<
             .app_data(bodies.clone())
             .app_data(path_errors.clone())
             .wrap(TracingLogger::<access::AccessLog>::new())
+            .configure(pages)
             .configure(routes)
     })
     // Frames are small writes that must leave at once; Nagle's algorithm would hold them back

@@ -13,7 +13,7 @@ use actix_web::HttpRequest;
 use actix_web::cookie::{Cookie, SameSite};
 use sha2::{Digest, Sha256};
 
-use super::auth::Caller;
+use super::caller::Caller;
 
 /// The cookie's name.
 pub const COOKIE: &str = "flexrun_session";

@@ -1,0 +1,33 @@
+//! Who a request is: a caller or an operator, by the name of its key. Kept apart from how a
+//! request proves it (`auth`: a key; `session`: a browser session standing for a key).
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Caller,
+    Operator,
+}
+
+/// The principal of requests when no keys are configured.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// An authenticated request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub role: Role,
+    /// Who is calling: the name of the key presented (`anonymous` when no keys are configured).
+    /// Owns the runs it starts and scopes the idempotency keys it sends.
+    pub principal: String,
+}
+
+impl Caller {
+    /// Whether this caller may see a run that `owner` started: its own runs, or every run for an
+    /// operator. (A run stored before runs had owners has none: only operators see it.)
+    pub fn may_see(&self, owner: Option<&str>) -> bool {
+        self.role == Role::Operator || owner == Some(self.principal.as_str())
+    }
+
+    /// The owner whose runs a list shows: none (every run) for an operator.
+    pub fn owner_filter(&self) -> Option<&str> {
+        (self.role != Role::Operator).then_some(self.principal.as_str())
+    }
+}
