@@ -32,6 +32,7 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     assert!(first.contains("Needs <b>an</b> approval"), "the objective is text, not markup: {first}");
     let second = rows[1].text().await.unwrap();
     assert!(second.contains("completed") && second.contains("v2"), "{second}");
+    browser.screenshot("runs").await;
 
     // Filters live in the URL.
     let status = client.find(Locator::Css("select[name=status]")).await.unwrap();
@@ -50,6 +51,30 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     let shown = client.find_all(Locator::Css("[data-testid=events] li")).await.unwrap();
     assert_eq!(shown.len(), repaired.len(), "every frame once");
     assert_eq!(browser.text("[data-testid=status]").await, "completed");
+
+    // The plan as a graph, its versions, and why v2 replaced v1.
+    let versions = client.find_all(Locator::Css("nav.versions a")).await.unwrap();
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[1].attr("aria-current").await.unwrap().as_deref(), Some("true"), "the latest is shown");
+    let why = browser.text("[data-testid=why]").await;
+    assert!(why.contains("goal condition failed") && why.contains("post_copy /quality_score"), "{why}");
+    assert_eq!(browser.text("[data-testid=diff]").await, "Kept: draft. Added: polish.");
+    let nodes = client.find_all(Locator::Css("svg.graph g.node")).await.unwrap();
+    assert_eq!(nodes.len(), 2);
+    for node in &nodes {
+        assert_eq!(node.attr("data-status").await.unwrap().as_deref(), Some("completed"));
+    }
+    assert_eq!(client.find_all(Locator::Css("svg.graph line.edge")).await.unwrap().len(), 1);
+    let round = browser.text("[data-testid=checks] tbody").await;
+    assert!(round.contains("0.9") && round.contains("pass"), "{round}");
+    browser.screenshot("run").await;
+    // v1's round shows the condition that failed, with the value observed.
+    versions[0].click().await.unwrap();
+    browser.wait_for_text("[data-testid=checks] caption", "after v1").await;
+    let round = browser.text("[data-testid=checks] tbody").await;
+    assert!(round.contains("/quality_score") && round.contains("0.5") && round.contains("fail"), "{round}");
+    assert_eq!(client.find_all(Locator::Css("svg.graph g.node")).await.unwrap().len(), 1);
+
     client.goto(&server.url("/ui/runs/01a20000-0000-7000-8000-000000000000")).await.unwrap();
     assert_eq!(browser.text("h1").await, "Run not found");
 
@@ -210,6 +235,7 @@ async fn an_operator_approves_rejects_and_cancels_paused_runs_from_their_pages()
     let stale = paused().await;
     client.goto(&server.url(&format!("/ui/runs/{stale}"))).await.unwrap();
     browser.text("[data-testid=question]").await;
+    browser.screenshot("approval").await;
     let cancel = server
         .http
         .post(server.url(&format!("/api/v1/flex/runs/{stale}/cancel")))

@@ -7,7 +7,9 @@
 //! Pages read through the same read models as the API (`run::view`), as the same caller.
 
 mod assets;
+mod graph;
 mod page;
+mod plan_view;
 mod runs;
 mod sign_in;
 mod viewer;

@@ -5,11 +5,13 @@ use actix_web::{HttpResponse, get, web};
 use askama::Template;
 use serde::Deserialize;
 
+use super::graph;
 use super::page::{self, Chrome};
+use super::plan_view::PlanSection;
 use super::viewer::Viewer;
 use crate::events::payload::HitlKind;
 use crate::http::Role;
-use crate::run::view::{RunList, RunListEntry, RunQuery, RunView, ViewError};
+use crate::run::view::{RunList, RunListEntry, RunQuery as Runs, RunView, ViewError};
 use crate::run::{RunId, RunStatus};
 use crate::services::Services;
 use crate::store::StoreError;
@@ -83,7 +85,7 @@ pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::D
     let query = query.into_inner();
     let status = query.status.parse::<RunStatus>().ok();
     let text: String = query.q.trim().chars().take(TEXT_CHARS).collect();
-    let runs = RunQuery {
+    let runs = Runs {
         status,
         owner: caller.owner_filter().map(String::from),
         objective_contains: Some(text.clone()).filter(|t| !t.is_empty()),
@@ -127,6 +129,14 @@ struct RunPage {
     plan_version: u32,
     /// The last frame the page was rendered with: later ones are live.
     last_seq: u64,
+    plan: Option<PlanSection>,
+    box_width: u32,
+    box_height: u32,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RunQuery {
+    version: Option<u32>,
 }
 
 /// A pending request, as the run page offers to answer it.
@@ -139,7 +149,12 @@ struct Pending {
 
 /// `GET /ui/runs/{id}`: the run, its frames followed live.
 #[get("/runs/{id}")]
-pub async fn show(viewer: Viewer, id: web::Path<String>, services: web::Data<Services>) -> HttpResponse {
+pub async fn show(
+    viewer: Viewer,
+    id: web::Path<String>,
+    query: web::Query<RunQuery>,
+    services: web::Data<Services>,
+) -> HttpResponse {
     let caller = &viewer.caller;
     let not_found = || page::message(404, "Run not found", "There is no run with this id that you may see.");
     let Ok(run_id) = RunId::parse(&id) else { return not_found() };
@@ -176,6 +191,9 @@ pub async fn show(viewer: Viewer, id: web::Path<String>, services: web::Data<Ser
         correlation_id: view.run.correlation_id.clone(),
         plan_version: view.run.plan_version,
         last_seq: view.run.last_seq,
+        plan: PlanSection::of(&view, query.version),
+        box_width: graph::BOX_WIDTH,
+        box_height: graph::BOX_HEIGHT,
     })
 }
 

@@ -87,6 +87,14 @@ impl Browser {
             .unwrap_or_default()
     }
 
+    /// Saves a screenshot of the page as `<name>.png` in `FLEXRUN_SCREENSHOTS`, when that is set
+    /// (how the pictures in docs/console.md are made).
+    pub async fn screenshot(&self, name: &str) {
+        let Some(dir) = std::env::var_os("FLEXRUN_SCREENSHOTS") else { return };
+        let png = self.client.screenshot().await.unwrap();
+        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
+    }
+
     pub async fn close(mut self) {
         let _ = self.client.clone().close().await;
         let _ = self.driver.kill();

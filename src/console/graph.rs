@@ -1,0 +1,142 @@
+//! A plan drawn as a graph: nodes in layers by the longest chain of dependencies before them
+//! (so every edge points down), the nodes of one layer side by side (a fan-out reads across).
+//! Pure: positions from the plan's nodes and edges, no I/O; the template draws them as SVG.
+
+use std::collections::HashMap;
+
+/// Size of a node's box and the gaps between boxes, in SVG units.
+pub const BOX_WIDTH: u32 = 180;
+pub const BOX_HEIGHT: u32 = 48;
+const GAP_X: u32 = 24;
+const GAP_Y: u32 = 40;
+const MARGIN: u32 = 8;
+
+/// A node to draw.
+pub struct Node {
+    pub id: String,
+    pub label: String,
+    pub capability: String,
+    /// Its status in the version drawn (a CSS class: `status-<status>`).
+    pub status: String,
+}
+
+/// A node with its box's top-left corner.
+pub struct Placed {
+    pub node: Node,
+    pub x: u32,
+    pub y: u32,
+}
+
+/// An edge from the bottom middle of one box to the top middle of another.
+pub struct Line {
+    pub x1: u32,
+    pub y1: u32,
+    pub x2: u32,
+    pub y2: u32,
+}
+
+/// A laid-out graph and the size of its drawing.
+pub struct Drawing {
+    pub nodes: Vec<Placed>,
+    pub lines: Vec<Line>,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Lays out `nodes` (in plan order) and `edges` (`from` → `to` by node id; edges naming an unknown
+/// node, and edges closing a cycle, are left out).
+pub fn layout(nodes: Vec<Node>, edges: &[(String, String)]) -> Drawing {
+    let index: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id.as_str(), i)).collect();
+    let known: Vec<(usize, usize)> =
+        edges.iter().filter_map(|(from, to)| Some((*index.get(from.as_str())?, *index.get(to.as_str())?))).collect();
+    let layers = layers(nodes.len(), &known);
+    let mut in_layer: HashMap<usize, u32> = HashMap::new();
+    let mut slots = vec![(0, 0); nodes.len()];
+    for (i, layer) in layers.iter().enumerate() {
+        let column = in_layer.entry(*layer).or_default();
+        slots[i] = (*column, u32::try_from(*layer).unwrap_or(u32::MAX));
+        *column += 1;
+    }
+    let position =
+        |(column, row): (u32, u32)| (MARGIN + column * (BOX_WIDTH + GAP_X), MARGIN + row * (BOX_HEIGHT + GAP_Y));
+    let lines = known
+        .iter()
+        .filter(|(from, to)| layers[*from] < layers[*to])
+        .map(|(from, to)| {
+            let (x1, y1) = position(slots[*from]);
+            let (x2, y2) = position(slots[*to]);
+            Line { x1: x1 + BOX_WIDTH / 2, y1: y1 + BOX_HEIGHT, x2: x2 + BOX_WIDTH / 2, y2 }
+        })
+        .collect();
+    let columns = in_layer.values().copied().max().unwrap_or(0);
+    let rows = layers.iter().max().map_or(0, |deepest| deepest + 1);
+    let rows = u32::try_from(rows).unwrap_or(u32::MAX);
+    let width = 2 * MARGIN + columns * BOX_WIDTH + columns.saturating_sub(1) * GAP_X;
+    let height = 2 * MARGIN + rows * BOX_HEIGHT + rows.saturating_sub(1) * GAP_Y;
+    let nodes = nodes
+        .into_iter()
+        .zip(slots)
+        .map(|(node, slot)| {
+            let (x, y) = position(slot);
+            Placed { node, x, y }
+        })
+        .collect();
+    Drawing { nodes, lines, width, height }
+}
+
+/// Each node's layer: the length of the longest chain of edges leading to it. Computed in rounds
+/// (at most one per node), so a cycle — which a valid plan never has — cannot loop forever.
+fn layers(count: usize, edges: &[(usize, usize)]) -> Vec<usize> {
+    let mut layer = vec![0; count];
+    for _ in 0..count {
+        let mut moved = false;
+        for &(from, to) in edges {
+            if layer[to] <= layer[from] && layer[from] + 1 < count {
+                layer[to] = layer[from] + 1;
+                moved = true;
+            }
+        }
+        if !moved {
+            break;
+        }
+    }
+    layer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str) -> Node {
+        Node { id: id.into(), label: id.into(), capability: "c".into(), status: "pending".into() }
+    }
+
+    fn edge(from: &str, to: &str) -> (String, String) {
+        (from.into(), to.into())
+    }
+
+    #[test]
+    fn a_fan_out_is_drawn_side_by_side_below_its_source() {
+        let nodes = ["brief", "a", "b", "c", "merge"].map(node).into();
+        let edges =
+            [edge("brief", "a"), edge("brief", "b"), edge("brief", "c"), edge("a", "merge"), edge("c", "merge")];
+        let drawing = layout(nodes, &edges);
+        let at: HashMap<&str, (u32, u32)> = drawing.nodes.iter().map(|p| (p.node.id.as_str(), (p.x, p.y))).collect();
+        assert_eq!(at["a"].1, at["b"].1, "one layer");
+        assert_eq!(at["b"].1, at["c"].1);
+        assert!(at["a"].0 < at["b"].0 && at["b"].0 < at["c"].0, "side by side, in plan order");
+        assert!(at["brief"].1 < at["a"].1 && at["a"].1 < at["merge"].1, "every edge points down");
+        assert_eq!(drawing.lines.len(), 5);
+        assert!(drawing.lines.iter().all(|l| l.y1 < l.y2));
+        assert_eq!(drawing.width, 2 * MARGIN + 3 * BOX_WIDTH + 2 * GAP_X);
+        assert_eq!(drawing.height, 2 * MARGIN + 3 * BOX_HEIGHT + 2 * GAP_Y);
+    }
+
+    #[test]
+    fn unknown_nodes_and_cycles_do_not_break_the_drawing() {
+        let drawing = layout(["a", "b"].map(node).into(), &[edge("a", "b"), edge("b", "a"), edge("a", "ghost")]);
+        assert_eq!(drawing.nodes.len(), 2);
+        assert!(drawing.lines.len() <= 1);
+        assert_eq!(layout(Vec::new(), &[]).nodes.len(), 0);
+    }
+}

@@ -1,0 +1,116 @@
+//! The plan section of a run page: the version switcher (v1…vN), why the version shown replaced
+//! the one before and what it kept, added and dropped, its graph, and the goal-condition round
+//! evaluated against it.
+
+use std::collections::HashSet;
+
+use super::graph::{self, Drawing};
+use crate::run::view::RunView;
+
+/// A version in the switcher.
+pub struct Tab {
+    pub number: u32,
+    pub current: bool,
+}
+
+/// One goal condition as a round evaluated it.
+pub struct Check {
+    pub facet: String,
+    pub path: String,
+    pub condition: String,
+    pub observed: String,
+    pub satisfied: bool,
+}
+
+/// The plan section, for the version asked for (the latest when none or an unknown one is).
+pub struct PlanSection {
+    pub tabs: Vec<Tab>,
+    pub version: u32,
+    /// Why this version replaced the one before (empty for the first plan).
+    pub why: String,
+    pub kept: Vec<String>,
+    pub added: Vec<String>,
+    pub dropped: Vec<String>,
+    pub drawing: Drawing,
+    /// The goal-condition round evaluated after this version ran, if there was one.
+    pub checks: Vec<Check>,
+}
+
+impl PlanSection {
+    pub fn of(view: &RunView, asked: Option<u32>) -> Option<Self> {
+        let versions = &view.plan_versions;
+        let chosen = asked
+            .and_then(|n| versions.iter().position(|v| v.version == n))
+            .or_else(|| versions.len().checked_sub(1))?;
+        let shown = &versions[chosen];
+        let ids = |i: usize| -> Vec<String> { versions[i].plan.nodes.iter().map(|n| n.id.to_string()).collect() };
+        let now = ids(chosen);
+        let before = chosen.checked_sub(1).map(ids).unwrap_or_default();
+        let (was, is): (HashSet<&String>, HashSet<&String>) = (before.iter().collect(), now.iter().collect());
+        let status = |id: &str| {
+            view.nodes
+                .iter()
+                .find(|n| i64::from(n.plan_version) == i64::from(shown.version) && n.node_id == id)
+                .map(|n| n.status.clone())
+        };
+        let nodes = shown
+            .plan
+            .nodes
+            .iter()
+            .map(|n| graph::Node {
+                id: n.id.to_string(),
+                label: crate::excerpt::excerpt(&n.label, 40).into_owned(),
+                capability: n.capability_id.clone(),
+                status: status(n.id.as_str()).unwrap_or_else(|| n.status.as_str().to_string()),
+            })
+            .collect();
+        let edges: Vec<(String, String)> =
+            shown.plan.edges.iter().map(|e| (e.from.to_string(), e.to.to_string())).collect();
+        Some(Self {
+            tabs: versions.iter().map(|v| Tab { number: v.version, current: v.version == shown.version }).collect(),
+            version: shown.version,
+            why: shown.trigger.as_ref().map(why).unwrap_or_default(),
+            kept: now.iter().filter(|id| was.contains(id)).cloned().collect(),
+            added: now.iter().filter(|id| !was.contains(id)).cloned().collect(),
+            dropped: before.iter().filter(|id| !is.contains(id)).cloned().collect(),
+            drawing: graph::layout(nodes, &edges),
+            checks: checks(view, shown.version),
+        })
+    }
+}
+
+/// A replan's reason in words, with what it carried: the failed conditions, the feedback.
+fn why(trigger: &crate::events::payload::ReplanInfo) -> String {
+    let mut text = trigger.reason.as_str().replace('_', " ");
+    let failed: Vec<String> =
+        trigger.failed_goal_conditions.iter().map(|c| format!("{} {}", c.facet, c.path)).collect();
+    if !failed.is_empty() {
+        text.push_str(&format!(": {} not met", failed.join(", ")));
+    }
+    if let Some(feedback) = &trigger.feedback {
+        text.push_str(&format!(": “{}”", crate::excerpt::excerpt(feedback, 300)));
+    }
+    text
+}
+
+fn checks(view: &RunView, version: u32) -> Vec<Check> {
+    let round = view.outputs.iter().find(|o| i64::from(o.plan_version) == i64::from(version));
+    round
+        .map(|round| {
+            round
+                .goal_condition_results
+                .iter()
+                .map(|r| Check {
+                    facet: r.facet.clone(),
+                    path: r.path.clone(),
+                    condition: r.dsl.clone().unwrap_or_else(|| r.expression.clone()),
+                    observed: r
+                        .observed_value
+                        .as_ref()
+                        .map_or_else(|| "—".into(), |v| crate::excerpt::excerpt(&v.to_string(), 200).into_owned()),
+                    satisfied: r.satisfied,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
