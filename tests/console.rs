@@ -256,3 +256,41 @@ async fn an_operator_approves_rejects_and_cancels_paused_runs_from_their_pages()
     assert!(errors.iter().all(|e| e.contains("run.resume") && e.contains("409")), "console errors: {errors:?}");
     browser.close().await;
 }
+
+/// The inbox lists every decision operators owe, oldest first, and answers them in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_lists_pending_decisions_oldest_first_and_answers_them_in_place() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url("/ui/inbox")).await.unwrap();
+    browser.wait_for_text("[data-testid=empty]", "Nothing waits for an operator").await;
+
+    let mut gated = envelope();
+    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let first = server.run(&gated).await[0].run_id.clone();
+    let second = server.run(&gated).await[0].run_id.clone();
+    client.goto(&server.url("/ui/inbox")).await.unwrap();
+    let items = client.find_all(Locator::Css("[data-testid=inbox] section.actions")).await.unwrap();
+    assert_eq!(items.len(), 2);
+    assert_eq!(items[0].attr("data-run-id").await.unwrap().as_deref(), Some(first.as_str()), "oldest first");
+    assert_eq!(items[1].attr("data-run-id").await.unwrap().as_deref(), Some(second.as_str()));
+    assert!(items[0].text().await.unwrap().starts_with("Plan approval"));
+
+    // Approve the oldest in place: it leaves the inbox and its run completes.
+    let approve = items[0].find(Locator::Css("form[data-approved=true] button")).await.unwrap();
+    approve.click().await.unwrap();
+    for _ in 0..100 {
+        let left = client.find_all(Locator::Css("[data-testid=inbox] section.actions")).await.unwrap();
+        if left.len() == 1 {
+            assert_eq!(left[0].attr("data-run-id").await.unwrap().as_deref(), Some(second.as_str()));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(client.find_all(Locator::Css("[data-testid=inbox] section.actions")).await.unwrap().len(), 1);
+    server.wait_for_status(&first, "completed").await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}

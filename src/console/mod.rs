@@ -8,6 +8,7 @@
 
 mod assets;
 mod graph;
+mod inbox;
 mod page;
 mod plan_view;
 mod runs;
@@ -23,6 +24,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(assets::asset)
             .service(runs::list)
             .service(runs::show)
+            .service(inbox::show)
             .service(sign_in::form)
             .service(sign_in::sign_in)
             .service(sign_in::sign_out)

@@ -157,7 +157,7 @@ pub async fn tasks(
 ) -> Result<HttpResponse, ApiError> {
     let limit = query.limit.unwrap_or(100).clamp(1, 1000);
     let owner = caller.owner_filter().map(String::from);
-    let rows = services.store.read(move |conn| hitl::open_tasks(conn, limit, owner.as_deref())).await?;
+    let rows = services.store.read(move |conn| hitl::open(conn, limit, Some("human_task"), owner.as_deref())).await?;
     let tasks: Vec<Value> = rows
         .iter()
         .map(|row| {

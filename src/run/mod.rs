@@ -18,6 +18,7 @@ mod coordinator;
 pub mod decide;
 pub mod follow;
 pub mod id;
+pub mod inbox;
 pub mod log;
 pub mod projection;
 pub mod state;

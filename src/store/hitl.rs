@@ -91,15 +91,24 @@ pub fn for_run(conn: &mut DbConn, run_id: &str) -> Result<(Vec<RequestRow>, Vec<
     Ok((requests, decisions))
 }
 
-/// Pending human tasks, oldest first (of the runs `owner` started, if given).
-pub fn open_tasks(conn: &mut DbConn, limit: i64, owner: Option<&str>) -> Result<Vec<RequestRow>, StoreError> {
+/// Pending requests, oldest first: of one `kind` if given (`human_task`: the open human tasks),
+/// of the runs `owner` started if given.
+pub fn open(
+    conn: &mut DbConn,
+    limit: i64,
+    kind: Option<&str>,
+    owner: Option<&str>,
+) -> Result<Vec<RequestRow>, StoreError> {
     Ok(super::on_backend!(conn, |c| {
         let mut query = hitl_requests::table
-            .filter(hitl_requests::status.eq("pending").and(hitl_requests::kind.eq("human_task")))
+            .filter(hitl_requests::status.eq("pending"))
             .order(hitl_requests::created_at)
             .limit(limit)
             .select(RequestRow::as_select())
             .into_boxed();
+        if let Some(kind) = kind {
+            query = query.filter(hitl_requests::kind.eq(kind));
+        }
         if let Some(owner) = owner {
             query = query
                 .filter(hitl_requests::run_id.eq_any(runs::table.filter(runs::owner.eq(owner)).select(runs::run_id)));

@@ -184,6 +184,13 @@ pub struct Filter<'a> {
     pub objective_contains: Option<&'a str>,
 }
 
+/// The objectives of the runs `ids`, by run id.
+pub fn objectives(conn: &mut DbConn, ids: &[String]) -> Result<Vec<(String, String)>, StoreError> {
+    Ok(super::on_backend!(conn, |c| {
+        runs::table.filter(runs::run_id.eq_any(ids)).select((runs::run_id, runs::objective)).load(c)
+    })?)
+}
+
 /// A `LIKE` pattern matching any text that contains `text` (its `%`, `_` and `\\` taken
 /// literally).
 fn like_pattern(text: &str) -> String {

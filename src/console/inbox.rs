@@ -1,0 +1,70 @@
+//! `/ui/inbox`: every decision operators owe, across runs, oldest first, answered in place.
+
+use actix_web::{HttpResponse, get, web};
+use askama::Template;
+
+use super::page::{self, Chrome};
+use super::viewer::Viewer;
+use crate::http::Role;
+use crate::run::inbox;
+use crate::services::Services;
+
+/// One pending decision as the inbox shows it.
+struct Item {
+    request_id: String,
+    run_id: String,
+    objective: String,
+    /// What is asked, in words: "Plan approval", "Question", …
+    what: &'static str,
+    /// `approval`, `question` or `human_task`: which answers the item offers.
+    answer: &'static str,
+    question: String,
+    created_at: String,
+}
+
+impl Item {
+    fn of(pending: inbox::Pending) -> Self {
+        let (what, answer) = match (pending.kind.as_str(), pending.subject.as_str()) {
+            ("approval", "plan") => ("Plan approval", "approval"),
+            ("approval", "completion") => ("Result approval", "approval"),
+            ("approval", _) => ("Runtime policy", "approval"),
+            ("clarify", _) => ("Question", "question"),
+            _ => ("Human task", "human_task"),
+        };
+        Self {
+            request_id: pending.request_id,
+            run_id: pending.run_id,
+            objective: crate::excerpt::excerpt(&pending.objective, 200).into_owned(),
+            what,
+            answer,
+            question: pending.question,
+            created_at: pending.created_at.to_rfc3339(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "console/inbox.html")]
+struct InboxPage {
+    chrome: Chrome,
+    items: Vec<Item>,
+    /// Operators answer here; a caller sees what its runs wait for.
+    operator: bool,
+}
+
+/// `GET /ui/inbox`.
+#[get("/inbox")]
+pub async fn show(viewer: Viewer, services: web::Data<Services>) -> HttpResponse {
+    let owner = viewer.caller.owner_filter().map(String::from);
+    match inbox::read(&services, owner).await {
+        Ok(pending) => page::html(&InboxPage {
+            chrome: Chrome::new("inbox", Some(&viewer)),
+            operator: viewer.caller.role == Role::Operator,
+            items: pending.into_iter().map(Item::of).collect(),
+        }),
+        Err(error) => {
+            tracing::error!(error = %crate::excerpt::log(&error), "console could not read the inbox");
+            page::message(503, "The inbox cannot be read right now", "The database did not answer; try again shortly.")
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The inbox read model: every decision operators owe, across runs, oldest first — plan and
+//! result approvals, runtime-policy pauses, questions, human tasks.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+
+use crate::services::Services;
+use crate::store::{StoreError, hitl, runs};
+
+/// Decisions an inbox shows at most.
+pub const LIMIT: i64 = 200;
+
+/// One pending request and the run it holds up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub request_id: String,
+    pub run_id: String,
+    pub objective: String,
+    /// `approval`, `clarify` (a question) or `human_task`.
+    pub kind: String,
+    /// `plan`, `completion`, `policy` or `node`.
+    pub subject: String,
+    pub question: String,
+    pub plan_version: i32,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The pending requests, oldest first (of `owner`'s runs, if given).
+pub async fn read(services: &Services, owner: Option<String>) -> Result<Vec<Pending>, StoreError> {
+    services
+        .store
+        .read(move |conn| {
+            let requests = hitl::open(conn, LIMIT, None, owner.as_deref())?;
+            let ids: Vec<String> = requests.iter().map(|r| r.run_id.clone()).collect();
+            let objectives: HashMap<String, String> = runs::objectives(conn, &ids)?.into_iter().collect();
+            Ok(requests
+                .into_iter()
+                .map(|r| Pending {
+                    objective: objectives.get(&r.run_id).cloned().unwrap_or_default(),
+                    request_id: r.request_id,
+                    run_id: r.run_id,
+                    kind: r.kind,
+                    subject: r.subject,
+                    question: r.question,
+                    plan_version: r.plan_version,
+                    created_at: r.created_at.and_utc(),
+                })
+                .collect())
+        })
+        .await
+}
