@@ -294,3 +294,60 @@ async fn the_inbox_lists_pending_decisions_oldest_first_and_answers_them_in_plac
     assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;
 }
+
+/// The server dies mid-run (SIGKILL) and comes back: the run page's EventSource re-attaches with
+/// `Last-Event-ID` by itself and the page catches up — every frame once, none missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_page_catches_up_after_the_server_is_killed_mid_run() {
+    use std::time::Duration;
+    let model = flexrun::llm::standin::StandIn::start(script(|call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer"), ("polish", "editor")]);
+        }
+        match call.capability_id() {
+            Some("writer") => post(0.9).after(Duration::from_millis(300)),
+            _ => post(0.9).after(Duration::from_millis(2500)),
+        }
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server =
+        support::process::ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let (run_id, _stream) = server.post_run(&envelope()).await;
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();
+    let starts = "[data-testid=events] li[data-type=node_start]";
+    for _ in 0..200 {
+        if client.find_all(Locator::Css(starts)).await.unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(client.find_all(Locator::Css(starts)).await.unwrap().len(), 2, "polish started before the kill");
+
+    server.kill();
+    server.restart().await;
+    // After the restart the run runs polish again: a second node_start for it, seen live.
+    // One snapshot of the list, read in the page (it may re-render at any moment).
+    let seqs = || async {
+        let script = "return [...document.querySelectorAll('[data-testid=events] li')].map(li => [Number(li.dataset.seq), li.dataset.type])";
+        let value = client.execute(script, Vec::new()).await.unwrap();
+        serde_json::from_value::<Vec<(u64, String)>>(value).unwrap()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = seqs().await;
+        if seen.iter().filter(|(_, kind)| kind == "node_start").count() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let numbers: Vec<u64> = seen.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>(), "every frame once, in order: {seen:?}");
+    assert_eq!(seen.iter().filter(|(_, kind)| kind == "node_start").count(), 3, "polish ran again: {seen:?}");
+    let logged = event_log(&dir.path().join("flexrun.db"), &run_id);
+    assert_eq!(&logged[..numbers.len()].iter().map(|(seq, _, _)| *seq).collect::<Vec<_>>(), &numbers);
+    browser.wait_for_text("[data-testid=status]", "completed").await;
+    browser.close().await;
+}
