@@ -351,3 +351,43 @@ async fn a_run_page_catches_up_after_the_server_is_killed_mid_run() {
     browser.wait_for_text("[data-testid=status]", "completed").await;
     browser.close().await;
 }
+
+/// The capabilities page lists what is registered, never a secret: no endpoint query string, no
+/// value under a secret-looking key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_capabilities_page_shows_registrations_without_their_secrets() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let mut hook = http_capability(
+        "hook",
+        &["brief"],
+        &["tags"],
+        json!({"type": "object"}),
+        "http://127.0.0.1:9/hook?token=sekrit-query",
+    );
+    hook["metadata"] = json!({"apiKey": "sekrit-key", "team": "growth"});
+    let registered = server
+        .http
+        .post(server.url("/api/v1/flex/capabilities/register"))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&hook)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 201);
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url("/ui/capabilities")).await.unwrap();
+    let rows = client.find_all(Locator::Css("[data-testid=capabilities] tbody tr")).await.unwrap();
+    let ids: Vec<Option<String>> = futures::future::join_all(rows.iter().map(|r| r.attr("data-capability-id")))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(ids, ["editor", "hook", "tagger", "writer"].map(|id| Some(id.to_string())));
+    let source = client.source().await.unwrap();
+    assert!(!source.contains("sekrit"), "a secret reached the page");
+    assert!(source.contains("http://127.0.0.1:9/hook") && source.contains("[redacted]") && source.contains("growth"));
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}

@@ -122,6 +122,25 @@ pub struct Capability {
     pub registration: Value,
 }
 
+impl Capability {
+    /// The capability as callers see it (the API's list, the console): its registration without
+    /// secrets, and its endpoint without credentials or query string.
+    pub fn shown(&self, redaction: &crate::redact::Redaction) -> Value {
+        let mut registration = redaction.value(self.registration.clone());
+        if let Some(endpoint) = registration.get_mut("endpoint")
+            && let Some(url) = endpoint.as_str()
+        {
+            *endpoint = Value::String(crate::redact::url(url));
+        }
+        serde_json::json!({
+            "capabilityId": self.id, "version": self.version, "displayName": self.display_name,
+            "summary": self.summary, "kind": self.kind, "agentType": self.executor.agent_type(),
+            "inputFacets": self.input_facets, "outputFacets": self.output_facets, "status": "active",
+            "registration": registration,
+        })
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawRegistration {

@@ -7,6 +7,7 @@
 //! Pages read through the same read models as the API (`run::view`), as the same caller.
 
 mod assets;
+mod capabilities;
 mod graph;
 mod inbox;
 mod page;
@@ -25,6 +26,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(runs::list)
             .service(runs::show)
             .service(inbox::show)
+            .service(capabilities::show)
             .service(sign_in::form)
             .service(sign_in::sign_in)
             .service(sign_in::sign_out)
