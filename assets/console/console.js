@@ -61,15 +61,9 @@ function followEvents(list) {
     if (pausing.has(last)) source.close();
   };
   source.onmessage = show;
-  for (const type of FRAME_TYPES) source.addEventListener(type, show);
+  // Every frame type the server sends (`event:` lines name them), as the page lists them.
+  for (const type of list.dataset.frameTypes.split(" ")) source.addEventListener(type, show);
 }
-
-// Every frame type the server sends (`event:` lines name them).
-const FRAME_TYPES = [
-  "start", "plan_requested", "plan_rejected", "plan_generated", "plan_updated", "node_start",
-  "node_complete", "node_error", "goal_condition_failed", "policy_triggered", "policy_update",
-  "hitl_request", "hitl_resolved", "validation_error", "log", "retry", "complete",
-];
 
 localTimes(document);
 for (const list of document.querySelectorAll("[data-stream]")) followEvents(list);

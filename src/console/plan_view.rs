@@ -50,7 +50,7 @@ impl PlanSection {
         let status = |id: &str| {
             view.nodes
                 .iter()
-                .find(|n| i64::from(n.plan_version) == i64::from(shown.version) && n.node_id == id)
+                .find(|n| u32::try_from(n.plan_version) == Ok(shown.version) && n.node_id == id)
                 .map(|n| n.status.clone())
         };
         let nodes = shown
@@ -94,7 +94,7 @@ fn why(trigger: &crate::events::payload::ReplanInfo) -> String {
 }
 
 fn checks(view: &RunView, version: u32) -> Vec<Check> {
-    let round = view.outputs.iter().find(|o| i64::from(o.plan_version) == i64::from(version));
+    let round = view.outputs.iter().find(|o| u32::try_from(o.plan_version) == Ok(version));
     round
         .map(|round| {
             round

@@ -9,6 +9,7 @@ use super::graph;
 use super::page::{self, Chrome};
 use super::plan_view::PlanSection;
 use super::viewer::Viewer;
+use crate::events::FrameKind;
 use crate::events::payload::HitlKind;
 use crate::http::Role;
 use crate::run::view::{RunList, RunListEntry, RunQuery as Runs, RunView, ViewError};
@@ -95,12 +96,12 @@ pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::D
         Err(error) => return unavailable(&error),
     };
     let next_page = list.next_cursor.map(|cursor| {
-        let mut url = url::Url::parse("http://console/ui/runs").unwrap_or_else(|_| unreachable!());
-        url.query_pairs_mut()
+        let query = url::form_urlencoded::Serializer::new(String::new())
             .append_pair("status", status.map_or("", RunStatus::as_str))
             .append_pair("q", &text)
-            .append_pair("cursor", &cursor);
-        format!("/ui/runs?{}", url.query().unwrap_or_default())
+            .append_pair("cursor", &cursor)
+            .finish();
+        format!("/ui/runs?{query}")
     });
     page::html(&RunsPage {
         chrome: Chrome::new("runs", Some(&viewer)),
@@ -130,6 +131,8 @@ struct RunPage {
     /// The last frame the page was rendered with: later ones are live.
     last_seq: u64,
     plan: Option<PlanSection>,
+    /// Every frame type, for the page's `EventSource` to listen for.
+    frame_types: String,
     box_width: u32,
     box_height: u32,
 }
@@ -161,7 +164,6 @@ pub async fn show(
     let view = match RunView::read(&services, &run_id).await {
         Ok(view) => view,
         Err(ViewError::Store(StoreError::NotFound(_))) => return not_found(),
-        Err(ViewError::Store(error)) => return unavailable(&error),
         Err(error) => return unavailable(&error),
     };
     if !caller.may_see(view.run.owner.as_deref()) {
@@ -192,6 +194,7 @@ pub async fn show(
         plan_version: view.run.plan_version,
         last_seq: view.run.last_seq,
         plan: PlanSection::of(&view, query.version),
+        frame_types: FrameKind::ALL.map(FrameKind::as_str).join(" "),
         box_width: graph::BOX_WIDTH,
         box_height: graph::BOX_HEIGHT,
     })

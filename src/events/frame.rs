@@ -34,6 +34,27 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
+    /// Every frame type, in declaration order (the console listens for each by name).
+    pub const ALL: [FrameKind; 17] = [
+        Self::Start,
+        Self::PlanRequested,
+        Self::PlanRejected,
+        Self::PlanGenerated,
+        Self::PlanUpdated,
+        Self::NodeStart,
+        Self::NodeComplete,
+        Self::NodeError,
+        Self::ValidationError,
+        Self::GoalConditionFailed,
+        Self::PolicyTriggered,
+        Self::PolicyUpdate,
+        Self::HitlRequest,
+        Self::HitlResolved,
+        Self::Log,
+        Self::Retry,
+        Self::Complete,
+    ];
+
     /// The SSE `event:` name and the `type` field.
     pub fn as_str(self) -> &'static str {
         match self {

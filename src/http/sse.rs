@@ -22,6 +22,7 @@ where
     let redaction = redaction.clone();
     let open = telemetry::OpenStream::open();
     let events = frames.map(move |frame| {
+        // The closure owns the gauge's guard: the stream is counted open until it is dropped.
         let _open = &open;
         frame.map(|f| {
             let data = redaction.text(&f.json).into_owned();

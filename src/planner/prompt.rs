@@ -274,6 +274,21 @@ mod tests {
     use crate::plan::PlanMetadata;
     use serde_json::json;
 
+    /// A first plan with no nodes: what a replan prompt's "previous plan" is in these tests.
+    fn empty_plan() -> Plan {
+        Plan {
+            version: 1,
+            nodes: vec![],
+            edges: vec![],
+            metadata: PlanMetadata {
+                planner_model: "m".into(),
+                planner_attempt: 1,
+                phase: crate::plan::Phase::Initial,
+                draft_node_count: 0,
+            },
+        }
+    }
+
     fn envelope() -> TaskEnvelope {
         envelope::from_value(
             json!({
@@ -326,17 +341,7 @@ mod tests {
     #[test]
     fn replan_prompt_carries_completed_work_and_repair() {
         let envelope = envelope();
-        let previous = Plan {
-            version: 1,
-            nodes: vec![],
-            edges: vec![],
-            metadata: PlanMetadata {
-                planner_model: "m".into(),
-                planner_attempt: 1,
-                phase: crate::plan::Phase::Initial,
-                draft_node_count: 0,
-            },
-        };
+        let previous = empty_plan();
         let completed = [CompletedWork {
             node_id: "draft".into(),
             stage: "draft".into(),
@@ -377,14 +382,7 @@ mod tests {
             &crate::condition::dsl::Catalog::builtin(),
         )
         .unwrap();
-        let previous = Plan {
-            version: 1,
-            nodes: vec![],
-            edges: vec![],
-            metadata: serde_json::from_value(json!({
-            "plannerModel": "m", "plannerAttempt": 1, "phase": "initial", "draftNodeCount": 0}))
-            .unwrap(),
-        };
+        let previous = empty_plan();
         let input = PromptInput {
             envelope: &envelope,
             capabilities: &[],
@@ -423,17 +421,7 @@ mod tests {
                 output: json!({"text": "w".repeat(10_000)}),
             })
             .collect();
-        let previous = Plan {
-            version: 1,
-            nodes: vec![],
-            edges: vec![],
-            metadata: PlanMetadata {
-                planner_model: "m".into(),
-                planner_attempt: 1,
-                phase: crate::plan::Phase::Initial,
-                draft_node_count: 0,
-            },
-        };
+        let previous = empty_plan();
         let input = PromptInput {
             envelope: &envelope,
             capabilities: &[],
