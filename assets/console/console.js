@@ -21,25 +21,55 @@ const pausing = new Set(["complete", "hitl_request"]);
 // Frames after which the page's server-rendered parts (header, actions) are out of date.
 const rerender = new Set(["hitl_request", "hitl_resolved", "complete"]);
 
+// One frame as a line of the list, built as the server renders it (`event_list.html`).
+function eventItem(frame, seq) {
+  const item = document.createElement("li");
+  item.dataset.seq = seq;
+  item.dataset.type = frame.type;
+  const details = document.createElement("details");
+  const summary = document.createElement("summary");
+  const title = document.createElement("span");
+  title.className = "event-type";
+  title.textContent = `${frame.seq} · ${frame.type}`;
+  summary.append(title);
+  if (frame.nodeId) {
+    const node = document.createElement("code");
+    node.textContent = frame.nodeId;
+    summary.append(" ", node);
+  }
+  const at = document.createElement("time");
+  at.setAttribute("datetime", frame.timestamp);
+  summary.append(" ", at);
+  const json = document.createElement("pre");
+  json.textContent = JSON.stringify(frame, null, 2);
+  details.append(summary, json);
+  item.append(details);
+  localTimes(item);
+  return item;
+}
+
+// The event filter: shows the lines of one frame type, or all of them.
+function shownType() {
+  return document.querySelector("[data-testid=event-filter]")?.value || "";
+}
+
+function applyFilter(list) {
+  const type = shownType();
+  for (const item of list.querySelectorAll("li")) item.hidden = type !== "" && item.dataset.type !== type;
+}
+
 function followEvents(list) {
   const renderedSeq = Number(list.dataset.renderedSeq || 0);
   const source = new EventSource(list.dataset.stream);
-  const seen = new Set();
+  const seen = new Set([...list.querySelectorAll("li")].map((item) => item.dataset.seq));
   const show = (event) => {
     if (seen.has(event.lastEventId)) return;
     seen.add(event.lastEventId);
     const frame = JSON.parse(event.data);
-    const item = document.createElement("li");
-    item.dataset.seq = event.lastEventId;
-    item.dataset.type = frame.type;
-    const summary = document.createElement("span");
-    summary.className = "event-type";
-    summary.textContent = `${frame.seq} · ${frame.type}`;
-    const at = document.createElement("time");
-    at.setAttribute("datetime", frame.timestamp);
-    item.append(summary, " ", at);
+    const item = eventItem(frame, event.lastEventId);
+    const type = shownType();
+    item.hidden = type !== "" && frame.type !== type;
     list.append(item);
-    localTimes(item);
     if (frame.type === "complete") {
       const status = document.querySelector("[data-testid=status]");
       if (status && frame.payload && frame.payload.status) {
@@ -56,7 +86,7 @@ function followEvents(list) {
       location.reload();
     }
   };
-  let last = null;
+  let last = list.lastElementChild?.dataset.type || null;
   source.onerror = () => {
     if (pausing.has(last)) source.close();
   };
@@ -65,30 +95,134 @@ function followEvents(list) {
   for (const type of list.dataset.frameTypes.split(" ")) source.addEventListener(type, show);
 }
 
+for (const select of document.querySelectorAll("[data-testid=event-filter]")) {
+  const list = document.getElementById(select.getAttribute("aria-controls"));
+  if (list) select.addEventListener("change", () => applyFilter(list));
+}
+
+// A graph box links to its step's panel: open it.
+function openNodePanel() {
+  if (!location.hash.startsWith("#node-")) return;
+  const panel = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  if (panel instanceof HTMLDetailsElement) {
+    panel.open = true;
+    panel.scrollIntoView({ block: "start" });
+  }
+}
+window.addEventListener("hashchange", openNodePanel);
+openNodePanel();
+
 localTimes(document);
 for (const list of document.querySelectorAll("[data-stream]")) followEvents(list);
 
 // Operator actions: each form posts to the API as the signed-in viewer (the session cookie goes
 // along; the server checks the role and the origin). On success the page reloads to show the run
 // as it is now; a refusal is shown as the server worded it.
-async function act(form, section) {
-  const runId = section.dataset.runId;
+function request(form, runId) {
   const feedback = form.querySelector("[name=feedback]")?.value.trim() || undefined;
-  let url;
-  let body;
+  const nodeId = form.dataset.nodeId;
   switch (form.dataset.action) {
     case "resume":
-      url = "/api/v1/flex/run.resume";
-      body = { runId, decision: { requestId: form.dataset.requestId, approved: form.dataset.approved === "true", freeformText: feedback } };
-      break;
+      return ["/api/v1/flex/run.resume", { runId, decision: { requestId: form.dataset.requestId, approved: form.dataset.approved === "true", freeformText: feedback } }];
+    case "submit":
+      return ["/api/v1/flex/run.resume", { runId, payload: { nodeId, output: taskOutput(form) } }];
+    case "decline":
+      return ["/api/v1/flex/run.resume", { runId, payload: { nodeId, decline: { reason: form.querySelector("[name=reason]").value.trim() } } }];
     case "replan":
-      url = `/api/v1/flex/runs/${runId}/replan`;
-      body = { feedback };
-      break;
+      return [`/api/v1/flex/runs/${runId}/replan`, { feedback }];
     default:
-      url = `/api/v1/flex/runs/${runId}/cancel`;
-      body = {};
+      return [`/api/v1/flex/runs/${runId}/cancel`, {}];
   }
+}
+
+// A human task's output from its form: one value per field, typed as the schema asks; an empty
+// field is left out (the server says when it is required). Text that is not JSON in a JSON field
+// is sent as text, for the server to refuse at that field.
+function taskOutput(form) {
+  const asJson = (text) => {
+    try {
+      return JSON.parse(text);
+    } catch {
+      return text;
+    }
+  };
+  const output = {};
+  for (const input of form.querySelectorAll("[data-kind]")) {
+    const text = input.value.trim();
+    let value;
+    switch (input.dataset.kind) {
+      case "checkbox":
+        value = input.checked;
+        break;
+      case "number":
+        value = text === "" ? undefined : Number.isNaN(Number(text)) ? text : Number(text);
+        break;
+      case "json":
+        value = text === "" ? undefined : asJson(text);
+        break;
+      default:
+        value = text === "" ? undefined : text;
+    }
+    if (input.name === "") return value;
+    if (value !== undefined) output[input.name] = value;
+  }
+  return output;
+}
+
+// The frames of a resume's stream, as they arrive.
+async function* streamedFrames(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffered = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    buffered += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffered.indexOf("\n\n")) >= 0) {
+      const block = buffered.slice(0, end);
+      buffered = buffered.slice(end + 2);
+      const data = block.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5).trim()).join("\n");
+      if (data) yield JSON.parse(data);
+    }
+  }
+}
+
+// A human task's submission: the server answers with the run's stream. A refused output comes
+// back as `validation_error` (the run keeps waiting): its errors are shown at their fields.
+// Anything else means the run took the output.
+async function submitted(response, form) {
+  for await (const frame of streamedFrames(response)) {
+    if (frame.type === "validation_error") return showFieldErrors(form, frame.payload?.errors || []);
+    if (frame.type !== "log") return true;
+  }
+  return true;
+}
+
+function showFieldErrors(form, errors) {
+  for (const slot of form.querySelectorAll("[data-error-for]")) {
+    slot.textContent = "";
+    slot.hidden = true;
+  }
+  const names = [...form.querySelectorAll("[data-error-for]")].map((slot) => slot.dataset.errorFor);
+  const unplaced = [];
+  for (const error of errors) {
+    const path = (error.instancePath || "").split("/")[1] || "";
+    const required = error.keyword === "required" ? /"([^"]+)"/.exec(error.message)?.[1] : undefined;
+    const name = names.includes("") ? "" : required ?? path;
+    const slot = names.includes(name) ? form.querySelector(`[data-error-for="${CSS.escape(name)}"]`) : null;
+    if (!slot) {
+      unplaced.push(error.message);
+      continue;
+    }
+    slot.textContent = slot.textContent ? `${slot.textContent} ${error.message}` : error.message;
+    slot.hidden = false;
+  }
+  return unplaced.length ? unplaced.join(" ") : false;
+}
+
+async function act(form, section) {
+  const [url, body] = request(form, section.dataset.runId);
   const controller = new AbortController();
   const response = await fetch(url, {
     method: "POST",
@@ -97,13 +231,19 @@ async function act(form, section) {
     body: JSON.stringify(body),
     signal: controller.signal,
   });
+  const problem = section.querySelector("[data-testid=action-problem]");
   if (response.ok) {
+    const outcome = form.dataset.action === "submit" ? await submitted(response, form) : true;
     // A resume answers with the run's stream: the page follows the run itself.
     controller.abort();
-    location.reload();
+    if (outcome === true) {
+      location.reload();
+    } else {
+      problem.textContent = outcome || "The output was refused: see the fields marked. The run keeps waiting.";
+      problem.hidden = false;
+    }
     return;
   }
-  const problem = section.querySelector("[data-testid=action-problem]");
   const answer = await response.json().catch(() => ({}));
   problem.textContent = answer?.error?.message || `The server answered ${response.status}.`;
   problem.hidden = false;
@@ -114,9 +254,109 @@ for (const section of document.querySelectorAll("section.actions")) {
     form.addEventListener("submit", (event) => {
       event.preventDefault();
       for (const button of section.querySelectorAll("button")) button.disabled = true;
-      act(form, section).finally(() => {
-        for (const button of section.querySelectorAll("button")) button.disabled = false;
-      });
+      act(form, section)
+        .catch(() => {
+          const problem = section.querySelector("[data-testid=action-problem]");
+          problem.textContent = "The server could not be reached; nothing was changed by this page.";
+          problem.hidden = false;
+        })
+        .finally(() => {
+          for (const button of section.querySelectorAll("button")) button.disabled = false;
+        });
     });
   }
 }
+
+// The feed (`/ui/feed`): the pending count in the navigation on every page, and on the run list
+// each run that starts or changes, as its row (rendered by the server). The run list opens the
+// feed with its filters; other pages open the plain one.
+function followFeed() {
+  const table = document.querySelector("table[data-feed]");
+  const url = table?.dataset.feed || document.body.dataset.feed;
+  if (!url) return;
+  const source = new EventSource(url);
+  let connected = false;
+  source.addEventListener("open", () => {
+    // A reconnect may have missed changes: the list reads itself again.
+    if (connected && table) location.reload();
+    connected = true;
+  });
+  source.addEventListener("pending", (event) => {
+    const count = JSON.parse(event.data).count;
+    for (const badge of document.querySelectorAll("[data-testid=pending-count]")) {
+      badge.textContent = count >= 200 ? "200+" : String(count);
+      badge.hidden = count === 0;
+    }
+  });
+  if (!table) return;
+  source.addEventListener("resync", () => location.reload());
+  source.addEventListener("gone", (event) => {
+    const { runId } = JSON.parse(event.data);
+    table.querySelector(`tr[data-run-id="${CSS.escape(runId)}"]`)?.remove();
+  });
+  source.addEventListener("run", (event) => {
+    const { runId, html } = JSON.parse(event.data);
+    const body = table.tBodies[0];
+    const template = document.createElement("template");
+    template.innerHTML = html.trim();
+    const row = template.content.firstElementChild;
+    localTimes(row);
+    const shown = body.querySelector(`tr[data-run-id="${CSS.escape(runId)}"]`);
+    if (shown) {
+      const selected = shown.querySelector("input[name=selected]")?.checked;
+      const box = row.querySelector("input[name=selected]");
+      if (box && selected) box.checked = true;
+      shown.replaceWith(row);
+    } else if (table.dataset.firstPage === "true") {
+      body.prepend(row);
+      table.hidden = false;
+      document.querySelector("[data-testid=empty]")?.setAttribute("hidden", "");
+    }
+    selectionChanged();
+  });
+}
+
+// Bulk cancel: an operator selects runs in the list and cancels them together; each cancel is
+// the API's own, and what the server refused is listed.
+const bulk = document.querySelector("form[data-testid=bulk]");
+
+function selectionChanged() {
+  const button = bulk?.querySelector("[data-testid=cancel-selected]");
+  if (button) button.disabled = !bulk.querySelector("input[name=selected]:checked");
+}
+
+async function cancelSelected() {
+  const problem = bulk.querySelector("[data-testid=bulk-problem]");
+  problem.hidden = true;
+  const refused = [];
+  for (const box of bulk.querySelectorAll("input[name=selected]:checked")) {
+    const response = await fetch(`/api/v1/flex/runs/${encodeURIComponent(box.value)}/cancel`, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "content-type": "application/json" },
+      body: "{}",
+    }).catch(() => undefined);
+    if (response?.ok) {
+      box.checked = false;
+      continue;
+    }
+    const answer = await response?.json().catch(() => ({}));
+    refused.push(`${box.value}: ${answer?.error?.message || "the server could not be reached"}`);
+  }
+  if (refused.length) {
+    problem.textContent = `Not cancelled — ${refused.join("; ")}`;
+    problem.hidden = false;
+  }
+}
+
+if (bulk) {
+  bulk.addEventListener("change", selectionChanged);
+  bulk.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const button = bulk.querySelector("[data-testid=cancel-selected]");
+    button.disabled = true;
+    cancelSelected().finally(selectionChanged);
+  });
+}
+
+followFeed();

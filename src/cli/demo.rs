@@ -29,7 +29,8 @@ const CAPABILITIES: [(&str, &str); 4] = [
 
 const ENVELOPE: &str = include_str!("../../examples/demo-envelope.json");
 
-pub async fn run() -> anyhow::Result<ExitCode> {
+/// Runs the demo; with `serve` (an address), keeps the server up afterwards until Ctrl-C.
+pub async fn run(serve: Option<&str>) -> anyhow::Result<ExitCode> {
     print_line("flexrun demo");
     print_line("  The model is a scripted STAND-IN on loopback, not a real LLM: set FLEXRUN_LLM_BASE_URL,");
     print_line("  FLEXRUN_LLM_API_KEY and FLEXRUN_LLM_MODEL and use `flexrun serve` + `flexrun run` for a real one.\n");
@@ -53,7 +54,8 @@ pub async fn run() -> anyhow::Result<ExitCode> {
         Some(value)
     })?;
     let services = Services::start(settings).await?;
-    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let address = serve.unwrap_or("127.0.0.1:0");
+    let listener = TcpListener::bind(address).with_context(|| format!("listening on {address}"))?;
     let base = format!("http://{}", listener.local_addr()?);
     let server = crate::http::serve(services, listener, crate::console::routes)?;
     let handle = server.handle();
@@ -69,12 +71,16 @@ pub async fn run() -> anyhow::Result<ExitCode> {
         calls.len(),
         calls.len() - planner_calls
     ));
+    let completed = matches!(&outcome, Ok(Outcome::Complete(c)) if c.status == CompleteStatus::Completed);
+    if serve.is_some() {
+        print_line(&format!("\nThe console: {base}/  (the run is at the top of the list; New run launches more)"));
+        print_line("The server and the stand-in model stay up until Ctrl-C.");
+        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    }
     handle.stop(true).await;
     stand_in.stop().await;
-    match outcome? {
-        Outcome::Complete(complete) if complete.status == CompleteStatus::Completed => Ok(ExitCode::SUCCESS),
-        _ => Ok(ExitCode::FAILURE),
-    }
+    outcome?;
+    Ok(if completed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// The demo's stand-in model: the plans and capability answers `flexrun demo` runs on.

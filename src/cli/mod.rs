@@ -114,7 +114,15 @@ enum Command {
     },
     /// The whole job on embedded defaults: a temporary database, example capabilities and a
     /// scripted stand-in model on loopback. Needs no API key.
-    Demo,
+    Demo {
+        /// Keep the server (and the stand-in model) up after the run, and print the console's
+        /// URL: click through the finished run and launch more. Ctrl-C stops it.
+        #[arg(long)]
+        serve: bool,
+        /// Where the server listens with `--serve`.
+        #[arg(long, default_value = "127.0.0.1:8080", requires = "serve")]
+        bind: String,
+    },
     /// Apply pending database migrations and exit.
     Migrate,
     /// Compile, check or evaluate a condition expression.
@@ -158,9 +166,9 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             init_tracing("warn", false)?;
             run(envelope, &server, api_key, json).await
         }
-        Command::Demo => {
+        Command::Demo { serve, bind } => {
             init_tracing("warn", false)?;
-            demo::run().await
+            demo::run(serve.then_some(bind.as_str())).await
         }
         Command::Runs { command, connection } => operate::runs(command, &connection).await,
         Command::Resume { run, approve, answer, feedback, acting, connection, json, .. } => {

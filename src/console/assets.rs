@@ -3,8 +3,9 @@
 use actix_web::{HttpResponse, get, http::header, web};
 
 /// Name, content type, content.
-const ASSETS: [(&str, &str, &str); 2] = [
+const ASSETS: [(&str, &str, &str); 3] = [
     ("console.js", "text/javascript; charset=utf-8", include_str!("../../assets/console/console.js")),
+    ("composer.js", "text/javascript; charset=utf-8", include_str!("../../assets/console/composer.js")),
     ("console.css", "text/css; charset=utf-8", include_str!("../../assets/console/console.css")),
 ];
 

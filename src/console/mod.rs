@@ -8,12 +8,19 @@
 
 mod assets;
 mod capabilities;
+mod composer;
+mod events;
+mod feed;
 mod graph;
 mod inbox;
+mod nodes;
 mod page;
 mod plan_view;
+mod run_page;
 mod runs;
+mod shown;
 mod sign_in;
+mod task_form;
 mod viewer;
 
 use actix_web::{HttpResponse, http::header, web};
@@ -24,8 +31,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::scope("/ui")
             .service(assets::asset)
             .service(runs::list)
-            .service(runs::show)
+            .service(events::history)
+            .service(run_page::show)
             .service(inbox::show)
+            .service(feed::follow)
+            .service(composer::compose)
             .service(capabilities::show)
             .service(sign_in::form)
             .service(sign_in::sign_in)

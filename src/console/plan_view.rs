@@ -2,9 +2,12 @@
 //! the one before and what it kept, added and dropped, its graph, and the goal-condition round
 //! evaluated against it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::graph::{self, Drawing};
+use super::nodes::{self, NodePanel};
+use crate::condition::GoalConditionResult;
+use crate::redact::Redaction;
 use crate::run::view::RunView;
 
 /// A version in the switcher.
@@ -34,10 +37,18 @@ pub struct PlanSection {
     pub drawing: Drawing,
     /// The goal-condition round evaluated after this version ran, if there was one.
     pub checks: Vec<Check>,
+    /// Each step's panel, in plan order.
+    pub nodes: Vec<NodePanel>,
 }
 
 impl PlanSection {
-    pub fn of(view: &RunView, asked: Option<u32>) -> Option<Self> {
+    /// `retries` counts each node's retried capability calls.
+    pub fn of(
+        view: &RunView,
+        asked: Option<u32>,
+        retries: &HashMap<String, u32>,
+        redaction: &Redaction,
+    ) -> Option<Self> {
         let versions = &view.plan_versions;
         let chosen = asked
             .and_then(|n| versions.iter().position(|v| v.version == n))
@@ -75,6 +86,7 @@ impl PlanSection {
             dropped: before.iter().filter(|id| !is.contains(id)).cloned().collect(),
             drawing: graph::layout(nodes, &edges),
             checks: checks(view, shown.version),
+            nodes: nodes::panels(view, &shown.plan, retries, redaction),
         })
     }
 }
@@ -95,22 +107,21 @@ fn why(trigger: &crate::events::payload::ReplanInfo) -> String {
 
 fn checks(view: &RunView, version: u32) -> Vec<Check> {
     let round = view.outputs.iter().find(|o| u32::try_from(o.plan_version) == Ok(version));
-    round
-        .map(|round| {
-            round
-                .goal_condition_results
-                .iter()
-                .map(|r| Check {
-                    facet: r.facet.clone(),
-                    path: r.path.clone(),
-                    condition: r.dsl.clone().unwrap_or_else(|| r.expression.clone()),
-                    observed: r
-                        .observed_value
-                        .as_ref()
-                        .map_or_else(|| "—".into(), |v| crate::excerpt::excerpt(&v.to_string(), 200).into_owned()),
-                    satisfied: r.satisfied,
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    round.map(|round| round.goal_condition_results.iter().map(Check::of).collect()).unwrap_or_default()
+}
+
+impl Check {
+    /// A goal condition or post-condition as an evaluation left it.
+    pub fn of(result: &GoalConditionResult) -> Self {
+        Self {
+            facet: result.facet.clone(),
+            path: result.path.clone(),
+            condition: result.dsl.clone().unwrap_or_else(|| result.expression.clone()),
+            observed: result
+                .observed_value
+                .as_ref()
+                .map_or_else(|| "—".into(), |v| crate::excerpt::excerpt(&v.to_string(), 200).into_owned()),
+            satisfied: result.satisfied,
+        }
+    }
 }

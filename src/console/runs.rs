@@ -1,21 +1,18 @@
-//! `/ui/runs` — the run list, newest first, filtered by status and objective text (the filters
-//! live in the URL, so a view can be bookmarked and shared) — and `/ui/runs/{id}`, one run.
+//! `/ui/runs` — the run list, newest first, filtered by status, objective text and creation date
+//! (the filters live in the URL, so a view can be bookmarked and shared). The page follows
+//! `/ui/feed` for new runs and changed ones; an operator selects runs and cancels them together.
 
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
+use chrono::{DateTime, Days, NaiveDate, Utc};
 use serde::Deserialize;
 
-use super::graph;
 use super::page::{self, Chrome};
-use super::plan_view::PlanSection;
 use super::viewer::Viewer;
-use crate::events::FrameKind;
-use crate::events::payload::HitlKind;
-use crate::http::Role;
-use crate::run::view::{RunList, RunListEntry, RunQuery as Runs, RunView, ViewError};
-use crate::run::{RunId, RunStatus};
+use crate::http::{Caller, Role};
+use crate::run::RunStatus;
+use crate::run::view::{RunList, RunListEntry, RunQuery as Runs};
 use crate::services::Services;
-use crate::store::StoreError;
 
 /// Runs per page.
 const PAGE: i64 = 50;
@@ -23,17 +20,83 @@ const PAGE: i64 = 50;
 /// Longest objective text filter (characters).
 const TEXT_CHARS: usize = 200;
 
-#[derive(Debug, Deserialize)]
-pub struct ListQuery {
+/// The list's filters, as the URL carries them (`?status=&q=&from=&to=`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Filters {
     #[serde(default)]
     status: String,
     #[serde(default)]
     q: String,
+    /// Created on or after this day (UTC), `YYYY-MM-DD`.
+    #[serde(default)]
+    from: String,
+    /// Created on or before this day (UTC).
+    #[serde(default)]
+    to: String,
+}
+
+/// The filters, parsed: what cannot be parsed filters nothing.
+pub struct Parsed {
+    pub status: Option<RunStatus>,
+    pub text: String,
+    pub from: Option<NaiveDate>,
+    pub to: Option<NaiveDate>,
+}
+
+impl Filters {
+    pub fn parse(&self) -> Parsed {
+        let day = |text: &str| NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d").ok();
+        Parsed {
+            status: self.status.parse::<RunStatus>().ok(),
+            text: self.q.trim().chars().take(TEXT_CHARS).collect(),
+            from: day(&self.from),
+            to: day(&self.to),
+        }
+    }
+}
+
+impl Parsed {
+    /// The runs these filters keep, of those `caller` may see (`run_id`: only that one).
+    pub fn query(&self, caller: &Caller, run_id: Option<String>) -> Runs {
+        let midnight =
+            |day: NaiveDate| DateTime::<Utc>::from_naive_utc_and_offset(day.and_time(Default::default()), Utc);
+        Runs {
+            status: self.status,
+            owner: caller.owner_filter().map(String::from),
+            objective_contains: Some(self.text.clone()).filter(|t| !t.is_empty()),
+            created_from: self.from.map(midnight),
+            created_before: self.to.and_then(|day| day.checked_add_days(Days::new(1))).map(midnight),
+            run_id,
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.status.is_some() || !self.text.is_empty() || self.from.is_some() || self.to.is_some()
+    }
+
+    /// The filters as a URL query, followed by `extra`.
+    pub fn url_query(&self, extra: &[(&str, &str)]) -> String {
+        let day = |d: Option<NaiveDate>| d.map(|d| d.to_string()).unwrap_or_default();
+        let mut query = url::form_urlencoded::Serializer::new(String::new());
+        query
+            .append_pair("status", self.status.map_or("", RunStatus::as_str))
+            .append_pair("q", &self.text)
+            .append_pair("from", &day(self.from))
+            .append_pair("to", &day(self.to));
+        query.extend_pairs(extra);
+        query.finish()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    #[serde(flatten)]
+    filters: Filters,
     cursor: Option<String>,
 }
 
 /// A run as a row of the list shows it.
-struct Row {
+pub struct Row {
     run_id: String,
     status: String,
     error: Option<String>,
@@ -42,17 +105,21 @@ struct Row {
     updated_at: String,
     plan_version: i32,
     replans: i32,
+    max_replans: Option<u32>,
     /// Who the run waits for, if it waits.
     waiting_for: &'static str,
+    /// An operator may select it to cancel it.
+    can_cancel: bool,
 }
 
 impl Row {
-    fn of(run: RunListEntry) -> Self {
+    pub fn of(run: RunListEntry, caller: &Caller) -> Self {
         let waiting_for = match run.status.as_str() {
             "awaiting_hitl" => "an operator",
             "awaiting_human" => "a human task",
             _ => "",
         };
+        let terminal = run.status.parse::<RunStatus>().is_ok_and(RunStatus::is_terminal);
         Self {
             created_at: run.created_at.to_rfc3339(),
             updated_at: run.updated_at.to_rfc3339(),
@@ -62,9 +129,19 @@ impl Row {
             objective: crate::excerpt::excerpt(&run.objective, 300).into_owned(),
             plan_version: run.plan_version,
             replans: run.replans,
+            max_replans: run.max_replans,
             waiting_for,
+            can_cancel: caller.role == Role::Operator && !terminal,
         }
     }
+}
+
+/// One row alone, as the feed sends it to a list.
+#[derive(Template)]
+#[template(path = "console/run_row.html")]
+pub struct RowHtml {
+    pub run: Row,
+    pub operator: bool,
 }
 
 #[derive(Template)]
@@ -75,132 +152,47 @@ struct RunsPage {
     filtered_by_status: bool,
     filtered: bool,
     text: String,
+    from: String,
+    to: String,
     runs: Vec<Row>,
     next_page: Option<String>,
+    /// Where the page's feed of changed runs is, with its filters.
+    feed: String,
+    /// The first page shows new runs as they start; later pages do not.
+    first_page: bool,
+    operator: bool,
 }
 
-/// `GET /ui/runs?status=&q=&cursor=`.
+/// `GET /ui/runs?status=&q=&from=&to=&cursor=`.
 #[get("/runs")]
 pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::Data<Services>) -> HttpResponse {
     let caller = &viewer.caller;
-    let query = query.into_inner();
-    let status = query.status.parse::<RunStatus>().ok();
-    let text: String = query.q.trim().chars().take(TEXT_CHARS).collect();
-    let runs = Runs {
-        status,
-        owner: caller.owner_filter().map(String::from),
-        objective_contains: Some(text.clone()).filter(|t| !t.is_empty()),
-    };
-    let list = match RunList::read(&services, runs, query.cursor, PAGE).await {
+    let ListQuery { filters, cursor } = query.into_inner();
+    let parsed = filters.parse();
+    let first_page = cursor.is_none();
+    let list = match RunList::read(&services, parsed.query(caller, None), cursor, PAGE).await {
         Ok(list) => list,
         Err(error) => return unavailable(&error),
     };
-    let next_page = list.next_cursor.map(|cursor| {
-        let query = url::form_urlencoded::Serializer::new(String::new())
-            .append_pair("status", status.map_or("", RunStatus::as_str))
-            .append_pair("q", &text)
-            .append_pair("cursor", &cursor)
-            .finish();
-        format!("/ui/runs?{query}")
-    });
+    let next_page = list.next_cursor.map(|cursor| format!("/ui/runs?{}", parsed.url_query(&[("cursor", &cursor)])));
+    let day = |d: Option<NaiveDate>| d.map(|d| d.to_string()).unwrap_or_default();
     page::html(&RunsPage {
         chrome: Chrome::new("runs", Some(&viewer)),
-        statuses: RunStatus::ALL.iter().map(|s| (s.as_str(), Some(*s) == status)).collect(),
-        filtered_by_status: status.is_some(),
-        filtered: status.is_some() || !text.is_empty(),
-        text,
-        runs: list.runs.into_iter().map(Row::of).collect(),
+        statuses: RunStatus::ALL.iter().map(|s| (s.as_str(), Some(*s) == parsed.status)).collect(),
+        filtered_by_status: parsed.status.is_some(),
+        filtered: parsed.any(),
+        from: day(parsed.from),
+        to: day(parsed.to),
+        runs: list.runs.into_iter().map(|run| Row::of(run, caller)).collect(),
         next_page,
+        feed: format!("/ui/feed?{}", parsed.url_query(&[("list", "1")])),
+        first_page,
+        operator: caller.role == Role::Operator,
+        text: parsed.text,
     })
 }
 
-#[derive(Template)]
-#[template(path = "console/run.html")]
-struct RunPage {
-    chrome: Chrome,
-    /// The request the run waits on, as the operator answers it here.
-    pending: Option<Pending>,
-    /// Operator actions that apply now (empty for a caller: the page is read-only).
-    can_replan: bool,
-    can_cancel: bool,
-    run_id: String,
-    objective: String,
-    status: String,
-    correlation_id: String,
-    plan_version: u32,
-    /// The last frame the page was rendered with: later ones are live.
-    last_seq: u64,
-    plan: Option<PlanSection>,
-    /// Every frame type, for the page's `EventSource` to listen for.
-    frame_types: String,
-    box_width: u32,
-    box_height: u32,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct RunQuery {
-    version: Option<u32>,
-}
-
-/// A pending request, as the run page offers to answer it.
-struct Pending {
-    id: String,
-    /// `approval`, `question` or `human_task`.
-    kind: &'static str,
-    question: String,
-}
-
-/// `GET /ui/runs/{id}`: the run, its frames followed live.
-#[get("/runs/{id}")]
-pub async fn show(
-    viewer: Viewer,
-    id: web::Path<String>,
-    query: web::Query<RunQuery>,
-    services: web::Data<Services>,
-) -> HttpResponse {
-    let caller = &viewer.caller;
-    let not_found = || page::message(404, "Run not found", "There is no run with this id that you may see.");
-    let Ok(run_id) = RunId::parse(&id) else { return not_found() };
-    let view = match RunView::read(&services, &run_id).await {
-        Ok(view) => view,
-        Err(ViewError::Store(StoreError::NotFound(_))) => return not_found(),
-        Err(error) => return unavailable(&error),
-    };
-    if !caller.may_see(view.run.owner.as_deref()) {
-        return not_found();
-    }
-    let operator = caller.role == Role::Operator;
-    let status = view.run.status;
-    let waiting = matches!(status, RunStatus::AwaitingHitl | RunStatus::AwaitingHuman);
-    let pending =
-        view.hitl_requests.iter().find(|r| r.status == "pending").filter(|_| operator && waiting).map(|r| Pending {
-            id: r.request.id.clone(),
-            kind: match r.request.kind {
-                HitlKind::Approval => "approval",
-                HitlKind::Clarify => "question",
-                HitlKind::HumanTask => "human_task",
-            },
-            question: r.request.question.clone(),
-        });
-    page::html(&RunPage {
-        chrome: Chrome::new("runs", Some(&viewer)),
-        pending,
-        can_replan: operator && waiting,
-        can_cancel: operator && !status.is_terminal(),
-        run_id: run_id.to_string(),
-        objective: view.run.objective.clone(),
-        status: view.run.status.as_str().to_string(),
-        correlation_id: view.run.correlation_id.clone(),
-        plan_version: view.run.plan_version,
-        last_seq: view.run.last_seq,
-        plan: PlanSection::of(&view, query.version),
-        frame_types: FrameKind::ALL.map(FrameKind::as_str).join(" "),
-        box_width: graph::BOX_WIDTH,
-        box_height: graph::BOX_HEIGHT,
-    })
-}
-
-fn unavailable(error: &dyn std::fmt::Display) -> HttpResponse {
+pub(super) fn unavailable(error: &dyn std::fmt::Display) -> HttpResponse {
     tracing::error!(error = %crate::excerpt::log(error), "console could not read runs");
     page::message(503, "Runs cannot be read right now", "The database did not answer; try again shortly.")
 }

@@ -56,6 +56,8 @@ pub struct TaskEnvelope {
     pub approval: Approval,
     pub thread_id: Option<String>,
     pub correlation_id: Option<String>,
+    /// The run this one starts again (`metadata.rerunOf`; the schema checked its form).
+    pub rerun_of: Option<String>,
     /// The envelope as posted; stored with the run and re-parsed after a restart.
     pub raw: Value,
 }
@@ -134,6 +136,7 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         },
         thread_id: string_at(&raw, "/constraints/threadId"),
         correlation_id: string_at(&raw, "/metadata/correlationId"),
+        rerun_of: string_at(&raw, "/metadata/rerunOf"),
         raw,
     })
 }

@@ -1,4 +1,6 @@
-//! Per-run broadcast of committed frames to live subscribers in this process.
+//! Per-run broadcast of committed frames to live subscribers in this process, and one broadcast
+//! of which runs changed (created, a new status, a new plan version) for lists that follow every
+//! run, such as the console's.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,13 +21,34 @@ pub enum BusMessage {
     Settled,
 }
 
+/// Run changes a slow list may fall behind by before it is told to read the list again.
+const CHANGES_CAPACITY: usize = 1_024;
+
 /// Channels exist only while someone listens; publishing to a run nobody follows costs a lookup.
-#[derive(Default)]
 pub struct Bus {
     channels: Mutex<HashMap<String, broadcast::Sender<BusMessage>>>,
+    /// The ids of runs whose row changed, as committed.
+    changes: broadcast::Sender<Arc<str>>,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Self { channels: Mutex::default(), changes: broadcast::channel(CHANGES_CAPACITY).0 }
+    }
 }
 
 impl Bus {
+    /// Run `run_id`'s row changed (and is committed).
+    pub fn announce(&self, run_id: &str) {
+        // No receiver is the common case (no list is open), not an error.
+        let _ = self.changes.send(run_id.into());
+    }
+
+    /// The ids of runs that change from now on.
+    pub fn changes(&self) -> broadcast::Receiver<Arc<str>> {
+        self.changes.subscribe()
+    }
+
     pub fn subscribe(&self, run_id: &str) -> broadcast::Receiver<BusMessage> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(sender) = channels.get(run_id) {
@@ -86,6 +109,16 @@ mod tests {
         assert_eq!(bus.channel_count(), 0);
         assert!(matches!(rx.recv().await, Ok(BusMessage::Settled)));
         assert!(rx.recv().await.is_err(), "the channel is closed");
+    }
+
+    #[tokio::test]
+    async fn announces_changed_runs_to_every_list() {
+        let bus = Bus::default();
+        bus.announce("unheard");
+        let (mut a, mut b) = (bus.changes(), bus.changes());
+        bus.announce("r");
+        assert_eq!(&*a.recv().await.unwrap(), "r");
+        assert_eq!(&*b.recv().await.unwrap(), "r");
     }
 
     #[tokio::test]

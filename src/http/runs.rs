@@ -101,7 +101,7 @@ pub async fn list_runs(
         .transpose()
         .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {e}")))?;
     let owner = caller.owner_filter().map(String::from);
-    let runs = RunQuery { status, owner, objective_contains: None };
+    let runs = RunQuery { status, owner, ..RunQuery::default() };
     let list = RunList::read(&services, runs, query.cursor, query.limit.unwrap_or(50)).await?;
     Ok(HttpResponse::Ok().json(list))
 }

@@ -146,6 +146,7 @@ impl RunLog {
     pub async fn commit(&mut self) -> Result<(), LogError> {
         let created = self.created.take();
         let change = self.run_change(created);
+        let row_changed = change.is_some();
         let ended = match &change {
             Some(RunChange::End { to, .. }) => Some(*to),
             _ => None,
@@ -175,6 +176,9 @@ impl RunLog {
         }
         if !frames.is_empty() {
             self.bus.publish(self.state.run_id.as_str(), BusMessage::Frames(frames));
+        }
+        if row_changed {
+            self.bus.announce(self.state.run_id.as_str());
         }
         if let Some(observer) = &self.observer {
             observer(&self.state);

@@ -128,6 +128,7 @@ pub async fn start(
         operator_replans: 0,
         post_condition_replans: 0,
         owner: Some(owner.to_string()),
+        parent_run_id: envelope.rerun_of.clone(),
     };
     // Subscribed before the first commit: the stream gets every frame, `start` first.
     let live = services.bus.subscribe(run_id.as_str());

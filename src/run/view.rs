@@ -64,6 +64,9 @@ pub struct RunSummary {
     /// The seq of the run's last frame: a client following its stream from here misses nothing.
     #[serde(default)]
     pub last_seq: u64,
+    /// The run this one was started again from (`metadata.rerunOf`).
+    #[serde(default)]
+    pub parent_run_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,6 +142,8 @@ pub struct RunListEntry {
     pub replans: i32,
     /// The code of the error the run ended with.
     pub error: Option<String>,
+    /// The run's cap on replans (`policies.replan.maxReplans`, else the configured one).
+    pub max_replans: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -150,6 +155,11 @@ pub struct RunQuery {
     /// Only this principal's runs (a caller sees only its own).
     pub owner: Option<String>,
     pub objective_contains: Option<String>,
+    /// Only the runs created at or after this time, and before that one.
+    pub created_from: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only this run (does it pass the other filters?).
+    pub run_id: Option<String>,
 }
 
 /// A page of runs, newest first.
@@ -178,18 +188,22 @@ impl RunList {
                     status: query.status.map(RunStatus::as_str),
                     owner: query.owner.as_deref(),
                     objective_contains: query.objective_contains.as_deref(),
+                    created_from: query.created_from.map(|t| t.naive_utc()),
+                    created_before: query.created_before.map(|t| t.naive_utc()),
+                    run_id: query.run_id.as_deref(),
                 };
                 runs::page(conn, filter, cursor.as_deref(), limit + 1)
             })
             .await?;
         let shown = usize::try_from(limit).unwrap_or_default();
         let next_cursor = page.get(shown).and(page.get(shown.saturating_sub(1))).map(|last| last.run_id.clone());
-        Ok(Self { runs: page.iter().take(shown).map(RunListEntry::of).collect(), next_cursor })
+        let settings = &services.settings.replan;
+        Ok(Self { runs: page.iter().take(shown).map(|row| RunListEntry::of(row, settings)).collect(), next_cursor })
     }
 }
 
 impl RunListEntry {
-    pub fn of(row: &RunRow) -> Self {
+    pub fn of(row: &RunRow, settings: &ReplanSettings) -> Self {
         #[derive(Deserialize)]
         struct Coded {
             code: Option<String>,
@@ -204,6 +218,10 @@ impl RunListEntry {
             plan_version: row.plan_version,
             replans: row.replans,
             error,
+            max_replans: serde_json::from_str(&row.envelope)
+                .ok()
+                .and_then(|envelope| ReplanLimits::of_stored(&envelope, settings).ok())
+                .map(|limits| limits.max_replans),
             created_at: row.created_at.and_utc(),
             updated_at: row.updated_at.and_utc(),
         }
@@ -264,6 +282,7 @@ impl RunView {
             created_at: row.created_at.and_utc(),
             updated_at: row.updated_at.and_utc(),
             last_seq: state.last_seq.get(),
+            parent_run_id: row.parent_run_id.clone(),
         };
         let plan_versions = state
             .plans

@@ -53,12 +53,36 @@ pub fn after(conn: &mut DbConn, run_id: &str, after: Seq, limit: i64) -> Result<
         .limit(limit)
         .select((run_events::seq, run_events::event_type, run_events::frame))
         .load(c))?;
-    rows.into_iter()
-        .map(|(seq, event_type, frame)| {
-            let seq = Seq::from_stored(seq).map_err(|e| StoreError::Corrupt(format!("run {run_id}: {e}")))?;
-            Ok(LoggedFrame { seq, event_type, json: frame.into() })
-        })
-        .collect()
+    rows.into_iter().map(|row| logged(run_id, row)).collect()
+}
+
+/// Up to `limit` frames before `before`, in order: the tail of a log, or the page before one.
+pub fn before(conn: &mut DbConn, run_id: &str, before: Seq, limit: i64) -> Result<Vec<LoggedFrame>, StoreError> {
+    let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| run_events::table
+        .filter(run_events::run_id.eq(run_id))
+        .filter(run_events::seq.lt(before.stored()))
+        .order(run_events::seq.desc())
+        .limit(limit)
+        .select((run_events::seq, run_events::event_type, run_events::frame))
+        .load(c))?;
+    rows.into_iter().rev().map(|row| logged(run_id, row)).collect()
+}
+
+/// Up to `limit` frames of one type, in order (`retry` frames, to count a node's retries).
+pub fn of_type(conn: &mut DbConn, run_id: &str, event_type: &str, limit: i64) -> Result<Vec<LoggedFrame>, StoreError> {
+    let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| run_events::table
+        .filter(run_events::run_id.eq(run_id))
+        .filter(run_events::event_type.eq(event_type))
+        .order(run_events::seq)
+        .limit(limit)
+        .select((run_events::seq, run_events::event_type, run_events::frame))
+        .load(c))?;
+    rows.into_iter().map(|row| logged(run_id, row)).collect()
+}
+
+fn logged(run_id: &str, (seq, event_type, frame): (i64, String, String)) -> Result<LoggedFrame, StoreError> {
+    let seq = Seq::from_stored(seq).map_err(|e| StoreError::Corrupt(format!("run {run_id}: {e}")))?;
+    Ok(LoggedFrame { seq, event_type, json: frame.into() })
 }
 
 /// The highest sequence number of a run's log (0 when empty).

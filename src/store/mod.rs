@@ -235,6 +235,7 @@ mod tests {
             operator_replans: 0,
             post_condition_replans: 0,
             owner: None,
+            parent_run_id: None,
         }
     }
 

@@ -36,6 +36,8 @@ pub struct RunRow {
     pub post_condition_replans: i32,
     /// The principal that started the run (`None` for runs stored before runs had owners).
     pub owner: Option<String>,
+    /// The run this one was started again from (`metadata.rerunOf`).
+    pub parent_run_id: Option<String>,
 }
 
 /// The counters and plan version of a run, saved together whenever one of them changes.
@@ -182,6 +184,22 @@ pub struct Filter<'a> {
     pub owner: Option<&'a str>,
     /// Only the runs whose objective contains this text (ASCII letters in any case).
     pub objective_contains: Option<&'a str>,
+    /// Only the runs created at or after this time.
+    pub created_from: Option<NaiveDateTime>,
+    /// Only the runs created before this time.
+    pub created_before: Option<NaiveDateTime>,
+    /// Only this run (does it pass the other filters?).
+    pub run_id: Option<&'a str>,
+}
+
+/// The runs started again from `run_id`, oldest first (at most `limit`).
+pub fn reruns_of(conn: &mut DbConn, run_id: &str, limit: i64) -> Result<Vec<(String, Option<String>)>, StoreError> {
+    Ok(super::on_backend!(conn, |c| runs::table
+        .filter(runs::parent_run_id.eq(run_id))
+        .order(runs::run_id)
+        .limit(limit)
+        .select((runs::run_id, runs::owner))
+        .load(c))?)
 }
 
 /// The objectives of the runs `ids`, by run id.
@@ -219,6 +237,15 @@ pub fn page(
         }
         if let Some(text) = filter.objective_contains {
             query = query.filter(runs::objective.like(like_pattern(text)).escape('\\'));
+        }
+        if let Some(from) = filter.created_from {
+            query = query.filter(runs::created_at.ge(from));
+        }
+        if let Some(before) = filter.created_before {
+            query = query.filter(runs::created_at.lt(before));
+        }
+        if let Some(run_id) = filter.run_id {
+            query = query.filter(runs::run_id.eq(run_id));
         }
         query.load(c)
     })?)

@@ -36,6 +36,7 @@ diesel::table! {
         operator_replans -> Integer,
         post_condition_replans -> Integer,
         owner -> Nullable<Text>,
+        parent_run_id -> Nullable<Text>,
     }
 }
 

@@ -100,6 +100,7 @@ pub(super) fn run_list() -> Value {
         "properties": {"runId": {"type": "string"}, "status": {"type": "string"}, "objective": {"type": "string"},
                        "threadId": nullable("string"), "planVersion": {"type": "integer"},
                        "replans": {"type": "integer"}, "error": nullable("string"),
+                       "maxReplans": nullable("integer"),
                        "createdAt": {"type": "string"}, "updatedAt": {"type": "string"}}});
     json!({"type": "object", "required": ["runs", "nextCursor"],
            "properties": {"runs": {"type": "array", "items": entry}, "nextCursor": nullable("string")}})

@@ -1,0 +1,235 @@
+// The composer (`/ui/new`): the envelope as JSON, its goal conditions as rows that compile as they
+// are typed (through the API's own compiler), and Launch, which posts the envelope as typed and
+// shows the server's 400 details at their fields.
+
+const form = document.getElementById("composer");
+const envelopeText = document.getElementById("envelope");
+const rows = form.querySelector("[data-testid=conditions] tbody");
+const jsonProblem = form.querySelector("[data-testid=json-problem]");
+const problems = form.querySelector("[data-testid=problems]");
+
+// The envelope as JSON, or `undefined` (with the parse error shown) when it is not JSON.
+function envelope() {
+  try {
+    const value = JSON.parse(envelopeText.value);
+    jsonProblem.hidden = true;
+    return value;
+  } catch (error) {
+    jsonProblem.textContent = `The envelope is not JSON: ${error.message}`;
+    jsonProblem.hidden = false;
+    return undefined;
+  }
+}
+
+function cell(...children) {
+  const td = document.createElement("td");
+  td.append(...children);
+  return td;
+}
+
+function labelled(text, input) {
+  const label = document.createElement("label");
+  const name = document.createElement("span");
+  name.className = "visually-hidden";
+  name.textContent = text;
+  label.append(name, input);
+  return label;
+}
+
+function textInput(name, value, label) {
+  const input = document.createElement("input");
+  input.type = "text";
+  input.name = name;
+  input.value = value ?? "";
+  input.addEventListener("input", () => writeConditions());
+  return labelled(label, input);
+}
+
+// One goal condition as a row: facet, path, DSL, and what the server compiled it to.
+function conditionRow(goal, index) {
+  const row = document.createElement("tr");
+  row.dataset.index = index;
+  // A condition written as JSON-Logic only stays as it is unless a DSL is typed.
+  row.original = goal.condition ?? {};
+  const dsl = textInput("dsl", goal.condition?.dsl, `Condition ${index + 1}`);
+  dsl.querySelector("input").placeholder = goal.condition?.jsonLogic ? "(JSON-Logic in the envelope)" : "e.g. quality_score >= 0.8";
+  dsl.querySelector("input").addEventListener("input", () => compileSoon(row));
+  const compiled = document.createElement("div");
+  compiled.dataset.testid = "compiled";
+  compiled.setAttribute("aria-live", "polite");
+  const remove = document.createElement("button");
+  remove.type = "button";
+  remove.textContent = "Remove";
+  remove.setAttribute("aria-label", `Remove condition ${index + 1}`);
+  remove.addEventListener("click", () => {
+    row.remove();
+    writeConditions();
+    showConditions();
+  });
+  row.append(
+    cell(textInput("facet", goal.facet, `Facet of condition ${index + 1}`)),
+    cell(textInput("path", goal.path, `Path of condition ${index + 1}`)),
+    cell(dsl),
+    cell(compiled),
+    cell(remove),
+  );
+  return row;
+}
+
+function showConditions() {
+  const empty = rows.children.length === 0;
+  form.querySelector("[data-testid=no-conditions]").hidden = !empty;
+  rows.closest("table").hidden = empty;
+}
+
+// Rows from the envelope's `goal_condition`.
+function readConditions() {
+  const value = envelope();
+  if (value === undefined) return;
+  rows.replaceChildren();
+  const goals = Array.isArray(value.goal_condition) ? value.goal_condition : [];
+  goals.forEach((goal, index) => {
+    const row = conditionRow(goal, index);
+    rows.append(row);
+    compileSoon(row, 0);
+  });
+  showConditions();
+}
+
+// The envelope's `goal_condition` from the rows (left alone while the JSON does not parse).
+function writeConditions() {
+  const value = envelope();
+  if (value === undefined) return;
+  const goals = [...rows.children].map((row) => {
+    const field = (name) => row.querySelector(`[name=${name}]`).value;
+    const dsl = field("dsl").trim();
+    const condition = dsl !== "" || !row.original.jsonLogic ? { dsl } : { jsonLogic: row.original.jsonLogic };
+    return { facet: field("facet").trim(), path: field("path"), condition };
+  });
+  if (goals.length) value.goal_condition = goals;
+  else delete value.goal_condition;
+  envelopeText.value = JSON.stringify(value, null, 2);
+}
+
+// Compiles a row's DSL after a pause in typing; a slower, older answer never overwrites a newer one.
+function compileSoon(row, delay = 250) {
+  clearTimeout(row.timer);
+  row.timer = setTimeout(() => compile(row), delay);
+}
+
+async function compile(row) {
+  const dsl = row.querySelector("[name=dsl]").value;
+  const shown = row.querySelector("[data-testid=compiled]");
+  const asked = (row.asked = (row.asked ?? 0) + 1);
+  if (dsl.trim() === "") {
+    shown.replaceChildren();
+    return;
+  }
+  const response = await fetch("/api/v1/flex/conditions/compile", {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ dsl, relative: true }),
+  }).catch(() => undefined);
+  if (asked !== row.asked) return;
+  if (!response) {
+    shown.textContent = "The server could not be reached.";
+    return;
+  }
+  const answer = await response.json().catch(() => ({}));
+  if (response.ok) {
+    const canonical = document.createElement("code");
+    canonical.textContent = answer.canonicalDsl;
+    const logic = document.createElement("code");
+    logic.className = "json-logic";
+    logic.textContent = JSON.stringify(answer.jsonLogic);
+    shown.className = "compiled ok";
+    shown.replaceChildren(canonical, document.createElement("br"), logic);
+    return;
+  }
+  shown.className = "compiled problem";
+  shown.replaceChildren(...(answer.error?.details ?? []).map((detail) => dslError(dsl, detail)));
+  if (!shown.children.length) shown.textContent = answer.error?.message ?? `The server answered ${response.status}.`;
+}
+
+// A DSL error: its message and the expression with the offending range marked.
+function dslError(dsl, detail) {
+  const item = document.createElement("p");
+  item.textContent = detail.message;
+  const range = detail.range;
+  if (range) {
+    const chars = [...dsl];
+    const start = Math.min(range.start.offset, chars.length);
+    const end = Math.max(start + 1, Math.min(range.end.offset, chars.length));
+    const source = document.createElement("code");
+    const mark = document.createElement("mark");
+    mark.textContent = chars.slice(start, end).join("") || " ";
+    source.append(chars.slice(0, start).join(""), mark, chars.slice(end).join(""));
+    item.append(document.createElement("br"), source);
+  }
+  return item;
+}
+
+// The server's 400 details: every one listed with its path; a goal condition's also at its row.
+function showProblems(answer, status) {
+  for (const marked of rows.querySelectorAll(".field-problem")) marked.remove();
+  const list = problems.querySelector("ul");
+  list.replaceChildren();
+  const details = answer.error?.details?.length ? answer.error.details : [{ path: "", message: answer.error?.message ?? `The server answered ${status}.` }];
+  for (const detail of details) {
+    const item = document.createElement("li");
+    const path = document.createElement("code");
+    path.textContent = detail.path || "(the envelope)";
+    item.append(path, ` ${detail.message}`);
+    list.append(item);
+    const goal = /^\/goal_condition\/(\d+)/.exec(detail.path ?? "");
+    const row = goal && rows.children[Number(goal[1])];
+    if (row) {
+      const note = document.createElement("p");
+      note.className = "problem field-problem";
+      note.textContent = detail.message;
+      row.querySelector("[data-testid=compiled]").after(note);
+    }
+  }
+  problems.hidden = false;
+}
+
+async function launch() {
+  problems.hidden = true;
+  const controller = new AbortController();
+  const response = await fetch("/api/v1/flex/run.stream", {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "content-type": "application/json", accept: "text/event-stream" },
+    body: envelopeText.value,
+    signal: controller.signal,
+  });
+  const runId = response.headers.get("x-flexrun-run-id");
+  if (response.ok && runId) {
+    // The run goes on without this stream; its page follows it.
+    controller.abort();
+    location.assign(`/ui/runs/${encodeURIComponent(runId)}`);
+    return;
+  }
+  showProblems(await response.json().catch(() => ({})), response.status);
+}
+
+envelopeText.addEventListener("change", readConditions);
+form.querySelector("[data-testid=add-condition]").addEventListener("click", () => {
+  const row = conditionRow({ facet: "", path: "", condition: { dsl: "" } }, rows.children.length);
+  rows.append(row);
+  showConditions();
+  writeConditions();
+  row.querySelector("input").focus();
+});
+form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const button = form.querySelector("[data-testid=launch]");
+  button.disabled = true;
+  launch()
+    .catch(() => showProblems({ error: { message: "The server could not be reached." } }, 0))
+    .finally(() => {
+      button.disabled = false;
+    });
+});
+readConditions();

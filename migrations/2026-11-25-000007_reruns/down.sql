@@ -1,0 +1,2 @@
+DROP INDEX runs_by_parent;
+ALTER TABLE runs DROP COLUMN parent_run_id;

@@ -1,0 +1,4 @@
+-- A run started again from another (the console's Re-run, `metadata.rerunOf`) records that run,
+-- so each links to the other.
+ALTER TABLE runs ADD COLUMN parent_run_id TEXT;
+CREATE INDEX runs_by_parent ON runs (parent_run_id);

@@ -1,0 +1,135 @@
+//! `/ui/new` — the composer: a task envelope as JSON, started from an example in `examples/` or
+//! from a run being started again (Re-run), with its goal conditions as rows that compile as
+//! they are typed. **Launch** posts it to `run.stream` from the page; the server validates it, and
+//! its 400 details are shown at their fields.
+
+use actix_web::{HttpResponse, get, web};
+use askama::Template;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::page::{self, Chrome};
+use super::runs::unavailable;
+use super::viewer::Viewer;
+use crate::run::RunId;
+use crate::services::Services;
+use crate::store::{StoreError, runs};
+
+/// The envelopes of `examples/`, compiled in (a test checks that none is missing).
+const EXAMPLES: [(&str, &str); 2] = [
+    ("demo-envelope.json", include_str!("../../examples/demo-envelope.json")),
+    ("json-schema-envelope.json", include_str!("../../examples/json-schema-envelope.json")),
+];
+
+#[derive(Debug, Deserialize)]
+pub struct Start {
+    /// Start again from this run's envelope.
+    from: Option<String>,
+    /// Start from this example.
+    example: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "console/composer.html")]
+struct ComposerPage {
+    chrome: Chrome,
+    examples: Vec<&'static str>,
+    /// What the envelope started from, in words.
+    started_from: String,
+    envelope: String,
+    rerun_of: Option<String>,
+}
+
+/// `GET /ui/new?from=<run id>` or `?example=<file>`.
+#[get("/new")]
+pub async fn compose(viewer: Viewer, query: web::Query<Start>, services: web::Data<Services>) -> HttpResponse {
+    let query = query.into_inner();
+    let (started_from, envelope, rerun_of) = match query.from.as_deref().map(RunId::parse) {
+        Some(Ok(run_id)) => {
+            let key = run_id.to_string();
+            match services.store.read(move |conn| runs::get(conn, &key)).await {
+                Ok(row) if viewer.caller.may_see(row.owner.as_deref()) => {
+                    let stored: Value = serde_json::from_str(&row.envelope).unwrap_or_else(|_| json!({}));
+                    (format!("run {run_id}"), rerun(stored, run_id.as_str()), Some(run_id.to_string()))
+                }
+                Ok(_) | Err(StoreError::NotFound(_)) => return not_found(),
+                Err(error) => return unavailable(&error),
+            }
+        }
+        Some(Err(_)) => return not_found(),
+        None => {
+            let name = query.example.as_deref().unwrap_or(EXAMPLES[0].0);
+            let Some((name, text)) = EXAMPLES.iter().find(|(n, _)| *n == name) else { return not_found() };
+            let example: Value = serde_json::from_str(text).unwrap_or_else(|_| json!({}));
+            (format!("examples/{name}"), example, None)
+        }
+    };
+    page::html(&ComposerPage {
+        chrome: Chrome::new("new", Some(&viewer)),
+        examples: EXAMPLES.iter().map(|(name, _)| *name).collect(),
+        started_from,
+        envelope: serde_json::to_string_pretty(&envelope).unwrap_or_default(),
+        rerun_of,
+    })
+}
+
+fn not_found() -> HttpResponse {
+    page::message(404, "Nothing to start from", "There is no such run that you may see, or no such example.")
+}
+
+/// A stored envelope made ready to post again as a run of its own: each condition as it was
+/// written (the stored envelope adds its compiled forms), no correlation id of the old run, and
+/// `metadata.rerunOf` naming it.
+fn rerun(mut envelope: Value, run_id: &str) -> Value {
+    if let Some(goals) = envelope.get_mut("goal_condition").and_then(Value::as_array_mut) {
+        for goal in goals {
+            if let Some(dsl) = goal.pointer("/condition/dsl").cloned() {
+                goal["condition"] = json!({"dsl": dsl});
+            }
+        }
+    }
+    if !envelope.get("metadata").is_some_and(Value::is_object) {
+        envelope["metadata"] = json!({});
+    }
+    if let Some(metadata) = envelope.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("correlationId");
+        metadata.insert("rerunOf".into(), Value::String(run_id.to_string()));
+    }
+    envelope
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_example_is_offered_and_is_json() {
+        let mut files: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".json"))
+            .collect();
+        files.sort();
+        assert_eq!(files, EXAMPLES.map(|(name, _)| name.to_string()));
+        for (name, text) in EXAMPLES {
+            assert!(serde_json::from_str::<Value>(text).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_rerun_envelope_keeps_the_conditions_as_written_and_names_its_parent() {
+        let stored = json!({
+            "objective": "o",
+            "goal_condition": [
+                {"facet": "f", "path": "", "condition": {"dsl": "x > 1", "canonicalDsl": "x > 1", "jsonLogic": {">": [{"var": "x"}, 1]}, "variables": ["x"]}},
+                {"facet": "g", "path": "", "condition": {"jsonLogic": {"var": "y"}}}
+            ],
+            "metadata": {"correlationId": "c-1", "runLabel": "l"}
+        });
+        let again = rerun(stored, "r-1");
+        assert_eq!(again["goal_condition"][0]["condition"], json!({"dsl": "x > 1"}));
+        assert_eq!(again["goal_condition"][1]["condition"], json!({"jsonLogic": {"var": "y"}}));
+        assert_eq!(again["metadata"], json!({"runLabel": "l", "rerunOf": "r-1"}));
+        assert_eq!(rerun(json!({"objective": "o"}), "r-2")["metadata"], json!({"rerunOf": "r-2"}));
+    }
+}

@@ -1,0 +1,130 @@
+//! A run's frames as pages show them: the run page renders the tail of the log (the newest
+//! [`TAIL`] frames) and follows the rest live; `/ui/runs/{id}/events?before=N` pages back
+//! through older ones. Each frame is one line (seq, type, node, time) that opens to its JSON,
+//! redacted like every read path.
+
+use std::collections::HashMap;
+
+use actix_web::{HttpResponse, get, web};
+use askama::Template;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::page::{self, Chrome};
+use super::shown;
+use super::viewer::Viewer;
+use crate::events::{FrameKind, Seq};
+use crate::redact::Redaction;
+use crate::run::RunId;
+use crate::services::Services;
+use crate::store::events::{self as log, LoggedFrame};
+use crate::store::{StoreError, runs};
+
+/// Frames a page shows at once.
+pub const TAIL: i64 = 200;
+
+/// Retry frames counted for the node panel (a run retries far fewer times than this).
+const RETRIES_READ: i64 = 10_000;
+
+/// One frame, as a line of the event list.
+pub struct EventItem {
+    pub seq: u64,
+    pub kind: String,
+    pub node_id: String,
+    pub at: String,
+    pub json: String,
+}
+
+impl EventItem {
+    fn of(frame: &LoggedFrame, redaction: &Redaction) -> Self {
+        let header: Value = serde_json::from_str(&frame.json).unwrap_or(Value::Null);
+        let text = |key: &str| header.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+        Self {
+            seq: frame.seq.get(),
+            kind: frame.event_type.clone(),
+            node_id: text("nodeId"),
+            at: text("timestamp"),
+            json: shown::json_text(redaction, &frame.json),
+        }
+    }
+}
+
+/// The newest frames before `before` (all of the log's tail when `before` is past its end).
+pub async fn page_before(services: &Services, run_id: &RunId, before: Seq) -> Result<Vec<EventItem>, StoreError> {
+    let id = run_id.to_string();
+    let frames = services.store.read(move |conn| log::before(conn, &id, before, TAIL)).await?;
+    Ok(frames.iter().map(|f| EventItem::of(f, &services.redaction)).collect())
+}
+
+/// How many times each node's capability call was retried.
+pub async fn retries(services: &Services, run_id: &RunId) -> Result<HashMap<String, u32>, StoreError> {
+    let id = run_id.to_string();
+    let frames = services.store.read(move |conn| log::of_type(conn, &id, "retry", RETRIES_READ)).await?;
+    let mut counts = HashMap::new();
+    for frame in frames {
+        let header: Value = serde_json::from_str(&frame.json).unwrap_or(Value::Null);
+        if let Some(node) = header.get("nodeId").and_then(Value::as_str) {
+            *counts.entry(node.to_string()).or_insert(0) += 1;
+        }
+    }
+    Ok(counts)
+}
+
+/// The frame types, for the list's filter and the page's `EventSource`.
+pub fn kinds() -> Vec<&'static str> {
+    FrameKind::ALL.map(FrameKind::as_str).to_vec()
+}
+
+#[derive(Template)]
+#[template(path = "console/events.html")]
+struct EventsPage {
+    chrome: Chrome,
+    run_id: String,
+    objective: String,
+    events: Vec<EventItem>,
+    kinds: Vec<&'static str>,
+    /// The link to older frames, and to newer ones.
+    earlier: Option<u64>,
+    later: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Before {
+    before: Option<String>,
+}
+
+/// `GET /ui/runs/{id}/events?before=N`: the [`TAIL`] frames before seq N.
+#[get("/runs/{id}/events")]
+pub async fn history(
+    viewer: Viewer,
+    id: web::Path<String>,
+    query: web::Query<Before>,
+    services: web::Data<Services>,
+) -> HttpResponse {
+    let not_found = || page::message(404, "Run not found", "There is no run with this id that you may see.");
+    let Ok(run_id) = RunId::parse(&id) else { return not_found() };
+    let key = run_id.to_string();
+    let row = match services.store.read(move |conn| runs::get(conn, &key)).await {
+        Ok(row) => row,
+        Err(StoreError::NotFound(_)) => return not_found(),
+        Err(error) => return super::runs::unavailable(&error),
+    };
+    if !viewer.caller.may_see(row.owner.as_deref()) {
+        return not_found();
+    }
+    let before = query.before.as_deref().and_then(|b| Seq::parse(b).ok()).unwrap_or(Seq::MAX);
+    let events = match page_before(&services, &run_id, before).await {
+        Ok(events) => events,
+        Err(error) => return super::runs::unavailable(&error),
+    };
+    let first = events.first().map(|e| e.seq);
+    page::html(&EventsPage {
+        chrome: Chrome::new("runs", Some(&viewer)),
+        run_id: run_id.to_string(),
+        objective: crate::excerpt::excerpt(&row.objective, 200).into_owned(),
+        earlier: first.filter(|&seq| seq > 1),
+        later: (before != Seq::MAX).then(|| before.get().saturating_add(TAIL.unsigned_abs())),
+        events,
+        kinds: kinds(),
+    })
+}

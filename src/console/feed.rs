@@ -1,0 +1,109 @@
+//! `/ui/feed` — what changes while a console page is open, pushed over SSE (never polled): the
+//! number of pending decisions the viewer may see (every page's navigation shows it), and, for the
+//! run list (`?list=1` with its filters), each run that starts or changes, as the row the list
+//! shows — or `gone` when it no longer passes the list's filters.
+//!
+//! The feed has no replay: after a reconnect it starts with the pending count again, and a list
+//! that may have missed changes (a reconnect, or a feed that fell behind) reads itself again.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use actix_web::{Responder, get, web};
+use actix_web_lab::sse::{self, Sse};
+use askama::Template;
+use futures::Stream;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use super::runs::{Filters, Row, RowHtml};
+use super::viewer::Viewer;
+use crate::http::{Caller, Role};
+use crate::run::inbox;
+use crate::run::view::RunList;
+use crate::services::Services;
+
+#[derive(Debug, Deserialize)]
+pub struct FeedQuery {
+    /// Also send the run list's changes.
+    #[serde(default)]
+    list: Option<String>,
+    #[serde(flatten)]
+    filters: Filters,
+}
+
+/// `GET /ui/feed?list=1&status=&q=&from=&to=`.
+#[get("/feed")]
+pub async fn follow(viewer: Viewer, query: web::Query<FeedQuery>, services: web::Data<Services>) -> impl Responder {
+    let query = query.into_inner();
+    let list = query.list.is_some_and(|l| l == "1").then_some(query.filters);
+    let events = changes(services.into_inner(), viewer.caller, list);
+    Sse::from_stream(events).with_keep_alive(crate::http::KEEP_ALIVE)
+}
+
+/// What a feed holds between events.
+struct Feed {
+    services: Arc<Services>,
+    caller: Caller,
+    list: Option<Filters>,
+    changed: broadcast::Receiver<Arc<str>>,
+    /// The pending count last sent (`None` before the first).
+    pending: Option<usize>,
+    started: bool,
+    queued: VecDeque<sse::Event>,
+}
+
+/// The feed's events: the pending count first, then what each committed change alters.
+fn changes(
+    services: Arc<Services>,
+    caller: Caller,
+    list: Option<Filters>,
+) -> impl Stream<Item = Result<sse::Event, std::convert::Infallible>> {
+    let changed = services.bus.changes();
+    let feed = Feed { services, caller, list, changed, pending: None, started: false, queued: VecDeque::new() };
+    futures::stream::unfold(feed, |mut feed| async move {
+        loop {
+            if let Some(event) = feed.queued.pop_front() {
+                return Some((Ok(event), feed));
+            }
+            if feed.started {
+                match feed.changed.recv().await {
+                    Ok(run_id) => {
+                        if let Some(filters) = &feed.list {
+                            let row = row_event(&feed.services, &feed.caller, filters, &run_id).await;
+                            feed.queued.extend(row);
+                        }
+                    }
+                    // Fell behind: the list reads itself again.
+                    Err(RecvError::Lagged(_)) => feed.queued.push_back(sse::Data::new("{}").event("resync").into()),
+                    Err(RecvError::Closed) => return None,
+                }
+            }
+            feed.started = true;
+            let count = pending_count(&feed.services, &feed.caller).await;
+            if count.is_some() && count != feed.pending {
+                feed.pending = count;
+                feed.queued.push_back(sse::Data::new(json!({"count": count}).to_string()).event("pending").into());
+            }
+        }
+    })
+}
+
+/// The changed run as the list shows it, or `gone` if the list's filters no longer keep it.
+async fn row_event(services: &Services, caller: &Caller, filters: &Filters, run_id: &str) -> Option<sse::Event> {
+    let query = filters.parse().query(caller, Some(run_id.to_string()));
+    let page = RunList::read(services, query, None, 1).await.ok()?;
+    let Some(run) = page.runs.into_iter().next() else {
+        return Some(sse::Data::new(json!({"runId": run_id}).to_string()).event("gone").into());
+    };
+    let status = run.status.clone();
+    let html = RowHtml { run: Row::of(run, caller), operator: caller.role == Role::Operator }.render().ok()?;
+    let data = json!({"runId": run_id, "status": status, "html": html}).to_string();
+    Some(sse::Data::new(data).event("run").into())
+}
+
+/// The decisions pending that `caller` may see (at most [`inbox::LIMIT`]).
+async fn pending_count(services: &Services, caller: &Caller) -> Option<usize> {
+    inbox::read(services, caller.owner_filter().map(String::from)).await.ok().map(|pending| pending.len())
+}

@@ -1,0 +1,86 @@
+//! The node panel of a run page: for each step of the plan version shown, what it was given
+//! (its instructions, the input facets it reads with their current values, the steps it waits
+//! for), what it produced or why it failed, its retries, its post-condition results and its
+//! timings. The graph's boxes link to these panels.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::plan_view::Check;
+use super::shown;
+use crate::condition::{FacetSource, GoalConditionResult};
+use crate::plan::Plan;
+use crate::redact::Redaction;
+use crate::run::view::{NodeView, RunView};
+
+/// One step as its panel shows it.
+pub struct NodePanel {
+    pub id: String,
+    pub label: String,
+    pub capability: String,
+    pub status: String,
+    pub instructions: Vec<String>,
+    /// `(facet, its current value)` for each input facet, `—` when none was written yet.
+    pub inputs: Vec<(String, String)>,
+    pub depends_on: Vec<String>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    /// Transient failures retried, as `retry` frames counted them.
+    pub retries: u32,
+    pub post_conditions: Vec<Check>,
+    pub started_at: Option<String>,
+    pub completed_at: Option<String>,
+    /// How long the step took, in words (`1.2 s`), once it ended.
+    pub took: Option<String>,
+}
+
+/// The panels of `plan`'s steps in plan order; `retries` counts retry frames by node id.
+pub fn panels(view: &RunView, plan: &Plan, retries: &HashMap<String, u32>, redaction: &Redaction) -> Vec<NodePanel> {
+    plan.nodes
+        .iter()
+        .map(|node| {
+            let id = node.id.to_string();
+            let row = view.nodes.iter().find(|n| u32::try_from(n.plan_version) == Ok(plan.version) && n.node_id == id);
+            let inputs = node
+                .input_facets
+                .iter()
+                .map(|facet| {
+                    let value = view.context.facet_value(facet);
+                    (facet.clone(), value.map_or_else(|| "—".into(), |v| shown::json(redaction, v)))
+                })
+                .collect();
+            NodePanel {
+                label: node.label.clone(),
+                capability: node.capability_id.clone(),
+                status: row.map_or_else(|| node.status.as_str().to_string(), |r| r.status.clone()),
+                instructions: node.instructions.clone(),
+                inputs,
+                depends_on: plan.edges.iter().filter(|e| e.to == node.id).map(|e| e.from.to_string()).collect(),
+                output: row.and_then(|r| present(&r.output)).map(|v| shown::json(redaction, v)),
+                error: row.and_then(|r| present(&r.error)).map(|v| shown::json(redaction, v)),
+                retries: retries.get(&id).copied().unwrap_or_default(),
+                post_conditions: row.map(post_conditions).unwrap_or_default(),
+                started_at: row.and_then(|r| r.started_at).map(|t| t.to_rfc3339()),
+                completed_at: row.and_then(|r| r.completed_at).map(|t| t.to_rfc3339()),
+                took: row.and_then(took),
+                id,
+            }
+        })
+        .collect()
+}
+
+fn present(value: &Value) -> Option<&Value> {
+    Some(value).filter(|v| !v.is_null())
+}
+
+fn post_conditions(row: &NodeView) -> Vec<Check> {
+    serde_json::from_value::<Vec<GoalConditionResult>>(row.post_condition_results.clone())
+        .map(|results| results.iter().map(Check::of).collect())
+        .unwrap_or_default()
+}
+
+fn took(row: &NodeView) -> Option<String> {
+    let millis = (row.completed_at? - row.started_at?).num_milliseconds();
+    Some(if millis < 1_000 { format!("{millis} ms") } else { format!("{}.{} s", millis / 1_000, millis % 1_000 / 100) })
+}

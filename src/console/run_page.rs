@@ -1,0 +1,213 @@
+//! `/ui/runs/{id}` — one run: its header, the actions that apply now, the plan graph with its
+//! versions, node panels and goal-condition rounds, the final output, and the tail of its
+//! frames, followed live.
+
+use actix_web::{HttpResponse, get, web};
+use askama::Template;
+use serde::Deserialize;
+
+use super::events::{self, EventItem};
+use super::graph;
+use super::page::{self, Chrome};
+use super::plan_view::PlanSection;
+use super::runs::unavailable;
+use super::shown;
+use super::task_form::{self, Field};
+use super::viewer::Viewer;
+use crate::events::Seq;
+use crate::events::payload::HitlKind;
+use crate::http::{Caller, Role};
+use crate::run::view::{RunView, ViewError};
+use crate::run::{RunId, RunStatus};
+use crate::services::Services;
+use crate::store::{StoreError, runs};
+
+/// Re-runs a page links to (a run started again more often than this is rare).
+const RERUNS_SHOWN: i64 = 50;
+
+#[derive(Template)]
+#[template(path = "console/run.html")]
+struct RunPage {
+    chrome: Chrome,
+    /// The request the run waits on, as the operator answers it here.
+    pending: Option<Pending>,
+    /// Operator actions that apply now (empty for a caller: the page is read-only).
+    can_replan: bool,
+    can_cancel: bool,
+    run_id: String,
+    objective: String,
+    status: String,
+    correlation_id: String,
+    plan_version: u32,
+    /// Replans made of each kind, and of the budget: "1 of 4 (goal conditions 1 of 2)".
+    replans: String,
+    /// The last frame the page was rendered with: later ones are live.
+    last_seq: u64,
+    plan: Option<PlanSection>,
+    result: Option<String>,
+    error: Option<String>,
+    /// The run this one was started again from, and the runs started again from this one.
+    parent: Option<String>,
+    reruns: Vec<String>,
+    events: Vec<EventItem>,
+    /// The seq of the oldest frame shown, when older ones exist.
+    earlier: Option<u64>,
+    /// Every frame type, for the filter and the page's `EventSource`.
+    kinds: Vec<&'static str>,
+    frame_types: String,
+    box_width: u32,
+    box_height: u32,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RunQuery {
+    version: Option<u32>,
+}
+
+/// A pending request, as the run page offers to answer it.
+struct Pending {
+    id: String,
+    /// `approval`, `question` or `human_task`.
+    kind: &'static str,
+    question: String,
+    node_id: String,
+    /// A human task's form.
+    fields: Vec<Field>,
+}
+
+/// `GET /ui/runs/{id}`: the run, its frames followed live.
+#[get("/runs/{id}")]
+pub async fn show(
+    viewer: Viewer,
+    id: web::Path<String>,
+    query: web::Query<RunQuery>,
+    services: web::Data<Services>,
+) -> HttpResponse {
+    let caller = &viewer.caller;
+    let not_found = || page::message(404, "Run not found", "There is no run with this id that you may see.");
+    let Ok(run_id) = RunId::parse(&id) else { return not_found() };
+    let view = match RunView::read(&services, &run_id).await {
+        Ok(view) => view,
+        Err(ViewError::Store(StoreError::NotFound(_))) => return not_found(),
+        Err(error) => return unavailable(&error),
+    };
+    if !caller.may_see(view.run.owner.as_deref()) {
+        return not_found();
+    }
+    let read = async {
+        let events = events::page_before(&services, &run_id, Seq::MAX).await?;
+        let retries = events::retries(&services, &run_id).await?;
+        let (parent, reruns) = relatives(&services, caller, &view).await?;
+        Ok::<_, StoreError>((events, retries, parent, reruns))
+    };
+    let (events, retries, parent, reruns) = match read.await {
+        Ok(read) => read,
+        Err(error) => return unavailable(&error),
+    };
+    let operator = caller.role == Role::Operator;
+    let status = view.run.status;
+    let waiting = matches!(status, RunStatus::AwaitingHitl | RunStatus::AwaitingHuman);
+    let redaction = &services.redaction;
+    let result = Some(&view.run.result).filter(|v| !v.is_null()).map(|v| shown::json(redaction, v));
+    let error = Some(&view.run.error).filter(|v| !v.is_null()).map(|v| shown::json(redaction, v));
+    page::html(&RunPage {
+        chrome: Chrome::new("runs", Some(&viewer)),
+        pending: pending(&services, &view).filter(|_| operator && waiting),
+        can_replan: operator && waiting,
+        can_cancel: operator && !status.is_terminal(),
+        run_id: run_id.to_string(),
+        objective: view.run.objective.clone(),
+        status: status.as_str().to_string(),
+        correlation_id: view.run.correlation_id.clone(),
+        plan_version: view.run.plan_version,
+        replans: replans(&view),
+        last_seq: view.run.last_seq,
+        plan: PlanSection::of(&view, query.version, &retries, redaction),
+        result,
+        error,
+        parent,
+        reruns,
+        earlier: events.first().map(|e| e.seq).filter(|&seq| seq > 1),
+        events,
+        kinds: events::kinds(),
+        frame_types: events::kinds().join(" "),
+        box_width: graph::BOX_WIDTH,
+        box_height: graph::BOX_HEIGHT,
+    })
+}
+
+/// The request the run waits on, with a human task's form.
+fn pending(services: &Services, view: &RunView) -> Option<Pending> {
+    let request = view.hitl_requests.iter().find(|r| r.status == "pending")?;
+    let node_id = request.request.node_id.clone().unwrap_or_default();
+    let kind = match request.request.kind {
+        HitlKind::Approval => "approval",
+        HitlKind::Clarify => "question",
+        HitlKind::HumanTask => "human_task",
+    };
+    let fields = if kind == "human_task" {
+        let capability = view
+            .nodes
+            .iter()
+            .rev()
+            .find(|n| n.node_id == node_id)
+            .and_then(|n| services.registry.snapshot().get(&n.capability_id).cloned());
+        let schema = capability.as_ref().and_then(|c| c.registration.pointer("/outputContract/schema")).cloned();
+        task_form::fields(&schema.unwrap_or_default())
+    } else {
+        Vec::new()
+    };
+    Some(Pending { id: request.request.id.clone(), kind, question: request.request.question.clone(), node_id, fields })
+}
+
+/// "2 of 4 (goal conditions 1 of 2, operator 1)": what the run used of its replan budget.
+fn replans(view: &RunView) -> String {
+    let used = &view.run.replans;
+    let kinds: Vec<String> = [
+        ("goal conditions", used.goal_condition),
+        ("capability signals", used.capability_signal),
+        ("runtime policies", used.runtime_policy),
+        ("operator", used.operator),
+        ("post-conditions", used.post_condition),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(name, n)| match (name, &view.run.replan_budget) {
+        (&"goal conditions", Some(budget)) => format!("{name} {n} of {}", budget.limits.max_goal_condition_replans),
+        _ => format!("{name} {n}"),
+    })
+    .collect();
+    let total = match &view.run.replan_budget {
+        Some(budget) => format!("{} of {}", used.total, budget.limits.max_replans),
+        None => used.total.to_string(),
+    };
+    if kinds.is_empty() { total } else { format!("{total} ({})", kinds.join(", ")) }
+}
+
+/// The run this one was started again from and the runs started again from it, those the
+/// viewer may see.
+async fn relatives(
+    services: &Services,
+    caller: &Caller,
+    view: &RunView,
+) -> Result<(Option<String>, Vec<String>), StoreError> {
+    let id = view.run.run_id.clone();
+    let parent_id = view.run.parent_run_id.clone();
+    let (parent, reruns) = services
+        .store
+        .read(move |conn| {
+            let parent = match parent_id {
+                Some(parent) => match runs::get(conn, &parent) {
+                    Ok(row) => Some((row.run_id, row.owner)),
+                    Err(StoreError::NotFound(_)) => None,
+                    Err(error) => return Err(error),
+                },
+                None => None,
+            };
+            Ok((parent, runs::reruns_of(conn, &id, RERUNS_SHOWN)?))
+        })
+        .await?;
+    let parent = parent.filter(|(_, owner)| caller.may_see(owner.as_deref())).map(|(id, _)| id);
+    let reruns = reruns.into_iter().filter(|(_, owner)| caller.may_see(owner.as_deref())).map(|(id, _)| id).collect();
+    Ok((parent, reruns))
+}
