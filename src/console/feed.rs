@@ -18,7 +18,6 @@ use serde_json::json;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::runs::{Filters, Row, RowHtml};
-use super::viewer::Viewer;
 use crate::http::{Caller, Role};
 use crate::run::inbox;
 use crate::run::view::RunList;
@@ -35,10 +34,10 @@ pub struct FeedQuery {
 
 /// `GET /ui/feed?list=1&status=&q=&from=&to=`.
 #[get("/feed")]
-pub async fn follow(viewer: Viewer, query: web::Query<FeedQuery>, services: web::Data<Services>) -> impl Responder {
+pub async fn follow(caller: Caller, query: web::Query<FeedQuery>, services: web::Data<Services>) -> impl Responder {
     let query = query.into_inner();
     let list = query.list.is_some_and(|l| l == "1").then_some(query.filters);
-    let events = changes(services.into_inner(), viewer.caller, list);
+    let events = changes(services.into_inner(), caller, list);
     Sse::from_stream(events).with_keep_alive(crate::http::KEEP_ALIVE)
 }
 

@@ -12,13 +12,15 @@ pub struct Chrome {
     pub section: &'static str,
     pub signed_in: bool,
     pub principal: String,
+    /// Whether the page follows `/ui/feed` (the pending count): only a page someone may see.
+    pub feed: bool,
 }
 
 impl Chrome {
     pub fn new(section: &'static str, viewer: Option<&super::viewer::Viewer>) -> Self {
         let (signed_in, principal) =
             viewer.map_or((false, String::new()), |v| (v.signed_in, v.caller.principal.clone()));
-        Self { version: VERSION, section, signed_in, principal }
+        Self { version: VERSION, section, signed_in, principal, feed: viewer.is_some() }
     }
 }
 

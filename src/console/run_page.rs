@@ -95,7 +95,9 @@ pub async fn show(
         return not_found();
     }
     let read = async {
-        let events = events::page_before(&services, &run_id, Seq::MAX).await?;
+        // The frames up to the view's last one, not later ones: the page follows from there.
+        let rendered = Seq::new(view.run.last_seq).unwrap_or(Seq::MAX).next();
+        let events = events::page_before(&services, &run_id, rendered).await?;
         let retries = events::retries(&services, &run_id).await?;
         let (parent, reruns) = relatives(&services, caller, &view).await?;
         Ok::<_, StoreError>((events, retries, parent, reruns))

@@ -73,6 +73,50 @@ impl Browser {
         panic!("{css} never showed {wanted:?}; it shows {:?}", self.text(css).await);
     }
 
+    /// Clicks the first enabled button labelled `label` (inside `scope`, a CSS selector).
+    pub async fn click_button(&self, scope: &str, label: &str) {
+        let css = format!("{scope} button");
+        for _ in 0..100 {
+            for button in self.client.find_all(Locator::Css(&css)).await.unwrap() {
+                if button.text().await.is_ok_and(|text| text.trim() == label)
+                    && button.is_enabled().await.unwrap_or(false)
+                {
+                    return button.click().await.unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no enabled button {label:?} in {scope}");
+    }
+
+    /// Types `text` into the field `css` selects, replacing what it held.
+    pub async fn fill(&self, css: &str, text: &str) {
+        let field = self.client.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css(css)).await;
+        let field = field.unwrap_or_else(|e| panic!("no field {css}: {e}"));
+        field.clear().await.unwrap();
+        field.send_keys(text).await.unwrap();
+    }
+
+    /// Sets a large field's value at once (typing a whole envelope key by key is slow) and tells
+    /// the page, as typing would.
+    pub async fn set_value(&self, css: &str, text: &str) {
+        let script = "const f = document.querySelector(arguments[0]); f.value = arguments[1]; \
+                      f.dispatchEvent(new Event('input', {bubbles: true})); \
+                      f.dispatchEvent(new Event('change', {bubbles: true}));";
+        self.client.execute(script, vec![json!(css), json!(text)]).await.unwrap();
+    }
+
+    /// Waits up to 10 s until `script` (a function body) returns `true`.
+    pub async fn wait_until(&self, what: &str, script: &str) {
+        for _ in 0..100 {
+            if self.client.execute(script, vec![]).await.is_ok_and(|v| v == json!(true)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("never true: {what}");
+    }
+
     /// Severe messages the pages logged to the browser console (errors, failed requests).
     pub async fn console_errors(&self) -> Vec<String> {
         let logs = self.client.issue_cmd(LogCommand).await.unwrap_or_default();

@@ -1,0 +1,130 @@
+//! The console's composer and Re-run in a real headless Chromium, against the real server, a real
+//! SQLite file and a stand-in model on loopback.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use fantoccini::Locator;
+use serde_json::{Value, json};
+use support::browser::Browser;
+use support::*;
+
+/// The envelope of the tests, without goal conditions: the composer's rows add them.
+fn bare_envelope() -> Value {
+    let mut bare = envelope();
+    bare.as_object_mut().unwrap().remove("goal_condition");
+    bare
+}
+
+/// Launch from the composer: goal-condition rows compile as typed (an error marks its range), the
+/// server's 400 details are shown at their fields, and a launched run is followed live to
+/// `completed`, its repair replan shown as v2 and the failed condition in v1's round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_launched_from_the_composer_is_followed_live_through_its_repair() {
+    let server = TestServer::start(repair_script(0.5, 0.9)).await;
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url("/ui/new")).await.unwrap();
+    assert_eq!(browser.text("[data-testid=started-from]").await, "examples/demo-envelope.json");
+    browser.set_value("#envelope", &serde_json::to_string_pretty(&bare_envelope()).unwrap()).await;
+    browser.wait_for_text("[data-testid=no-conditions]", "No goal conditions").await;
+
+    // A row compiles as it is typed: an error is shown with its range marked, then the fix.
+    browser.click_button("form.composer", "Add a condition").await;
+    browser.fill("[data-testid=conditions] [name=facet]", "post_copy").await;
+    browser.fill("[data-testid=conditions] [name=path]", "/quality_score").await;
+    browser.fill("[data-testid=conditions] [name=dsl]", "quality_score >= ").await;
+    browser.wait_for_text("[data-testid=compiled]", "quality_score >=").await;
+    assert!(client.find(Locator::Css("[data-testid=compiled] mark")).await.is_ok(), "the range is marked");
+    browser.fill("[data-testid=conditions] [name=dsl]", "quality_score>=0.8").await;
+    browser.wait_for_text("[data-testid=compiled]", "{\">=\":[{\"var\":\"quality_score\"},0.8]}").await;
+    assert!(browser.text("[data-testid=compiled]").await.starts_with("quality_score >= 0.8"), "canonical form");
+    let written: Value = serde_json::from_str(&envelope_text(&browser).await).unwrap();
+    assert_eq!(
+        written["goal_condition"],
+        json!([{"facet": "post_copy", "path": "/quality_score", "condition": {"dsl": "quality_score>=0.8"}}]),
+        "the rows are the envelope's goal_condition"
+    );
+
+    // The server's refusals, at their fields: an empty objective, then a condition on an unknown
+    // facet (shown at its row too).
+    let mut wrong = written.clone();
+    wrong["objective"] = json!("");
+    browser.set_value("#envelope", &wrong.to_string()).await;
+    browser.click_button("form.composer", "Launch").await;
+    browser.wait_for_text("[data-testid=problems]", "/objective").await;
+    let mut wrong = written.clone();
+    wrong["goal_condition"][0]["facet"] = json!("no_such_facet");
+    browser.set_value("#envelope", &wrong.to_string()).await;
+    browser.click_button("form.composer", "Launch").await;
+    browser.wait_for_text("[data-testid=problems]", "/goal_condition/0/facet").await;
+    assert!(!browser.text("[data-testid=problems]").await.contains("/objective"), "the earlier refusal is gone");
+    browser.wait_for_text("[data-testid=conditions] .field-problem", "no_such_facet").await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "no run was created");
+    browser.screenshot("composer").await;
+
+    // Launch: the run's page follows it live through the repair.
+    browser.set_value("#envelope", &written.to_string()).await;
+    browser.click_button("form.composer", "Launch").await;
+    browser.wait_until("the run's page opened", "return location.pathname.startsWith('/ui/runs/')").await;
+    browser.wait_for_text("[data-testid=status]", "completed").await;
+    let run_id = client.current_url().await.unwrap().path().trim_start_matches("/ui/runs/").to_string();
+    assert_eq!(server.planner_calls().len(), 2, "the first plan and its repair");
+    client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();
+    let versions = client.find_all(Locator::Css("nav.versions a")).await.unwrap();
+    assert_eq!(versions.len(), 2);
+    assert!(browser.text("[data-testid=why]").await.contains("post_copy /quality_score not met"));
+    versions[0].click().await.unwrap();
+    browser.wait_for_text("[data-testid=checks] caption", "after v1").await;
+    let round = browser.text("[data-testid=checks] tbody").await;
+    assert!(round.contains("quality_score>=0.8") && round.contains("0.5") && round.contains("fail"), "{round}");
+
+    // The server's refusals are logged by the browser as failed requests; nothing else may be.
+    let errors = browser.console_errors().await;
+    let refused = |e: &String| (e.contains("run.stream") || e.contains("conditions/compile")) && e.contains("400");
+    assert!(errors.iter().all(refused), "console errors: {errors:?}");
+    browser.close().await;
+}
+
+/// Re-run opens the composer with the run's envelope; the new run, launched with an edited
+/// objective, records its parent, and each page links to the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_run_starts_a_new_run_from_an_edited_envelope_and_links_both_ways() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let parent = server.run(&envelope()).await[0].run_id.clone();
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url(&format!("/ui/runs/{parent}"))).await.unwrap();
+    client.find(Locator::Css("[data-testid=rerun]")).await.unwrap().click().await.unwrap();
+    browser.wait_for_text("[data-testid=started-from]", &format!("run {parent}")).await;
+    let mut again: Value = serde_json::from_str(&envelope_text(&browser).await).unwrap();
+    assert_eq!(again["metadata"]["rerunOf"], json!(parent));
+    assert_eq!(again["goal_condition"], envelope()["goal_condition"], "the conditions as they were posted");
+    assert_eq!(
+        browser.text("[data-testid=conditions] [data-testid=compiled]").await,
+        "",
+        "JSON-Logic needs no compile"
+    );
+    again["objective"] = json!("Write a shorter post about flexrun");
+    browser.set_value("#envelope", &again.to_string()).await;
+    browser.click_button("form.composer", "Launch").await;
+    browser.wait_until("the new run's page opened", "return location.pathname.startsWith('/ui/runs/')").await;
+    browser.wait_for_text("[data-testid=status]", "completed").await;
+    let child = client.current_url().await.unwrap().path().trim_start_matches("/ui/runs/").to_string();
+    assert_ne!(child, parent);
+    assert_eq!(browser.text("h1").await, "Write a shorter post about flexrun");
+    assert_eq!(browser.text("[data-testid=parent]").await, parent);
+    let stored = flexrun::store::runs::get(&mut server.db(), &child).unwrap();
+    assert_eq!(stored.parent_run_id.as_deref(), Some(parent.as_str()));
+
+    client.find(Locator::Css("[data-testid=parent]")).await.unwrap().click().await.unwrap();
+    browser.wait_for_text("[data-testid=reruns]", &child).await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}
+
+async fn envelope_text(browser: &Browser) -> String {
+    let value = browser.client.execute("return document.querySelector('#envelope').value", vec![]).await.unwrap();
+    value.as_str().unwrap().to_string()
+}
