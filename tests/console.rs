@@ -276,6 +276,8 @@ async fn the_inbox_lists_pending_decisions_oldest_first_and_answers_them_in_plac
     assert_eq!(items[0].attr("data-run-id").await.unwrap().as_deref(), Some(first.as_str()), "oldest first");
     assert_eq!(items[1].attr("data-run-id").await.unwrap().as_deref(), Some(second.as_str()));
     assert!(items[0].text().await.unwrap().starts_with("Plan approval"));
+    browser.wait_for_text("[data-testid=pending-count]", "2").await;
+    browser.screenshot("inbox").await;
 
     // Approve the oldest in place: it leaves the inbox and its run completes.
     let approve = items[0].find(Locator::Css("form[data-approved=true] button")).await.unwrap();
@@ -377,6 +379,7 @@ async fn the_capabilities_page_shows_registrations_without_their_secrets() {
     let browser = Browser::start(1280).await;
     let client = &browser.client;
     client.goto(&server.url("/ui/capabilities")).await.unwrap();
+    browser.screenshot("capabilities").await;
     let rows = client.find_all(Locator::Css("[data-testid=capabilities] tbody tr")).await.unwrap();
     let ids: Vec<Option<String>> = futures::future::join_all(rows.iter().map(|r| r.attr("data-capability-id")))
         .await
