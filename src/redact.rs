@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use aho_corasick::AhoCorasick;
+use memchr::{memchr_iter, memrchr};
 use serde_json::Value;
 
 /// What a redacted value is replaced by.
@@ -40,16 +40,12 @@ pub const DEFAULT_MARKERS: [&str; 16] = [
 /// The markers in force: the defaults and those an operator added (`redaction.extra_keys`).
 #[derive(Debug, Clone)]
 pub struct Redaction {
+    /// Lowercase letters and digits only, never empty.
     markers: Vec<String>,
-    /// Finds, in one pass over a text, whether any marker could be spelled in it at all (each
-    /// marker, and the compound ones also with `_` and `-` between their words), so a text that
-    /// cannot hold a secret key is passed on untouched without looking at its keys.
-    /// (`None` if the automaton could not be built: then every text is looked at.)
-    candidates: Option<AhoCorasick>,
+    /// The letters each marker is spelled with, in the order of `markers` ([`letters`]): a key
+    /// that lacks one of them cannot spell that marker, which settles most keys at once.
+    letters: Vec<u64>,
 }
-
-/// The default markers made of two words, as keys may spell them.
-const COMPOUNDS: [(&str, &str); 3] = [("api", "key"), ("private", "key"), ("access", "key")];
 
 impl Default for Redaction {
     fn default() -> Self {
@@ -66,23 +62,33 @@ impl Redaction {
         markers.extend(extra.iter().map(|m| normalise(m)).filter(|m| !m.is_empty()));
         markers.sort();
         markers.dedup();
-        let mut patterns: Vec<String> = markers.clone();
-        patterns.extend(COMPOUNDS.iter().flat_map(|(a, b)| [format!("{a}_{b}"), format!("{a}-{b}")]));
-        patterns.extend(extra.iter().map(|m| m.to_ascii_lowercase()));
-        // Building fails only for absurdly large pattern sets.
-        let candidates = AhoCorasick::builder().ascii_case_insensitive(true).build(&patterns).ok();
-        Self { markers, candidates }
+        let letters = markers.iter().map(|m| letters(m.as_bytes())).collect();
+        Self { markers, letters }
     }
 
-    /// Whether a value under `key` is a secret.
+    /// Whether a value under `key` is a secret: some run of its words, from a word's start to a
+    /// word's end, spells a marker or its plural.
     pub fn is_secret(&self, key: &str) -> bool {
-        let words = words(key);
-        (0..words.len()).any(|start| {
-            let mut spelled = String::new();
-            words[start..].iter().any(|word| {
-                spelled.push_str(word);
-                self.markers.iter().any(|m| spelled == *m || spelled.strip_suffix('s') == Some(m.as_str()))
-            })
+        self.spelled(key.as_bytes(), letters(key.as_bytes()) & !ESCAPE)
+    }
+
+    /// [`Self::is_secret`] for a key with the letters `present`. Every key of every streamed frame
+    /// is asked about, so a key that lacks a letter of each marker is answered without finding
+    /// its words.
+    fn spelled(&self, key: &[u8], present: u64) -> bool {
+        let spellable = |(_, letters): &(&String, &u64)| *letters & !present == 0;
+        if !self.markers.iter().zip(&self.letters).any(|pair| spellable(&pair)) {
+            return false;
+        }
+        (0..key.len()).any(|at| {
+            let first = key.get(at).map(u8::to_ascii_lowercase);
+            starts_word(key, at)
+                && self
+                    .markers
+                    .iter()
+                    .zip(&self.letters)
+                    .filter(spellable)
+                    .any(|(m, _)| m.as_bytes().first() == first.as_ref() && spells(key, at, m.as_bytes()))
         })
     }
 
@@ -106,8 +112,7 @@ impl Redaction {
     /// A JSON text (a frame) with every secret replaced: the same text when it has no secret
     /// key — found in one pass without parsing, so the common frame costs no copy.
     pub fn text<'a>(&self, json: &'a str) -> Cow<'a, str> {
-        let candidate = self.candidates.as_ref().is_none_or(|c| c.is_match(json));
-        if !candidate || !keys(json).any(|key| self.is_secret(&key)) {
+        if !self.has_secret_key(json) {
             return Cow::Borrowed(json);
         }
         match serde_json::from_str::<Value>(json) {
@@ -115,6 +120,112 @@ impl Redaction {
             // Not JSON: nothing flexrun wrote; show nothing of it.
             Err(_) => Cow::Owned(format!("\"{REDACTED}\"")),
         }
+    }
+
+    /// Whether an object key of a JSON text names a secret. A key is found from the `:` after it:
+    /// in JSON a `:` follows a string only when that string is a key (a quote inside a string is
+    /// escaped), so the text is searched for colons alone and each key looked at once. A key
+    /// without its opening quote (not JSON) counts as a secret: the text is then parsed.
+    fn has_secret_key(&self, json: &str) -> bool {
+        let bytes = json.as_bytes();
+        memchr_iter(b':', bytes).any(|colon| {
+            let before = bytes.get(..colon).unwrap_or_default();
+            let close = before.len() - before.iter().rev().take_while(|b| b.is_ascii_whitespace()).count();
+            let Some(close) = close.checked_sub(1).filter(|&q| before.get(q) == Some(&b'"') && !escaped(bytes, q))
+            else {
+                return false;
+            };
+            let Some(open) = opening_quote(bytes, close) else { return true };
+            let key = bytes.get(open + 1..close).unwrap_or_default();
+            let present = letters(key);
+            if present & ESCAPE == 0 {
+                return self.spelled(key, present);
+            }
+            // A key written with escapes is judged by what it says once unescaped.
+            json.get(open..=close)
+                .and_then(|quoted| serde_json::from_str::<String>(quoted).ok())
+                .is_none_or(|key| self.is_secret(&key))
+        })
+    }
+}
+
+/// The bit [`letters`] sets for a backslash: the key has escapes.
+const ESCAPE: u64 = 1 << 63;
+
+/// Bits for the bytes of a key: a–z and A–Z as 0–25, 0–9 as 26–35, `\\` as [`ESCAPE`].
+#[expect(clippy::as_conversions, reason = "bytes as indices of a table built at compile time, where From is not const")]
+static LETTER_BITS: [u64; 256] = {
+    let mut bits = [0; 256];
+    let mut b = 0;
+    while b < 26 {
+        bits[b'a' as usize + b] = 1 << b;
+        bits[b'A' as usize + b] = 1 << b;
+        b += 1;
+    }
+    let mut d = 0;
+    while d < 10 {
+        bits[b'0' as usize + d] = 1 << (26 + d);
+        d += 1;
+    }
+    bits[b'\\' as usize] = ESCAPE;
+    bits
+};
+
+/// The letters and digits in `text` as a set of bits, without case ([`LETTER_BITS`]).
+fn letters(text: &[u8]) -> u64 {
+    text.iter().fold(0, |bits, &b| bits | LETTER_BITS[usize::from(b)])
+}
+
+/// The unescaped quote that opens the string whose closing quote is at `close`.
+fn opening_quote(bytes: &[u8], close: usize) -> Option<usize> {
+    let mut end = close;
+    loop {
+        let quote = memrchr(b'"', bytes.get(..end)?)?;
+        if !escaped(bytes, quote) {
+            return Some(quote);
+        }
+        end = quote;
+    }
+}
+
+/// Whether the byte at `at` is escaped: an odd number of backslashes before it.
+fn escaped(bytes: &[u8], at: usize) -> bool {
+    bytes.get(..at).unwrap_or_default().iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1
+}
+
+/// Whether the letters and digits of `key` from `at` on spell `marker` (the words between are
+/// joined, their separators skipped), or its plural, and end where a word ends.
+fn spells(key: &[u8], mut at: usize, marker: &[u8]) -> bool {
+    for &expected in marker {
+        while key.get(at).is_some_and(|b| !b.is_ascii_alphanumeric()) {
+            at += 1;
+        }
+        if key.get(at).map(u8::to_ascii_lowercase) != Some(expected) {
+            return false;
+        }
+        at += 1;
+    }
+    word_boundary(key, at) || (key.get(at).map(u8::to_ascii_lowercase) == Some(b's') && word_boundary(key, at + 1))
+}
+
+/// Whether a word of `key` starts at byte `at`.
+fn starts_word(key: &[u8], at: usize) -> bool {
+    key.get(at).is_some_and(u8::is_ascii_alphanumeric) && word_boundary(key, at)
+}
+
+/// Whether `at` lies between two words of `key` (or at its start or end). Words are split at
+/// every byte that is not an ASCII letter or digit, and where a lowercase letter or a digit is
+/// followed by an uppercase letter: `apiKey`, `X-Api-Key` and `api_key` are the words `api` and
+/// `key`.
+fn word_boundary(key: &[u8], at: usize) -> bool {
+    let before = at.checked_sub(1).and_then(|b| key.get(b));
+    match (before, key.get(at)) {
+        (Some(before), Some(after)) => {
+            !before.is_ascii_alphanumeric()
+                || !after.is_ascii_alphanumeric()
+                || (after.is_ascii_uppercase() && (before.is_ascii_lowercase() || before.is_ascii_digit()))
+        }
+        _ => true,
     }
 }
 
@@ -136,58 +247,9 @@ pub fn url(raw: &str) -> String {
     }
 }
 
-/// The words of a key, lowercased: split at non-alphanumerics and where a lowercase letter or
-/// digit is followed by an uppercase one.
-fn words(key: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut previous_lower = false;
-    for c in key.chars() {
-        if !c.is_ascii_alphanumeric() {
-            words.extend((!word.is_empty()).then(|| std::mem::take(&mut word)));
-            previous_lower = false;
-            continue;
-        }
-        if c.is_ascii_uppercase() && previous_lower {
-            words.push(std::mem::take(&mut word));
-        }
-        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
-        word.push(c.to_ascii_lowercase());
-    }
-    words.extend((!word.is_empty()).then_some(word));
-    words
-}
-
-/// The object keys of a JSON text, in one pass over its bytes (strings followed by `:`).
-fn keys(json: &str) -> impl Iterator<Item = String> + '_ {
-    let bytes = json.as_bytes();
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        while at < bytes.len() {
-            if bytes[at] != b'"' {
-                at += 1;
-                continue;
-            }
-            let start = at + 1;
-            let mut end = start;
-            while end < bytes.len() && bytes[end] != b'"' {
-                end += if bytes[end] == b'\\' { 2 } else { 1 };
-            }
-            at = end + 1;
-            let mut next = at;
-            while next < bytes.len() && bytes[next].is_ascii_whitespace() {
-                next += 1;
-            }
-            if bytes.get(next) == Some(&b':') {
-                return Some(json.get(start..end.min(bytes.len())).unwrap_or_default().to_string());
-            }
-        }
-        None
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
@@ -210,10 +272,16 @@ mod tests {
             "authorization",
             "credentials",
             "AWS_SECRET_ACCESS_KEY",
+            "api.key",
+            "APIKey",
+            "maxTokens",
+            "tokenId",
         ] {
             assert!(r.is_secret(secret), "{secret}");
         }
-        for plain in ["author", "tokenizer", "topic", "keyPoints", "monkey", "authors_note"] {
+        for plain in
+            ["author", "tokenizer", "topic", "keyPoints", "monkey", "authors_note", "subtoken", "XMLHttpRequest", ""]
+        {
             assert!(!r.is_secret(plain), "{plain}");
         }
         assert!(!r.is_secret("tenant"));
@@ -237,6 +305,81 @@ mod tests {
         assert!(["k1", "k2", "k3", "k4"].iter().all(|k| !out.contains(k)), "{out}");
         let escaped = r#"{"a\"b":1,"password":"p"}"#;
         assert!(!r.text(escaped).contains("\"p\""));
+        let unescaped = r#"{"\u0074oken":"t1","api.key":"k1","Access Key":"k2"}"#;
+        let out = r.text(unescaped).into_owned();
+        assert!(!out.contains("t1") && !out.contains("k1") && !out.contains("k2"), "{out}");
+        assert_eq!(r.text(r#"{"a":"x\":1","b":2}"#), r#"{"a":"x\":1","b":2}"#, "a colon in a value is no key");
+        assert_eq!(r.text(r#"a":1"#), format!("\"{REDACTED}\""), "not JSON: nothing shown");
+    }
+
+    /// The words of a key as the policy defines them (the module's doc): split at
+    /// non-alphanumerics and where a lowercase letter or digit is followed by an uppercase one.
+    fn words(key: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut previous_lower = false;
+        for c in key.chars() {
+            if !c.is_ascii_alphanumeric() {
+                words.extend((!word.is_empty()).then(|| std::mem::take(&mut word)));
+                previous_lower = false;
+                continue;
+            }
+            if c.is_ascii_uppercase() && previous_lower {
+                words.push(std::mem::take(&mut word));
+            }
+            previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+            word.push(c.to_ascii_lowercase());
+        }
+        words.extend((!word.is_empty()).then_some(word));
+        words
+    }
+
+    /// The policy spelled out: some run of the key's words spells a marker or its plural.
+    fn secret_by_words(markers: &[&str], key: &str) -> bool {
+        let words = words(key);
+        (0..words.len()).any(|start| {
+            let mut spelled = String::new();
+            words[start..].iter().any(|word| {
+                spelled.push_str(word);
+                markers.iter().any(|m| spelled == *m || spelled.strip_suffix('s') == Some(m))
+            })
+        })
+    }
+
+    /// Keys made of marker fragments, other words, separators and case changes.
+    fn key() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "api", "Api", "KEY", "key", "token", "Token", "s", "S", "tok", "en", "pass", "word", "auth", "or",
+            "cookie", "session", "Id", "id", "2", "x", "_", "-", ".", " ", "é", "tenant", "priv", "ateKey",
+        ]);
+        prop::collection::vec(piece, 0..6).prop_map(|pieces| pieces.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn bytes_walked_find_what_the_words_spell(key in key()) {
+            let mut markers = DEFAULT_MARKERS.to_vec();
+            markers.push("tenant");
+            let r = Redaction::new(&["tenant".into()]);
+            prop_assert_eq!(r.is_secret(&key), secret_by_words(&markers, &key), "{}", key);
+        }
+
+        #[test]
+        fn a_text_is_redacted_as_its_value(keys in prop::collection::vec(key(), 1..5)) {
+            let r = Redaction::default();
+            let mut value = json!({"kept": "value"});
+            for key in keys.iter().rev() {
+                value = json!({"type": "log", key.as_str(): [value, "token: a value"]});
+            }
+            let text = value.to_string();
+            match r.text(&text) {
+                Cow::Borrowed(same) => prop_assert_eq!(r.value(value), serde_json::from_str::<Value>(same).unwrap()),
+                Cow::Owned(redacted) => {
+                    prop_assert!(redacted.contains(REDACTED));
+                    prop_assert_eq!(r.value(value), serde_json::from_str::<Value>(&redacted).unwrap());
+                }
+            }
+        }
     }
 
     #[test]

@@ -91,7 +91,17 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// Stops the server as an operator would (SIGTERM) and waits for it, so a server run under a
+    /// profiler (`BENCH_SERVER_BIN` a script that runs it under callgrind) exits normally and writes
+    /// its profile; one still running after a minute is killed.
     fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        for _ in 0..600 {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -22,6 +22,7 @@ use async_openai::config::OpenAIConfig;
 use async_openai::error::OpenAIError;
 use async_openai::middleware::HttpRequestFactory;
 use futures::future::BoxFuture;
+use reqwest::ResponseBuilderExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -281,21 +282,23 @@ struct HttpFailure {
 #[error("larger than {0} bytes")]
 struct TooLarge(usize);
 
-/// Reads `response`'s body, refusing one longer than `limit` (whatever it claims to be).
-async fn read_limited(response: reqwest::Response, limit: usize) -> Result<bytes::Bytes, OpenAIError> {
-    if response.content_length().is_some_and(|len| usize::try_from(len).map_or(true, |len| len > limit)) {
-        return Err(OpenAIError::Boxed(Box::new(TooLarge(limit))));
+/// Reads a response body, refusing one longer than `limit` (whatever its length header claims).
+async fn read_limited(mut body: reqwest::Body, limit: usize) -> Result<bytes::Bytes, OpenAIError> {
+    use http_body::Body as _;
+    use http_body_util::BodyExt as _;
+    let too_large = || OpenAIError::Boxed(Box::new(TooLarge(limit)));
+    if body.size_hint().exact().is_some_and(|len| usize::try_from(len).map_or(true, |len| len > limit)) {
+        return Err(too_large());
     }
-    let mut body = bytes::BytesMut::new();
-    let mut chunks = response.bytes_stream();
-    while let Some(chunk) = futures::StreamExt::next(&mut chunks).await {
-        let chunk = chunk.map_err(OpenAIError::Reqwest)?;
-        if body.len() + chunk.len() > limit {
-            return Err(OpenAIError::Boxed(Box::new(TooLarge(limit))));
+    let mut read = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(chunk) = frame.map_err(OpenAIError::Reqwest)?.into_data() else { continue };
+        if read.len() + chunk.len() > limit {
+            return Err(too_large());
         }
-        body.extend_from_slice(&chunk);
+        read.extend_from_slice(&chunk);
     }
-    Ok(body.freeze())
+    Ok(read.freeze())
 }
 
 impl tower::Service<HttpRequestFactory> for Transport {
@@ -311,22 +314,28 @@ impl tower::Service<HttpRequestFactory> for Transport {
         let (client, limit) = (self.client.clone(), self.limit);
         Box::pin(async move {
             let response = client.execute(request.build().await?).await.map_err(OpenAIError::Reqwest)?;
-            if response.status().is_success() {
-                // Read here, bounded, and handed on as a response of the bytes read.
-                let (status, headers) = (response.status(), response.headers().clone());
-                let body = read_limited(response, limit).await?;
-                let mut rebuilt = http::Response::new(body);
-                *rebuilt.status_mut() = status;
-                *rebuilt.headers_mut() = headers;
+            let url = response.url().clone();
+            let (parts, body) = http::Response::from(response).into_parts();
+            if parts.status.is_success() {
+                // Read here, bounded, and handed on as a response of the bytes read, with the
+                // headers moved rather than copied and the URL set (without one, reqwest parses a
+                // stand-in URL for every response it is given).
+                let body = read_limited(body, limit).await?;
+                let mut rebuilt = http::Response::builder()
+                    .status(parts.status)
+                    .url(url)
+                    .body(body)
+                    .map_err(|e| OpenAIError::Boxed(Box::new(e)))?;
+                *rebuilt.headers_mut() = parts.headers;
                 return Ok(reqwest::Response::from(rebuilt));
             }
-            let status = response.status().as_u16();
-            let retry_after = response
-                .headers()
+            let status = parts.status.as_u16();
+            let retry_after = parts
+                .headers
                 .get(reqwest::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(crate::retry::parse_retry_after);
-            let body = read_limited(response, limit).await.unwrap_or_default();
+            let body = read_limited(body, limit).await.unwrap_or_default();
             let message = serde_json::from_slice::<serde_json::Value>(&body)
                 .ok()
                 .and_then(|v| v["error"]["message"].as_str().map(String::from))

@@ -153,7 +153,7 @@ pub async fn start(
     }
     crate::telemetry::run_started();
     tracing::info!(%run_id, owner, "run started");
-    services.runtime.spawn(coordinator.drive(Resume::Requested));
+    spawn(services, coordinator.drive(Resume::Requested));
     let frames = follow_new(services.store.clone(), live, run_id.to_string()).boxed();
     Ok(StartedRun { run_id, frames, replayed: false })
 }
@@ -286,10 +286,17 @@ fn continue_run(services: &Arc<Services>, envelope: TaskEnvelope, log: RunLog, a
     let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), log);
     if announce {
         crate::telemetry::run_resumed();
-        services.runtime.spawn(coordinator.resume(next));
+        spawn(services, coordinator.resume(next));
     } else {
-        services.runtime.spawn(coordinator.drive(next));
+        spawn(services, coordinator.drive(next));
     }
+}
+
+/// Runs a coordinator as a task of the coordinators' runtime. Its future is boxed first: it holds
+/// every state a run passes through (kilobytes), and the runtime copies an unboxed future whole
+/// into the task and again over it when it ends, once for every run.
+fn spawn(services: &Services, coordinator: impl Future<Output = ()> + Send + 'static) {
+    services.runtime.spawn(Box::pin(coordinator));
 }
 
 /// What a coordinator picking a run up does first, from where its state stands.

@@ -6,6 +6,7 @@ use diesel::prelude::*;
 
 use super::prepared::prepared;
 use super::schema::run_events;
+use super::stamp::Stamp;
 use super::{DbConn, StoreError};
 use crate::events::{Frame, Seq};
 
@@ -17,7 +18,7 @@ struct NewEvent<'a> {
     seq: i64,
     event_type: &'a str,
     frame: &'a str,
-    created_at: chrono::NaiveDateTime,
+    created_at: Stamp,
 }
 
 /// Appends frames; the primary key (run, seq) rejects a duplicate sequence number.
@@ -28,7 +29,7 @@ pub fn append(conn: &mut DbConn, run_id: &str, frames: &[Frame]) -> Result<(), S
             seq: frame.seq.stored(),
             event_type: frame.kind.as_str(),
             frame: &frame.json,
-            created_at: frame.timestamp.naive_utc(),
+            created_at: Stamp(frame.timestamp.naive_utc()),
         };
         let insert = prepared!(diesel::insert_into(run_events::table).values(&row));
         super::on_backend!(conn, |c| insert.execute(c))?;

@@ -30,6 +30,7 @@ pub mod plans;
 pub mod prepared;
 pub mod runs;
 pub mod schema;
+mod stamp;
 mod writer;
 
 use std::time::Duration;

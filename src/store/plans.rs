@@ -5,6 +5,7 @@ use diesel::prelude::*;
 
 use super::prepared::{prepared, update, upsert};
 use super::schema::{plan_nodes, plan_versions, run_outputs};
+use super::stamp::Stamp;
 use super::{DbConn, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
@@ -61,7 +62,7 @@ pub fn node_started(
     status: &str,
     at: NaiveDateTime,
 ) -> Result<(), StoreError> {
-    let values = (plan_nodes::status.eq(status), plan_nodes::started_at.eq(Some(at)));
+    let values = (plan_nodes::status.eq(status), plan_nodes::started_at.eq(Some(Stamp(at))));
     let statement = prepared!(update(plan_nodes::table, values, node(run_id, plan_version, node_id)));
     let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     found(updated, node_id, plan_version)
@@ -107,7 +108,7 @@ pub fn node_finished(
         plan_nodes::status.eq(status),
         plan_nodes::output.eq(output),
         plan_nodes::error.eq(error),
-        plan_nodes::completed_at.eq(Some(at)),
+        plan_nodes::completed_at.eq(Some(Stamp(at))),
     );
     let statement = prepared!(update(plan_nodes::table, values, node(run_id, plan_version, node_id)));
     let updated = super::on_backend!(conn, |c| statement.execute(c))?;
@@ -149,7 +150,7 @@ pub fn record_output(conn: &mut DbConn, row: &RunOutputRow) -> Result<(), StoreE
         run_outputs::status.eq(&row.status),
         run_outputs::output.eq(&row.output),
         run_outputs::goal_condition_results.eq(&row.goal_condition_results),
-        run_outputs::recorded_at.eq(row.recorded_at),
+        run_outputs::recorded_at.eq(Stamp(row.recorded_at)),
     );
     let insert = diesel::insert_into(run_outputs::table).values(row);
     let key = &[run_outputs::run_id::NAME, run_outputs::plan_version::NAME];

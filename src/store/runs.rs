@@ -7,6 +7,7 @@ use diesel::prelude::*;
 
 use super::prepared::{prepared, update};
 use super::schema::runs;
+use super::stamp::Stamp;
 use super::{DbConn, StoreError};
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -104,7 +105,7 @@ pub fn ids_with_status(conn: &mut DbConn, statuses: &[&str]) -> Result<Vec<Strin
 
 pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {
     let statement =
-        prepared!(update(runs::table, (progress, runs::updated_at.eq(super::now())), runs::run_id.eq(run_id)));
+        prepared!(update(runs::table, (progress, runs::updated_at.eq(Stamp::now())), runs::run_id.eq(run_id)));
     super::on_backend!(conn, |c| statement.execute(c))?;
     Ok(())
 }
@@ -139,7 +140,7 @@ pub fn transition(
     progress: Option<&Progress>,
 ) -> Result<(), StoreError> {
     let run = runs::run_id.eq(run_id).and(runs::status.eq(from));
-    let status = (runs::status.eq(to), runs::updated_at.eq(super::now()));
+    let status = (runs::status.eq(to), runs::updated_at.eq(Stamp::now()));
     let updated = match progress {
         Some(progress) => {
             let statement = prepared!(update(runs::table, (status, progress), run));
@@ -161,7 +162,7 @@ pub fn end(conn: &mut DbConn, run_id: &str, from: &str, to: &str, outcome: &Outc
     };
     let run = runs::run_id.eq(run_id).and(runs::status.eq(from));
     let values =
-        (runs::status.eq(to), runs::updated_at.eq(super::now()), runs::result.eq(result), runs::error.eq(error));
+        (runs::status.eq(to), runs::updated_at.eq(Stamp::now()), runs::result.eq(result), runs::error.eq(error));
     let statement = prepared!(update(runs::table, values, run));
     let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     moved(conn, run_id, from, updated)
