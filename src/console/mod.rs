@@ -8,6 +8,7 @@
 
 mod assets;
 mod capabilities;
+mod checks;
 mod composer;
 mod events;
 mod feed;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::plan_view::Check;
+use super::checks::Check;
 use super::shown;
 use crate::condition::{FacetSource, GoalConditionResult};
 use crate::plan::Plan;

@@ -4,9 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::checks::Check;
 use super::graph::{self, Drawing};
 use super::nodes::{self, NodePanel};
-use crate::condition::GoalConditionResult;
 use crate::redact::Redaction;
 use crate::run::view::RunView;
 
@@ -14,15 +14,6 @@ use crate::run::view::RunView;
 pub struct Tab {
     pub number: u32,
     pub current: bool,
-}
-
-/// One goal condition as a round evaluated it.
-pub struct Check {
-    pub facet: String,
-    pub path: String,
-    pub condition: String,
-    pub observed: String,
-    pub satisfied: bool,
 }
 
 /// The plan section, for the version asked for (the latest when none or an unknown one is).
@@ -108,20 +99,4 @@ fn why(trigger: &crate::events::payload::ReplanInfo) -> String {
 fn checks(view: &RunView, version: u32) -> Vec<Check> {
     let round = view.outputs.iter().find(|o| u32::try_from(o.plan_version) == Ok(version));
     round.map(|round| round.goal_condition_results.iter().map(Check::of).collect()).unwrap_or_default()
-}
-
-impl Check {
-    /// A goal condition or post-condition as an evaluation left it.
-    pub fn of(result: &GoalConditionResult) -> Self {
-        Self {
-            facet: result.facet.clone(),
-            path: result.path.clone(),
-            condition: result.dsl.clone().unwrap_or_else(|| result.expression.clone()),
-            observed: result
-                .observed_value
-                .as_ref()
-                .map_or_else(|| "—".into(), |v| crate::excerpt::excerpt(&v.to_string(), 200).into_owned()),
-            satisfied: result.satisfied,
-        }
-    }
 }
