@@ -20,7 +20,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use serde_json::{Value, json};
 
-use common::{Server, capability};
+use common::{Server, capability, run_to_completion};
 use flexrun::llm::standin::{self, Reply, StandIn};
 
 fn env_number(name: &str, default: usize) -> usize {
@@ -43,21 +43,6 @@ fn envelope() -> Value {
         "inputs": {"brief": {"topic": "flexrun"}},
         "outputContract": {"mode": "facets", "facets": ["post_copy"]},
     })
-}
-
-/// Runs the envelope to its end and returns the run's id.
-async fn one_run(base: &str) -> String {
-    let response = reqwest::Client::new()
-        .post(format!("{base}/api/v1/flex/run.stream"))
-        .json(&envelope())
-        .send()
-        .await
-        .expect("run.stream");
-    assert_eq!(response.status(), 200);
-    let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
-    let body = response.text().await.unwrap();
-    assert!(body.contains(r#""status":"completed""#), "the run did not complete");
-    run_id
 }
 
 #[derive(QueryableByName)]
@@ -147,7 +132,7 @@ fn main() {
         let model = StandIn::start(script()).unwrap();
         let writer = capability("writer", &["brief"], &["post_copy"]);
         let server = Server::start(dir.path(), &model.base_url, &[writer], &[]).await;
-        let run_id = one_run(&server.base).await;
+        let (run_id, _) = run_to_completion(&server.base, &envelope()).await;
         let mut db = SqliteConnection::establish(dir.path().join("bench.db").to_str().unwrap()).unwrap();
         db.batch_execute("PRAGMA busy_timeout = 10000;").unwrap();
         let seeding = Instant::now();

@@ -13,11 +13,9 @@ mod common;
 
 use std::time::Instant;
 
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use serde_json::{Value, json};
 
-use common::{Server, capability};
+use common::{Server, capability, run_to_completion};
 use flexrun::llm::standin::{self, Reply, StandIn};
 
 /// A chain of `n` steps named `s0001`, `s0002`, … each depending on the one before.
@@ -51,31 +49,6 @@ fn envelope() -> Value {
     })
 }
 
-/// Runs the envelope to `complete` and returns the number of `node_complete` frames.
-async fn run(base: &str) -> usize {
-    let response = reqwest::Client::new()
-        .post(format!("{base}/api/v1/flex/run.stream"))
-        .json(&envelope())
-        .send()
-        .await
-        .expect("run.stream");
-    assert_eq!(response.status(), 200);
-    let mut events = response.bytes_stream().eventsource();
-    let mut completed = 0;
-    while let Some(event) = events.next().await {
-        let event = event.expect("SSE");
-        match event.event.as_str() {
-            "node_complete" => completed += 1,
-            "complete" => {
-                assert!(event.data.contains(r#""status":"completed""#), "run did not complete: {}", &event.data);
-                break;
-            }
-            _ => {}
-        }
-    }
-    completed
-}
-
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
@@ -96,7 +69,8 @@ fn main() {
             let server = Server::start(dir.path(), &llm.base_url, &capabilities, &env).await;
             let cpu_before = server.cpu_seconds();
             let started = Instant::now();
-            let completed = run(&server.base).await;
+            let (_, kinds) = run_to_completion(&server.base, &envelope()).await;
+            let completed = kinds.iter().filter(|kind| *kind == "node_complete").count();
             let wall = started.elapsed().as_secs_f64();
             let cpu = server.cpu_seconds() - cpu_before;
             assert_eq!(completed, n, "every node completed");

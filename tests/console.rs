@@ -32,6 +32,7 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     assert!(first.contains("Needs <b>an</b> approval"), "the objective is text, not markup: {first}");
     let second = rows[1].text().await.unwrap();
     assert!(second.contains("completed") && second.contains("v2"), "{second}");
+    assert!(second.contains("1 of 4"), "replans made of the run's cap: {second}");
     browser.screenshot("runs").await;
 
     // Filters live in the URL.
@@ -42,6 +43,12 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     assert!(client.current_url().await.unwrap().query().unwrap().contains("status=completed"));
     assert_eq!(client.find_all(Locator::Css("table.runs tbody tr")).await.unwrap().len(), 1);
     client.goto(&server.url("/ui/runs?q=nothing+like+this")).await.unwrap();
+    browser.wait_for_text("[data-testid=empty]", "No runs match these filters").await;
+    // Creation dates, in UTC days: the runs of today, none of a day long past.
+    let today = chrono::Utc::now().date_naive();
+    client.goto(&server.url(&format!("/ui/runs?from={today}&to={today}"))).await.unwrap();
+    assert_eq!(client.find_all(Locator::Css("table.runs tbody tr")).await.unwrap().len(), 2);
+    client.goto(&server.url("/ui/runs?from=2001-01-01&to=2001-01-02")).await.unwrap();
     browser.wait_for_text("[data-testid=empty]", "No runs match these filters").await;
 
     // A run's page replays its frames from the API stream through EventSource.
@@ -223,6 +230,8 @@ async fn an_operator_approves_rejects_and_cancels_paused_runs_from_their_pages()
         .unwrap();
     click("Reject").await;
     browser.wait_for_text("[data-testid=question]", "Approve plan version 2").await;
+    let why = browser.text("[data-testid=why]").await;
+    assert!(why.contains("“add a polish step”"), "v2 says the feedback was why: {why}");
     let planner = server.planner_calls();
     assert!(planner.last().unwrap().user.contains("add a polish step"), "the feedback reached the planner");
 

@@ -1,6 +1,24 @@
 // The console's one script: shows times in the viewer's time zone, and follows a run's frames
 // live through the browser's own EventSource (it re-attaches with Last-Event-ID by itself).
 
+// Every stream this page opened. A browser keeps at most six connections to one server over
+// HTTP/1.1: a page that leaves closes its streams (rather than holding them open in the back-forward
+// cache), and one shown again from that cache reads itself anew.
+const streams = [];
+
+function open(url) {
+  const source = new EventSource(url);
+  streams.push(source);
+  return source;
+}
+
+window.addEventListener("pagehide", () => {
+  for (const source of streams) source.close();
+});
+window.addEventListener("pageshow", (event) => {
+  if (event.persisted) location.reload();
+});
+
 const timeFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
 
 function localTimes(root) {
@@ -60,7 +78,7 @@ function applyFilter(list) {
 
 function followEvents(list) {
   const renderedSeq = Number(list.dataset.renderedSeq || 0);
-  const source = new EventSource(list.dataset.stream);
+  const source = open(list.dataset.stream);
   const seen = new Set([...list.querySelectorAll("li")].map((item) => item.dataset.seq));
   const show = (event) => {
     if (seen.has(event.lastEventId)) return;
@@ -274,7 +292,7 @@ function followFeed() {
   const table = document.querySelector("table[data-feed]");
   const url = table?.dataset.feed || document.body.dataset.feed;
   if (!url) return;
-  const source = new EventSource(url);
+  const source = open(url);
   let connected = false;
   source.addEventListener("open", () => {
     // A reconnect may have missed changes: the list reads itself again.

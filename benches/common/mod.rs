@@ -19,6 +19,32 @@ pub fn capability(id: &str, inputs: &[&str], outputs: &[&str]) -> Value {
     })
 }
 
+/// Posts `envelope` to `run.stream` and reads the run to `complete`, which must say `completed`.
+/// Returns the run's id and the types of its frames, in order.
+pub async fn run_to_completion(base: &str, envelope: &Value) -> (String, Vec<String>) {
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/v1/flex/run.stream"))
+        .json(envelope)
+        .send()
+        .await
+        .expect("run.stream");
+    assert_eq!(response.status(), 200);
+    let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    let mut events = response.bytes_stream().eventsource();
+    let mut kinds = Vec::new();
+    while let Some(event) = events.next().await {
+        let event = event.expect("SSE");
+        kinds.push(event.event.clone());
+        if event.event == "complete" {
+            assert!(event.data.contains(r#""status":"completed""#), "run did not complete: {}", &event.data);
+            break;
+        }
+    }
+    (run_id, kinds)
+}
+
 pub struct Server {
     child: Child,
     pub base: String,

@@ -13,7 +13,6 @@ use super::runs::unavailable;
 use super::viewer::Viewer;
 use crate::run::RunId;
 use crate::services::Services;
-use crate::store::{StoreError, runs};
 
 /// The envelopes of `examples/`, compiled in (a test checks that none is missing).
 const EXAMPLES: [(&str, &str); 2] = [
@@ -45,17 +44,14 @@ struct ComposerPage {
 pub async fn compose(viewer: Viewer, query: web::Query<Start>, services: web::Data<Services>) -> HttpResponse {
     let query = query.into_inner();
     let (started_from, envelope, rerun_of) = match query.from.as_deref().map(RunId::parse) {
-        Some(Ok(run_id)) => {
-            let key = run_id.to_string();
-            match services.store.read(move |conn| runs::get(conn, &key)).await {
-                Ok(row) if viewer.caller.may_see(row.owner.as_deref()) => {
-                    let stored: Value = serde_json::from_str(&row.envelope).unwrap_or_else(|_| json!({}));
-                    (format!("run {run_id}"), rerun(stored, run_id.as_str()), Some(run_id.to_string()))
-                }
-                Ok(_) | Err(StoreError::NotFound(_)) => return not_found(),
-                Err(error) => return unavailable(&error),
+        Some(Ok(run_id)) => match viewer.run_row(&services, &run_id).await {
+            Ok(Some(row)) => {
+                let stored: Value = serde_json::from_str(&row.envelope).unwrap_or_else(|_| json!({}));
+                (format!("run {run_id}"), rerun(stored, run_id.as_str()), Some(run_id.to_string()))
             }
-        }
+            Ok(None) => return not_found(),
+            Err(error) => return unavailable(&error),
+        },
         Some(Err(_)) => return not_found(),
         None => {
             let name = query.example.as_deref().unwrap_or(EXAMPLES[0].0);

@@ -17,8 +17,8 @@ use crate::events::{FrameKind, Seq};
 use crate::redact::Redaction;
 use crate::run::RunId;
 use crate::services::Services;
+use crate::store::StoreError;
 use crate::store::events::{self as log, LoggedFrame};
-use crate::store::{StoreError, runs};
 
 /// Frames a page shows at once.
 pub const TAIL: i64 = 200;
@@ -103,15 +103,11 @@ pub async fn history(
 ) -> HttpResponse {
     let not_found = || page::message(404, "Run not found", "There is no run with this id that you may see.");
     let Ok(run_id) = RunId::parse(&id) else { return not_found() };
-    let key = run_id.to_string();
-    let row = match services.store.read(move |conn| runs::get(conn, &key)).await {
-        Ok(row) => row,
-        Err(StoreError::NotFound(_)) => return not_found(),
+    let row = match viewer.run_row(&services, &run_id).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return not_found(),
         Err(error) => return super::runs::unavailable(&error),
     };
-    if !viewer.caller.may_see(row.owner.as_deref()) {
-        return not_found();
-    }
     let before = query.before.as_deref().and_then(|b| Seq::parse(b).ok()).unwrap_or(Seq::MAX);
     let events = match page_before(&services, &run_id, before).await {
         Ok(events) => events,

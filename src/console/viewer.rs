@@ -11,6 +11,10 @@ use actix_web::http::header;
 use actix_web::{FromRequest, HttpRequest, HttpResponse};
 
 use crate::http::{ApiError, Caller, by_session};
+use crate::run::RunId;
+use crate::services::Services;
+use crate::store::StoreError;
+use crate::store::runs::{self, RunRow};
 
 pub struct Viewer {
     pub caller: Caller,
@@ -42,4 +46,17 @@ fn sign_in_first(next: &str) -> actix_web::Error {
     url.push_str(&url::form_urlencoded::Serializer::new(String::new()).append_pair("next", next).finish());
     let response = HttpResponse::SeeOther().insert_header((header::LOCATION, url)).finish();
     InternalError::from_response("sign in first", response).into()
+}
+
+impl Viewer {
+    /// Run `run_id`'s row, if there is one this viewer may see (`None` is "not found" either way,
+    /// as the API answers).
+    pub async fn run_row(&self, services: &Services, run_id: &RunId) -> Result<Option<RunRow>, StoreError> {
+        let key = run_id.to_string();
+        match services.store.read(move |conn| runs::get(conn, &key)).await {
+            Ok(row) => Ok(Some(row).filter(|row| self.caller.may_see(row.owner.as_deref()))),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
 }
