@@ -73,6 +73,42 @@ async fn a_human_task_is_answered_with_a_form_from_its_output_schema() {
     browser.close().await;
 }
 
+/// The inbox answers a human task in place, with the same form: invalid input shows the errors
+/// at their fields and the task stays in the inbox; valid input completes the run and empties it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_human_task_is_answered_inline_from_the_inbox() {
+    let mut capabilities = default_capabilities();
+    capabilities.push(human_reviewer());
+    let options = Options { capabilities, ..Options::default() };
+    let script = planner_then(&[("draft", "writer"), ("review", "reviewer")], post(0.9));
+    let server = TestServer::start_with(script, options).await;
+    let run = server.run(&envelope()).await[0].run_id.clone();
+    server.wait_for_status(&run, "awaiting_human").await;
+    let browser = Browser::start(390).await;
+    let client = &browser.client;
+    client.goto(&server.url("/ui/inbox")).await.unwrap();
+    let item = format!("section.actions[data-run-id='{run}']");
+    assert!(browser.text(&item).await.contains("Human task"));
+    let form = format!("{item} form[data-action=submit]");
+    browser.fill(&format!("{form} [name=comment]"), "ok").await;
+    browser.click_button(&item, "Submit").await;
+    browser.wait_for_text(&format!("{item} [data-error-for=comment]"), "shorter than 5").await;
+    server.wait_for_status(&run, "awaiting_human").await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0);
+
+    client.find(Locator::Css(&format!("{form} [name=approved]"))).await.unwrap().click().await.unwrap();
+    browser.fill(&format!("{form} [name=comment]"), "reads well").await;
+    browser.click_button(&item, "Submit").await;
+    browser.wait_for_text("[data-testid=empty]", "Nothing waits for an operator").await;
+    server.wait_for_status(&run, "completed").await;
+    let review = flexrun::store::plans::nodes(&mut server.db(), &run).unwrap();
+    let output = review.iter().rfind(|n| n.node_id == "review").unwrap().output.clone().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&output).unwrap(), json!({"approved": true, "comment": "reads well"}));
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}
+
 /// A node's question (a CLARIFY signal) is answered from the run page; the answer reaches the
 /// node, which runs again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,9 @@ use actix_web::{HttpResponse, get, web};
 use askama::Template;
 
 use super::page::{self, Chrome};
+use super::task_form::{self, Field};
 use super::viewer::Viewer;
+use crate::capability::Registry;
 use crate::http::Role;
 use crate::run::inbox;
 use crate::services::Services;
@@ -19,11 +21,14 @@ struct Item {
     /// `approval`, `question` or `human_task`: which answers the item offers.
     answer: &'static str,
     question: String,
+    /// The node a human task is for, and its form.
+    node_id: String,
+    fields: Vec<Field>,
     created_at: String,
 }
 
 impl Item {
-    fn of(pending: inbox::Pending) -> Self {
+    fn of(pending: inbox::Pending, registry: &Registry) -> Self {
         let (what, answer) = match (pending.kind.as_str(), pending.subject.as_str()) {
             ("approval", "plan") => ("Plan approval", "approval"),
             ("approval", "completion") => ("Result approval", "approval"),
@@ -31,7 +36,13 @@ impl Item {
             ("clarify", _) => ("Question", "question"),
             _ => ("Human task", "human_task"),
         };
+        let fields = match &pending.capability_id {
+            Some(capability) if answer == "human_task" => task_form::for_capability(registry, capability),
+            _ => Vec::new(),
+        };
         Self {
+            node_id: pending.node_id.unwrap_or_default(),
+            fields,
             request_id: pending.request_id,
             run_id: pending.run_id,
             objective: crate::excerpt::excerpt(&pending.objective, 200).into_owned(),
@@ -60,7 +71,7 @@ pub async fn show(viewer: Viewer, services: web::Data<Services>) -> HttpResponse
         Ok(pending) => page::html(&InboxPage {
             chrome: Chrome::new("inbox", Some(&viewer)),
             operator: viewer.caller.role == Role::Operator,
-            items: pending.into_iter().map(Item::of).collect(),
+            items: pending.into_iter().map(|p| Item::of(p, &services.registry)).collect(),
         }),
         Err(error) => {
             tracing::error!(error = %crate::excerpt::log(&error), "console could not read the inbox");

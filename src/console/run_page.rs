@@ -147,17 +147,9 @@ fn pending(services: &Services, view: &RunView) -> Option<Pending> {
         HitlKind::Clarify => "question",
         HitlKind::HumanTask => "human_task",
     };
-    let fields = if kind == "human_task" {
-        let capability = view
-            .nodes
-            .iter()
-            .rev()
-            .find(|n| n.node_id == node_id)
-            .and_then(|n| services.registry.snapshot().get(&n.capability_id).cloned());
-        let schema = capability.as_ref().and_then(|c| c.registration.pointer("/outputContract/schema")).cloned();
-        task_form::fields(&schema.unwrap_or_default())
-    } else {
-        Vec::new()
+    let fields = match view.nodes.iter().rev().find(|n| n.node_id == node_id) {
+        Some(node) if kind == "human_task" => task_form::for_capability(&services.registry, &node.capability_id),
+        _ => Vec::new(),
     };
     Some(Pending { id: request.request.id.clone(), kind, question: request.request.question.clone(), node_id, fields })
 }

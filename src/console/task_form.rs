@@ -5,6 +5,8 @@
 
 use serde_json::Value;
 
+use crate::capability::Registry;
+
 /// One field of the form.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Field {
@@ -20,6 +22,14 @@ pub struct Field {
 
 /// Longest text that still gets a one-line input.
 const SHORT_TEXT: u64 = 120;
+
+/// The fields for the output contract of the capability `capability_id` (one JSON field when
+/// the capability is unknown or declares no schema).
+pub fn for_capability(registry: &Registry, capability_id: &str) -> Vec<Field> {
+    let snapshot = registry.snapshot();
+    let schema = snapshot.get(capability_id).and_then(|c| c.registration.pointer("/outputContract/schema"));
+    fields(schema.unwrap_or(&Value::Null))
+}
 
 /// The fields for an output `schema`.
 pub fn fields(schema: &Value) -> Vec<Field> {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 
 use crate::services::Services;
-use crate::store::{StoreError, hitl, runs};
+use crate::store::{StoreError, hitl, plans, runs};
 
 /// Decisions an inbox shows at most.
 pub const LIMIT: i64 = 200;
@@ -23,6 +23,10 @@ pub struct Pending {
     pub subject: String,
     pub question: String,
     pub plan_version: i32,
+    /// The node a question or human task comes from.
+    pub node_id: Option<String>,
+    /// A human task's capability, whose output contract its answer must meet.
+    pub capability_id: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -34,9 +38,13 @@ pub async fn read(services: &Services, owner: Option<String>) -> Result<Vec<Pend
             let requests = hitl::open(conn, LIMIT, None, owner.as_deref())?;
             let ids: Vec<String> = requests.iter().map(|r| r.run_id.clone()).collect();
             let objectives: HashMap<String, String> = runs::objectives(conn, &ids)?.into_iter().collect();
-            Ok(requests
-                .into_iter()
-                .map(|r| Pending {
+            let mut pending = Vec::with_capacity(requests.len());
+            for r in requests {
+                let capability_id = match (&r.node_id, r.kind.as_str()) {
+                    (Some(node), "human_task") => plans::capability_of(conn, (&r.run_id, r.plan_version, node))?,
+                    _ => None,
+                };
+                pending.push(Pending {
                     objective: objectives.get(&r.run_id).cloned().unwrap_or_default(),
                     request_id: r.request_id,
                     run_id: r.run_id,
@@ -44,9 +52,12 @@ pub async fn read(services: &Services, owner: Option<String>) -> Result<Vec<Pend
                     subject: r.subject,
                     question: r.question,
                     plan_version: r.plan_version,
+                    node_id: r.node_id,
+                    capability_id,
                     created_at: r.created_at.and_utc(),
-                })
-                .collect())
+                });
+            }
+            Ok(pending)
         })
         .await
 }

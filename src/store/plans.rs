@@ -144,6 +144,18 @@ pub fn nodes(conn: &mut DbConn, run_id: &str) -> Result<Vec<PlanNodeRow>, StoreE
         .load(c))?)
 }
 
+/// The capability a node of a plan version runs, if the node exists.
+pub fn capability_of(
+    conn: &mut DbConn,
+    (run_id, plan_version, node_id): (&str, i32, &str),
+) -> Result<Option<String>, StoreError> {
+    Ok(super::on_backend!(conn, |c| plan_nodes::table
+        .find((run_id, plan_version, node_id))
+        .select(plan_nodes::capability_id)
+        .first(c))
+    .optional()?)
+}
+
 /// Records one goal evaluation (replacing an earlier one of the same plan version).
 pub fn record_output(conn: &mut DbConn, row: &RunOutputRow) -> Result<(), StoreError> {
     let evaluation = (
