@@ -21,6 +21,7 @@ pub mod events;
 pub mod excerpt;
 pub mod facet;
 pub mod http;
+pub mod langgraph;
 
 pub mod llm;
 pub mod plan;
@@ -36,3 +37,9 @@ pub mod store;
 pub mod suggest;
 pub mod telemetry;
 pub mod validation;
+
+/// Every surface served beside the flex API: the console and the LangGraph-compatible API.
+pub fn surfaces(cfg: &mut actix_web::web::ServiceConfig) {
+    console::routes(cfg);
+    langgraph::routes(cfg);
+}

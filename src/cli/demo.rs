@@ -57,7 +57,7 @@ pub async fn run(serve: Option<&str>) -> anyhow::Result<ExitCode> {
     let address = serve.unwrap_or("127.0.0.1:0");
     let listener = TcpListener::bind(address).with_context(|| format!("listening on {address}"))?;
     let base = format!("http://{}", listener.local_addr()?);
-    let server = crate::http::serve(services, listener, crate::console::routes)?;
+    let server = crate::http::serve(services, listener, crate::surfaces)?;
     let handle = server.handle();
     tokio::spawn(server);
 

@@ -253,7 +253,7 @@ async fn serve() -> anyhow::Result<ExitCode> {
     let services = Services::start(settings).await?;
     let listener = TcpListener::bind(bind).with_context(|| format!("cannot listen on {bind}"))?;
     tracing::info!(address = %listener.local_addr()?, auth, "flexrun listening");
-    let server = crate::http::serve(services.clone(), listener, crate::console::routes)?;
+    let server = crate::http::serve(services.clone(), listener, crate::surfaces)?;
     let resumed = crate::run::recover(&services).await?;
     if resumed > 0 {
         tracing::info!(resumed, "resumed runs left unfinished by an earlier process");

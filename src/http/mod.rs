@@ -20,6 +20,7 @@ mod system;
 pub use auth::{Caller, Operator, Role, authenticate, by_session};
 pub use body::Body;
 pub use error::ApiError;
+pub use operator::answer as resume_answer;
 pub use sse::KEEP_ALIVE;
 
 use std::net::TcpListener;

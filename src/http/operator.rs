@@ -60,7 +60,7 @@ fn actor(operator: &Operator, body: &Value) -> Actor {
 }
 
 /// The answer a `run.resume` body carries: a `decision` or a human task's `payload`, not both.
-fn answer(body: &Value) -> Result<Answer, ApiError> {
+pub fn answer(body: &Value) -> Result<Answer, ApiError> {
     let one_of = |message: &str| ApiError::BadRequest {
         code: "invalid_request",
         message: format!("invalid request body: {message}"),

@@ -31,6 +31,7 @@ pub mod prepared;
 pub mod runs;
 pub mod schema;
 mod stamp;
+pub mod threads;
 mod writer;
 
 use std::time::Duration;

@@ -117,8 +117,19 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    threads (thread_id) {
+        thread_id -> Text,
+        owner -> Nullable<Text>,
+        metadata -> Text,
+        created_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     capabilities,
+    threads,
     runs,
     plan_versions,
     plan_nodes,

@@ -84,7 +84,7 @@ impl TestServer {
         let services = Services::start_with(settings, hooks).await.expect("services start");
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let server = flexrun::http::serve(services.clone(), listener, flexrun::console::routes).unwrap();
+        let server = flexrun::http::serve(services.clone(), listener, flexrun::surfaces).unwrap();
         let handle = server.handle();
         tokio::spawn(server);
         flexrun::run::recover(&services).await.expect("recovery reads the database");

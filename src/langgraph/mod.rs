@@ -1,0 +1,113 @@
+//! The LangGraph Agent Server API, the subset the official clients call (`langgraph-sdk`,
+//! `useStream`, Agent Chat UI), as a second surface over flex runs: one assistant, `flex`; a
+//! thread groups the runs started on it; a run is a flex run, streamed in LangGraph's modes with
+//! `id: <seq>`; interrupts are the run's operator requests, answered by a new run with
+//! `command.resume`. The mapping is written down in `docs/langgraph-api.md`.
+//!
+//! ```text
+//! request (pure: body → action) ──► runs / threads (handlers) ──► run::start / run::apply
+//!                                                   │
+//!                     stream (Translator: frames → events) ◄── run::follow, RunState::apply
+//!                                                   │
+//!                                      project (pure: RunState → values, interrupts)
+//! ```
+
+mod project;
+pub mod request;
+mod runs;
+mod stream;
+mod threads;
+
+use actix_web::web;
+use chrono::NaiveDateTime;
+use serde_json::Value;
+
+use crate::events::Seq;
+use crate::http::{ApiError, Caller};
+use crate::run::state::RunState;
+use crate::run::{RunId, Stored};
+use crate::services::Services;
+use crate::store::runs::RunRow;
+use crate::store::threads::{self as thread_rows, ThreadRow};
+use crate::store::{StoreError, events};
+
+/// Registers the LangGraph routes at the root, beside `/api/v1/flex` and `/ui`.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(threads::info)
+        .service(threads::search_assistants)
+        .service(threads::get_assistant)
+        .service(threads::create_thread)
+        .service(threads::search_threads)
+        .service(threads::get_thread)
+        .service(threads::thread_state_now)
+        .service(threads::thread_history)
+        .service(runs::stream_on_thread)
+        .service(runs::stream_stateless)
+        .service(runs::wait_on_thread)
+        .service(runs::wait_stateless)
+        .service(runs::create_on_thread)
+        .service(runs::create_stateless)
+        .service(runs::list_runs)
+        .service(runs::get_run)
+        .service(runs::join_stream)
+        .service(runs::join)
+        .service(runs::cancel);
+}
+
+/// LangGraph's time format.
+fn time(at: NaiveDateTime) -> String {
+    crate::run::state::rfc3339(at.and_utc())
+}
+
+fn thread_not_found(thread_id: &str) -> ApiError {
+    ApiError::NotFound { code: "thread_not_found", what: format!("thread {}", crate::excerpt::excerpt(thread_id, 80)) }
+}
+
+fn run_not_found(run_id: &str) -> ApiError {
+    ApiError::NotFound { code: "run_not_found", what: format!("run {}", crate::excerpt::excerpt(run_id, 80)) }
+}
+
+/// The thread, if `caller` may see it (404, as for one that does not exist, if not).
+async fn visible_thread(services: &Services, caller: &Caller, thread_id: &str) -> Result<ThreadRow, ApiError> {
+    let id = thread_id.to_string();
+    let row = services.store.read(move |conn| thread_rows::get(conn, &id)).await.map_err(|e| match e {
+        StoreError::NotFound(_) => thread_not_found(thread_id),
+        other => other.into(),
+    })?;
+    if caller.may_see(row.owner.as_deref()) { Ok(row) } else { Err(thread_not_found(thread_id)) }
+}
+
+/// Run `run_id` of thread `thread_id`, if `caller` may see the thread.
+async fn run_of_thread(
+    services: &Services,
+    caller: &Caller,
+    thread_id: &str,
+    run_id: &str,
+) -> Result<(ThreadRow, RunRow), ApiError> {
+    let thread = visible_thread(services, caller, thread_id).await?;
+    let id = RunId::parse(run_id).map_err(|_| run_not_found(run_id))?;
+    let lookup = id.to_string();
+    let row = services.store.read(move |conn| crate::store::runs::get(conn, &lookup)).await.map_err(|e| match e {
+        StoreError::NotFound(_) => run_not_found(run_id),
+        other => other.into(),
+    })?;
+    if row.thread_id.as_deref() != Some(thread_id) {
+        return Err(run_not_found(run_id));
+    }
+    Ok((thread, row))
+}
+
+/// The run's state after its frame `upto` (all of its log if `None`).
+async fn state_at(services: &Services, row: RunRow, upto: Option<Seq>) -> Result<RunState, ApiError> {
+    let id = RunId::parse(&row.run_id).map_err(ApiError::internal)?;
+    let lookup = row.run_id.clone();
+    // Seqs run 1, 2, … without gaps: the frames up to `upto` are the first `upto`.
+    let limit = upto.map_or(i64::MAX, Seq::stored);
+    let log = services.store.read(move |conn| events::after(conn, &lookup, Seq::ZERO, limit)).await?;
+    Stored { id, row, log }.state().map_err(ApiError::internal)
+}
+
+/// The chat messages a run was started with, if it was started from a chat input.
+fn chat_of(row: &RunRow) -> Option<Vec<Value>> {
+    serde_json::from_str::<Value>(&row.envelope).ok().and_then(|e| request::stored_messages(&e))
+}

@@ -1,0 +1,154 @@
+//! What a LangGraph client sees of a flex run: the thread's `values` (the run's projection), its
+//! open interrupts, the nodes it waits on (`next`), its statuses in LangGraph's words, and chat
+//! messages in LangChain's format. Pure: everything is computed from the run's [`RunState`].
+
+use serde_json::{Map, Value, json};
+
+use crate::events::payload::{CompleteStatus, HitlKind, HitlRequestInfo};
+use crate::plan::NodeStatus;
+use crate::run::RunStatus;
+use crate::run::state::RunState;
+
+/// A run's status as a LangGraph `RunStatus`.
+pub fn run_status(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Pending => "pending",
+        RunStatus::Planning | RunStatus::Running => "running",
+        RunStatus::AwaitingHitl | RunStatus::AwaitingHuman | RunStatus::Cancelled => "interrupted",
+        RunStatus::Completed => "success",
+        RunStatus::Failed => "error",
+    }
+}
+
+/// A thread's status (`ThreadStatus`), from its newest run's.
+pub fn thread_status(newest: Option<RunStatus>) -> &'static str {
+    match newest {
+        Some(RunStatus::Pending | RunStatus::Planning | RunStatus::Running) => "busy",
+        Some(RunStatus::AwaitingHitl | RunStatus::AwaitingHuman) => "interrupted",
+        Some(RunStatus::Failed) => "error",
+        Some(RunStatus::Completed | RunStatus::Cancelled) | None => "idle",
+    }
+}
+
+/// The run as the thread's `values`: status, objective, plan, node outputs, goal-condition
+/// results, output and error; `messages` for a run started from a chat input.
+pub fn values(state: &RunState, objective: &str, chat: Option<&[Value]>) -> Value {
+    let mut values = Map::new();
+    values.insert("runId".into(), json!(state.run_id));
+    values.insert("status".into(), json!(state.status));
+    values.insert("objective".into(), json!(objective));
+    values.insert("planVersion".into(), json!(state.plan_version()));
+    values.insert("plan".into(), plan(state));
+    let outputs: Map<String, Value> =
+        state.completed().iter().map(|work| (work.node_id.clone(), work.output.clone())).collect();
+    values.insert("outputs".into(), Value::Object(outputs));
+    let goal_results = match &state.end {
+        Some(end) => json!(end.goal_condition_results),
+        None => json!(state.repair),
+    };
+    values.insert("goalConditionResults".into(), goal_results);
+    if let Some(end) = &state.end {
+        values.insert("output".into(), end.output.clone());
+        if let Some(error) = &end.error {
+            values.insert("error".into(), error.clone());
+        }
+    }
+    if let Some(chat) = chat {
+        let mut messages = chat.to_vec();
+        messages.extend(answer(state));
+        values.insert("messages".into(), Value::Array(messages));
+    }
+    Value::Object(values)
+}
+
+/// The current plan: its version and nodes with their statuses (`null` before the first plan).
+fn plan(state: &RunState) -> Value {
+    let Some(plan) = state.plan() else { return Value::Null };
+    let nodes: Vec<Value> = plan
+        .nodes
+        .iter()
+        .map(|node| {
+            let status = state.nodes.get(&node.id).copied().unwrap_or(node.status);
+            json!({"id": node.id, "label": node.label, "capabilityId": node.capability_id, "status": status.as_str()})
+        })
+        .collect();
+    json!({"version": plan.version, "nodes": nodes, "edges": plan.edges})
+}
+
+/// The nodes the run still has to run (LangGraph's `next`), in plan order.
+pub fn next(state: &RunState) -> Vec<String> {
+    if state.status.is_terminal() {
+        return Vec::new();
+    }
+    let Some(plan) = state.plan() else { return Vec::new() };
+    plan.nodes
+        .iter()
+        .filter(|node| !matches!(state.nodes.get(&node.id), Some(NodeStatus::Completed | NodeStatus::Failed)))
+        .map(|node| node.id.to_string())
+        .collect()
+}
+
+/// The run's open requests as LangGraph interrupts, oldest first.
+pub fn interrupts(state: &RunState) -> Vec<Value> {
+    state.requests.iter().map(|request| interrupt(state, request)).collect()
+}
+
+/// One request as an interrupt `{value, id}`: the value carries the request (kind, question,
+/// plan version and plan) and the Agent Inbox `HumanInterrupt` fields, so chat front ends render
+/// it and answer it with their responses.
+pub fn interrupt(state: &RunState, request: &HitlRequestInfo) -> Value {
+    let plan = state.plans.iter().find(|v| v.plan.version == request.plan_version).map(|v| json!(**v.plan));
+    let (action, allow): (&str, [bool; 4]) = match request.kind {
+        // [ignore, respond, edit, accept]
+        HitlKind::Approval => ("approve", [true, true, false, true]),
+        HitlKind::Clarify => ("answer_question", [false, true, false, false]),
+        HitlKind::HumanTask => ("submit_task", [true, false, true, false]),
+    };
+    let args = json!({
+        "question": request.question, "planVersion": request.plan_version, "nodeId": request.node_id,
+    });
+    let value = json!({
+        "requestId": request.id,
+        "kind": request.kind,
+        "subject": request.subject,
+        "question": request.question,
+        "planVersion": request.plan_version,
+        "nodeId": request.node_id,
+        "plan": plan,
+        "context": request.context,
+        "action_request": {"action": action, "args": args},
+        "config": {"allow_ignore": allow[0], "allow_respond": allow[1], "allow_edit": allow[2], "allow_accept": allow[3]},
+        "description": request.question,
+    });
+    json!({"value": value, "id": request.id})
+}
+
+/// The run's answer as an AI message, once it completed.
+pub fn answer(state: &RunState) -> Option<Value> {
+    let end = state.end.as_ref().filter(|end| end.status == CompleteStatus::Completed)?;
+    let content = match &end.output {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    Some(json!({
+        "type": "ai", "id": format!("run-{}", state.run_id), "content": content, "name": null,
+        "additional_kwargs": {}, "response_metadata": {}, "tool_calls": [], "invalid_tool_calls": [],
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_in_langgraph_words() {
+        assert_eq!(run_status(RunStatus::Planning), "running");
+        assert_eq!(run_status(RunStatus::AwaitingHuman), "interrupted");
+        assert_eq!(run_status(RunStatus::Completed), "success");
+        assert_eq!(run_status(RunStatus::Failed), "error");
+        assert_eq!(thread_status(None), "idle");
+        assert_eq!(thread_status(Some(RunStatus::Running)), "busy");
+        assert_eq!(thread_status(Some(RunStatus::AwaitingHitl)), "interrupted");
+        assert_eq!(thread_status(Some(RunStatus::Failed)), "error");
+    }
+}

@@ -1,0 +1,450 @@
+//! A LangGraph run request, read into what flexrun does with it: a new run from an input (a
+//! TaskEnvelope or a chat input), or an answer to the thread's open interrupt (`command.resume`),
+//! streamed in the modes asked for. Pure: parsing and mapping only.
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::run::operator::Answer;
+
+/// The one assistant: its graph is the run's plan.
+pub const ASSISTANT: &str = "flex";
+
+/// Chat messages a thread keeps at most (older ones are dropped from new runs' history).
+pub const MAX_MESSAGES: usize = 50;
+
+/// What the client wants streamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamMode {
+    /// The run's projection after each step.
+    Values,
+    /// One event per plan and per node completion (and interrupts).
+    Updates,
+    /// Every native flex frame.
+    Custom,
+    /// The final answer as an AI message (`messages` events).
+    MessagesTuple,
+}
+
+impl StreamMode {
+    pub fn parse(name: &str) -> Result<Self, RequestError> {
+        match name {
+            "values" => Ok(Self::Values),
+            "updates" => Ok(Self::Updates),
+            "custom" => Ok(Self::Custom),
+            "messages-tuple" => Ok(Self::MessagesTuple),
+            other => Err(RequestError(format!(
+                "stream mode {:?} is not supported: use values, updates, custom or messages-tuple",
+                crate::excerpt::excerpt(other, 40)
+            ))),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Values => "values",
+            Self::Updates => "updates",
+            Self::Custom => "custom",
+            Self::MessagesTuple => "messages-tuple",
+        }
+    }
+}
+
+/// A request flexrun cannot take, in words for the client.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct RequestError(pub String);
+
+/// The assistant a request names, if it is not flexrun's one assistant.
+pub fn unknown_assistant(body: &Value) -> Option<String> {
+    let id = body.get("assistant_id").and_then(Value::as_str)?;
+    (id != ASSISTANT).then(|| crate::excerpt::excerpt(id, 60).into_owned())
+}
+
+/// The body of `POST …/runs`, `…/runs/stream` and `…/runs/wait`, as the SDK sends it (keys whose
+/// value is `None` are left out).
+#[derive(Debug, Deserialize)]
+struct Body {
+    assistant_id: String,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    command: Option<Value>,
+    #[serde(default)]
+    stream_mode: Option<Value>,
+    #[serde(default)]
+    multitask_strategy: Option<String>,
+    #[serde(default)]
+    if_not_exists: Option<String>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    /// Features flexrun does not have: refused rather than ignored, as they change what runs.
+    #[serde(default)]
+    interrupt_before: Option<Value>,
+    #[serde(default)]
+    interrupt_after: Option<Value>,
+    #[serde(default)]
+    webhook: Option<Value>,
+    #[serde(default)]
+    checkpoint: Option<Value>,
+    #[serde(default)]
+    checkpoint_id: Option<Value>,
+    #[serde(default)]
+    after_seconds: Option<Value>,
+}
+
+/// What a run request asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRequest {
+    pub action: Action,
+    pub modes: Vec<StreamMode>,
+    /// Create the thread if it does not exist (`if_not_exists: create`).
+    pub create_thread: bool,
+    pub metadata: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Start a run from `input`: a TaskEnvelope, or chat `messages` (LangChain format).
+    Start(Input),
+    /// Answer the thread's open interrupt with `command.resume`.
+    Resume(Value),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    Envelope(Value),
+    Chat(Vec<Value>),
+}
+
+impl RunRequest {
+    pub fn parse(body: &Value) -> Result<Self, RequestError> {
+        let body: Body = serde_json::from_value(body.clone()).map_err(|e| {
+            RequestError(format!("invalid run request: {}", crate::excerpt::excerpt(&e.to_string(), 200)))
+        })?;
+        if body.assistant_id != ASSISTANT {
+            return Err(RequestError(format!(
+                "assistant {:?} not found: flexrun has one assistant, {ASSISTANT:?}",
+                crate::excerpt::excerpt(&body.assistant_id, 60)
+            )));
+        }
+        let unsupported = [
+            ("interrupt_before", &body.interrupt_before),
+            ("interrupt_after", &body.interrupt_after),
+            ("webhook", &body.webhook),
+            ("checkpoint", &body.checkpoint),
+            ("checkpoint_id", &body.checkpoint_id),
+            ("after_seconds", &body.after_seconds),
+        ];
+        if let Some((name, _)) = unsupported.iter().find(|(_, v)| v.as_ref().is_some_and(|v| !is_empty(v))) {
+            return Err(RequestError(format!("`{name}` is not supported by flexrun")));
+        }
+        match body.multitask_strategy.as_deref() {
+            None | Some("reject") => {}
+            Some(other) => {
+                return Err(RequestError(format!(
+                    "multitask_strategy {:?} is not supported: flexrun rejects a run on a busy thread (\"reject\")",
+                    crate::excerpt::excerpt(other, 40)
+                )));
+            }
+        }
+        let create_thread = match body.if_not_exists.as_deref() {
+            None | Some("reject") => false,
+            Some("create") => true,
+            Some(other) => {
+                return Err(RequestError(format!(
+                    "if_not_exists must be \"create\" or \"reject\", not {:?}",
+                    crate::excerpt::excerpt(other, 40)
+                )));
+            }
+        };
+        Ok(Self {
+            action: action(body.input, body.command)?,
+            modes: modes(body.stream_mode.as_ref())?,
+            create_thread,
+            metadata: body.metadata.unwrap_or_default(),
+        })
+    }
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    }
+}
+
+fn action(input: Option<Value>, command: Option<Value>) -> Result<Action, RequestError> {
+    let command = command.filter(|c| !is_empty(c));
+    if let Some(command) = command {
+        if input.as_ref().is_some_and(|i| !is_empty(i)) {
+            return Err(RequestError("send either `input` (a new run) or `command` (a resume), not both".into()));
+        }
+        if command.get("goto").is_some_and(|v| !is_empty(v)) || command.get("update").is_some_and(|v| !is_empty(v)) {
+            return Err(RequestError("`command.goto` and `command.update` are not supported by flexrun".into()));
+        }
+        return match command.get("resume") {
+            Some(resume) if !resume.is_null() => Ok(Action::Resume(resume.clone())),
+            _ => Err(RequestError("`command` needs `resume`: the answer to the thread's interrupt".into())),
+        };
+    }
+    let Some(input) = input.filter(|i| !i.is_null()) else {
+        return Err(RequestError("send `input`: a TaskEnvelope or chat `messages`".into()));
+    };
+    if input.get("objective").is_none()
+        && let Some(messages) = input.get("messages")
+    {
+        return Ok(Action::Start(Input::Chat(chat_messages(messages)?)));
+    }
+    Ok(Action::Start(Input::Envelope(input)))
+}
+
+fn modes(stream_mode: Option<&Value>) -> Result<Vec<StreamMode>, RequestError> {
+    let mut modes = match stream_mode {
+        None | Some(Value::Null) => vec![StreamMode::Values],
+        Some(Value::String(name)) => vec![StreamMode::parse(name)?],
+        Some(Value::Array(names)) => names
+            .iter()
+            .map(|n| {
+                n.as_str().ok_or_else(|| RequestError("stream_mode lists names".into())).and_then(StreamMode::parse)
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(RequestError("stream_mode is a name or a list of names".into())),
+    };
+    modes.dedup();
+    Ok(modes)
+}
+
+/// Chat messages as LangChain message dicts (`{type, content, id, …}`), from the dicts, the
+/// `[role, content]` pairs and the plain strings clients send.
+fn chat_messages(messages: &Value) -> Result<Vec<Value>, RequestError> {
+    let items = match messages {
+        Value::Array(items) => items.as_slice(),
+        single => std::slice::from_ref(single),
+    };
+    items.iter().map(chat_message).collect()
+}
+
+fn chat_message(message: &Value) -> Result<Value, RequestError> {
+    let (kind, content, id) = match message {
+        Value::String(text) => ("human".to_string(), json!(text), None),
+        Value::Array(pair) if pair.len() == 2 => (role(pair[0].as_str().unwrap_or_default()), pair[1].clone(), None),
+        Value::Object(dict) => {
+            let kind = dict.get("type").or_else(|| dict.get("role")).and_then(Value::as_str).unwrap_or("human");
+            (role(kind), dict.get("content").cloned().unwrap_or(Value::Null), dict.get("id").cloned())
+        }
+        _ => return Err(RequestError("a chat message is a string, a [role, content] pair or a message object".into())),
+    };
+    let id = id.filter(|id| id.is_string()).unwrap_or_else(|| json!(uuid::Uuid::now_v7().to_string()));
+    Ok(
+        json!({"type": kind, "content": content, "id": id, "additional_kwargs": {}, "response_metadata": {}, "name": null}),
+    )
+}
+
+fn role(name: &str) -> String {
+    match name {
+        "user" | "human" => "human",
+        "assistant" | "ai" => "ai",
+        "system" | "developer" => "system",
+        "tool" => "tool",
+        _ => "human",
+    }
+    .to_string()
+}
+
+/// The text of a message's content: a string, or the text blocks of a list.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.as_str().or_else(|| b.get("text").and_then(Value::as_str)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The envelope a run on `thread_id` starts from: the TaskEnvelope given (its thread set to
+/// this one), or for chat messages (after the thread's `history`) one whose objective is the
+/// last human message, with a freeform answer.
+pub fn envelope(
+    input: &Input,
+    thread_id: &str,
+    history: &[Value],
+) -> Result<(Value, Option<Vec<Value>>), RequestError> {
+    match input {
+        Input::Envelope(envelope) => {
+            let mut envelope = envelope.clone();
+            if let Some(object) = envelope.as_object_mut() {
+                let constraints = object.entry("constraints").or_insert_with(|| json!({}));
+                if let Some(constraints) = constraints.as_object_mut() {
+                    constraints.insert("threadId".into(), json!(thread_id));
+                }
+            }
+            Ok((envelope, None))
+        }
+        Input::Chat(messages) => {
+            let objective = messages
+                .iter()
+                .rev()
+                .find(|m| m["type"] == "human")
+                .map(|m| text_of(&m["content"]))
+                .filter(|text| !text.trim().is_empty())
+                .ok_or_else(|| RequestError("the chat input has no human message with text".into()))?;
+            let mut all: Vec<Value> = history.iter().chain(messages).cloned().collect();
+            let dropped = all.len().saturating_sub(MAX_MESSAGES);
+            all.drain(..dropped);
+            // The conversation is the run's `messages` facet, for the capabilities that answer it.
+            let envelope = json!({
+                "objective": objective,
+                "inputs": {"messages": all},
+                "outputContract": {"mode": "freeform", "instructions": "Answer the user's last message."},
+                "constraints": {"threadId": thread_id},
+                "metadata": {"chat": true},
+            });
+            Ok((envelope, Some(all)))
+        }
+    }
+}
+
+/// The chat messages a run was started with (the `messages` input of a chat run's envelope).
+pub fn stored_messages(envelope: &Value) -> Option<Vec<Value>> {
+    if envelope.pointer("/metadata/chat") != Some(&Value::Bool(true)) {
+        return None;
+    }
+    envelope.pointer("/inputs/messages").and_then(Value::as_array).cloned()
+}
+
+/// `command.resume` as the answer to a request of `kind` (`approval`, `clarify`, `human_task`)
+/// on node `node_id`: `true`/`false`; a decision object (`{approved, freeformText?}`); a
+/// `run.resume` body (`{decision}` or `{payload}`); text (a question's answer); or Agent Inbox
+/// responses (`[{type: accept|edit|response|ignore, args}]`).
+pub fn resume_answer(
+    resume: &Value,
+    kind: &str,
+    node_id: Option<&str>,
+    request_id: &str,
+    flex_answer: impl Fn(&Value) -> Option<Answer>,
+) -> Result<Answer, RequestError> {
+    let decide = |approved: bool, feedback: Option<String>| Answer::Decide {
+        request_id: Some(request_id.to_string()),
+        approved,
+        feedback,
+    };
+    let node = || node_id.unwrap_or_default().to_string();
+    let wrong = |what: &str| RequestError(format!("{what} does not answer a {kind} request"));
+    match resume {
+        Value::Bool(approved) if kind == "approval" => Ok(decide(*approved, None)),
+        Value::String(text) if kind == "clarify" => Ok(decide(true, Some(text.clone()))),
+        Value::Object(object) if object.contains_key("decision") || object.contains_key("payload") => {
+            flex_answer(resume).ok_or_else(|| RequestError("the run.resume body in `command.resume` is invalid".into()))
+        }
+        Value::Object(object) if object.get("approved").is_some_and(Value::is_boolean) => {
+            let approved = object["approved"].as_bool().unwrap_or_default();
+            let feedback = object.get("freeformText").and_then(Value::as_str).map(String::from);
+            Ok(decide(approved, feedback))
+        }
+        Value::Array(responses) => {
+            let response = responses.first().ok_or_else(|| RequestError("the list of responses is empty".into()))?;
+            let args = response.get("args").cloned().unwrap_or(Value::Null);
+            let text = args.as_str().map(String::from);
+            match (response.get("type").and_then(Value::as_str).unwrap_or_default(), kind) {
+                ("accept", "approval") => Ok(decide(true, None)),
+                ("response", "approval") => Ok(decide(false, text)),
+                ("ignore", "approval") => Ok(decide(false, None)),
+                ("response", "clarify") => Ok(decide(true, text)),
+                ("edit", "human_task") => {
+                    let output = args.get("args").cloned().unwrap_or(args);
+                    Ok(Answer::Submit { node_id: node(), output })
+                }
+                ("ignore", "human_task") => {
+                    Ok(Answer::Decline { node_id: node(), reason: "declined from a chat client".into(), note: None })
+                }
+                (other, _) => Err(wrong(&format!("a {:?} response", crate::excerpt::excerpt(other, 40)))),
+            }
+        }
+        Value::Bool(_) => Err(wrong("true or false")),
+        Value::String(_) => Err(wrong("text")),
+        _ => Err(wrong("this value")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_request_with_the_sdks_keys() {
+        let body = json!({"assistant_id": "flex", "input": {"objective": "o"}, "stream_mode": ["values", "custom"],
+                          "config": {}, "stream_resumable": true, "on_disconnect": "continue"});
+        let request = RunRequest::parse(&body).unwrap();
+        assert_eq!(request.modes, vec![StreamMode::Values, StreamMode::Custom]);
+        assert_eq!(request.action, Action::Start(Input::Envelope(json!({"objective": "o"}))));
+        let default = RunRequest::parse(&json!({"assistant_id": "flex", "input": {"objective": "o"}})).unwrap();
+        assert_eq!(default.modes, vec![StreamMode::Values]);
+    }
+
+    #[test]
+    fn refusals_say_what_is_wrong() {
+        let refused = |body: Value| RunRequest::parse(&body).unwrap_err().0;
+        assert!(refused(json!({"assistant_id": "agent", "input": {}})).contains("not found"));
+        assert!(
+            refused(json!({"assistant_id": "flex", "input": {"objective": "o"}, "stream_mode": "debug"}))
+                .contains("not supported")
+        );
+        assert!(
+            refused(json!({"assistant_id": "flex", "input": {"objective": "o"}, "multitask_strategy": "enqueue"}))
+                .contains("reject")
+        );
+        assert!(
+            refused(json!({"assistant_id": "flex", "input": {"objective": "o"}, "webhook": "http://x"}))
+                .contains("webhook")
+        );
+        assert!(refused(json!({"assistant_id": "flex"})).contains("input"));
+        assert!(refused(json!({"assistant_id": "flex", "command": {"goto": "x"}})).contains("goto"));
+    }
+
+    #[test]
+    fn a_chat_input_becomes_a_freeform_envelope_on_the_thread() {
+        let body = json!({"assistant_id": "flex", "input": {"messages": [{"role": "user", "content": "Hi there"}]}});
+        let Action::Start(input) = RunRequest::parse(&body).unwrap().action else { panic!("a start") };
+        let history = vec![json!({"type": "ai", "content": "earlier"})];
+        let (envelope, messages) = envelope(&input, "t-1", &history).unwrap();
+        assert_eq!(envelope["objective"], "Hi there");
+        assert_eq!(envelope["outputContract"]["mode"], "freeform");
+        assert_eq!(envelope["constraints"]["threadId"], "t-1");
+        let messages = messages.unwrap();
+        assert_eq!((messages.len(), messages[1]["type"].as_str()), (2, Some("human")));
+        assert_eq!(stored_messages(&envelope).unwrap(), messages);
+    }
+
+    #[test]
+    fn resume_values_map_to_flex_answers() {
+        let answer = |resume: Value, kind: &str| resume_answer(&resume, kind, Some("n"), "r", |_| None);
+        let decide = |approved, feedback: Option<&str>| Answer::Decide {
+            request_id: Some("r".into()),
+            approved,
+            feedback: feedback.map(String::from),
+        };
+        assert_eq!(answer(json!(true), "approval").unwrap(), decide(true, None));
+        assert_eq!(
+            answer(json!({"approved": false, "freeformText": "why"}), "approval").unwrap(),
+            decide(false, Some("why"))
+        );
+        assert_eq!(
+            answer(json!([{"type": "response", "args": "shorter"}]), "approval").unwrap(),
+            decide(false, Some("shorter"))
+        );
+        assert_eq!(answer(json!("EU"), "clarify").unwrap(), decide(true, Some("EU")));
+        assert_eq!(
+            answer(json!([{"type": "edit", "args": {"action": "submit_task", "args": {"ok": true}}}]), "human_task")
+                .unwrap(),
+            Answer::Submit { node_id: "n".into(), output: json!({"ok": true}) }
+        );
+        assert!(answer(json!("text"), "approval").is_err());
+        assert!(answer(json!([{"type": "accept"}]), "human_task").is_err());
+    }
+}

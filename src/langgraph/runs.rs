@@ -1,0 +1,383 @@
+//! Runs on threads: start one (streamed, in the background, or waited for), answer an interrupt
+//! (`command.resume`), read, list, join and cancel them.
+
+use std::sync::Arc;
+
+use actix_web::{HttpRequest, HttpResponse, get, post, web};
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde_json::{Map, Value, json};
+use tokio::sync::Mutex;
+
+use super::request::{self, Action, Input, RunRequest, StreamMode};
+use super::stream::{self, Translator};
+use super::threads::{self as thread_api, is_busy, newest_run};
+use super::{chat_of, project, run_of_thread, state_at, thread_not_found, time, visible_thread};
+use crate::events::Seq;
+use crate::http::{ApiError, Body, Caller, Role};
+use crate::run::follow::{FollowError, follow};
+use crate::run::operator::{Actor, Command};
+use crate::run::{self, RunId, RunStatus};
+use crate::services::Services;
+use crate::store::events::LoggedFrame;
+use crate::store::runs::RunRow;
+use crate::store::threads as thread_rows;
+
+/// Starts on threads are checked and made one at a time, so two requests cannot both find a
+/// thread idle and both start a run on it (`multitask_strategy: reject`).
+static STARTS: Mutex<()> = Mutex::const_new(());
+
+/// A run begun by a request: where its frames come from and how they are translated.
+struct Began {
+    thread_id: String,
+    run: RunRow,
+    translator: Translator,
+    frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
+}
+
+fn refused(error: request::RequestError) -> ApiError {
+    ApiError::bad_request("invalid_request", error.0)
+}
+
+/// Reads the request and starts its run (or answers the thread's interrupt) on `thread_id`, or
+/// on a new thread for a stateless run.
+async fn begin(
+    services: &Arc<Services>,
+    caller: &Caller,
+    thread_id: Option<&str>,
+    body: &Body,
+) -> Result<Began, ApiError> {
+    let body: Value = body.json()?;
+    if let Some(assistant) = request::unknown_assistant(&body) {
+        return Err(ApiError::NotFound { code: "assistant_not_found", what: format!("assistant {assistant}") });
+    }
+    let request = RunRequest::parse(&body).map_err(refused)?;
+    let _one_at_a_time = STARTS.lock().await;
+    let thread = match thread_id {
+        None => thread_api::create(services, caller, None, Map::new()).await?,
+        Some(id) => match visible_thread(services, caller, id).await {
+            Err(ApiError::NotFound { .. }) if request.create_thread => {
+                thread_api::create(services, caller, Some(id.to_string()), Map::new()).await?
+            }
+            other => other?,
+        },
+    };
+    let newest = newest_run(services, &thread.thread_id).await?;
+    let (run_id, translator, frames) = match &request.action {
+        Action::Start(input) => start(services, caller, &thread.thread_id, input, newest.as_ref(), &request).await?,
+        Action::Resume(value) => resume(services, caller, newest, value, &request.modes).await?,
+    };
+    let mut metadata: Map<String, Value> = serde_json::from_str(&thread.metadata).unwrap_or_default();
+    metadata.insert("graph_id".into(), json!(request::ASSISTANT));
+    metadata.insert("assistant_id".into(), json!(request::ASSISTANT));
+    let (id, metadata) = (thread.thread_id.clone(), Value::Object(metadata).to_string());
+    services.store.write(move |conn| thread_rows::touch(conn, &id, &metadata, crate::store::now())).await?;
+    let lookup = run_id.to_string();
+    let run = services.store.read(move |conn| crate::store::runs::get(conn, &lookup)).await?;
+    Ok(Began { thread_id: thread.thread_id, run, translator, frames })
+}
+
+type Started = (RunId, Translator, BoxStream<'static, Result<LoggedFrame, FollowError>>);
+
+/// A new flex run on the thread, from a TaskEnvelope or chat messages.
+async fn start(
+    services: &Arc<Services>,
+    caller: &Caller,
+    thread_id: &str,
+    input: &Input,
+    newest: Option<&RunRow>,
+    request: &RunRequest,
+) -> Result<Started, ApiError> {
+    if is_busy(newest) {
+        return Err(ApiError::Conflict {
+            code: "thread_busy",
+            message: format!(
+                "thread {thread_id} has a run in progress; wait for it, or join it (multitask_strategy: reject)"
+            ),
+        });
+    }
+    let history = match newest {
+        Some(row) => {
+            let state = state_at(services, row.clone(), None).await?;
+            let mut messages = chat_of(row).unwrap_or_default();
+            messages.extend(project::answer(&state));
+            messages
+        }
+        None => Vec::new(),
+    };
+    let (envelope, chat) = request::envelope(input, thread_id, &history).map_err(refused)?;
+    let envelope = crate::envelope::from_value(envelope, &services.registry.catalog())?;
+    let objective = envelope.objective.clone();
+    let started = run::start(services, envelope, None, None, &caller.principal).await?;
+    let lookup = started.run_id.to_string();
+    let row = services.store.read(move |conn| crate::store::runs::get(conn, &lookup)).await?;
+    let state = state_at(services, row, Some(Seq::ZERO)).await?;
+    let translator = Translator::new(state, request.modes.clone(), objective, chat, services.redaction.clone());
+    Ok((started.run_id, translator, started.frames))
+}
+
+/// Answers the open request of the thread's newest run with `command.resume`; the run goes on.
+async fn resume(
+    services: &Arc<Services>,
+    caller: &Caller,
+    newest: Option<RunRow>,
+    value: &Value,
+    modes: &[StreamMode],
+) -> Result<Started, ApiError> {
+    if caller.role != Role::Operator {
+        return Err(ApiError::Forbidden);
+    }
+    let no_interrupt = || ApiError::Conflict {
+        code: "no_interrupt",
+        message: "the thread has no interrupt to resume: its newest run does not wait for an answer".into(),
+    };
+    let row = newest.ok_or_else(no_interrupt)?;
+    let (chat, objective) = (chat_of(&row), row.objective.clone());
+    let state = state_at(services, row, None).await?;
+    let pending = state.pending_request().cloned().ok_or_else(no_interrupt)?;
+    let kind = serde_json::to_value(pending.kind).ok().and_then(|k| k.as_str().map(String::from)).unwrap_or_default();
+    let answer = request::resume_answer(value, &kind, pending.node_id.as_deref(), &pending.id, |body| {
+        crate::http::resume_answer(body).ok()
+    })
+    .map_err(refused)?;
+    let actor = Actor { principal: caller.principal.clone(), operator: None, note: None };
+    let run_id = state.run_id.clone();
+    let command = Command::Resume { expected_plan_version: None, answer, actor };
+    let applied = run::apply(services, &run_id, command).await?;
+    let translator = Translator::new(state, modes.to_vec(), objective, chat, services.redaction.clone());
+    Ok((run_id, translator, applied.frames))
+}
+
+/// LangGraph's `Run`.
+fn run_json(thread_id: &str, row: &RunRow) -> Value {
+    let status = row.status.parse::<RunStatus>().map_or("error", project::run_status);
+    json!({
+        "run_id": row.run_id, "thread_id": thread_id, "assistant_id": request::ASSISTANT,
+        "created_at": time(row.created_at), "updated_at": time(row.updated_at), "status": status,
+        "metadata": {}, "multitask_strategy": "reject", "kwargs": {},
+    })
+}
+
+async fn stream_run(
+    req: HttpRequest,
+    services: web::Data<Services>,
+    caller: Caller,
+    thread_id: Option<&str>,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
+    let services = services.into_inner();
+    let began = begin(&services, &caller, thread_id, &body).await?;
+    Ok(stream::respond(&req, began.translator, began.frames, &began.thread_id))
+}
+
+/// `POST /threads/{tid}/runs/stream`: starts a run (or resumes) and streams it.
+#[post("/threads/{tid}/runs/stream")]
+pub async fn stream_on_thread(
+    req: HttpRequest,
+    caller: Caller,
+    tid: web::Path<String>,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    stream_run(req, services, caller, Some(&tid), body).await
+}
+
+/// `POST /runs/stream`: a run on a thread of its own, streamed.
+#[post("/runs/stream")]
+pub async fn stream_stateless(
+    req: HttpRequest,
+    caller: Caller,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    stream_run(req, services, caller, None, body).await
+}
+
+async fn create_run(
+    services: web::Data<Services>,
+    caller: Caller,
+    thread_id: Option<&str>,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
+    let services = services.into_inner();
+    let began = begin(&services, &caller, thread_id, &body).await?;
+    // The run goes on without a reader; its frames are in the log for anyone who joins.
+    drop(began.frames);
+    let location = format!("/threads/{}/runs/{}", began.thread_id, began.run.run_id);
+    Ok(HttpResponse::Ok().insert_header(("content-location", location)).json(run_json(&began.thread_id, &began.run)))
+}
+
+/// `POST /threads/{tid}/runs`: starts a run in the background.
+#[post("/threads/{tid}/runs")]
+pub async fn create_on_thread(
+    caller: Caller,
+    tid: web::Path<String>,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    create_run(services, caller, Some(&tid), body).await
+}
+
+/// `POST /runs`: a background run on a thread of its own.
+#[post("/runs")]
+pub async fn create_stateless(
+    caller: Caller,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    create_run(services, caller, None, body).await
+}
+
+/// Reads a run's frames to its end or pause, then answers with its values (with its open
+/// interrupts, or its error).
+async fn settled_values(
+    services: &Services,
+    thread_id: &str,
+    row: RunRow,
+    mut frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
+) -> Result<HttpResponse, ApiError> {
+    while let Some(frame) = frames.next().await {
+        frame.map_err(ApiError::internal)?;
+    }
+    let (chat, objective) = (chat_of(&row), row.objective.clone());
+    let state = state_at(services, row, None).await?;
+    let location = format!("/threads/{thread_id}/runs/{}", state.run_id);
+    let mut values = project::values(&state, &objective, chat.as_deref());
+    let interrupts = project::interrupts(&state);
+    if !interrupts.is_empty() {
+        values["__interrupt__"] = Value::Array(interrupts);
+    }
+    Ok(HttpResponse::Ok().insert_header(("content-location", location)).json(services.redaction.value(values)))
+}
+
+async fn wait_run(
+    services: web::Data<Services>,
+    caller: Caller,
+    thread_id: Option<&str>,
+    body: Body,
+) -> Result<HttpResponse, ApiError> {
+    let services = services.into_inner();
+    let began = begin(&services, &caller, thread_id, &body).await?;
+    settled_values(&services, &began.thread_id, began.run, began.frames).await
+}
+
+/// `POST /threads/{tid}/runs/wait`: starts a run and answers with its values once it ends or
+/// waits for an answer.
+#[post("/threads/{tid}/runs/wait")]
+pub async fn wait_on_thread(
+    caller: Caller,
+    tid: web::Path<String>,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    wait_run(services, caller, Some(&tid), body).await
+}
+
+/// `POST /runs/wait`.
+#[post("/runs/wait")]
+pub async fn wait_stateless(
+    caller: Caller,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    wait_run(services, caller, None, body).await
+}
+
+/// `GET /threads/{tid}/runs`: the thread's runs, newest first.
+#[get("/threads/{tid}/runs")]
+pub async fn list_runs(
+    caller: Caller,
+    tid: web::Path<String>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    visible_thread(&services, &caller, &tid).await?;
+    let id = tid.to_string();
+    let rows = services.store.read(move |conn| thread_rows::runs(conn, &id, 100)).await?;
+    Ok(HttpResponse::Ok().json(rows.iter().map(|row| run_json(&tid, row)).collect::<Vec<_>>()))
+}
+
+/// `GET /threads/{tid}/runs/{rid}`.
+#[get("/threads/{tid}/runs/{rid}")]
+pub async fn get_run(
+    caller: Caller,
+    path: web::Path<(String, String)>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let (tid, rid) = path.into_inner();
+    let (_, row) = run_of_thread(&services, &caller, &tid, &rid).await?;
+    Ok(HttpResponse::Ok().json(run_json(&tid, &row)))
+}
+
+/// The modes of a join: `stream_mode` query parameters (repeatable), else `values`.
+fn join_modes(query: &str) -> Result<Vec<StreamMode>, ApiError> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
+        .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {e}")))?;
+    let mut modes: Vec<StreamMode> = pairs
+        .iter()
+        .filter(|(key, _)| key == "stream_mode")
+        .map(|(_, value)| StreamMode::parse(value).map_err(refused))
+        .collect::<Result<_, _>>()?;
+    if modes.is_empty() {
+        modes.push(StreamMode::Values);
+    }
+    modes.dedup();
+    Ok(modes)
+}
+
+/// `GET /threads/{tid}/runs/{rid}/stream`: the run's events after `Last-Event-ID` (all of them
+/// without one, or with `-1`), then live until it ends or pauses.
+#[get("/threads/{tid}/runs/{rid}/stream")]
+pub async fn join_stream(
+    req: HttpRequest,
+    caller: Caller,
+    path: web::Path<(String, String)>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let (tid, rid) = path.into_inner();
+    let modes = join_modes(req.query_string())?;
+    let after = match req.headers().get("last-event-id").map(|v| v.to_str().map(str::trim)) {
+        None | Some(Ok("" | "-1")) => Seq::ZERO,
+        Some(value) => value.ok().and_then(|v| Seq::parse(v).ok()).ok_or_else(|| {
+            ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event id this stream sent")
+        })?,
+    };
+    let (_, row) = run_of_thread(&services, &caller, &tid, &rid).await?;
+    let (chat, objective, run_id) = (chat_of(&row), row.objective.clone(), row.run_id.clone());
+    // Subscribed before the state is read: a frame committed meanwhile is not missed.
+    let frames = follow(services.store.clone(), &services.bus, run_id, after).boxed();
+    let state = state_at(&services, row, Some(after)).await?;
+    let translator = Translator::new(state, modes, objective, chat, services.redaction.clone());
+    Ok(stream::respond(&req, translator, frames, &tid))
+}
+
+/// `GET /threads/{tid}/runs/{rid}/join`: waits for the run to end or pause; its values.
+#[get("/threads/{tid}/runs/{rid}/join")]
+pub async fn join(
+    caller: Caller,
+    path: web::Path<(String, String)>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let (tid, rid) = path.into_inner();
+    let (_, row) = run_of_thread(&services, &caller, &tid, &rid).await?;
+    let frames = follow(services.store.clone(), &services.bus, row.run_id.clone(), Seq::ZERO).boxed();
+    settled_values(&services, &tid, row, frames).await
+}
+
+/// `POST /threads/{tid}/runs/{rid}/cancel`: cancels the run (an operator's action, as in the flex
+/// API); 202 with no body, as the SDK expects.
+#[post("/threads/{tid}/runs/{rid}/cancel")]
+pub async fn cancel(
+    caller: Caller,
+    path: web::Path<(String, String)>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let (tid, rid) = path.into_inner();
+    let (_, row) = run_of_thread(&services, &caller, &tid, &rid).await?;
+    if caller.role != Role::Operator {
+        return Err(ApiError::Forbidden);
+    }
+    let run_id = RunId::parse(&row.run_id).map_err(|_| thread_not_found(&tid))?;
+    let actor = Actor { principal: caller.principal.clone(), operator: None, note: None };
+    run::apply(&services.into_inner(), &run_id, Command::Cancel { stopped: false, actor }).await?;
+    Ok(HttpResponse::Accepted().finish())
+}

@@ -1,0 +1,300 @@
+//! `/info`, the one assistant, and threads: create, read, search, their state and history.
+
+use actix_web::{HttpResponse, get, post, web};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::request::ASSISTANT;
+use super::{chat_of, project, state_at, time, visible_thread};
+use crate::http::{ApiError, Body, Caller};
+use crate::run::RunStatus;
+use crate::services::Services;
+use crate::store::runs::RunRow;
+use crate::store::threads::{self as thread_rows, ThreadRow};
+
+/// Threads a search returns at most.
+const MAX_SEARCH: usize = 100;
+/// Threads a search with a metadata filter looks through.
+const SEARCH_WINDOW: i64 = 1000;
+
+/// `GET /info`: what this server is (clients use it as a health check).
+#[get("/info")]
+pub async fn info() -> HttpResponse {
+    HttpResponse::Ok().json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "langgraph_py_version": null,
+        "flags": {"assistants": true, "crons": false, "langsmith": false},
+        "metadata": {"server": "flexrun"},
+    }))
+}
+
+fn assistant() -> Value {
+    let epoch = "2026-01-01T00:00:00+00:00";
+    json!({
+        "assistant_id": ASSISTANT, "graph_id": ASSISTANT, "name": ASSISTANT, "version": 1,
+        "description": "Plans the objective into capability steps and replans until its goal conditions hold.",
+        "config": {}, "context": {}, "metadata": {"created_by": "system"}, "created_at": epoch, "updated_at": epoch,
+    })
+}
+
+/// `POST /assistants/search`: the one assistant.
+#[post("/assistants/search")]
+pub async fn search_assistants(_caller: Caller) -> HttpResponse {
+    HttpResponse::Ok().json(json!([assistant()]))
+}
+
+/// `GET /assistants/{id}`.
+#[get("/assistants/{id}")]
+pub async fn get_assistant(_caller: Caller, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    if id.as_str() != ASSISTANT {
+        return Err(ApiError::NotFound {
+            code: "assistant_not_found",
+            what: format!("assistant {}", crate::excerpt::excerpt(&id, 60)),
+        });
+    }
+    Ok(HttpResponse::Ok().json(assistant()))
+}
+
+/// A thread as LangGraph's `Thread`: its status and values are its newest run's.
+pub async fn thread_json(services: &Services, thread: &ThreadRow, newest: Option<RunRow>) -> Result<Value, ApiError> {
+    let metadata: Value = serde_json::from_str(&thread.metadata).unwrap_or_else(|_| json!({}));
+    let (status, values, interrupts) = match newest {
+        None => ("idle", json!({}), json!({})),
+        Some(row) => {
+            let chat = chat_of(&row);
+            let objective = row.objective.clone();
+            let state = state_at(services, row, None).await?;
+            let interrupts = project::interrupts(&state);
+            let by_run =
+                if interrupts.is_empty() { json!({}) } else { json!({ state.run_id.to_string(): interrupts }) };
+            (project::thread_status(Some(state.status)), project::values(&state, &objective, chat.as_deref()), by_run)
+        }
+    };
+    Ok(services.redaction.value(json!({
+        "thread_id": thread.thread_id, "created_at": time(thread.created_at), "updated_at": time(thread.updated_at),
+        "metadata": metadata, "status": status, "values": values, "interrupts": interrupts,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateThread {
+    #[serde(default)]
+    thread_id: Option<String>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    if_exists: Option<String>,
+}
+
+/// A client-chosen thread id: 1 to 200 visible ASCII characters (as `constraints.threadId`).
+fn valid_thread_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
+}
+
+/// Creates a thread owned by `caller`, with the id given or a new one.
+pub async fn create(
+    services: &Services,
+    caller: &Caller,
+    thread_id: Option<String>,
+    metadata: Map<String, Value>,
+) -> Result<ThreadRow, crate::store::StoreError> {
+    let now = crate::store::now();
+    let row = ThreadRow {
+        thread_id: thread_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+        owner: Some(caller.principal.clone()),
+        metadata: Value::Object(metadata).to_string(),
+        created_at: now,
+        updated_at: now,
+    };
+    let insert = row.clone();
+    services.store.write(move |conn| thread_rows::insert(conn, &insert)).await?;
+    Ok(row)
+}
+
+/// `POST /threads` `{thread_id?, metadata?, if_exists?: raise|do_nothing}`.
+#[post("/threads")]
+pub async fn create_thread(
+    caller: Caller,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let body: CreateThread =
+        if body.is_blank() { CreateThread { thread_id: None, metadata: None, if_exists: None } } else { body.json()? };
+    if let Some(id) = &body.thread_id
+        && !valid_thread_id(id)
+    {
+        return Err(ApiError::bad_request(
+            "invalid_thread_id",
+            "thread_id must be 1 to 200 visible ASCII characters, without '/'",
+        ));
+    }
+    let keep_existing = match body.if_exists.as_deref() {
+        None | Some("raise") => false,
+        Some("do_nothing") => true,
+        Some(_) => {
+            return Err(ApiError::bad_request("invalid_request", "if_exists must be \"raise\" or \"do_nothing\""));
+        }
+    };
+    let metadata = body.metadata.unwrap_or_default();
+    let thread = match create(&services, &caller, body.thread_id.clone(), metadata).await {
+        Ok(thread) => thread,
+        Err(crate::store::StoreError::Conflict(_)) => {
+            let id = body.thread_id.unwrap_or_default();
+            let existing = visible_thread(&services, &caller, &id).await?;
+            if !keep_existing {
+                return Err(ApiError::Conflict {
+                    code: "thread_exists",
+                    message: format!("thread {id} already exists"),
+                });
+            }
+            existing
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let newest = newest_run(&services, &thread.thread_id).await?;
+    Ok(HttpResponse::Ok().json(thread_json(&services, &thread, newest).await?))
+}
+
+pub async fn newest_run(services: &Services, thread_id: &str) -> Result<Option<RunRow>, ApiError> {
+    let id = thread_id.to_string();
+    Ok(services.store.read(move |conn| thread_rows::runs(conn, &id, 1)).await?.into_iter().next())
+}
+
+/// `GET /threads/{tid}`.
+#[get("/threads/{tid}")]
+pub async fn get_thread(
+    caller: Caller,
+    tid: web::Path<String>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let thread = visible_thread(&services, &caller, &tid).await?;
+    let newest = newest_run(&services, &tid).await?;
+    Ok(HttpResponse::Ok().json(thread_json(&services, &thread, newest).await?))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct SearchThreads {
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    ids: Option<Vec<String>>,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    offset: Option<usize>,
+}
+
+/// `POST /threads/search` `{metadata?, status?, ids?, limit?, offset?}`: the caller's threads,
+/// most recently updated first. A metadata filter keeps threads whose metadata has each key
+/// with that value, among the 1,000 most recently updated.
+#[post("/threads/search")]
+pub async fn search_threads(
+    caller: Caller,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let query: SearchThreads = if body.is_blank() { SearchThreads::default() } else { body.json()? };
+    let limit = query.limit.unwrap_or(10).clamp(1, MAX_SEARCH);
+    let offset = query.offset.unwrap_or(0);
+    let owner = caller.owner_filter().map(String::from);
+    let rows = services.store.read(move |conn| thread_rows::recent(conn, owner.as_deref(), SEARCH_WINDOW)).await?;
+    let wanted = |thread: &ThreadRow| {
+        let metadata: Value = serde_json::from_str(&thread.metadata).unwrap_or_default();
+        let ids_match = query.ids.as_ref().is_none_or(|ids| ids.contains(&thread.thread_id));
+        let metadata_match = query.metadata.iter().flatten().all(|(key, value)| metadata.get(key) == Some(value));
+        ids_match && metadata_match
+    };
+    let mut threads = Vec::new();
+    for thread in rows.iter().filter(|t| wanted(t)) {
+        let newest = newest_run(&services, &thread.thread_id).await?;
+        let shown = thread_json(&services, thread, newest).await?;
+        if query.status.as_ref().is_none_or(|status| shown["status"] == status.as_str()) {
+            threads.push(shown);
+        }
+        if threads.len() >= offset + limit {
+            break;
+        }
+    }
+    let page: Vec<Value> = threads.into_iter().skip(offset).take(limit).collect();
+    Ok(HttpResponse::Ok().json(page))
+}
+
+/// A run's state as LangGraph's `ThreadState`: values, the nodes it waits on, its open
+/// interrupts, and a checkpoint naming the run and the frame it is as of.
+async fn thread_state(services: &Services, thread_id: &str, row: Option<RunRow>) -> Result<Value, ApiError> {
+    let Some(row) = row else {
+        return Ok(json!({"values": {}, "next": [], "tasks": [], "interrupts": [], "metadata": {}, "created_at": null,
+            "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": null, "checkpoint_map": null},
+            "parent_checkpoint": null}));
+    };
+    let (chat, objective, updated_at) = (chat_of(&row), row.objective.clone(), row.updated_at);
+    let state = state_at(services, row, None).await?;
+    let interrupts = project::interrupts(&state);
+    let next = project::next(&state);
+    let tasks: Vec<Value> = next
+        .iter()
+        .map(|node| {
+            let mine: Vec<&Value> =
+                interrupts.iter().filter(|i| i["value"]["nodeId"].as_str().is_none_or(|n| n == node)).collect();
+            json!({"id": node, "name": node, "error": null, "interrupts": mine, "checkpoint": null, "state": null, "result": null})
+        })
+        .collect();
+    let checkpoint_id = format!("{}:{}", state.run_id, state.last_seq.get());
+    Ok(services.redaction.value(json!({
+        "values": project::values(&state, &objective, chat.as_deref()),
+        "next": next,
+        "tasks": tasks,
+        "interrupts": interrupts,
+        "metadata": {"run_id": state.run_id, "step": state.last_seq.get(), "source": "loop", "graph_id": "flex"},
+        "created_at": time(updated_at),
+        "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id, "checkpoint_map": null},
+        "parent_checkpoint": null,
+    })))
+}
+
+/// `GET /threads/{tid}/state`: the state of the thread's newest run.
+#[get("/threads/{tid}/state")]
+pub async fn thread_state_now(
+    caller: Caller,
+    tid: web::Path<String>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    visible_thread(&services, &caller, &tid).await?;
+    let newest = newest_run(&services, &tid).await?;
+    Ok(HttpResponse::Ok().json(thread_state(&services, &tid, newest).await?))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct History {
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+/// `POST /threads/{tid}/history` `{limit?}`: the state of each of the thread's runs, newest first.
+#[post("/threads/{tid}/history")]
+pub async fn thread_history(
+    caller: Caller,
+    tid: web::Path<String>,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let query: History = if body.is_blank() { History::default() } else { body.json()? };
+    visible_thread(&services, &caller, &tid).await?;
+    let limit = query.limit.unwrap_or(10).clamp(1, 100);
+    let id = tid.to_string();
+    let rows = services.store.read(move |conn| thread_rows::runs(conn, &id, limit)).await?;
+    let mut states = Vec::with_capacity(rows.len());
+    for row in rows {
+        states.push(thread_state(&services, &tid, Some(row)).await?);
+    }
+    Ok(HttpResponse::Ok().json(states))
+}
+
+/// Whether a thread's newest run still runs: another run would have to wait (`busy`).
+pub fn is_busy(newest: Option<&RunRow>) -> bool {
+    newest
+        .and_then(|row| row.status.parse::<RunStatus>().ok())
+        .is_some_and(|s| project::thread_status(Some(s)) == "busy")
+}

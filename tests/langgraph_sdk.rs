@@ -1,0 +1,296 @@
+//! The LangGraph-compatible API driven by the unmodified official Python SDK (`langgraph-sdk`,
+//! pinned in scripts/test), against the real server, a real SQLite file and a stand-in model on
+//! loopback. Each test runs one scenario of tests/langgraph/drive.py and checks what the SDK saw
+//! against the run's event log, the database and the model's calls.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code states what it expects.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use flexrun::llm::standin::StandIn;
+use serde_json::{Value, json};
+use support::*;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn python() -> String {
+    std::env::var("FLEXRUN_LANGGRAPH_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "FLEXRUN_LANGGRAPH_PYTHON is not set: run the tests with scripts/test, which installs langgraph-sdk \
+             into target/test-tools/langgraph-venv and points this variable at its python"
+        )
+    })
+}
+
+fn driver(scenario: &str, base: &str, args: &Value) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(python());
+    command
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/langgraph/drive.py"))
+        .args([scenario, base, &args.to_string()])
+        .env_remove("LANGGRAPH_API_KEY")
+        .env_remove("LANGSMITH_API_KEY")
+        .env_remove("LANGCHAIN_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs a scenario to its end: what it printed last, as JSON.
+async fn drive(scenario: &str, base: &str, args: Value) -> Value {
+    let output = tokio::time::timeout(Duration::from_secs(120), driver(scenario, base, &args).output())
+        .await
+        .expect("the scenario ends within 2 minutes")
+        .expect("python starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "scenario {scenario} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("the scenario prints JSON last")
+}
+
+/// The `custom` events' frames: (seq, type), in order.
+fn custom_frames(parts: &Value) -> Vec<(u64, String)> {
+    parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["event"] == "custom")
+        .map(|p| (p["data"]["seq"].as_u64().unwrap(), p["data"]["type"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+fn events(parts: &Value) -> Vec<&str> {
+    parts.as_array().unwrap().iter().map(|p| p["event"].as_str().unwrap()).collect()
+}
+
+fn log_frames(server: &TestServer, run_id: &str) -> Vec<(u64, String)> {
+    server.event_log(run_id).into_iter().map(|(seq, kind, _)| (seq, kind)).collect()
+}
+
+/// A run streamed to its end in values, updates and custom: metadata first, every flex frame once
+/// in order with its seq as the event id, the repair replan visible as a second plan, the final
+/// values completed, then `end`; the thread, its state, runs, search and history agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_streams_to_completion_with_its_repair_replan() {
+    let server = TestServer::start(repair_script(0.5, 0.9)).await;
+    let seen = drive("stream", &server.base, json!({"input": envelope()})).await;
+    let parts = &seen["parts"];
+    let names = events(parts);
+    assert_eq!(names.first(), Some(&"metadata"));
+    assert_eq!(names.last(), Some(&"end"));
+    let run_id = parts[0]["data"]["run_id"].as_str().unwrap().to_string();
+    assert_eq!(seen["created"]["run_id"], run_id.as_str(), "Content-Location names the run");
+    assert_eq!(seen["created"]["thread_id"], seen["thread_id"]);
+
+    let frames = custom_frames(parts);
+    assert_eq!(frames, log_frames(&server, &run_id), "every frame once, in order");
+    for p in parts.as_array().unwrap().iter().filter(|p| p["event"] == "custom") {
+        assert_eq!(p["id"].as_str().unwrap(), p["data"]["seq"].to_string(), "the event id is the frame's seq");
+    }
+    let plans: Vec<u64> =
+        parts.as_array().unwrap().iter().filter_map(|p| p["data"]["planner"]["planVersion"].as_u64()).collect();
+    assert_eq!(plans, vec![1, 2], "the repair replan is an update of its own");
+    let values: Vec<&Value> = parts.as_array().unwrap().iter().filter(|p| p["event"] == "values").collect();
+    let last = values.last().unwrap()["data"].clone();
+    assert_eq!((last["status"].as_str(), last["planVersion"].as_u64()), (Some("completed"), Some(2)));
+    assert_eq!(last["outputs"]["polish"]["quality_score"], 0.9);
+    assert_eq!(last["goalConditionResults"][0]["satisfied"], true);
+    assert_eq!(parts.as_array().unwrap().last().unwrap()["data"]["status"], "success");
+
+    assert_eq!(seen["state"]["values"]["status"], "completed");
+    assert_eq!(seen["state"]["next"], json!([]));
+    assert_eq!(seen["thread"]["status"], "idle");
+    assert_eq!(seen["thread"]["metadata"]["graph_id"], "flex");
+    assert_eq!(seen["runs"][0]["status"], "success");
+    assert_eq!(seen["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(seen["search"].as_array().unwrap().len(), 1);
+    assert_eq!(seen["history"][0]["values"]["runId"], run_id.as_str());
+    assert_eq!(server.planner_calls().len(), 2);
+}
+
+/// A plan approval is an interrupt: the stream ends `interrupted` with it, the state shows the
+/// nodes to run next and the interrupt (with the plan and the Agent Inbox fields); a resume with
+/// feedback (an Agent Inbox response) plans again, and `true` approves v2, which completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_interrupt_is_resumed_with_a_rejection_then_an_approval() {
+    let server = TestServer::start(script(|call| {
+        if call.is_planner() {
+            if call.user.contains("### OPERATOR FEEDBACK") {
+                return plan(&[("draft", "writer"), ("polish", "editor")]);
+            }
+            return plan(&[("draft", "writer")]);
+        }
+        post(0.9)
+    }))
+    .await;
+    let mut gated = envelope();
+    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let resumes = json!([[{"type": "response", "args": "add a polish step"}], true]);
+    let seen = drive("interrupt_and_resume", &server.base, json!({"input": gated, "resumes": resumes})).await;
+    let rounds = seen["rounds"].as_array().unwrap();
+
+    let first = &rounds[0];
+    let updates: Vec<&Value> = first["parts"].as_array().unwrap().iter().filter(|p| p["event"] == "updates").collect();
+    let interrupt = &updates.last().unwrap()["data"]["__interrupt__"][0];
+    assert_eq!(interrupt["value"]["kind"], "approval");
+    assert_eq!(interrupt["value"]["planVersion"], 1);
+    assert_eq!(interrupt["value"]["plan"]["nodes"][0]["capabilityId"], "writer");
+    assert_eq!(interrupt["value"]["action_request"]["action"], "approve");
+    assert_eq!(interrupt["value"]["config"]["allow_accept"], true);
+    assert_eq!(first["parts"].as_array().unwrap().last().unwrap()["data"]["status"], "interrupted");
+    assert_eq!(first["state"]["next"], json!(["draft"]));
+    assert_eq!(first["state"]["interrupts"][0]["id"], interrupt["id"]);
+    assert_eq!(first["thread"]["status"], "interrupted");
+    let waiting = first["parts"].as_array().unwrap().iter().rev().find(|p| p["event"] == "values").unwrap();
+    assert_eq!(waiting["data"]["outputs"], json!({}), "nothing runs before the approval");
+
+    // Rejected with feedback: v2 is planned with it, and waits for approval again.
+    let second = &rounds[1];
+    let waiting = second["parts"].as_array().unwrap().iter().rev().find(|p| p["type"] == "values").unwrap();
+    assert_eq!(waiting["interrupts"][0]["value"]["planVersion"], 2, "SDK v2 parts carry the interrupt");
+    assert!(server.planner_calls().last().unwrap().user.contains("add a polish step"));
+    assert_eq!(second["state"]["next"], json!(["draft", "polish"]));
+
+    // Approved: v2 runs to the end.
+    let third = &rounds[2];
+    assert_eq!(third["state"]["values"]["status"], "completed");
+    assert_eq!(third["state"]["interrupts"], json!([]));
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions WHERE decision = 'approved'"), 1);
+    assert_eq!(server.capability_calls("editor"), 1);
+}
+
+/// A background run, joined; its stream re-joined after `Last-Event-ID` gets exactly the frames
+/// after it, and with `-1` all of them; `runs.wait` answers with the final values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_run_is_joined_and_its_stream_rejoined_after_an_event_id() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let seen = drive("background_and_join", &server.base, json!({"input": envelope(), "last_event_id": 3})).await;
+    let run_id = seen["created"]["run_id"].as_str().unwrap();
+    assert!(["pending", "running"].contains(&seen["created"]["status"].as_str().unwrap()));
+    assert_eq!(seen["joined"]["status"], "completed");
+    assert_eq!(seen["done"]["status"], "success");
+    let log = log_frames(&server, run_id);
+    assert_eq!(custom_frames(&seen["rest"]), log[3..].to_vec(), "exactly the frames after 3");
+    assert_eq!(custom_frames(&seen["everything"]), log);
+    assert_eq!(seen["waited"]["status"], "completed");
+    assert_eq!(seen["waited"]["outputs"]["draft"]["quality_score"], 0.9);
+}
+
+/// The server is killed (SIGKILL) mid-run and started again: the SDK reconnects by itself through
+/// `Location` with `Last-Event-ID` and sees every frame exactly once; no step ran twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_reconnects_by_itself_after_the_server_dies_mid_stream() {
+    let model = StandIn::start(script(|call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer"), ("polish", "editor")]);
+        }
+        match call.capability_id() {
+            Some("writer") => post(0.9).after(Duration::from_millis(200)),
+            _ => post(0.9).after(Duration::from_millis(2000)),
+        }
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = process::ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let args = json!({"input": envelope(), "announce_after": 6});
+    let mut child = driver("reconnect", &server.base, &args).spawn().expect("python starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut last = String::new();
+    let mut killed = false;
+    let read = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("progress: received") && !killed {
+                // Mid-run: the writer is done, the editor is running.
+                server.kill();
+                server.restart().await;
+                killed = true;
+            }
+            last = line;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), read).await.expect("the scenario ends");
+    let status = child.wait().await.unwrap();
+    let mut stderr = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).await.unwrap();
+    assert!(status.success(), "scenario failed: {last}\n{stderr}\n{}", server.log());
+    assert!(killed, "the server was killed mid-stream");
+    let seen: Value = serde_json::from_str(&last).unwrap();
+    let frames = custom_frames(&seen["parts"]);
+    let run_id = seen["parts"][0]["data"]["run_id"].as_str().unwrap();
+    let log: Vec<(u64, String)> =
+        event_log(&dir.path().join("flexrun.db"), run_id).into_iter().map(|(seq, kind, _)| (seq, kind)).collect();
+    assert_eq!(frames, log, "every frame exactly once, across the restart");
+    assert_eq!(log.last().unwrap().1, "complete");
+    let writer_calls = model.calls().iter().filter(|c| c.capability_id() == Some("writer")).count();
+    assert_eq!(writer_calls, 1, "the completed step did not run again");
+}
+
+/// A second run on a busy thread with `multitask_strategy="reject"` is refused with 409; the
+/// running run is cancelled and reads `interrupted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_thread_refuses_a_second_run_and_a_run_is_cancelled() {
+    let server =
+        TestServer::start(planner_then(&[("draft", "writer")], post(0.9).after(Duration::from_secs(30)))).await;
+    let seen = drive("cancel_and_busy", &server.base, json!({"input": envelope()})).await;
+    assert_eq!(seen["busy"]["refused"], true);
+    assert_eq!(seen["busy"]["status"], 409);
+    assert_eq!(seen["thread_while_busy"]["status"], "busy");
+    assert_eq!(seen["after_cancel"]["status"], "interrupted");
+    let run_id = seen["run"]["run_id"].as_str().unwrap();
+    server.wait_for_status(run_id, "cancelled").await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 1, "the refused run was not created");
+}
+
+/// A run that fails streams `error` (code and message) before `end`, and reads `error`; an
+/// unknown assistant is a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_run_streams_an_error_event() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], Reply::error(400, "model refused"))).await;
+    let seen = drive("failing", &server.base, json!({"input": envelope()})).await;
+    let names = events(&seen["parts"]);
+    assert_eq!(&names[names.len() - 2..], ["error", "end"]);
+    let error = &seen["parts"][names.len() - 2]["data"];
+    assert!(error["error"].as_str().unwrap().len() > 3, "a code: {error}");
+    assert!(!error["message"].as_str().unwrap().is_empty());
+    assert_eq!(seen["runs"][0]["status"], "error");
+    assert_eq!(seen["thread"]["status"], "error");
+    assert_eq!(seen["unknown_assistant"], json!({"refused": true, "status": 404}));
+}
+
+/// A chat input becomes a run whose objective is the human message; the answer streams as an AI
+/// message (`messages`), and `values.messages` keeps the conversation across runs of the thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_input_is_answered_with_an_ai_message() {
+    let mut capabilities = default_capabilities();
+    let answer = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}});
+    capabilities.push(ai_capability("responder", &["messages"], &["answer"], answer));
+    let options = Options { capabilities, ..Options::default() };
+    let script = script(|call| {
+        if call.is_planner() {
+            return plan(&[("reply", "responder")]);
+        }
+        Reply::json(
+            json!({"text": format!("answered after {} messages", call.user.matches("\"type\":\"human\"").count())}),
+        )
+    });
+    let server = TestServer::start_with(script, options).await;
+    let seen = drive("chat", &server.base, json!({"question": "Write a post about flexrun"})).await;
+    assert_eq!(seen["assistants"][0]["assistant_id"], "flex");
+    let message = seen["parts"].as_array().unwrap().iter().find(|p| p["event"] == "messages");
+    let message = message.unwrap_or_else(|| panic!("no messages event: {}", seen["parts"]));
+    assert_eq!(message["data"][0]["type"], "ai");
+    assert!(message["data"][0]["content"].as_str().unwrap().contains("answered after 1 messages"), "{message}");
+    assert!(server.planner_calls()[0].user.contains("Write a post about flexrun"), "the message is the objective");
+    let messages = seen["state"]["values"]["messages"].as_array().unwrap();
+    let kinds: Vec<&str> = messages.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["human", "ai", "human", "ai"], "the conversation so far");
+    assert_eq!(messages[2]["content"], "And again?");
+    assert!(
+        messages[3]["content"].as_str().unwrap().contains("answered after 2 messages"),
+        "the history reached the model"
+    );
+}
