@@ -1,0 +1,141 @@
+//! The LangGraph-compatible API at the HTTP level, with keys configured: who may see and answer
+//! what, the stream's headers and heartbeat, and bounded refusals of bad requests.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code states what it expects.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use support::*;
+
+async fn keyed_server(script: flexrun::llm::standin::Script) -> TestServer {
+    let env = vec![
+        ("FLEXRUN_API_KEYS", "alice:alice-key,bob:bob-key".into()),
+        ("FLEXRUN_OPERATOR_KEYS", OPERATOR_KEY.into()),
+    ];
+    TestServer::start_with(script, Options { env, ..Options::default() }).await
+}
+
+/// A request as the SDK sends it: the key in `X-Api-Key`.
+async fn call(
+    server: &TestServer,
+    method: reqwest::Method,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut request = server.http.request(method, server.url(path)).header("x-api-key", key);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap()
+}
+
+async fn new_thread(server: &TestServer, key: &str) -> String {
+    let created = call(server, reqwest::Method::POST, "/threads", key, Some(json!({}))).await;
+    assert_eq!(created.status(), 200);
+    created.json::<Value>().await.unwrap()["thread_id"].as_str().unwrap().to_string()
+}
+
+/// Threads belong to the caller that made them: another caller neither finds nor lists them;
+/// a caller cannot answer an interrupt (an operator's action), an operator can; no key is 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_are_their_callers_and_resuming_needs_the_operator_role() {
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let thread = new_thread(&server, "alice-key").await;
+    let path = format!("/threads/{thread}");
+    assert_eq!(call(&server, reqwest::Method::GET, &path, "bob-key", None).await.status(), 404);
+    let search = call(&server, reqwest::Method::POST, "/threads/search", "bob-key", Some(json!({}))).await;
+    assert_eq!(search.json::<Value>().await.unwrap(), json!([]));
+    let mine = call(&server, reqwest::Method::POST, "/threads/search", "alice-key", Some(json!({}))).await;
+    assert_eq!(mine.json::<Value>().await.unwrap()[0]["thread_id"], thread.as_str());
+    assert_eq!(server.http.get(server.url(&path)).send().await.unwrap().status(), 401);
+
+    let mut gated = envelope();
+    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let run = json!({"assistant_id": "flex", "input": gated, "stream_mode": "custom"});
+    let streamed = call(&server, reqwest::Method::POST, &format!("{path}/runs/stream"), "alice-key", Some(run)).await;
+    assert_eq!(streamed.status(), 200);
+    assert!(streamed.text().await.unwrap().contains("hitl_request"));
+    let resume = json!({"assistant_id": "flex", "command": {"resume": true}});
+    let refused =
+        call(&server, reqwest::Method::POST, &format!("{path}/runs/wait"), "alice-key", Some(resume.clone())).await;
+    assert_eq!(refused.status(), 403);
+    let other =
+        call(&server, reqwest::Method::POST, &format!("{path}/runs/wait"), "bob-key", Some(resume.clone())).await;
+    assert_eq!(other.status(), 404, "bob does not see alice's thread");
+    let answered = call(&server, reqwest::Method::POST, &format!("{path}/runs/wait"), OPERATOR_KEY, Some(resume)).await;
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.json::<Value>().await.unwrap()["status"], "completed");
+    let decided = server.count("SELECT COUNT(*) AS n FROM hitl_decisions WHERE principal NOT IN ('alice', 'bob')");
+    assert_eq!(decided, 1, "one decision, the operator's");
+    let owners = server.count("SELECT COUNT(*) AS n FROM runs WHERE owner = 'alice'");
+    assert_eq!(owners, 1, "the run is alice's");
+}
+
+/// A stream says where to reconnect (`Location`, with its modes) and which run it is
+/// (`Content-Location`), and sends a heartbeat comment while the run is quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_names_its_run_and_sends_heartbeats_while_quiet() {
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9).after(Duration::from_secs(8)))).await;
+    let thread = new_thread(&server, "alice-key").await;
+    let run = json!({"assistant_id": "flex", "input": envelope(), "stream_mode": ["values", "custom"]});
+    let response =
+        call(&server, reqwest::Method::POST, &format!("/threads/{thread}/runs/stream"), "alice-key", Some(run)).await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    let content_location = response.headers()["content-location"].to_str().unwrap().to_string();
+    assert!(content_location.starts_with(&format!("/threads/{thread}/runs/")), "{content_location}");
+    assert_eq!(location, format!("{content_location}/stream?stream_mode=values&stream_mode=custom"));
+    let mut body = response.bytes_stream();
+    let mut seen = String::new();
+    let heard = tokio::time::timeout(Duration::from_secs(7), async {
+        while let Some(chunk) = body.next().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            // Two: one may come at once; the second only after a quiet interval.
+            if seen.lines().filter(|line| line.starts_with(':')).count() >= 2 {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "comments within 7 s of quiet: {seen}");
+    assert!(seen.starts_with("event: metadata\n"), "{seen}");
+}
+
+/// Bad requests get a 400 that says what is wrong, bounded whatever the input; nothing is
+/// created by them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_run_requests_are_refused_with_bounded_answers() {
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let thread = new_thread(&server, "alice-key").await;
+    let path = format!("/threads/{thread}/runs");
+    let long = "x".repeat(200_000);
+    let cases = [
+        json!({"assistant_id": "flex", "input": envelope(), "stream_mode": long}),
+        json!({"assistant_id": "flex", "input": {"objective": ""}}),
+        json!({"assistant_id": "flex"}),
+        json!({"assistant_id": "flex", "input": envelope(), "multitask_strategy": long}),
+        json!({"assistant_id": "flex", "input": {"messages": [{"type": "ai", "content": long}]}}),
+    ];
+    for body in cases {
+        let refused = call(&server, reqwest::Method::POST, &path, "alice-key", Some(body)).await;
+        let status = refused.status().as_u16();
+        let text = refused.text().await.unwrap();
+        assert!([400, 409].contains(&status), "{status}: {text}");
+        assert!(text.len() < 2_000, "a bounded answer: {} bytes", text.len());
+    }
+    let nothing_to_resume = json!({"assistant_id": "flex", "command": {"resume": true}});
+    let refused = call(&server, reqwest::Method::POST, &path, OPERATOR_KEY, Some(nothing_to_resume)).await;
+    assert_eq!(refused.status(), 409);
+    let unknown = json!({"assistant_id": long, "input": envelope()});
+    let refused = call(&server, reqwest::Method::POST, &path, "alice-key", Some(unknown)).await;
+    assert_eq!(refused.status(), 404);
+    assert!(refused.text().await.unwrap().len() < 500);
+    let missing = call(&server, reqwest::Method::GET, "/threads/nope/runs/nope", "alice-key", None).await;
+    assert_eq!(missing.status(), 404);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "no run was created");
+}
