@@ -261,10 +261,9 @@ async fn a_failing_run_streams_an_error_event() {
     assert_eq!(seen["unknown_assistant"], json!({"refused": true, "status": 404}));
 }
 
-/// A chat input becomes a run whose objective is the human message; the answer streams as an AI
-/// message (`messages`), and `values.messages` keeps the conversation across runs of the thread.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chat_input_is_answered_with_an_ai_message() {
+/// A stand-in that plans one `responder` step (messages → answer), which says how many human
+/// messages it was given.
+async fn chat_server() -> TestServer {
     let mut capabilities = default_capabilities();
     let answer = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}});
     capabilities.push(ai_capability("responder", &["messages"], &["answer"], answer));
@@ -273,11 +272,17 @@ async fn a_chat_input_is_answered_with_an_ai_message() {
         if call.is_planner() {
             return plan(&[("reply", "responder")]);
         }
-        Reply::json(
-            json!({"text": format!("answered after {} messages", call.user.matches("\"type\":\"human\"").count())}),
-        )
+        let humans = call.user.matches("\"type\":\"human\"").count();
+        Reply::json(json!({"text": format!("answered after {humans} messages")}))
     });
-    let server = TestServer::start_with(script, options).await;
+    TestServer::start_with(script, options).await
+}
+
+/// A chat input becomes a run whose objective is the human message; the answer streams as an AI
+/// message (`messages`), and `values.messages` keeps the conversation across runs of the thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_input_is_answered_with_an_ai_message() {
+    let server = chat_server().await;
     let seen = drive("chat", &server.base, json!({"question": "Write a post about flexrun"})).await;
     assert_eq!(seen["assistants"][0]["assistant_id"], "flex");
     let message = seen["parts"].as_array().unwrap().iter().find(|p| p["event"] == "messages");
@@ -293,4 +298,44 @@ async fn a_chat_input_is_answered_with_an_ai_message() {
         messages[3]["content"].as_str().unwrap().contains("answered after 2 messages"),
         "the history reached the model"
     );
+}
+
+/// The official JS SDK, as `useStream` calls it: chat messages streamed in values,
+/// messages-tuple and updates, the run learnt from `onRunCreated`, its stream re-joined from the
+/// start, the thread's state read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_js_sdk_streams_a_chat_run_as_use_stream_does() {
+    let modules = std::env::var("FLEXRUN_LANGGRAPH_JS").unwrap_or_else(|_| {
+        panic!(
+            "FLEXRUN_LANGGRAPH_JS is not set: run the tests with scripts/test, which installs @langchain/langgraph-sdk \
+             into target/test-tools/langgraph-js and points this variable at it"
+        )
+    });
+    // Node resolves the SDK from the script's folder: the script runs from beside node_modules.
+    let script = std::path::Path::new(&modules).join("drive.mjs");
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/langgraph/drive.mjs"), &script).unwrap();
+    let server = chat_server().await;
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new("node").arg(&script).args([&server.base, "Write a post"]).output(),
+    )
+    .await
+    .expect("the JS scenario ends within a minute")
+    .expect("node starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "JS scenario failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let names = events(&seen["parts"]);
+    assert_eq!((names.first(), names.last()), (Some(&"metadata"), Some(&"end")), "{names:?}");
+    let run_id = seen["parts"][0]["data"]["run_id"].as_str().unwrap();
+    assert_eq!(seen["created"]["run_id"], run_id);
+    assert_eq!(seen["created"]["thread_id"], seen["threadId"]);
+    let message = seen["parts"].as_array().unwrap().iter().find(|p| p["event"] == "messages").unwrap();
+    assert!(message["data"][0]["content"].as_str().unwrap().contains("answered after 1 messages"), "{message}");
+    assert!(names.contains(&"updates"));
+    let streamed: Vec<&Value> = seen["parts"].as_array().unwrap().iter().filter(|p| p["event"] == "values").collect();
+    let rejoined: Vec<&Value> =
+        seen["rejoined"].as_array().unwrap().iter().filter(|p| p["event"] == "values").collect();
+    assert_eq!(rejoined, streamed, "the re-joined stream repeats the same values");
+    assert_eq!(seen["state"]["values"]["messages"][1]["type"], "ai");
 }
