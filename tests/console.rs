@@ -181,18 +181,8 @@ async fn signing_in_with_a_key_opens_a_session_that_sees_what_the_key_may_see() 
 /// longer allows shows the server's refusal and changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_approves_rejects_and_cancels_paused_runs_from_their_pages() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            if call.user.contains("### OPERATOR FEEDBACK") {
-                return plan(&[("draft", "writer"), ("polish", "editor")]);
-            }
-            return plan(&[("draft", "writer")]);
-        }
-        post(0.9)
-    }))
-    .await;
-    let mut gated = envelope();
-    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let server = TestServer::start(feedback_replan_script()).await;
+    let gated = gated_envelope();
     let paused = || {
         let (server, gated) = (&server, gated.clone());
         async move { server.run(&gated).await[0].run_id.clone() }
@@ -275,8 +265,7 @@ async fn the_inbox_lists_pending_decisions_oldest_first_and_answers_them_in_plac
     client.goto(&server.url("/ui/inbox")).await.unwrap();
     browser.wait_for_text("[data-testid=empty]", "Nothing waits for an operator").await;
 
-    let mut gated = envelope();
-    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let gated = gated_envelope();
     let first = server.run(&gated).await[0].run_id.clone();
     let second = server.run(&gated).await[0].run_id.clone();
     client.goto(&server.url("/ui/inbox")).await.unwrap();

@@ -24,10 +24,8 @@ fn human_reviewer() -> Value {
     })
 }
 
-/// A human task's form is generated from the output schema: invalid input shows the errors at
-/// their fields and the run keeps waiting; valid input completes the node; Decline fails the run.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_human_task_is_answered_with_a_form_from_its_output_schema() {
+/// A server whose runs draft a post and wait for a person's review, and one such run, waiting.
+async fn waiting_for_review() -> (TestServer, String) {
     let mut capabilities = default_capabilities();
     capabilities.push(human_reviewer());
     let options = Options { capabilities, ..Options::default() };
@@ -35,6 +33,14 @@ async fn a_human_task_is_answered_with_a_form_from_its_output_schema() {
     let server = TestServer::start_with(script, options).await;
     let run = server.run(&envelope()).await[0].run_id.clone();
     server.wait_for_status(&run, "awaiting_human").await;
+    (server, run)
+}
+
+/// A human task's form is generated from the output schema: invalid input shows the errors at
+/// their fields and the run keeps waiting; valid input completes the node; Decline fails the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_human_task_is_answered_with_a_form_from_its_output_schema() {
+    let (server, run) = waiting_for_review().await;
     let browser = Browser::start(1280).await;
     let client = &browser.client;
     client.goto(&server.url(&format!("/ui/runs/{run}"))).await.unwrap();
@@ -77,13 +83,7 @@ async fn a_human_task_is_answered_with_a_form_from_its_output_schema() {
 /// at their fields and the task stays in the inbox; valid input completes the run and empties it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_human_task_is_answered_inline_from_the_inbox() {
-    let mut capabilities = default_capabilities();
-    capabilities.push(human_reviewer());
-    let options = Options { capabilities, ..Options::default() };
-    let script = planner_then(&[("draft", "writer"), ("review", "reviewer")], post(0.9));
-    let server = TestServer::start_with(script, options).await;
-    let run = server.run(&envelope()).await[0].run_id.clone();
-    server.wait_for_status(&run, "awaiting_human").await;
+    let (server, run) = waiting_for_review().await;
     let browser = Browser::start(390).await;
     let client = &browser.client;
     client.goto(&server.url("/ui/inbox")).await.unwrap();
@@ -137,15 +137,8 @@ async fn a_nodes_question_is_answered_from_the_run_page() {
 /// Replan from a paused run's page: the feedback reaches the planner and v2 says it was why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replan_from_the_run_page_makes_a_new_version_with_the_feedback_as_its_reason() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() && call.user.contains("### OPERATOR FEEDBACK") {
-            return plan(&[("draft", "writer"), ("polish", "editor")]);
-        }
-        if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }
-    }))
-    .await;
-    let mut gated = envelope();
-    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let server = TestServer::start(feedback_replan_script()).await;
+    let gated = gated_envelope();
     let run = server.run(&gated).await[0].run_id.clone();
     let browser = Browser::start(1280).await;
     browser.client.goto(&server.url(&format!("/ui/runs/{run}"))).await.unwrap();
@@ -173,8 +166,7 @@ async fn the_run_list_updates_live_and_cancels_selected_runs_together() {
     client.execute("window.sameDocument = true", vec![]).await.unwrap();
     browser.wait_until("the feed is open", "return document.querySelector('[data-testid=pending-count]').hidden").await;
 
-    let mut gated = envelope();
-    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let gated = gated_envelope();
     let first = server.run(&gated).await[0].run_id.clone();
     let second = server.run(&gated).await[0].run_id.clone();
     let done = server.run(&envelope()).await[0].run_id.clone();

@@ -74,7 +74,7 @@ async fn demo_repair() {
 /// the second is approved and runs to completion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_approval() {
-    let mut scenario = Scenario::start(plans_after_feedback(), Options::default()).await;
+    let mut scenario = Scenario::start(feedback_replan_script(), Options::default()).await;
     let frames = scenario.run(&with_policies(json!({"approval": {"plan": "required"}}))).await;
     assert_eq!(kinds(&frames), ["start", "plan_requested", "plan_generated", "hitl_request"]);
     let run = run_id(&frames);
@@ -210,7 +210,7 @@ async fn node_failed() {
 /// waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_replan_then_cancel() {
-    let mut scenario = Scenario::start(plans_after_feedback(), Options::default()).await;
+    let mut scenario = Scenario::start(feedback_replan_script(), Options::default()).await;
     let frames = scenario.run(&with_policies(json!({"approval": {"plan": "required"}}))).await;
     assert_eq!(kinds(&frames), ["start", "plan_requested", "plan_generated", "hitl_request"]);
     let run = run_id(&frames);
@@ -262,19 +262,6 @@ fn with_policies(policies: Value) -> Value {
     let mut envelope = envelope();
     envelope["policies"] = policies;
     envelope
-}
-
-/// Plans `draft`; with operator feedback in the prompt, `draft` then `polish`. Every post scores 0.9.
-fn plans_after_feedback() -> flexrun::llm::standin::Script {
-    script(|call| {
-        if call.is_planner() {
-            if call.user.contains("### OPERATOR FEEDBACK") {
-                return plan(&[("draft", "writer"), ("polish", "editor")]);
-            }
-            return plan(&[("draft", "writer")]);
-        }
-        post(0.9)
-    })
 }
 
 /// A `run.resume` decision on `request` by a named operator, with a note.

@@ -53,8 +53,7 @@ async fn threads_are_their_callers_and_resuming_needs_the_operator_role() {
     assert_eq!(mine.json::<Value>().await.unwrap()[0]["thread_id"], thread.as_str());
     assert_eq!(server.http.get(server.url(&path)).send().await.unwrap().status(), 401);
 
-    let mut gated = envelope();
-    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let gated = gated_envelope();
     let run = json!({"assistant_id": "flex", "input": gated, "stream_mode": "custom"});
     let streamed = call(&server, reqwest::Method::POST, &format!("{path}/runs/stream"), "alice-key", Some(run)).await;
     assert_eq!(streamed.status(), 200);
@@ -138,4 +137,25 @@ async fn bad_run_requests_are_refused_with_bounded_answers() {
     let missing = call(&server, reqwest::Method::GET, "/threads/nope/runs/nope", "alice-key", None).await;
     assert_eq!(missing.status(), 404);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "no run was created");
+}
+
+/// A thread may be created with its own id: again with it is 409, or the same thread with
+/// `if_exists: do_nothing`; an id with '/' is refused. The one assistant is `flex`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_with_chosen_ids_and_the_one_assistant() {
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let post_thread = |body: Value| call(&server, reqwest::Method::POST, "/threads", "alice-key", Some(body));
+    let first = post_thread(json!({"thread_id": "t-chosen", "metadata": {"team": "a"}})).await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.json::<Value>().await.unwrap()["status"], "idle");
+    assert_eq!(post_thread(json!({"thread_id": "t-chosen"})).await.status(), 409);
+    let kept = post_thread(json!({"thread_id": "t-chosen", "if_exists": "do_nothing"})).await;
+    assert_eq!(kept.status(), 200);
+    assert_eq!(kept.json::<Value>().await.unwrap()["metadata"], json!({"team": "a"}));
+    assert_eq!(post_thread(json!({"thread_id": "a/b"})).await.status(), 400);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM threads"), 1);
+    let flex = call(&server, reqwest::Method::GET, "/assistants/flex", "alice-key", None).await;
+    assert_eq!(flex.json::<Value>().await.unwrap()["graph_id"], "flex");
+    let other = call(&server, reqwest::Method::GET, "/assistants/agent", "alice-key", None).await;
+    assert_eq!(other.status(), 404);
 }

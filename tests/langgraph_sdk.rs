@@ -117,18 +117,8 @@ async fn a_run_streams_to_completion_with_its_repair_replan() {
 /// feedback (an Agent Inbox response) plans again, and `true` approves v2, which completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_interrupt_is_resumed_with_a_rejection_then_an_approval() {
-    let server = TestServer::start(script(|call| {
-        if call.is_planner() {
-            if call.user.contains("### OPERATOR FEEDBACK") {
-                return plan(&[("draft", "writer"), ("polish", "editor")]);
-            }
-            return plan(&[("draft", "writer")]);
-        }
-        post(0.9)
-    }))
-    .await;
-    let mut gated = envelope();
-    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let server = TestServer::start(feedback_replan_script()).await;
+    let gated = gated_envelope();
     let resumes = json!([[{"type": "response", "args": "add a polish step"}], true]);
     let seen = drive("interrupt_and_resume", &server.base, json!({"input": gated, "resumes": resumes})).await;
     let rounds = seen["rounds"].as_array().unwrap();

@@ -41,22 +41,9 @@ fn request_id(frame: &ReceivedFrame) -> String {
     frame.payload["request"]["id"].as_str().unwrap().to_string()
 }
 
-/// Plans `draft` first; with operator feedback in the prompt, `draft` then `polish`.
-fn two_plans() -> flexrun::llm::standin::Script {
-    script(|call| {
-        if call.is_planner() {
-            if call.user.contains("### OPERATOR FEEDBACK") {
-                return plan(&[("draft", "writer"), ("polish", "editor")]);
-            }
-            return plan(&[("draft", "writer")]);
-        }
-        post(0.9)
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approval_lifecycle_with_an_operator_replan() {
-    let server = TestServer::start(two_plans()).await;
+    let server = TestServer::start(feedback_replan_script()).await;
     let frames = server.run(&with_plan_approval(envelope())).await;
     assert_eq!(kinds(&frames), ["start", "plan_requested", "plan_generated", "hitl_request"]);
     let run_id = frames[0].run_id.clone();
@@ -175,7 +162,7 @@ async fn replan_answers_200_404_409_and_422() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejection_fails_the_run_or_replans_with_the_feedback() {
-    let server = TestServer::start(two_plans()).await;
+    let server = TestServer::start(feedback_replan_script()).await;
     let paused = server.run(&with_plan_approval(envelope())).await;
     let run_id = paused[0].run_id.clone();
     let body = json!({"runId": run_id, "decision": {"requestId": request_id(&paused[3]), "approved": false}});

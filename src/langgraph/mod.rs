@@ -83,8 +83,8 @@ async fn run_of_thread(
     caller: &Caller,
     thread_id: &str,
     run_id: &str,
-) -> Result<(ThreadRow, RunRow), ApiError> {
-    let thread = visible_thread(services, caller, thread_id).await?;
+) -> Result<RunRow, ApiError> {
+    visible_thread(services, caller, thread_id).await?;
     let id = RunId::parse(run_id).map_err(|_| run_not_found(run_id))?;
     let lookup = id.to_string();
     let row = services.store.read(move |conn| crate::store::runs::get(conn, &lookup)).await.map_err(|e| match e {
@@ -94,7 +94,7 @@ async fn run_of_thread(
     if row.thread_id.as_deref() != Some(thread_id) {
         return Err(run_not_found(run_id));
     }
-    Ok((thread, row))
+    Ok(row)
 }
 
 /// The run's state after its frame `upto` (all of its log if `None`).
@@ -102,8 +102,13 @@ async fn state_at(services: &Services, row: RunRow, upto: Option<Seq>) -> Result
     let id = RunId::parse(&row.run_id).map_err(ApiError::internal)?;
     let lookup = row.run_id.clone();
     // Seqs run 1, 2, … without gaps: the frames up to `upto` are the first `upto`.
-    let limit = upto.map_or(i64::MAX, Seq::stored);
-    let log = services.store.read(move |conn| events::after(conn, &lookup, Seq::ZERO, limit)).await?;
+    let log = match upto {
+        Some(Seq::ZERO) => Vec::new(),
+        upto => {
+            let limit = upto.map_or(i64::MAX, Seq::stored);
+            services.store.read(move |conn| events::after(conn, &lookup, Seq::ZERO, limit)).await?
+        }
+    };
     Stored { id, row, log }.state().map_err(ApiError::internal)
 }
 

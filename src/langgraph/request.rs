@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::events::payload::{HitlKind, HitlRequestInfo};
 use crate::run::operator::Answer;
 
 /// The one assistant: its graph is the run's plan.
@@ -55,17 +56,20 @@ impl StreamMode {
 #[error("{0}")]
 pub struct RequestError(pub String);
 
-/// The assistant a request names, if it is not flexrun's one assistant.
+/// The assistant a request names, if it is not flexrun's one assistant (a missing or
+/// non-text `assistant_id` names none).
 pub fn unknown_assistant(body: &Value) -> Option<String> {
-    let id = body.get("assistant_id").and_then(Value::as_str)?;
-    (id != ASSISTANT).then(|| crate::excerpt::excerpt(id, 60).into_owned())
+    match body.get("assistant_id") {
+        Some(Value::String(id)) if id == ASSISTANT => None,
+        Some(Value::String(id)) => Some(crate::excerpt::excerpt(id, 60).into_owned()),
+        _ => Some(String::new()),
+    }
 }
 
 /// The body of `POST …/runs`, `…/runs/stream` and `…/runs/wait`, as the SDK sends it (keys whose
-/// value is `None` are left out).
+/// value is `None` are left out). Its `assistant_id` is checked first, by [`unknown_assistant`].
 #[derive(Debug, Deserialize)]
 struct Body {
-    assistant_id: String,
     #[serde(default)]
     input: Option<Value>,
     #[serde(default)]
@@ -119,15 +123,9 @@ pub enum Input {
 
 impl RunRequest {
     pub fn parse(body: &Value) -> Result<Self, RequestError> {
-        let body: Body = serde_json::from_value(body.clone()).map_err(|e| {
+        let body = Body::deserialize(body).map_err(|e| {
             RequestError(format!("invalid run request: {}", crate::excerpt::excerpt(&e.to_string(), 200)))
         })?;
-        if body.assistant_id != ASSISTANT {
-            return Err(RequestError(format!(
-                "assistant {:?} not found: flexrun has one assistant, {ASSISTANT:?}",
-                crate::excerpt::excerpt(&body.assistant_id, 60)
-            )));
-        }
         let unsupported = [
             ("interrupt_before", &body.interrupt_before),
             ("interrupt_after", &body.interrupt_after),
@@ -270,11 +268,7 @@ fn text_of(content: &Value) -> String {
 /// The envelope a run on `thread_id` starts from: the TaskEnvelope given (its thread set to
 /// this one), or for chat messages (after the thread's `history`) one whose objective is the
 /// last human message, with a freeform answer.
-pub fn envelope(
-    input: &Input,
-    thread_id: &str,
-    history: &[Value],
-) -> Result<(Value, Option<Vec<Value>>), RequestError> {
+pub fn envelope(input: &Input, thread_id: &str, history: &[Value]) -> Result<Value, RequestError> {
     match input {
         Input::Envelope(envelope) => {
             let mut envelope = envelope.clone();
@@ -284,7 +278,7 @@ pub fn envelope(
                     constraints.insert("threadId".into(), json!(thread_id));
                 }
             }
-            Ok((envelope, None))
+            Ok(envelope)
         }
         Input::Chat(messages) => {
             let objective = messages
@@ -305,7 +299,7 @@ pub fn envelope(
                 "constraints": {"threadId": thread_id},
                 "metadata": {"chat": true},
             });
-            Ok((envelope, Some(all)))
+            Ok(envelope)
         }
     }
 }
@@ -318,27 +312,26 @@ pub fn stored_messages(envelope: &Value) -> Option<Vec<Value>> {
     envelope.pointer("/inputs/messages").and_then(Value::as_array).cloned()
 }
 
-/// `command.resume` as the answer to a request of `kind` (`approval`, `clarify`, `human_task`)
-/// on node `node_id`: `true`/`false`; a decision object (`{approved, freeformText?}`); a
-/// `run.resume` body (`{decision}` or `{payload}`); text (a question's answer); or Agent Inbox
-/// responses (`[{type: accept|edit|response|ignore, args}]`).
+/// `command.resume` as the answer to `request`: `true`/`false`; a decision object (`{approved,
+/// freeformText?}`); a `run.resume` body (`{decision}` or `{payload}`, read by `flex_answer`);
+/// text (a question's answer); or Agent Inbox responses (`[{type: accept|edit|response|ignore,
+/// args}]`).
 pub fn resume_answer(
     resume: &Value,
-    kind: &str,
-    node_id: Option<&str>,
-    request_id: &str,
+    request: &HitlRequestInfo,
     flex_answer: impl Fn(&Value) -> Option<Answer>,
 ) -> Result<Answer, RequestError> {
     let decide = |approved: bool, feedback: Option<String>| Answer::Decide {
-        request_id: Some(request_id.to_string()),
+        request_id: Some(request.id.clone()),
         approved,
         feedback,
     };
-    let node = || node_id.unwrap_or_default().to_string();
-    let wrong = |what: &str| RequestError(format!("{what} does not answer a {kind} request"));
+    let node = || request.node_id.clone().unwrap_or_default();
+    let kind = request.kind;
+    let wrong = |what: &str| RequestError(format!("{what} does not answer a {} request", kind.as_str()));
     match resume {
-        Value::Bool(approved) if kind == "approval" => Ok(decide(*approved, None)),
-        Value::String(text) if kind == "clarify" => Ok(decide(true, Some(text.clone()))),
+        Value::Bool(approved) if kind == HitlKind::Approval => Ok(decide(*approved, None)),
+        Value::String(text) if kind == HitlKind::Clarify => Ok(decide(true, Some(text.clone()))),
         Value::Object(object) if object.contains_key("decision") || object.contains_key("payload") => {
             flex_answer(resume).ok_or_else(|| RequestError("the run.resume body in `command.resume` is invalid".into()))
         }
@@ -352,15 +345,15 @@ pub fn resume_answer(
             let args = response.get("args").cloned().unwrap_or(Value::Null);
             let text = args.as_str().map(String::from);
             match (response.get("type").and_then(Value::as_str).unwrap_or_default(), kind) {
-                ("accept", "approval") => Ok(decide(true, None)),
-                ("response", "approval") => Ok(decide(false, text)),
-                ("ignore", "approval") => Ok(decide(false, None)),
-                ("response", "clarify") => Ok(decide(true, text)),
-                ("edit", "human_task") => {
+                ("accept", HitlKind::Approval) => Ok(decide(true, None)),
+                ("response", HitlKind::Approval) => Ok(decide(false, text)),
+                ("ignore", HitlKind::Approval) => Ok(decide(false, None)),
+                ("response", HitlKind::Clarify) => Ok(decide(true, text)),
+                ("edit", HitlKind::HumanTask) => {
                     let output = args.get("args").cloned().unwrap_or(args);
                     Ok(Answer::Submit { node_id: node(), output })
                 }
-                ("ignore", "human_task") => {
+                ("ignore", HitlKind::HumanTask) => {
                     Ok(Answer::Decline { node_id: node(), reason: "declined from a chat client".into(), note: None })
                 }
                 (other, _) => Err(wrong(&format!("a {:?} response", crate::excerpt::excerpt(other, 40)))),
@@ -375,6 +368,7 @@ pub fn resume_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::payload::HitlSubject;
 
     #[test]
     fn a_stream_request_with_the_sdks_keys() {
@@ -390,7 +384,9 @@ mod tests {
     #[test]
     fn refusals_say_what_is_wrong() {
         let refused = |body: Value| RunRequest::parse(&body).unwrap_err().0;
-        assert!(refused(json!({"assistant_id": "agent", "input": {}})).contains("not found"));
+        assert_eq!(unknown_assistant(&json!({"assistant_id": "agent", "input": {}})).as_deref(), Some("agent"));
+        assert_eq!(unknown_assistant(&json!({"input": {}})).as_deref(), Some(""));
+        assert_eq!(unknown_assistant(&json!({"assistant_id": "flex"})), None);
         assert!(
             refused(json!({"assistant_id": "flex", "input": {"objective": "o"}, "stream_mode": "debug"}))
                 .contains("not supported")
@@ -412,39 +408,54 @@ mod tests {
         let body = json!({"assistant_id": "flex", "input": {"messages": [{"role": "user", "content": "Hi there"}]}});
         let Action::Start(input) = RunRequest::parse(&body).unwrap().action else { panic!("a start") };
         let history = vec![json!({"type": "ai", "content": "earlier"})];
-        let (envelope, messages) = envelope(&input, "t-1", &history).unwrap();
+        let envelope = envelope(&input, "t-1", &history).unwrap();
         assert_eq!(envelope["objective"], "Hi there");
         assert_eq!(envelope["outputContract"]["mode"], "freeform");
         assert_eq!(envelope["constraints"]["threadId"], "t-1");
-        let messages = messages.unwrap();
+        let messages = stored_messages(&envelope).unwrap();
         assert_eq!((messages.len(), messages[1]["type"].as_str()), (2, Some("human")));
-        assert_eq!(stored_messages(&envelope).unwrap(), messages);
+        assert_eq!(messages[1]["content"], "Hi there");
     }
 
     #[test]
     fn resume_values_map_to_flex_answers() {
-        let answer = |resume: Value, kind: &str| resume_answer(&resume, kind, Some("n"), "r", |_| None);
+        let answer = |resume: Value, kind: HitlKind| {
+            let request = HitlRequestInfo {
+                id: "r".into(),
+                kind,
+                subject: HitlSubject::Node,
+                question: "?".into(),
+                plan_version: 1,
+                created_at: String::new(),
+                node_id: Some("n".into()),
+                context: Value::Null,
+            };
+            resume_answer(&resume, &request, |_| None)
+        };
         let decide = |approved, feedback: Option<&str>| Answer::Decide {
             request_id: Some("r".into()),
             approved,
             feedback: feedback.map(String::from),
         };
-        assert_eq!(answer(json!(true), "approval").unwrap(), decide(true, None));
+        assert_eq!(answer(json!(true), HitlKind::Approval).unwrap(), decide(true, None));
         assert_eq!(
-            answer(json!({"approved": false, "freeformText": "why"}), "approval").unwrap(),
+            answer(json!({"approved": false, "freeformText": "why"}), HitlKind::Approval).unwrap(),
             decide(false, Some("why"))
         );
         assert_eq!(
-            answer(json!([{"type": "response", "args": "shorter"}]), "approval").unwrap(),
+            answer(json!([{"type": "response", "args": "shorter"}]), HitlKind::Approval).unwrap(),
             decide(false, Some("shorter"))
         );
-        assert_eq!(answer(json!("EU"), "clarify").unwrap(), decide(true, Some("EU")));
+        assert_eq!(answer(json!("EU"), HitlKind::Clarify).unwrap(), decide(true, Some("EU")));
         assert_eq!(
-            answer(json!([{"type": "edit", "args": {"action": "submit_task", "args": {"ok": true}}}]), "human_task")
-                .unwrap(),
+            answer(
+                json!([{"type": "edit", "args": {"action": "submit_task", "args": {"ok": true}}}]),
+                HitlKind::HumanTask
+            )
+            .unwrap(),
             Answer::Submit { node_id: "n".into(), output: json!({"ok": true}) }
         );
-        assert!(answer(json!("text"), "approval").is_err());
-        assert!(answer(json!([{"type": "accept"}]), "human_task").is_err());
+        assert!(answer(json!("text"), HitlKind::Approval).is_err());
+        assert!(answer(json!([{"type": "accept"}]), HitlKind::HumanTask).is_err());
     }
 }

@@ -17,6 +17,7 @@ use crate::events::Seq;
 use crate::http::{ApiError, Body, Caller, Role};
 use crate::run::follow::{FollowError, follow};
 use crate::run::operator::{Actor, Command};
+use crate::run::state::RunState;
 use crate::run::{self, RunId, RunStatus};
 use crate::services::Services;
 use crate::store::events::LoggedFrame;
@@ -63,21 +64,33 @@ async fn begin(
         },
     };
     let newest = newest_run(services, &thread.thread_id).await?;
-    let (run_id, translator, frames) = match &request.action {
-        Action::Start(input) => start(services, caller, &thread.thread_id, input, newest.as_ref(), &request).await?,
-        Action::Resume(value) => resume(services, caller, newest, value, &request.modes).await?,
+    let started = match &request.action {
+        Action::Start(input) => start(services, caller, &thread.thread_id, input, newest.as_ref()).await?,
+        Action::Resume(value) => resume(services, caller, newest, value).await?,
     };
     let mut metadata: Map<String, Value> = serde_json::from_str(&thread.metadata).unwrap_or_default();
     metadata.insert("graph_id".into(), json!(request::ASSISTANT));
     metadata.insert("assistant_id".into(), json!(request::ASSISTANT));
     let (id, metadata) = (thread.thread_id.clone(), Value::Object(metadata).to_string());
     services.store.write(move |conn| thread_rows::touch(conn, &id, &metadata, crate::store::now())).await?;
-    let lookup = run_id.to_string();
+    let lookup = started.run_id.to_string();
     let run = services.store.read(move |conn| crate::store::runs::get(conn, &lookup)).await?;
-    Ok(Began { thread_id: thread.thread_id, run, translator, frames })
+    let state = match started.state {
+        Some(state) => state,
+        None => state_at(services, run.clone(), Some(Seq::ZERO)).await?,
+    };
+    let (objective, chat) = (run.objective.clone(), chat_of(&run));
+    let translator = Translator::new(state, request.modes, objective, chat, services.redaction.clone());
+    Ok(Began { thread_id: thread.thread_id, run, translator, frames: started.frames })
 }
 
-type Started = (RunId, Translator, BoxStream<'static, Result<LoggedFrame, FollowError>>);
+/// A run a request started or resumed.
+struct Started {
+    run_id: RunId,
+    /// The state its `frames` follow: a resumed run's before the answer (`None`: a new run).
+    state: Option<RunState>,
+    frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
+}
 
 /// A new flex run on the thread, from a TaskEnvelope or chat messages.
 async fn start(
@@ -86,7 +99,6 @@ async fn start(
     thread_id: &str,
     input: &Input,
     newest: Option<&RunRow>,
-    request: &RunRequest,
 ) -> Result<Started, ApiError> {
     if is_busy(newest) {
         return Err(ApiError::Conflict {
@@ -96,24 +108,18 @@ async fn start(
             ),
         });
     }
-    let history = match newest {
-        Some(row) => {
-            let state = state_at(services, row.clone(), None).await?;
-            let mut messages = chat_of(row).unwrap_or_default();
-            messages.extend(project::answer(&state));
-            messages
-        }
-        None => Vec::new(),
-    };
-    let (envelope, chat) = request::envelope(input, thread_id, &history).map_err(refused)?;
+    // A chat continues the conversation of the thread's previous chat run, with its answer.
+    let mut history = Vec::new();
+    if let (Input::Chat(_), Some(row)) = (input, newest)
+        && let Some(messages) = chat_of(row)
+    {
+        history = messages;
+        history.extend(project::answer(&state_at(services, row.clone(), None).await?));
+    }
+    let envelope = request::envelope(input, thread_id, &history).map_err(refused)?;
     let envelope = crate::envelope::from_value(envelope, &services.registry.catalog())?;
-    let objective = envelope.objective.clone();
     let started = run::start(services, envelope, None, None, &caller.principal).await?;
-    let lookup = started.run_id.to_string();
-    let row = services.store.read(move |conn| crate::store::runs::get(conn, &lookup)).await?;
-    let state = state_at(services, row, Some(Seq::ZERO)).await?;
-    let translator = Translator::new(state, request.modes.clone(), objective, chat, services.redaction.clone());
-    Ok((started.run_id, translator, started.frames))
+    Ok(Started { run_id: started.run_id, state: None, frames: started.frames })
 }
 
 /// Answers the open request of the thread's newest run with `command.resume`; the run goes on.
@@ -122,7 +128,6 @@ async fn resume(
     caller: &Caller,
     newest: Option<RunRow>,
     value: &Value,
-    modes: &[StreamMode],
 ) -> Result<Started, ApiError> {
     if caller.role != Role::Operator {
         return Err(ApiError::Forbidden);
@@ -132,20 +137,15 @@ async fn resume(
         message: "the thread has no interrupt to resume: its newest run does not wait for an answer".into(),
     };
     let row = newest.ok_or_else(no_interrupt)?;
-    let (chat, objective) = (chat_of(&row), row.objective.clone());
     let state = state_at(services, row, None).await?;
-    let pending = state.pending_request().cloned().ok_or_else(no_interrupt)?;
-    let kind = serde_json::to_value(pending.kind).ok().and_then(|k| k.as_str().map(String::from)).unwrap_or_default();
-    let answer = request::resume_answer(value, &kind, pending.node_id.as_deref(), &pending.id, |body| {
-        crate::http::resume_answer(body).ok()
-    })
-    .map_err(refused)?;
+    let pending = state.pending_request().ok_or_else(no_interrupt)?;
+    let answer =
+        request::resume_answer(value, pending, |body| crate::http::resume_answer(body).ok()).map_err(refused)?;
     let actor = Actor { principal: caller.principal.clone(), operator: None, note: None };
     let run_id = state.run_id.clone();
     let command = Command::Resume { expected_plan_version: None, answer, actor };
     let applied = run::apply(services, &run_id, command).await?;
-    let translator = Translator::new(state, modes.to_vec(), objective, chat, services.redaction.clone());
-    Ok((run_id, translator, applied.frames))
+    Ok(Started { run_id, state: Some(state), frames: applied.frames })
 }
 
 /// LangGraph's `Run`.
@@ -304,7 +304,7 @@ pub async fn get_run(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let (tid, rid) = path.into_inner();
-    let (_, row) = run_of_thread(&services, &caller, &tid, &rid).await?;
+    let row = run_of_thread(&services, &caller, &tid, &rid).await?;
     Ok(HttpResponse::Ok().json(run_json(&tid, &row)))
 }
 
@@ -341,7 +341,7 @@ pub async fn join_stream(
             ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event id this stream sent")
         })?,
     };
-    let (_, row) = run_of_thread(&services, &caller, &tid, &rid).await?;
+    let row = run_of_thread(&services, &caller, &tid, &rid).await?;
     let (chat, objective, run_id) = (chat_of(&row), row.objective.clone(), row.run_id.clone());
     // Subscribed before the state is read: a frame committed meanwhile is not missed.
     let frames = follow(services.store.clone(), &services.bus, run_id, after).boxed();
@@ -358,7 +358,7 @@ pub async fn join(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let (tid, rid) = path.into_inner();
-    let (_, row) = run_of_thread(&services, &caller, &tid, &rid).await?;
+    let row = run_of_thread(&services, &caller, &tid, &rid).await?;
     let frames = follow(services.store.clone(), &services.bus, row.run_id.clone(), Seq::ZERO).boxed();
     settled_values(&services, &tid, row, frames).await
 }
@@ -372,7 +372,7 @@ pub async fn cancel(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let (tid, rid) = path.into_inner();
-    let (_, row) = run_of_thread(&services, &caller, &tid, &rid).await?;
+    let row = run_of_thread(&services, &caller, &tid, &rid).await?;
     if caller.role != Role::Operator {
         return Err(ApiError::Forbidden);
     }

@@ -75,12 +75,3 @@ pub fn runs(conn: &mut DbConn, thread_id: &str, limit: i64) -> Result<Vec<RunRow
         .select(RunRow::as_select())
         .load(c))?)
 }
-
-/// The newest run of each of `thread_ids` that has one.
-pub fn latest_runs(conn: &mut DbConn, thread_ids: &[String]) -> Result<Vec<RunRow>, StoreError> {
-    let mut latest = Vec::new();
-    for thread_id in thread_ids {
-        latest.extend(runs(conn, thread_id, 1)?);
-    }
-    Ok(latest)
-}

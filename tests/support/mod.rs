@@ -292,6 +292,27 @@ pub fn repair_script(first: f64, repaired: f64) -> Script {
     })
 }
 
+/// Plans `draft` (writer); once an operator's feedback is in the planner prompt, `draft` and
+/// `polish` (editor). Every capability call scores 0.9.
+pub fn feedback_replan_script() -> Script {
+    script(|call| {
+        if call.is_planner() {
+            if call.user.contains("### OPERATOR FEEDBACK") {
+                return plan(&[("draft", "writer"), ("polish", "editor")]);
+            }
+            return plan(&[("draft", "writer")]);
+        }
+        post(0.9)
+    })
+}
+
+/// [`envelope`] with a plan approval required before any step runs.
+pub fn gated_envelope() -> Value {
+    let mut gated = envelope();
+    gated["policies"] = json!({"approval": {"plan": "required"}});
+    gated
+}
+
 /// writer: brief → post_copy {text, quality_score}; editor: post_copy → post_copy; tagger: brief → tags.
 pub fn default_capabilities() -> Vec<Value> {
     let post = json!({"type": "object", "required": ["text", "quality_score"],
