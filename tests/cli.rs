@@ -210,7 +210,7 @@ async fn help_lists_the_run_statuses() {
 async fn serve_must_exit(dir: &Path, env: &[(&str, &str)]) -> Output {
     let mut command = flexrun(&["serve"]);
     command
-        .env("FLEXRUN_DATABASE_URL", format!("sqlite://{}", dir.join("flexrun.db").display()))
+        .env("FLEXRUN_DATABASE_URL", support::database::url(dir))
         .env("FLEXRUN_BIND", "127.0.0.1:0")
         .envs(env.iter().copied());
     tokio::time::timeout(Duration::from_secs(20), command.output())
@@ -227,7 +227,7 @@ async fn a_bad_log_filter_stops_the_start() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.starts_with("flexrun: FLEXRUN_LOG=\"flexrun=loud\" is not a valid log filter"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(!dir.path().join("flexrun.db").exists(), "nothing started");
+    assert!(!support::database::has_schema(dir.path()), "nothing started");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -346,7 +346,7 @@ async fn a_run_page_catches_up_after_the_server_is_killed_mid_run() {
     let numbers: Vec<u64> = seen.iter().map(|(seq, _)| *seq).collect();
     assert_eq!(numbers, (1..=numbers.len() as u64).collect::<Vec<_>>(), "every frame once, in order: {seen:?}");
     assert_eq!(seen.iter().filter(|(_, kind)| kind == "node_start").count(), 3, "polish ran again: {seen:?}");
-    let logged = event_log(&dir.path().join("flexrun.db"), &run_id);
+    let logged = event_log(dir.path(), &run_id);
     assert_eq!(&logged[..numbers.len()].iter().map(|(seq, _, _)| *seq).collect::<Vec<_>>(), &numbers);
     browser.wait_for_text("[data-testid=status]", "completed").await;
     browser.close().await;

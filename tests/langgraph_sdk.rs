@@ -211,8 +211,7 @@ async fn the_sdk_reconnects_by_itself_after_the_server_dies_mid_stream() {
     let seen: Value = serde_json::from_str(&last).unwrap();
     let frames = custom_frames(&seen["parts"]);
     let run_id = seen["parts"][0]["data"]["run_id"].as_str().unwrap();
-    let log: Vec<(u64, String)> =
-        event_log(&dir.path().join("flexrun.db"), run_id).into_iter().map(|(seq, kind, _)| (seq, kind)).collect();
+    let log: Vec<(u64, String)> = event_log(dir.path(), run_id).into_iter().map(|(seq, kind, _)| (seq, kind)).collect();
     assert_eq!(frames, log, "every frame exactly once, across the restart");
     assert_eq!(log.last().unwrap().1, "complete");
     let writer_calls = model.calls().iter().filter(|c| c.capability_id() == Some("writer")).count();

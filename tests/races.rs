@@ -99,7 +99,7 @@ async fn settled_status(server: &ServerProcess, run_id: &str) -> String {
 
 /// The run's stored frames: (seq, type, payload).
 fn stored_frames(server: &ServerProcess, run_id: &str) -> Vec<(u64, String, Value)> {
-    let frames = event_log(&server.dir.join("flexrun.db"), run_id);
+    let frames = event_log(&server.dir, run_id);
     frames.into_iter().map(|(seq, kind, frame)| (seq, kind, frame["payload"].clone())).collect()
 }
 
@@ -169,8 +169,7 @@ async fn check_run(server: &ServerProcess, run_id: &str, request_id: Option<&str
 }
 
 fn db(server: &ServerProcess) -> flexrun::store::DbConn {
-    use diesel::Connection;
-    flexrun::store::DbConn::establish(&format!("sqlite://{}", server.dir.join("flexrun.db").display())).unwrap()
+    support::database::connect(&server.dir)
 }
 
 /// A run paused on its plan approval: its id and the request's id.

@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use diesel::{Connection, RunQueryDsl};
+use diesel::RunQueryDsl;
 use flexrun::events::ReceivedFrame;
 use flexrun::llm::standin::{ChatCall, StandIn};
-use flexrun::store::DbConn;
 use serde_json::{Value, json};
 use support::process::ServerProcess;
 use support::*;
@@ -71,7 +70,7 @@ impl Recovered {
     }
 
     fn event_log(&self) -> Vec<(u64, String, Value)> {
-        event_log(&self.server.dir.join("flexrun.db"), &self.run_id)
+        event_log(&self.server.dir, &self.run_id)
     }
 
     /// The checks every recovery must pass: the run completed; the log is gap-free; the client
@@ -169,8 +168,7 @@ async fn killed_mid_repair_the_replan_keeps_its_reason_and_the_completed_draft()
     assert!(planner[2].user.contains("### GOAL CONDITION REPAIR") && planner[2].user.contains("quality_score"));
     assert_eq!(run.calls_of("writer"), 1, "the draft carries into the repair plan");
     assert_eq!(run.calls_of("editor"), 1);
-    let db = run.server.dir.join("flexrun.db");
-    let mut conn = DbConn::establish(db.to_str().unwrap()).unwrap();
+    let mut conn = support::database::connect(&run.server.dir);
     let stored = flexrun::store::runs::get(&mut conn, &run.run_id).unwrap();
     assert_eq!((stored.goal_condition_replans, stored.replans, stored.plan_version), (1, 1, 2));
 }
@@ -178,7 +176,7 @@ async fn killed_mid_repair_the_replan_keeps_its_reason_and_the_completed_draft()
 /// Rolls a completed run back to the state its last commit found: every node complete, the goal
 /// evaluation (its `complete` frame, `run_outputs` row and status change) not yet committed.
 fn rewind_to_last_node_completion(db: &std::path::Path, run_id: &str) {
-    let mut conn = DbConn::establish(db.to_str().unwrap()).unwrap();
+    let mut conn = support::database::connect(db);
     let statements = [
         format!(
             "DELETE FROM run_events WHERE run_id = '{run_id}' AND seq > (SELECT MAX(seq) FROM run_events \
@@ -196,14 +194,14 @@ fn rewind_to_last_node_completion(db: &std::path::Path, run_id: &str) {
 async fn a_run_whose_nodes_all_completed_finishes_with_no_model_call() {
     let model = StandIn::start(script(two_steps)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("flexrun.db");
+    let db = dir.path();
     let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
     let (run_id, response) = server.post_run(&envelope()).await;
     let first = read_frames(response, usize::MAX).await;
     server.kill();
-    rewind_to_last_node_completion(&db, &run_id);
+    rewind_to_last_node_completion(db, &run_id);
     let calls = model.calls().len();
-    let last = event_log(&db, &run_id).len();
+    let last = event_log(db, &run_id).len();
     assert_eq!(first[last - 1].kind, "node_complete");
 
     server.restart().await;
@@ -219,13 +217,13 @@ async fn a_run_whose_nodes_all_completed_finishes_with_no_model_call() {
 async fn a_run_that_cannot_be_resumed_is_failed_not_left_running() {
     let (model, _hold) = holding_model(two_steps, |c| c.capability_id() == Some("writer"));
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("flexrun.db");
+    let db = dir.path();
     let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
     let (run_id, response) = server.post_run(&envelope()).await;
     let before = read_frames(response, 4).await;
     server.kill();
     // As an envelope stored by an incompatible version would be.
-    let mut conn = DbConn::establish(db.to_str().unwrap()).unwrap();
+    let mut conn = support::database::connect(db);
     diesel::sql_query(format!("UPDATE runs SET envelope = '{{\"objective\": 7}}' WHERE run_id = '{run_id}'"))
         .execute(&mut conn)
         .unwrap();
@@ -270,7 +268,7 @@ async fn flexrun_run_follows_its_run_across_a_server_restart() {
     let run_id = frames[0]["runId"].as_str().unwrap();
     let printed: Vec<(u64, &str)> =
         frames.iter().map(|f| (f["seq"].as_u64().unwrap(), f["type"].as_str().unwrap())).collect();
-    let log = event_log(&dir.path().join("flexrun.db"), run_id);
+    let log = event_log(dir.path(), run_id);
     let logged: Vec<(u64, &str)> = log.iter().map(|(seq, kind, _)| (*seq, kind.as_str())).collect();
     assert_eq!(printed, logged, "every frame exactly once, across the restart");
     assert_eq!(frames.last().unwrap()["payload"]["status"], "completed");
@@ -310,7 +308,7 @@ async fn a_paused_run_survives_a_crash_and_is_approved_from_the_command_line() {
     let printed: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
     assert_eq!(printed, ["hitl_resolved", "node_start", "node_complete", "node_start", "node_complete", "complete"]);
     assert_eq!(frames[0]["payload"]["decision"]["operator"]["id"], "op-7");
-    let log = event_log(&dir.path().join("flexrun.db"), &run_id);
+    let log = event_log(dir.path(), &run_id);
     assert_eq!(log.iter().map(|(seq, ..)| *seq).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
 
     let (ok, _) = flexrun_cli(&server, &["cancel", &run_id]).await;

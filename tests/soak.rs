@@ -13,10 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use diesel::{Connection, QueryableByName, RunQueryDsl};
+use diesel::{QueryableByName, RunQueryDsl};
 use eventsource_stream::Eventsource;
 use flexrun::llm::standin::{ChatCall, StandIn};
-use flexrun::store::DbConn;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use support::process::ServerProcess;
@@ -88,7 +87,7 @@ struct RunState {
 }
 
 fn run_states(db: &std::path::Path) -> Vec<RunState> {
-    let mut conn = DbConn::establish(db.to_str().unwrap()).unwrap();
+    let mut conn = support::database::connect(db);
     diesel::sql_query("SELECT run_id, status, error FROM runs").load(&mut conn).unwrap()
 }
 
@@ -98,7 +97,7 @@ async fn soak_with_faults_and_kills() {
     let (calls, faults) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let model = faulty_model(calls.clone(), faults.clone());
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("flexrun.db");
+    let db = dir.path();
     let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
     let base = server.base.clone();
     let mut body = envelope();
@@ -138,13 +137,13 @@ async fn soak_with_faults_and_kills() {
     }
     // Runs whose clients lost their stream finish in the background.
     let deadline = Instant::now() + Duration::from_secs(120);
-    while run_states(&db).iter().any(|r| !matches!(r.status.as_str(), "completed" | "failed")) {
+    while run_states(db).iter().any(|r| !matches!(r.status.as_str(), "completed" | "failed")) {
         assert!(Instant::now() < deadline, "runs still active two minutes after the last post");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let elapsed = started.elapsed();
 
-    let states = run_states(&db);
+    let states = run_states(db);
     assert_eq!(states.len(), runs, "one run per idempotency key");
     ids.sort();
     ids.dedup();
@@ -153,7 +152,7 @@ async fn soak_with_faults_and_kills() {
     let mut resumed = 0;
     let mut failures = std::collections::BTreeMap::<String, usize>::new();
     for state in &states {
-        let log = event_log(&db, &state.run_id);
+        let log = event_log(db, &state.run_id);
         let seqs: Vec<u64> = log.iter().map(|(seq, ..)| *seq).collect();
         assert_eq!(seqs, (1..=log.len() as u64).collect::<Vec<_>>(), "run {} has a gap", state.run_id);
         let completes = log.iter().filter(|(_, kind, _)| kind == "complete").count();

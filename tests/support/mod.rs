@@ -4,12 +4,11 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix_web::dev::ServerHandle;
-use diesel::{Connection, QueryableByName, RunQueryDsl};
+use diesel::{QueryableByName, RunQueryDsl};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -23,6 +22,7 @@ use flexrun::store::DbConn;
 pub use flexrun::llm::standin::{Reply, script};
 
 pub mod browser;
+pub mod database;
 pub mod process;
 
 pub const OPERATOR_KEY: &str = "operator-test-key";
@@ -30,7 +30,8 @@ pub const OPERATOR_KEY: &str = "operator-test-key";
 pub struct TestServer {
     pub base: String,
     pub llm: StandIn,
-    pub db_path: PathBuf,
+    /// The server's `FLEXRUN_DATABASE_URL` (see [`database`]).
+    pub db_url: String,
     pub http: reqwest::Client,
     handle: ServerHandle,
     pub dir: Arc<tempfile::TempDir>,
@@ -68,9 +69,9 @@ impl TestServer {
             let name = format!("{}.json", capability["capabilityId"].as_str().unwrap());
             std::fs::write(capabilities_dir.join(name), capability.to_string()).unwrap();
         }
-        let db_path = dir.path().join("flexrun.db");
+        let db_url = database::url(dir.path());
         let mut env: Vec<(String, String)> = vec![
-            ("FLEXRUN_DATABASE_URL".into(), format!("sqlite://{}", db_path.display())),
+            ("FLEXRUN_DATABASE_URL".into(), db_url.clone()),
             ("FLEXRUN_CAPABILITIES_DIR".into(), capabilities_dir.display().to_string()),
             ("FLEXRUN_LLM_BASE_URL".into(), llm.base_url.clone()),
             ("FLEXRUN_LLM_API_KEY".into(), "test-key".into()),
@@ -88,7 +89,7 @@ impl TestServer {
         let handle = server.handle();
         tokio::spawn(server);
         flexrun::run::recover(&services).await.expect("recovery reads the database");
-        Self { base, llm, db_path, http: reqwest::Client::new(), handle, dir, env }
+        Self { base, llm, db_url, http: reqwest::Client::new(), handle, dir, env }
     }
 
     pub async fn stop(&self) {
@@ -132,7 +133,7 @@ impl TestServer {
 
     /// A direct connection to the server's database, for checking what was persisted.
     pub fn db(&self) -> DbConn {
-        DbConn::establish(self.db_path.to_str().unwrap()).expect("open test database")
+        database::connect(self.dir.path())
     }
 
     pub fn count(&self, sql: &str) -> i64 {
@@ -171,7 +172,7 @@ impl TestServer {
 
     /// The frames of the run's event log, parsed.
     pub fn event_log(&self, run_id: &str) -> Vec<(u64, String, Value)> {
-        event_log(&self.db_path, run_id)
+        event_log(self.dir.path(), run_id)
     }
 
     /// The frames of the run's event log, as stored.
@@ -203,9 +204,9 @@ pub fn decision(run_id: &str, request_id: &str, approved: bool, text: Option<&st
     json!({"runId": run_id, "operator": {"id": "op-7"}, "decision": decision})
 }
 
-/// The frames of a run's event log in the SQLite file at `db_path`, parsed.
-pub fn event_log(db_path: &std::path::Path, run_id: &str) -> Vec<(u64, String, Value)> {
-    let mut db = DbConn::establish(db_path.to_str().unwrap()).expect("open test database");
+/// The frames of a run's event log in the test database of `dir`, parsed.
+pub fn event_log(dir: &std::path::Path, run_id: &str) -> Vec<(u64, String, Value)> {
+    let mut db = database::connect(dir);
     flexrun::store::events::after(&mut db, run_id, flexrun::events::Seq::ZERO, 10_000)
         .unwrap()
         .into_iter()

@@ -37,7 +37,7 @@ impl ServerProcess {
             std::fs::write(capabilities_dir.join(name), capability.to_string()).unwrap();
         }
         let mut all: Vec<(String, String)> = vec![
-            ("FLEXRUN_DATABASE_URL".into(), format!("sqlite://{}", dir.join("flexrun.db").display())),
+            ("FLEXRUN_DATABASE_URL".into(), super::database::url(dir)),
             ("FLEXRUN_CAPABILITIES_DIR".into(), capabilities_dir.display().to_string()),
             ("FLEXRUN_LLM_BASE_URL".into(), llm_base_url.into()),
             ("FLEXRUN_LLM_API_KEY".into(), "test-key".into()),
