@@ -95,8 +95,36 @@ pub struct Settings {
     pub auth: AuthSettings,
     pub http_capabilities: HttpCapabilitySettings,
     pub redaction: RedactionSettings,
+    pub cluster: ClusterSettings,
     #[serde(default)]
     pub facets: BTreeMap<String, FacetDefinition>,
+}
+
+/// Several nodes on one PostgreSQL database (`run::lease`, `docs/scale-out.md`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    node_id: String,
+    pub lease_seconds: u64,
+    pub drain_seconds: u64,
+    pub poll_millis: u64,
+}
+
+impl ClusterSettings {
+    /// This node's name: as configured, or `<host>-<pid>` (unique among live processes, so a
+    /// restarted process never mistakes its predecessor's leases for its own).
+    pub fn node_id(&self) -> String {
+        if !self.node_id.is_empty() {
+            return self.node_id.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "node".into());
+        format!("{host}-{}", std::process::id())
+    }
 }
 
 /// Values hidden on every read path (`crate::redact`).
@@ -237,6 +265,9 @@ const ENV_OVERRIDES: &[(&str, &[&str])] = &[
     ("llm.api_key", &["FLEXRUN_LLM_API_KEY", "OPENAI_API_KEY"]),
     ("llm.model", &["FLEXRUN_LLM_MODEL"]),
     ("replan.max_goal_condition_replans", &["FLEXRUN_GOAL_CONDITION_REPLAN_LIMIT"]),
+    ("cluster.node_id", &["FLEXRUN_NODE_ID"]),
+    ("cluster.lease_seconds", &["FLEXRUN_LEASE_SECONDS"]),
+    ("cluster.drain_seconds", &["FLEXRUN_DRAIN_SECONDS"]),
 ];
 
 fn as_u64(value: usize) -> u64 {
@@ -320,6 +351,8 @@ impl Settings {
             ("limits.capability_timeout_secs", limits.capability_timeout_secs),
             ("limits.run_timeout_secs", limits.run_timeout_secs),
             ("limits.max_capability_response_bytes", as_u64(limits.max_capability_response_bytes)),
+            ("cluster.lease_seconds", self.cluster.lease_seconds),
+            ("cluster.poll_millis", self.cluster.poll_millis),
         ];
         match positive.into_iter().find(|(_, value)| *value == 0) {
             Some((key, _)) => invalid(key, "must be at least 1"),

@@ -2,6 +2,7 @@
 //! shared by the HTTP handlers and the run coordinators.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::capability::{AddressGuard, EndpointAllowlist, Executors, GuardedResolver, Registry, RegistryError};
 use crate::config::Settings;
@@ -10,7 +11,7 @@ use crate::facet::{FacetCatalog, FacetCatalogError};
 use crate::llm::LlmClient;
 use crate::planner::Planner;
 use crate::redact::Redaction;
-use crate::run::claims::Claims;
+use crate::run::claims::{Claims, Leasing};
 use crate::run::state::RunState;
 use crate::store::{Store, StoreError};
 
@@ -88,6 +89,11 @@ impl Services {
             None => Executors::new(llm, max_response_bytes, addresses)?,
         };
         let redaction = Redaction::new(&settings.redaction.extra_keys);
+        // Several nodes may share a PostgreSQL database: runs are leased there. SQLite has one.
+        let leasing = store.is_postgres().then(|| Leasing {
+            node: settings.cluster.node_id(),
+            lease: Duration::from_secs(settings.cluster.lease_seconds),
+        });
         Ok(Arc::new(Self {
             settings,
             store,
@@ -97,7 +103,7 @@ impl Services {
             executors,
             facets,
             redaction,
-            claims: Arc::default(),
+            claims: Arc::new(Claims::new(leasing)),
             commit_observer: hooks.observer,
             runtime: tokio::runtime::Handle::current(),
         }))

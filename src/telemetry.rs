@@ -40,6 +40,13 @@ const CAPABILITY_DURATION: &str = "flexrun_capability_call_duration_seconds";
 const OPEN_STREAMS: &str = "flexrun_open_streams";
 const DB_COMMIT_DURATION: &str = "flexrun_db_commit_duration_seconds";
 const DB_WRITES_PER_COMMIT: &str = "flexrun_db_writes_per_commit";
+const RUNS_OWNED: &str = "flexrun_runs_owned";
+const LEASE_RENEWALS: &str = "flexrun_lease_renewals_total";
+const LEASES_LOST: &str = "flexrun_leases_lost_total";
+const LEASE_CLAIMS: &str = "flexrun_lease_claims_total";
+const SWEEPS: &str = "flexrun_sweeps_total";
+const NOTIFICATIONS: &str = "flexrun_notifications_total";
+const NOTIFICATION_LAG: &str = "flexrun_notification_lag_seconds";
 
 /// Gives every metric its help text and unit (once the recorder is installed).
 pub fn describe() {
@@ -56,6 +63,29 @@ pub fn describe() {
     describe_gauge!(OPEN_STREAMS, "SSE streams open now (run.stream, run.resume and runs/{id}/stream)");
     describe_histogram!(DB_COMMIT_DURATION, Unit::Seconds, "Time to commit one batch of writes");
     describe_histogram!(DB_WRITES_PER_COMMIT, "Writes (of any number of runs) committed together");
+    describe_gauge!(RUNS_OWNED, "Runs whose lease this node holds (several nodes on PostgreSQL)");
+    describe_counter!(
+        LEASE_RENEWALS,
+        "Lease renewals (one statement for all of a node's runs), by outcome (ok, failed)"
+    );
+    describe_counter!(
+        LEASES_LOST,
+        "Leases this node lost while driving the run (not renewed in time, or claimed elsewhere)"
+    );
+    describe_counter!(
+        LEASE_CLAIMS,
+        "Runs this node claimed, by why (stale: the lease ran out or was handed back; command)"
+    );
+    describe_counter!(SWEEPS, "Sweeps for runs whose lease ran out");
+    describe_counter!(
+        NOTIFICATIONS,
+        "Run-change notifications received from the database (LISTEN), by how (notify, poll)"
+    );
+    describe_histogram!(
+        NOTIFICATION_LAG,
+        Unit::Seconds,
+        "From a run's frame's timestamp to this node learning of it, for runs driven elsewhere"
+    );
 }
 
 pub fn http_request(route: String, status: u16, elapsed: Option<Duration>) {
@@ -100,6 +130,38 @@ pub fn capability_call(agent_type: &'static str, outcome: &'static str, elapsed:
 pub fn commit(writes: usize, elapsed: Duration) {
     histogram!(DB_COMMIT_DURATION).record(elapsed.as_secs_f64());
     histogram!(DB_WRITES_PER_COMMIT).record(f64::from(u32::try_from(writes).unwrap_or(u32::MAX)));
+}
+
+/// The number of runs whose lease this node holds now.
+pub fn runs_owned(count: usize) {
+    gauge!(RUNS_OWNED).set(f64::from(u32::try_from(count).unwrap_or(u32::MAX)));
+}
+
+/// One renewal of this node's leases.
+pub fn lease_renewal(ok: bool) {
+    counter!(LEASE_RENEWALS, "outcome" => if ok { "ok" } else { "failed" }).increment(1);
+}
+
+pub fn leases_lost(count: usize) {
+    counter!(LEASES_LOST).increment(u64::try_from(count).unwrap_or(u64::MAX));
+}
+
+/// Runs claimed: `why` is `stale` (a sweep) or `command` (an operator's command on a waiting run).
+pub fn lease_claims(why: &'static str, count: usize) {
+    counter!(LEASE_CLAIMS, "why" => why).increment(u64::try_from(count).unwrap_or(u64::MAX));
+}
+
+pub fn sweep() {
+    counter!(SWEEPS).increment(1);
+}
+
+/// A run changed elsewhere and this node learnt of it (`how`: notify or poll), `lag` after the
+/// change was committed (when known).
+pub fn notification(how: &'static str, lag: Option<Duration>) {
+    counter!(NOTIFICATIONS, "how" => how).increment(1);
+    if let Some(lag) = lag {
+        histogram!(NOTIFICATION_LAG).record(lag.as_secs_f64());
+    }
 }
 
 /// Counts an open SSE stream for as long as it lives.

@@ -258,7 +258,11 @@ async fn serve() -> anyhow::Result<ExitCode> {
     if resumed > 0 {
         tracing::info!(resumed, "resumed runs left unfinished by an earlier process");
     }
+    // SIGTERM or SIGINT stops the HTTP server (actix's signal handling); with leases the node
+    // then drains: its runs go on elsewhere within a sweep, not after their leases run out.
     server.await?;
+    let grace = std::time::Duration::from_secs(services.settings.cluster.drain_seconds);
+    crate::run::lease::drain(&services, grace).await?;
     Ok(ExitCode::SUCCESS)
 }
 

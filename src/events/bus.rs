@@ -19,6 +19,8 @@ pub enum BusMessage {
     Frames(Arc<[Frame]>),
     /// The run stopped being active (ended or paused): subscribers catch up and finish.
     Settled,
+    /// Another node committed to the run (or may have): subscribers read its log and status.
+    Changed,
 }
 
 /// Run changes a slow list may fall behind by before it is told to read the list again.
@@ -77,6 +79,12 @@ impl Bus {
         if let Some(sender) = channels.remove(run_id) {
             let _ = sender.send(BusMessage::Settled);
         }
+    }
+
+    /// The runs someone here follows.
+    pub fn followed(&self) -> Vec<String> {
+        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.iter().filter(|(_, sender)| sender.receiver_count() > 0).map(|(run_id, _)| run_id.clone()).collect()
     }
 
     /// Runs with a live channel.

@@ -167,6 +167,9 @@ impl From<ControlError> for ApiError {
         let refusal = match error {
             ControlError::Refused(refusal) => refusal,
             ControlError::Store(StoreError::Conflict(message)) => return Self::Conflict { code: "conflict", message },
+            ControlError::Store(error @ StoreError::Fenced(_)) => {
+                return Self::Conflict { code: "run_busy", message: error.to_string() };
+            }
             ControlError::Store(error) => return error.into(),
             ControlError::Unreadable(error) => return Self::internal(error),
         };

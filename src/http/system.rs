@@ -30,7 +30,7 @@ pub fn install_metrics() {
 pub async fn health(services: web::Data<Services>) -> HttpResponse {
     let database = services.store.ping().await.is_ok();
     let status = if database { "healthy" } else { "degraded" };
-    let body = json!({
+    let mut body = json!({
         "status": status,
         "version": env!("CARGO_PKG_VERSION"),
         "timestamp": chrono::Utc::now(),
@@ -40,6 +40,14 @@ pub async fn health(services: web::Data<Services>) -> HttpResponse {
             "llm": {"configured": !services.settings.llm.api_key.is_empty(), "model": services.settings.llm.model},
         },
     });
+    if let Some(leasing) = services.claims.leasing() {
+        body["node"] = json!({
+            "id": leasing.node,
+            "leaseSeconds": leasing.lease.as_secs(),
+            "runsOwned": services.claims.leased().len(),
+            "draining": services.claims.is_draining(),
+        });
+    }
     if database { HttpResponse::Ok().json(body) } else { HttpResponse::ServiceUnavailable().json(body) }
 }
 

@@ -7,6 +7,11 @@
 //! that makes a paused run go on hands its claim to the new coordinator, so nothing can slip in
 //! between. A cancel asks the holder to stop and waits for its claim; the holder's log marks the
 //! stop honoured when it commits the cancellation, so the cancel knows whether it was its own.
+//!
+//! With several nodes on one PostgreSQL database ([`super::lease`]) a claim also carries the
+//! run's lease epoch, the fencing token every commit of its log checks, and the registry knows
+//! this node's name, the lease length, the task driving each run (so a lost lease stops it) and
+//! whether the node is draining.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,10 +24,27 @@ use super::id::RunId;
 use super::operator::Actor;
 
 /// The claims held in this process, by run.
-#[derive(Default)]
 pub struct Claims {
     held: Mutex<HashMap<RunId, Held>>,
     next_id: AtomicU64,
+    leasing: Option<Leasing>,
+    /// Becomes `true` when the node drains: coordinators stop at their next wait.
+    draining: watch::Sender<bool>,
+}
+
+impl Default for Claims {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+/// How this node leases the runs it drives (several nodes on one database).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leasing {
+    /// This node's name, as `runs.lease_owner`.
+    pub node: String,
+    /// How long a lease lasts unless renewed.
+    pub lease: Duration,
 }
 
 struct Held {
@@ -30,6 +52,10 @@ struct Held {
     /// Becomes `Some` (who cancelled) when the holder is asked to stop; dropped on release.
     stop: watch::Sender<Option<Actor>>,
     honoured: Arc<AtomicBool>,
+    /// The run's lease epoch, when the run is leased.
+    epoch: Option<i64>,
+    /// The task driving the run, once it runs: aborted when the lease is lost.
+    task: Option<tokio::task::AbortHandle>,
 }
 
 /// The right to write one run's log. Released when dropped.
@@ -41,6 +67,9 @@ pub struct Claim {
     pub stop: watch::Receiver<Option<Actor>>,
     /// Set once the holder committed the cancellation it was asked for.
     honoured: Arc<AtomicBool>,
+    /// The run's lease epoch (fencing token), when runs are leased.
+    epoch: Option<i64>,
+    draining: watch::Receiver<bool>,
 }
 
 /// A cancel's request to stop a run's holder, given to the one cancel that made it.
@@ -56,6 +85,16 @@ impl StopRequest {
 }
 
 impl Claims {
+    /// A registry for a node that leases its runs (`Some`) or runs alone (`None`).
+    pub fn new(leasing: Option<Leasing>) -> Self {
+        Self { held: Mutex::default(), next_id: AtomicU64::new(0), leasing, draining: watch::channel(false).0 }
+    }
+
+    /// How this node leases runs; `None` when it runs alone (SQLite).
+    pub fn leasing(&self) -> Option<&Leasing> {
+        self.leasing.as_ref()
+    }
+
     /// Claims `run_id`, unless someone in this process holds it.
     pub fn try_claim(self: &Arc<Self>, run_id: &RunId) -> Option<Claim> {
         self.try_claim_stopping(run_id, None)
@@ -89,8 +128,17 @@ impl Claims {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (stop, receiver) = watch::channel(stop);
         let honoured = Arc::new(AtomicBool::new(false));
-        held.insert(run_id.clone(), Held { id, stop, honoured: honoured.clone() });
-        Some(Claim { run_id: run_id.clone(), id, claims: self.clone(), stop: receiver, honoured })
+        held.insert(run_id.clone(), Held { id, stop, honoured: honoured.clone(), epoch: None, task: None });
+        let draining = self.draining.subscribe();
+        Some(Claim {
+            run_id: run_id.clone(),
+            id,
+            claims: self.clone(),
+            stop: receiver,
+            honoured,
+            epoch: None,
+            draining,
+        })
     }
 
     async fn claim_within_stopping(
@@ -141,6 +189,34 @@ impl Claims {
         self.lock().len()
     }
 
+    /// Notes the task that drives the run `claim` holds, so a lost lease can stop it.
+    pub fn attach_task(&self, run_id: &RunId, claim: u64, task: tokio::task::AbortHandle) {
+        if let Some(held) = self.lock().get_mut(run_id).filter(|held| held.id == claim) {
+            held.task = Some(task);
+        }
+    }
+
+    /// The leased runs held here, with their epochs.
+    pub fn leased(&self) -> Vec<(RunId, i64)> {
+        self.lock().iter().filter_map(|(run_id, held)| Some((run_id.clone(), held.epoch?))).collect()
+    }
+
+    /// Stops the task driving `run_id` at once (its lease is lost): it writes nothing more, and
+    /// its claim is released as the task is dropped. Returns whether there was one.
+    pub fn abort(&self, run_id: &RunId) -> bool {
+        let task = self.lock().get_mut(run_id).and_then(|held| held.task.take());
+        task.inspect(tokio::task::AbortHandle::abort).is_some()
+    }
+
+    /// Asks every coordinator to stop at its next wait (the node drains).
+    pub fn drain(&self) {
+        self.draining.send_replace(true);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        *self.draining.borrow()
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<RunId, Held>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -149,6 +225,35 @@ impl Claims {
 impl Claim {
     pub fn run_id(&self) -> &RunId {
         &self.run_id
+    }
+
+    /// This claim's number, for [`Claims::attach_task`].
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The claim with the run's lease at `epoch`.
+    pub fn leased(mut self, epoch: i64) -> Self {
+        if let Some(held) = self.claims.lock().get_mut(&self.run_id).filter(|held| held.id == self.id) {
+            held.epoch = Some(epoch);
+        }
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// The run's lease epoch, if runs are leased.
+    pub fn epoch(&self) -> Option<i64> {
+        self.epoch
+    }
+
+    /// How this node leases runs (see [`Claims::leasing`]).
+    pub fn leasing(&self) -> Option<&Leasing> {
+        self.claims.leasing()
+    }
+
+    /// The node drains: stop before the next wait.
+    pub fn draining(&self) -> bool {
+        *self.draining.borrow()
     }
 
     /// The run was asked to stop (an operator cancelled it).

@@ -11,19 +11,20 @@ use futures::stream::BoxStream;
 use serde_json::json;
 
 use super::claims::Claim;
-use super::decide::operator::{self, Command, Decision, Refusal};
+use super::decide::operator::{self, Actor, Command, Decision, Refusal};
 use super::follow::{FollowError, follow};
 use super::id::RunId;
 use super::log::{LogError, RunLog};
+use super::notify::{STOP, StopNotice};
 use super::projection::RowWrite;
 use super::status::RunStatus;
 use super::{ResumeError, Stored};
 use crate::budget::ReplanLimits;
 use crate::capability::check_output;
 use crate::services::Services;
-use crate::store::StoreError;
 use crate::store::events::LoggedFrame;
 use crate::store::hitl::DecisionRow;
+use crate::store::{StoreError, leases};
 
 /// How long a cancel waits for the run's coordinator to stop.
 const STOP_WAIT: Duration = Duration::from_secs(30);
@@ -53,6 +54,7 @@ impl From<LogError> for ControlError {
         match error {
             LogError::Store(error) => Self::Store(error),
             LogError::Apply(error) => Self::Unreadable(error.into()),
+            LogError::Draining => Self::Store(StoreError::Conflict("the node is draining".into())),
         }
     }
 }
@@ -71,6 +73,26 @@ pub struct Applied {
 pub async fn apply(services: &Arc<Services>, run_id: &RunId, command: Command) -> Result<Applied, ControlError> {
     tracing::info!(%run_id, principal = command.actor().principal, command = command.name(), "operator command");
     let (claim, command) = claim(services, run_id, command).await?;
+    let epoch = claim.epoch();
+    let applied = apply_claimed(services, run_id, claim, command).await;
+    let driven = matches!(&applied, Ok(applied) if applied.status.is_active());
+    if let (false, Some(epoch)) = (driven, epoch) {
+        // Unless a coordinator now drives the run, the command lets go of the lease it took —
+        // refused, or with nothing to commit — or nobody could take the run until it ran out.
+        // (Fenced if the lease moved on meanwhile: then it is not this command's.)
+        let id = run_id.to_string();
+        let _ = services.store.write(move |conn| leases::release(conn, &id, epoch)).await;
+    }
+    applied
+}
+
+/// [`apply`], holding the run's claim.
+async fn apply_claimed(
+    services: &Arc<Services>,
+    run_id: &RunId,
+    claim: Claim,
+    command: Command,
+) -> Result<Applied, ControlError> {
     let stored = read(services, run_id).await?;
     let state = stored.state()?;
     let decision = decide(services, &stored, &state, command)?;
@@ -101,10 +123,63 @@ pub async fn apply(services: &Arc<Services>, run_id: &RunId, command: Command) -
     Ok(Applied { status, frames })
 }
 
-/// Takes the run's claim for `command`. A cancel first stops the run's coordinator (in this
-/// process) and waits for it; another command waits only for a coordinator letting go of a run
-/// that is pausing, and is refused while a coordinator drives the run.
+/// Takes the run's claim for `command` — and with leases (several nodes), the run's lease.
 async fn claim(services: &Arc<Services>, run_id: &RunId, command: Command) -> Result<(Claim, Command), ControlError> {
+    let (claim, command) = claim_here(services, run_id, command).await?;
+    if services.claims.leasing().is_none() {
+        return Ok((claim, command));
+    }
+    if let Some(epoch) = take_lease(services, run_id).await? {
+        return Ok((claim.leased(epoch), command));
+    }
+    // Another node drives the run. A cancel asks it to stop and waits for the lease to be let go
+    // of (the cancellation ends the run); any other command is refused as while a coordinator
+    // here drives the run.
+    let stored = read(services, run_id).await?;
+    let Command::Cancel { actor, .. } = command else {
+        decide(services, &stored, &stored.state()?, command)?;
+        return Err(Refusal::Busy(run_id.to_string()).into());
+    };
+    let epoch = cancel_elsewhere(services, run_id, &actor).await?;
+    let stored = read(services, run_id).await?;
+    let stopped = stored.row.status == RunStatus::Cancelled.as_str();
+    Ok((claim.leased(epoch), Command::Cancel { stopped, actor }))
+}
+
+/// The run's lease, if no live node holds it (it waits for an operator, ended, or its node died).
+async fn take_lease(services: &Services, run_id: &RunId) -> Result<Option<i64>, ControlError> {
+    let Some(leasing) = services.claims.leasing() else { return Ok(None) };
+    let (id, node, seconds) = (run_id.to_string(), leasing.node.clone(), leasing.lease.as_secs_f64());
+    let taken = services.store.write(move |conn| leases::take_free(conn, &id, &node, seconds)).await?;
+    if taken.is_some() {
+        crate::telemetry::lease_claims("command", 1);
+    }
+    Ok(taken.map(|lease| lease.lease_epoch))
+}
+
+/// Asks the node driving the run to cancel it for `actor` (`NOTIFY`), then waits up to
+/// [`STOP_WAIT`] for the run's lease, which that node lets go of as it commits the cancellation.
+async fn cancel_elsewhere(services: &Services, run_id: &RunId, actor: &Actor) -> Result<i64, ControlError> {
+    let payload = StopNotice::payload(run_id, actor);
+    services.store.write(move |conn| leases::notify(conn, STOP, &payload)).await?;
+    let deadline = tokio::time::Instant::now() + STOP_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Some(epoch) = take_lease(services, run_id).await? {
+            return Ok(epoch);
+        }
+    }
+    Err(Refusal::Busy(run_id.to_string()).into())
+}
+
+/// Takes the run's claim in this process for `command`. A cancel first stops the run's
+/// coordinator (here) and waits for it; another command waits only for a coordinator letting go
+/// of a run that is pausing, and is refused while a coordinator drives the run.
+async fn claim_here(
+    services: &Arc<Services>,
+    run_id: &RunId,
+    command: Command,
+) -> Result<(Claim, Command), ControlError> {
     if let Command::Cancel { actor, .. } = command {
         let claimed = services.claims.claim_to_cancel(run_id, &actor, STOP_WAIT).await;
         let (claim, stopped) = claimed.ok_or_else(|| Refusal::Busy(run_id.to_string()))?;

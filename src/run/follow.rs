@@ -107,6 +107,10 @@ impl Follower {
             match self.live.recv().await {
                 Ok(BusMessage::Frames(frames)) => self.take_live(&frames),
                 Err(RecvError::Lagged(_)) => self.replay_log(),
+                Ok(BusMessage::Changed) => {
+                    self.settled = None;
+                    self.replay_log();
+                }
                 Ok(BusMessage::Settled) | Err(RecvError::Closed) => {
                     self.settled = Some(true);
                     self.replay_log();

@@ -9,7 +9,10 @@
 //!
 //! Whoever holds a `RunLog` holds the run's [`Claim`]: it is the run's only writer in this
 //! process, so its `seq` numbers cannot collide with another writer's. (The `(run_id, seq)`
-//! primary key backs this up across processes.)
+//! primary key backs this up across processes.) With several nodes on one database the claim
+//! carries the run's lease epoch, and every commit checks it first, in the same transaction
+//! ([`Lease`]): a node whose lease moved on writes nothing more, not a frame, row or status.
+//! Every such commit also notifies the other nodes (`NOTIFY`), whose clients may follow the run.
 
 use std::sync::Arc;
 
@@ -24,7 +27,7 @@ use crate::events::payload::ReplanReason;
 use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
 use crate::services::{CommitObserver, Services};
 use crate::store::runs::{self, Outcome, Progress, RunRow};
-use crate::store::{Store, StoreError, events};
+use crate::store::{Store, StoreError, events, leases};
 use crate::telemetry;
 
 /// Why an event was not recorded.
@@ -35,6 +38,9 @@ pub enum LogError {
     Apply(#[from] ApplyError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The node drains: its coordinators stop at their next wait and hand the run back.
+    #[error("the node is draining")]
+    Draining,
 }
 
 /// The run row as last committed: what the next commit changes.
@@ -158,10 +164,17 @@ impl RunLog {
         let rows = std::mem::take(&mut self.rows);
         let run_id = self.state.run_id.to_string();
         let committed = frames.clone();
+        let lease = self.lease(matches!(change, Some(RunChange::Create(_))));
         self.store
             .write(move |conn| {
+                if let Some(lease) = &lease {
+                    lease.check(conn, &run_id)?;
+                }
                 if let Some(change) = &change {
                     change.execute(conn, &run_id)?;
+                }
+                if let Some(lease) = &lease {
+                    lease.take(conn, &run_id)?;
                 }
                 for row in &rows {
                     row.execute(conn, &run_id)?;
@@ -184,6 +197,17 @@ impl RunLog {
             observer(&self.state);
         }
         Ok(())
+    }
+
+    /// What the next commit does with the run's lease, if runs are leased: a new run takes its
+    /// first; a commit that leaves the run waiting or ended lets go of it; any other checks it.
+    fn lease(&self, creating: bool) -> Option<Lease> {
+        let epoch = self.claim.epoch()?;
+        if creating {
+            let leasing = self.claim.leasing()?;
+            return Some(Lease::Take { node: leasing.node.clone(), seconds: leasing.lease.as_secs_f64() });
+        }
+        Some(if self.state.status.is_active() { Lease::Hold(epoch) } else { Lease::Release(epoch) })
     }
 
     /// Counts in the metrics what the commit recorded: the replans it granted, and the run's end.
@@ -249,6 +273,40 @@ impl RunChange {
             Self::End { from, to, outcome } => runs::end(conn, run_id, from.as_str(), to.as_str(), outcome),
             Self::Progress(progress) => runs::save_progress(conn, run_id, progress),
         }
+    }
+}
+
+/// What a commit of a leased run does with the lease, in the commit's transaction.
+#[derive(Debug, Clone)]
+enum Lease {
+    /// A new run: its first lease, taken once its row is inserted.
+    Take { node: String, seconds: f64 },
+    /// The lease must still be at this epoch (the fencing check), and stays.
+    Hold(i64),
+    /// The lease must still be at this epoch, and is let go of.
+    Release(i64),
+}
+
+/// The channel on which a commit tells the other nodes that a run changed (payload: its id).
+pub const CHANGED: &str = "flexrun_runs";
+
+impl Lease {
+    /// The fencing check, before anything else is written: it also locks the run's row, so a
+    /// claim racing this commit waits for it and then takes a higher epoch.
+    fn check(&self, conn: &mut crate::store::DbConn, run_id: &str) -> Result<(), StoreError> {
+        match self {
+            Self::Take { .. } => Ok(()),
+            Self::Hold(epoch) => leases::fence(conn, run_id, *epoch),
+            Self::Release(epoch) => leases::release(conn, run_id, *epoch),
+        }
+    }
+
+    /// After the run row is written: a new run's lease, and the notification of the change.
+    fn take(&self, conn: &mut crate::store::DbConn, run_id: &str) -> Result<(), StoreError> {
+        if let Self::Take { node, seconds } = self {
+            leases::take_new(conn, run_id, node, *seconds)?;
+        }
+        leases::notify(conn, CHANGED, &super::notify::changed_payload(run_id))
     }
 }
 

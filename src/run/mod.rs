@@ -19,7 +19,9 @@ pub mod decide;
 pub mod follow;
 pub mod id;
 pub mod inbox;
+pub mod lease;
 pub mod log;
+pub mod notify;
 pub mod projection;
 pub mod state;
 pub mod status;
@@ -98,7 +100,11 @@ pub async fn start(
             return rejoin(services, idempotency, existing);
         }
     }
-    let claim = services.claims.try_claim(&run_id).ok_or_else(|| StoreError::Conflict(format!("run {run_id}")))?;
+    let mut claim = services.claims.try_claim(&run_id).ok_or_else(|| StoreError::Conflict(format!("run {run_id}")))?;
+    if services.claims.leasing().is_some() {
+        // A new run's first lease, taken by its first commit.
+        claim = claim.leased(1);
+    }
     let start = Event::Start(Start {
         run_id: run_id.to_string(),
         thread_id: envelope.thread_id.clone(),
@@ -153,7 +159,8 @@ pub async fn start(
     }
     crate::telemetry::run_started();
     tracing::info!(%run_id, owner, "run started");
-    spawn(services, coordinator.drive(Resume::Requested));
+    let owner = coordinator.owner();
+    spawn(services, owner, coordinator.drive(Resume::Requested));
     let frames = follow_new(services.store.clone(), live, run_id.to_string()).boxed();
     Ok(StartedRun { run_id, frames, replayed: false })
 }
@@ -240,9 +247,15 @@ struct StoredEnvelope {
 /// crashed), from its committed log. A run that cannot be resumed is failed with
 /// `resume_failed` rather than left active. Returns how many runs were resumed.
 ///
-/// Call once at start-up, before other processes could work on the same database: runs are not
-/// leased, so two servers recovering the same database would both drive its runs.
+/// Call once at start-up. Alone on a database (SQLite), before any other process could work on
+/// it: two servers recovering the same database would both drive its runs. With leases
+/// (PostgreSQL), this node joins the others instead ([`lease::join`]): it picks up the runs no
+/// live node holds, and keeps doing so.
 pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
+    if services.claims.leasing().is_some() {
+        notify::listen(services);
+        return lease::join(services).await;
+    }
     let active: Vec<&str> = RunStatus::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
     let run_ids = services.store.read(move |conn| runs::ids_with_status(conn, &active)).await?;
     let mut resumed = 0;
@@ -253,7 +266,7 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
         };
         let Some(claim) = services.claims.try_claim(&run_id) else { continue };
         match Stored::read(services, &run_id).await {
-            Ok(stored) => resumed += usize::from(drive(services, claim, &stored, true).await?),
+            Ok(stored) => resumed += usize::from(drive_claimed(services, claim, &stored, true).await?),
             Err(error) => tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not recover the run"),
         }
     }
@@ -262,7 +275,12 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
 
 /// Starts a coordinator for a stored active run, holding its `claim` (after a restart, with a
 /// `log` frame saying so when `announce`); `false` when the run had to be failed instead.
-async fn drive(services: &Arc<Services>, claim: Claim, stored: &Stored, announce: bool) -> Result<bool, StoreError> {
+async fn drive_claimed(
+    services: &Arc<Services>,
+    claim: Claim,
+    stored: &Stored,
+    announce: bool,
+) -> Result<bool, StoreError> {
     let run_id = stored.id.clone();
     let ready = stored.state().and_then(|state| Ok((stored.envelope(services)?, state)));
     match ready {
@@ -273,7 +291,8 @@ async fn drive(services: &Arc<Services>, claim: Claim, stored: &Stored, announce
         }
         Err(reason) => {
             tracing::error!(%run_id, reason = %crate::excerpt::log(&reason), "run cannot be resumed; failing it");
-            abandon(services, claim, stored, &reason).await.map(|()| false)
+            let failure = decide::ending::unresumable(&reason.to_string());
+            fail_stored(services, claim, stored, failure).await.map(|()| false)
         }
     }
 }
@@ -284,19 +303,22 @@ fn continue_run(services: &Arc<Services>, envelope: TaskEnvelope, log: RunLog, a
     tracing::info!(run_id = %state.run_id, status = %state.status, announce, "resuming run");
     let next = next_step(state);
     let coordinator = Coordinator::new(services.clone(), Arc::new(envelope), log);
+    let owner = coordinator.owner();
     if announce {
         crate::telemetry::run_resumed();
-        spawn(services, coordinator.resume(next));
+        spawn(services, owner, coordinator.resume(next));
     } else {
-        spawn(services, coordinator.drive(next));
+        spawn(services, owner, coordinator.drive(next));
     }
 }
 
-/// Runs a coordinator as a task of the coordinators' runtime. Its future is boxed first: it holds
-/// every state a run passes through (kilobytes), and the runtime copies an unboxed future whole
-/// into the task and again over it when it ends, once for every run.
-fn spawn(services: &Services, coordinator: impl Future<Output = ()> + Send + 'static) {
-    services.runtime.spawn(Box::pin(coordinator));
+/// Runs a coordinator as a task of the coordinators' runtime, noted with the claim it holds
+/// (`owner`: the run and the claim's number) so a lost lease can stop it. Its future is boxed
+/// first: it holds every state a run passes through (kilobytes), and the runtime copies an
+/// unboxed future whole into the task and again over it when it ends, once for every run.
+fn spawn(services: &Services, (run_id, claim): (RunId, u64), coordinator: impl Future<Output = ()> + Send + 'static) {
+    let task = services.runtime.spawn(Box::pin(coordinator));
+    services.claims.attach_task(&run_id, claim, task.abort_handle());
 }
 
 /// What a coordinator picking a run up does first, from where its state stands.
@@ -310,13 +332,20 @@ fn next_step(state: &RunState) -> Resume {
     }
 }
 
-/// Fails a run that cannot be resumed, with its reason on `complete`.
-async fn abandon(services: &Services, claim: Claim, stored: &Stored, reason: &ResumeError) -> Result<(), StoreError> {
-    let last_seq = stored.log.last().map_or(Seq::ZERO, |f| f.seq);
-    let status = stored.row.status.parse().unwrap_or(RunStatus::Running);
-    let state = RunState::unreadable(&stored.id, &stored.row.correlation_id, status, last_seq);
+/// Fails a stored run that is not to go on, with `failure` on `complete` (from its state, or from
+/// its last frame when the state cannot be read back).
+async fn fail_stored(
+    services: &Services,
+    claim: Claim,
+    stored: &Stored,
+    failure: decide::Failure,
+) -> Result<(), StoreError> {
+    let state = stored.state().unwrap_or_else(|_| {
+        let last_seq = stored.log.last().map_or(Seq::ZERO, |f| f.seq);
+        let status = stored.row.status.parse().unwrap_or(RunStatus::Running);
+        RunState::unreadable(&stored.id, &stored.row.correlation_id, status, last_seq)
+    });
     let mut log = RunLog::resume(services, claim, state, &stored.row);
-    let failure = decide::ending::unresumable(&reason.to_string());
     let events = decide::ending::failed(log.state(), failure, Vec::new());
     let result = log.record(events).await;
     log.settle();

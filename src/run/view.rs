@@ -18,10 +18,10 @@ use crate::config::ReplanSettings;
 use crate::events::payload::{HitlRequestInfo, ReplanInfo};
 use crate::plan::Plan;
 use crate::services::Services;
-use crate::store::StoreError;
 use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::plans::{self, PlanNodeRow, RunOutputRow};
 use crate::store::runs::{self, RunRow};
+use crate::store::{StoreError, leases};
 
 /// A run with its plan versions, nodes, goal evaluations and operator requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +38,31 @@ pub struct RunView {
     /// The goal evaluation of each plan version (the latest one).
     pub outputs: Vec<EvaluationView>,
     pub hitl_requests: Vec<RequestView>,
+    /// Which node drives the run (several nodes on PostgreSQL; absent with SQLite).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseView>,
+}
+
+/// A run's lease: the node driving it (`None`: no node does — it is new, waits for an operator,
+/// ended or was handed back), the fencing epoch, and how often a node died driving it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    pub owner: Option<String>,
+    pub epoch: i64,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub crash_attempts: i32,
+}
+
+impl From<leases::LeaseRow> for LeaseView {
+    fn from(row: leases::LeaseRow) -> Self {
+        Self {
+            owner: row.lease_owner,
+            epoch: row.lease_epoch,
+            expires_at: row.lease_expires_at.map(|t| t.and_utc()),
+            crash_attempts: row.crash_attempts,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,6 +259,7 @@ struct Rows {
     outputs: Vec<RunOutputRow>,
     requests: Vec<RequestRow>,
     decisions: Vec<DecisionRow>,
+    lease: Option<leases::LeaseRow>,
 }
 
 /// Why a run cannot be shown.
@@ -250,11 +276,19 @@ impl RunView {
     pub async fn read(services: &Services, run_id: &RunId) -> Result<Self, ViewError> {
         let stored = Stored::read(services, run_id).await?;
         let id = run_id.to_string();
+        let leased = services.claims.leasing().is_some();
         let rows = services
             .store
             .read(move |conn| {
                 let (requests, decisions) = hitl::for_run(conn, &id)?;
-                Ok(Rows { nodes: plans::nodes(conn, &id)?, outputs: plans::outputs(conn, &id)?, requests, decisions })
+                let lease = if leased { Some(leases::of(conn, &id)?) } else { None };
+                Ok(Rows {
+                    nodes: plans::nodes(conn, &id)?,
+                    outputs: plans::outputs(conn, &id)?,
+                    requests,
+                    decisions,
+                    lease,
+                })
             })
             .await?;
         let state = stored.state()?;
@@ -307,6 +341,7 @@ impl RunView {
                 .iter()
                 .filter_map(|r| request(r, decisions.iter().find(|d| d.request_id == r.request_id)))
                 .collect(),
+            lease: rows.lease.map(LeaseView::from),
         }
     }
 }

@@ -26,6 +26,7 @@ pub(crate) use on_backend;
 pub mod capabilities;
 pub mod events;
 pub mod hitl;
+pub mod leases;
 pub mod plans;
 pub mod prepared;
 pub mod runs;
@@ -78,6 +79,9 @@ pub enum StoreError {
     Commit(String),
     #[error("the database writer has stopped")]
     WriterGone,
+    /// The run's lease moved on (another node claimed it): this writer may not write it again.
+    #[error("run {0} is driven by another node now (its lease moved on)")]
+    Fenced(String),
     #[error("unsupported database URL `{0}`: use sqlite://<path> or postgres://…")]
     Url(String),
 }
@@ -97,6 +101,7 @@ type DbPool = Pool<ConnectionManager<DbConn>>;
 pub struct Store {
     reads: DbPool,
     writer: Writer,
+    postgres: bool,
 }
 
 /// Applies SQLite's per-connection settings: WAL (readers never block the writer), a busy timeout
@@ -165,11 +170,17 @@ impl Store {
             .connection_customizer(Box::new(SqliteSettings))
             .build(ConnectionManager::new(url))
             .map_err(|e| StoreError::Connection(e.to_string()))?;
+        let postgres = !matches!(conn, DbConn::Sqlite(_));
         let writer = match runtime {
-            Some(runtime) if matches!(conn, DbConn::Sqlite(_)) => Writer::on_runtime(conn, runtime),
+            Some(runtime) if !postgres => Writer::on_runtime(conn, runtime),
             _ => Writer::on_thread(conn).map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?,
         };
-        Ok(Self { reads, writer })
+        Ok(Self { reads, writer, postgres })
+    }
+
+    /// Whether this is a PostgreSQL database, which several nodes may share.
+    pub fn is_postgres(&self) -> bool {
+        self.postgres
     }
 
     /// Runs `f` on a pooled connection off the async runtime.

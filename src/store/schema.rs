@@ -37,6 +37,10 @@ diesel::table! {
         post_condition_replans -> Integer,
         owner -> Nullable<Text>,
         parent_run_id -> Nullable<Text>,
+        lease_owner -> Nullable<Text>,
+        lease_epoch -> BigInt,
+        lease_expires_at -> Nullable<Timestamp>,
+        crash_attempts -> Integer,
     }
 }
 

@@ -36,7 +36,11 @@ impl ServerProcess {
             let name = format!("{}.json", capability["capabilityId"].as_str().unwrap());
             std::fs::write(capabilities_dir.join(name), capability.to_string()).unwrap();
         }
+        let port = free_port();
         let mut all: Vec<(String, String)> = vec![
+            // A name that stays across restarts, as a deployment gives each node: a restarted
+            // node takes its own leased runs back at once (PostgreSQL).
+            ("FLEXRUN_NODE_ID".into(), format!("node-{port}")),
             ("FLEXRUN_DATABASE_URL".into(), super::database::url(dir)),
             ("FLEXRUN_CAPABILITIES_DIR".into(), capabilities_dir.display().to_string()),
             ("FLEXRUN_LLM_BASE_URL".into(), llm_base_url.into()),
@@ -45,7 +49,6 @@ impl ServerProcess {
             ("FLEXRUN_LOG".into(), "info".into()),
         ];
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
         let http = reqwest::Client::new();
         let mut server = Self { child: None, port, base, dir: dir.to_path_buf(), http, env: all };

@@ -114,7 +114,11 @@ pub(super) fn run_document() -> Value {
                        "properties": {"runId": {"type": "string"}, "status": {"type": "string"},
                                       "objective": {"type": "string"}, "planVersion": {"type": "integer"}}},
                "envelope": {"type": "object"}, "planVersions": array, "nodes": array,
-               "outputs": array, "hitlRequests": array}})
+               "outputs": array, "hitlRequests": array,
+               "lease": {"type": "object", "description": "Several nodes on PostgreSQL only: which node drives the run",
+                         "required": ["owner", "epoch", "crashAttempts"],
+                         "properties": {"owner": nullable("string"), "epoch": {"type": "integer"},
+                                        "expiresAt": nullable("string"), "crashAttempts": {"type": "integer"}}}}})
 }
 
 pub(super) fn command_result() -> Value {

@@ -33,6 +33,7 @@ use crate::excerpt;
 use crate::plan::NodeId;
 use crate::retry::{Backoff, RetrySchedule};
 use crate::services::Services;
+use crate::store::StoreError;
 use crate::timeouts::Timeouts;
 
 /// What a resumed coordinator does first.
@@ -125,6 +126,11 @@ impl Coordinator {
         }
     }
 
+    /// The run this coordinator drives and the number of the claim it holds.
+    pub(super) fn owner(&self) -> (super::id::RunId, u64) {
+        (self.log.run_id().clone(), self.log.claim().id())
+    }
+
     /// The run as its decisions see it, now.
     fn run(&self) -> Run<'_> {
         Run {
@@ -145,6 +151,10 @@ impl Coordinator {
         let run_id = self.log.run_id().to_string();
         match std::panic::AssertUnwindSafe(self.run_to_end(from)).catch_unwind().await {
             Ok(Ok(())) => {}
+            Ok(Err(LogError::Draining)) => tracing::info!(%run_id, "the node drains: the run is handed back"),
+            Ok(Err(LogError::Store(StoreError::Fenced(_)))) => {
+                tracing::warn!(%run_id, "the run's lease moved to another node: this node stops driving it")
+            }
             Ok(Err(error)) => {
                 tracing::error!(%run_id, error = %excerpt::log(error), "run coordinator stopped on a database error")
             }
@@ -221,6 +231,9 @@ impl Coordinator {
     /// here, so no frame waits on a call.
     async fn before_waiting(&mut self) -> Result<Waits, LogError> {
         self.log.commit().await?;
+        if self.log.claim().draining() {
+            return Err(LogError::Draining);
+        }
         Ok(Waits { stop: self.log.claim().stop.clone(), deadline: self.deadline })
     }
 

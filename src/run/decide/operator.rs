@@ -13,8 +13,9 @@ use crate::events::payload::*;
 use crate::run::state::RunState;
 use crate::run::status::RunStatus;
 
-/// Who acted, and why (recorded with the decision).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// Who acted, and why (recorded with the decision; sent to the node driving the run with a
+/// cancel from another node).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Actor {
     /// Who, as authenticated: the name of the key the command came with.
     pub principal: String,

@@ -1,0 +1,185 @@
+//! This node's part among several flexrun nodes on one PostgreSQL database: it claims runs whose
+//! lease ran out (or was handed back), renews the leases of the runs it drives, stops driving a
+//! run whose lease it lost, and on SIGTERM drains (`docs/scale-out.md`).
+//!
+//! The lease itself is a few columns of the run's row (`store::leases`); its epoch is the fencing
+//! token every commit of the run checks (`run::log`). The timing keeps two nodes from driving a
+//! run at once in all but a paused or partitioned node's last moments — and those moments write
+//! nothing, because their epoch no longer matches:
+//!
+//! - renewals every third of the lease, one statement for all of the node's runs;
+//! - a node whose renewals failed for two thirds of the lease stops every run it drives (the
+//!   lease, counted from the start of the last renewal that worked, has a third left);
+//! - sweeps every half lease, on every node, with `FOR UPDATE SKIP LOCKED`: the runs of a node
+//!   that died go on elsewhere within about 1.5 leases.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::claims::Leasing;
+use super::decide::Failure;
+use super::id::RunId;
+use super::status::RunStatus;
+use super::{Stored, drive_claimed};
+use crate::services::Services;
+use crate::store::{StoreError, leases};
+use crate::telemetry;
+
+/// Runs claimed per sweep: a node takes over a dead node's runs a batch at a time, leaving the
+/// rest to the other nodes' sweeps.
+const SWEEP_BATCH: i64 = 100;
+
+/// After this many takeovers from a node that died while driving it, a run is failed rather than
+/// tried again: something in it may be what kills nodes.
+pub const MAX_CRASH_ATTEMPTS: i32 = 3;
+
+/// Claims what this node can drive now — its own leases of an earlier process with the same
+/// node id, runs no node holds, runs whose lease ran out — and keeps claiming, renewing and
+/// sweeping in the background until the node drains. Returns how many runs it picked up.
+pub async fn join(services: &Arc<Services>) -> Result<usize, StoreError> {
+    let Some(leasing) = services.claims.leasing().cloned() else { return Ok(0) };
+    tracing::info!(node = %leasing.node, lease_secs = leasing.lease.as_secs_f64(), "joining the cluster");
+    let picked = sweep(services, &leasing, true).await?;
+    let services = services.clone();
+    services.runtime.clone().spawn(keep(services, leasing));
+    Ok(picked)
+}
+
+/// Renews and sweeps until the node drains.
+async fn keep(services: Arc<Services>, leasing: Leasing) {
+    let mut renewals = tokio::time::interval(leasing.lease / 3);
+    let mut sweeps = tokio::time::interval(leasing.lease / 2);
+    let mut renewed = Instant::now();
+    loop {
+        tokio::select! {
+            _ = renewals.tick() => renew(&services, &leasing, &mut renewed).await,
+            _ = sweeps.tick() => {
+                if services.claims.is_draining() {
+                    return;
+                }
+                if let Err(error) = sweep(&services, &leasing, false).await {
+                    tracing::warn!(error = %crate::excerpt::log(error), "sweep for stale runs failed");
+                }
+            }
+        }
+    }
+}
+
+/// Renews every lease this node holds; stops the runs whose lease it no longer holds, or all of
+/// them once renewals have failed for two thirds of the lease.
+async fn renew(services: &Services, leasing: &Leasing, renewed: &mut Instant) {
+    let started = Instant::now();
+    let (node, seconds) = (leasing.node.clone(), leasing.lease.as_secs_f64());
+    let held = services.store.read(move |conn| leases::renew(conn, &node, seconds)).await;
+    telemetry::lease_renewal(held.is_ok());
+    let local = services.claims.leased();
+    match held {
+        Ok(held) => {
+            *renewed = started;
+            let held: HashMap<&str, i64> = held.iter().map(|r| (r.run_id.as_str(), r.lease_epoch)).collect();
+            let lost: Vec<&RunId> = local
+                .iter()
+                .filter(|(run_id, epoch)| held.get(run_id.as_str()) != Some(epoch))
+                .map(|(run_id, _)| run_id)
+                .collect();
+            stop(services, &lost, "its lease moved to another node");
+            telemetry::runs_owned(held.len());
+        }
+        Err(error) if renewed.elapsed() >= leasing.lease * 2 / 3 => {
+            tracing::error!(error = %crate::excerpt::log(error), "leases not renewed in time; stopping every run");
+            stop(
+                services,
+                &local.iter().map(|(run_id, _)| run_id).collect::<Vec<_>>(),
+                "its lease could not be renewed",
+            );
+        }
+        Err(error) => tracing::warn!(error = %crate::excerpt::log(error), "lease renewal failed; trying again"),
+    }
+}
+
+/// Stops driving `runs` at once: whatever another node does with them, this one writes nothing
+/// more (and could not: their epochs have moved on, or will once they are claimed).
+fn stop(services: &Services, runs: &[&RunId], why: &str) {
+    let stopped = runs.iter().filter(|run_id| services.claims.abort(run_id)).count();
+    if stopped > 0 {
+        tracing::warn!(runs = stopped, why, "stopped driving runs");
+        telemetry::leases_lost(stopped);
+    }
+}
+
+/// Claims runs whose lease ran out or was handed back, and drives each (or fails it, after
+/// [`MAX_CRASH_ATTEMPTS`]). `own_too`: also this node id's leases of an earlier process.
+async fn sweep(services: &Arc<Services>, leasing: &Leasing, own_too: bool) -> Result<usize, StoreError> {
+    telemetry::sweep();
+    let active: Vec<&'static str> = RunStatus::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
+    let (node, seconds) = (leasing.node.clone(), leasing.lease.as_secs_f64());
+    let taken = services
+        .store
+        .write(move |conn| leases::claim_stale(conn, &node, seconds, &active, SWEEP_BATCH, own_too))
+        .await?;
+    telemetry::lease_claims("stale", taken.len());
+    let mut picked = 0;
+    for lease in taken {
+        let Ok(run_id) = RunId::parse(&lease.run_id) else {
+            tracing::error!(run_id = %lease.run_id, "a stored run has an id flexrun does not make; it is left alone");
+            continue;
+        };
+        picked += usize::from(take_over(services, run_id, lease).await?);
+    }
+    Ok(picked)
+}
+
+/// Drives a run this node just claimed in the database; `false` when it could not.
+async fn take_over(services: &Arc<Services>, run_id: RunId, lease: leases::Taken) -> Result<bool, StoreError> {
+    let Some(claim) = services.claims.try_claim(&run_id) else {
+        // Still driven here under an older epoch (its renewals failed): hand the new lease back,
+        // so the next sweep claims it once the old coordinator has stopped.
+        let id = run_id.to_string();
+        services.store.write(move |conn| leases::release(conn, &id, lease.lease_epoch)).await?;
+        return Ok(false);
+    };
+    let claim = claim.leased(lease.lease_epoch);
+    let stored = match Stored::read(services, &run_id).await {
+        Ok(stored) => stored,
+        Err(error) => {
+            tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not read a claimed run");
+            return Ok(false);
+        }
+    };
+    tracing::info!(%run_id, epoch = lease.lease_epoch, crashes = lease.crash_attempts, "claimed a run");
+    if lease.crash_attempts >= MAX_CRASH_ATTEMPTS {
+        super::fail_stored(services, claim, &stored, crashed(lease.crash_attempts)).await?;
+        return Ok(false);
+    }
+    drive_claimed(services, claim, &stored, true).await
+}
+
+/// How a run fails that nodes died driving too often.
+fn crashed(attempts: i32) -> Failure {
+    Failure::new(
+        "crash_limit_reached",
+        format!("The node driving the run stopped without handing it back {attempts} times; it is not tried again"),
+    )
+}
+
+/// Drains the node (SIGTERM): no more claims; coordinators stop at their next wait — in-flight
+/// calls finish — for up to `grace`; then whatever still runs is stopped and every lease of the
+/// node is handed back at once, without counting a crash, for the other nodes to claim.
+pub async fn drain(services: &Services, grace: Duration) -> Result<usize, StoreError> {
+    let Some(leasing) = services.claims.leasing() else { return Ok(0) };
+    services.claims.drain();
+    let deadline = Instant::now() + grace;
+    while services.claims.count() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left: Vec<RunId> = services.claims.leased().into_iter().map(|(run_id, _)| run_id).collect();
+    stop(services, &left.iter().collect::<Vec<_>>(), "the node drains");
+    let node = leasing.node.clone();
+    let handed = services.store.write(move |conn| leases::release_all(conn, &node)).await?;
+    tracing::info!(node = %leasing.node, handed, "drained: leases handed back");
+    telemetry::runs_owned(0);
+    Ok(handed)
+}
