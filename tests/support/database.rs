@@ -76,3 +76,13 @@ pub fn has_schema(dir: &Path) -> bool {
     let query = "SELECT to_regclass('__diesel_schema_migrations') IS NOT NULL AS found";
     diesel::sql_query(query).get_result::<Found>(&mut connect(dir)).expect(query).found
 }
+
+/// A new, empty database on the test PostgreSQL server, whatever this pass's database is (for
+/// tests about several nodes on one PostgreSQL): its URL.
+pub fn fresh_postgres() -> String {
+    let server = postgres_server();
+    let name = format!("flexrun_cluster_{}", uuid::Uuid::new_v4().simple());
+    create_database(&server, &name);
+    let (base, _) = server.rsplit_once('/').expect("a database URL ends in /<database>");
+    format!("{base}/{name}")
+}

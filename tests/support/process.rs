@@ -64,6 +64,27 @@ impl ServerProcess {
         }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, `TERM`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("the server runs").id();
+        let sent = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().expect("kill");
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
+
+    /// Waits up to `patience` for the process to exit by itself; its exit status.
+    pub async fn exited(&mut self, patience: Duration) -> std::process::ExitStatus {
+        let deadline = tokio::time::Instant::now() + patience;
+        let child = self.child.as_mut().expect("the server runs");
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return status;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "flexrun serve did not exit:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Starts the process again after [`Self::kill`].
     pub async fn restart(&mut self) {
         assert!(self.child.is_none(), "kill the server first");

@@ -1,0 +1,221 @@
+//! Several flexrun nodes on one PostgreSQL database (always PostgreSQL: these tests are about
+//! it): real `flexrun serve` processes killed (SIGKILL), paused (SIGSTOP) and drained (SIGTERM)
+//! mid-run, with a 2-second lease. A run goes on elsewhere without repeating a completed step,
+//! its log stays gap-free, a stale node writes nothing, and clients follow runs across nodes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use diesel::Connection;
+use flexrun::events::ReceivedFrame;
+use flexrun::llm::standin::{ChatCall, StandIn};
+use flexrun::store::DbConn;
+use serde_json::{Value, json};
+use support::process::ServerProcess;
+use support::*;
+
+/// A cluster of `n` nodes on one new database, the model shared.
+struct Cluster {
+    nodes: Vec<ServerProcess>,
+    url: String,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Cluster {
+    async fn start(n: usize, model: &StandIn) -> Self {
+        let url = support::database::fresh_postgres();
+        let mut nodes = Vec::new();
+        let mut dirs = Vec::new();
+        for i in 0..n {
+            let dir = tempfile::tempdir().unwrap();
+            let name = format!("node-{}", ["a", "b", "c"][i]);
+            let env = [
+                ("FLEXRUN_DATABASE_URL", url.as_str()),
+                ("FLEXRUN_NODE_ID", name.as_str()),
+                ("FLEXRUN_LEASE_SECONDS", "2"),
+                ("FLEXRUN_DRAIN_SECONDS", "10"),
+            ];
+            nodes.push(ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await);
+            dirs.push(dir);
+        }
+        Self { nodes, url, _dirs: dirs }
+    }
+
+    fn db(&self) -> DbConn {
+        DbConn::establish(&self.url).unwrap()
+    }
+
+    /// The run's stored frames: (seq, type).
+    fn log(&self, run_id: &str) -> Vec<(u64, String)> {
+        let frames = flexrun::store::events::after(&mut self.db(), run_id, flexrun::events::Seq::ZERO, 10_000).unwrap();
+        frames.into_iter().map(|f| (f.seq.get(), f.event_type)).collect()
+    }
+
+    /// `GET /runs/{id}` on node `i`.
+    async fn run(&self, i: usize, run_id: &str) -> Value {
+        let node = &self.nodes[i];
+        let response = node.http.get(node.url(&format!("/api/v1/flex/runs/{run_id}"))).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+}
+
+/// Plans draft (writer) → polish (editor), both scoring 0.9; the first `slow` call answers after
+/// `delay`, everything else at once. Counts calls per capability.
+fn model(slow: &'static str, delay: Duration) -> (StandIn, Arc<AtomicUsize>) {
+    let slowed = Arc::new(AtomicUsize::new(0));
+    let seen = slowed.clone();
+    let model = StandIn::start(script(move |call: &ChatCall| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer"), ("polish", "editor")]);
+        }
+        if call.capability_id() == Some(slow) && seen.fetch_add(1, Ordering::SeqCst) == 0 {
+            return post(0.9).after(delay);
+        }
+        post(0.9)
+    }))
+    .unwrap();
+    (model, slowed)
+}
+
+fn calls(model: &StandIn, capability: &str) -> usize {
+    model.calls().iter().filter(|c| c.capability_id() == Some(capability)).count()
+}
+
+/// Reads frames of `response` until one of kind `kind` arrives.
+async fn frames_until(response: reqwest::Response, kind: &str) -> Vec<ReceivedFrame> {
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+    let mut events = response.bytes_stream().eventsource();
+    let mut frames = Vec::new();
+    while let Some(event) = tokio::time::timeout(Duration::from_secs(20), events.next()).await.expect("a frame") {
+        let frame: ReceivedFrame = serde_json::from_str(&event.unwrap().data).unwrap();
+        let done = frame.kind == kind;
+        frames.push(frame);
+        if done {
+            return frames;
+        }
+    }
+    panic!("the stream ended before {kind}: {:?}", kinds(&frames));
+}
+
+fn seqs(frames: &[ReceivedFrame]) -> Vec<u64> {
+    frames.iter().map(|f| f.seq).collect()
+}
+
+/// The checks of a run that went on elsewhere: completed once, every seq once in order, each
+/// step's model call made once (`editor_calls` for the step that was in flight).
+fn assert_finished_once(cluster: &Cluster, run_id: &str, seen: &[ReceivedFrame]) {
+    let log = cluster.log(run_id);
+    let numbers: Vec<u64> = log.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(numbers, (1..=log.len() as u64).collect::<Vec<_>>(), "gap-free: {log:?}");
+    assert_eq!(log.iter().filter(|(_, kind)| kind == "complete").count(), 1, "{log:?}");
+    assert_eq!(log.iter().filter(|(_, kind)| kind == "node_complete").count(), 2, "each node once: {log:?}");
+    assert_eq!(seqs(seen), numbers, "the client saw every frame once");
+    assert_eq!(seen.last().unwrap().payload["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_node_is_killed_mid_step_finishes_on_another_node() {
+    let (model, _) = model("editor", Duration::from_secs(600));
+    let mut cluster = Cluster::start(3, &model).await;
+    let (run_id, response) = cluster.nodes[0].post_run(&envelope()).await;
+    let before = frames_until(response, "node_complete").await;
+    // The draft is committed; wait for the polish's call, in flight on node a.
+    while calls(&model, "editor") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.nodes[0].kill();
+    // The client re-attaches to node b after the last frame it saw; node b or c goes on.
+    let after = cluster.nodes[1].reattach(&run_id, before.last().unwrap().seq).await;
+    assert_finished_once(&cluster, &run_id, &[before, after].concat());
+    assert_eq!(calls(&model, "writer"), 1, "the completed draft is not written again");
+    assert_eq!(calls(&model, "editor"), 2, "the polish in flight on the dead node runs again, once");
+    let run = cluster.run(2, &run_id).await;
+    assert_eq!(run["lease"]["epoch"], 2, "claimed once more after the first lease: {run}");
+    assert_eq!(run["lease"]["crashAttempts"], 1);
+    assert_eq!(run["lease"]["owner"], Value::Null, "an ended run holds no lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_node_past_its_lease_writes_nothing_when_it_wakes() {
+    // Node a's polish answers after 4 s; a is paused meanwhile, past its 2 s lease.
+    let (model, _) = model("editor", Duration::from_secs(4));
+    let cluster = Cluster::start(2, &model).await;
+    let (run_id, response) = cluster.nodes[0].post_run(&envelope()).await;
+    drop(response);
+    while calls(&model, "editor") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.nodes[0].signal("STOP");
+    // Node b claims the run once a's lease ran out and finishes it.
+    let finished = cluster.nodes[1].reattach(&run_id, 0).await;
+    assert_eq!(finished.last().unwrap().payload["status"], "completed");
+    let log_before_waking = cluster.log(&run_id);
+    cluster.nodes[0].signal("CONT");
+    // a's polish answer is there by now: give it time to try to commit it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(cluster.log(&run_id), log_before_waking, "nothing written from the stale epoch");
+    assert_finished_once(&cluster, &run_id, &finished);
+    assert_eq!(calls(&model, "writer"), 1);
+    assert_eq!(cluster.run(1, &run_id).await["lease"]["epoch"], 2);
+    let log = cluster.nodes[0].log();
+    assert!(
+        log.contains("lease moved to another node") || log.contains("its lease moved"),
+        "node a noticed it lost the run:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_one_node_follows_a_run_driven_by_another_and_a_third_approves_it() {
+    let (model, _) = model("writer", Duration::from_millis(800));
+    let cluster = Cluster::start(3, &model).await;
+    // Live across nodes: posted on a, followed on b from its first frame.
+    let (run_id, response) = cluster.nodes[0].post_run(&envelope()).await;
+    let on_b = cluster.nodes[1].reattach(&run_id, 0).await;
+    let on_a = read_frames(response, usize::MAX).await;
+    assert_eq!(seqs(&on_b), seqs(&on_a), "b saw what a sent, live");
+    assert_finished_once(&cluster, &run_id, &on_b);
+
+    // Approved on c: the paused run holds no lease, c takes it and drives the run to its end.
+    let (run_id, response) = cluster.nodes[0].post_run(&gated_envelope()).await;
+    let paused = read_frames(response, usize::MAX).await;
+    assert_eq!(kinds(&paused).last(), Some(&"hitl_request"));
+    assert_eq!(cluster.run(1, &run_id).await["lease"]["owner"], Value::Null, "a waiting run holds no lease");
+    let request_id = paused.last().unwrap().payload["request"]["id"].as_str().unwrap().to_string();
+    let body = json!({"runId": run_id, "decision": {"requestId": request_id, "approved": true}});
+    let node_c = &cluster.nodes[2];
+    let response = node_c.http.post(node_c.url("/api/v1/flex/run.resume")).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let rest = read_frames(response, usize::MAX).await;
+    assert_eq!(rest.last().unwrap().payload["status"], "completed", "{:?}", kinds(&rest));
+    let run = cluster.run(0, &run_id).await;
+    assert_eq!(run["lease"]["epoch"], 2, "c took the lease the pause let go of: {run}");
+    assert_eq!(run["lease"]["crashAttempts"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_node_finishes_its_step_and_hands_the_run_over() {
+    // a's draft takes 1.5 s; a is told to stop (SIGTERM) meanwhile.
+    let (model, _) = model("writer", Duration::from_millis(1500));
+    let mut cluster = Cluster::start(2, &model).await;
+    let (run_id, response) = cluster.nodes[0].post_run(&envelope()).await;
+    drop(response);
+    while calls(&model, "writer") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.nodes[0].signal("TERM");
+    let status = cluster.nodes[0].exited(Duration::from_secs(20)).await;
+    assert!(status.success(), "a drained and exited cleanly: {status:?}");
+    let finished = cluster.nodes[1].reattach(&run_id, 0).await;
+    assert_finished_once(&cluster, &run_id, &finished);
+    assert_eq!(calls(&model, "writer"), 1, "the step in flight finished on a, not again on b");
+    assert_eq!(calls(&model, "editor"), 1);
+    let run = cluster.run(1, &run_id).await;
+    assert_eq!(run["lease"]["crashAttempts"], 0, "handed back, not crashed: {run}");
+    assert!(cluster.nodes[0].log().contains("drained: leases handed back"));
+}
