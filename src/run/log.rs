@@ -20,6 +20,7 @@ use chrono::{SubsecRound, Utc};
 
 use super::claims::Claim;
 use super::id::RunId;
+use super::notify;
 use super::projection::{RowWrite, project, stored};
 use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;
@@ -287,9 +288,6 @@ enum Lease {
     Release(i64),
 }
 
-/// The channel on which a commit tells the other nodes that a run changed (payload: its id).
-pub const CHANGED: &str = "flexrun_runs";
-
 impl Lease {
     /// The fencing check, before anything else is written: it also locks the run's row, so a
     /// claim racing this commit waits for it and then takes a higher epoch.
@@ -306,7 +304,7 @@ impl Lease {
         if let Self::Take { node, seconds } = self {
             leases::take_new(conn, run_id, node, *seconds)?;
         }
-        leases::notify(conn, CHANGED, &super::notify::changed_payload(run_id))
+        leases::notify(conn, notify::CHANGED, &notify::changed_payload(run_id))
     }
 }
 

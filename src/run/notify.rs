@@ -3,7 +3,7 @@
 //! cancelled, on their node, a run this node drives.
 //!
 //! The event log is the truth; a notification only says when to read it. Every commit of a leased
-//! run notifies in its transaction ([`super::log::CHANGED`]: the run's id and the commit's time),
+//! run notifies in its transaction ([`CHANGED`]: the run's id and the commit's time),
 //! and this node's listener wakes the run's local followers with [`BusMessage::Changed`]. A lost
 //! notification or a dropped connection only delays a frame: every `cluster.poll_millis` the
 //! followed runs driven elsewhere are woken anyway, and after the connection is back all of them
@@ -14,6 +14,10 @@ use std::sync::Arc;
 use crate::run::id::RunId;
 use crate::run::operator::Actor;
 use crate::services::Services;
+
+/// The channel on which a commit tells the other nodes that a run changed (payload:
+/// [`changed_payload`]).
+pub const CHANGED: &str = "flexrun_runs";
 
 /// The channel on which a node asks the run's driver to stop it (payload: [`StopNotice`]).
 pub const STOP: &str = "flexrun_stop";
@@ -53,7 +57,7 @@ pub fn listen(services: &Arc<Services>) {
     let _ = services;
 }
 
-/// The payload of a [`super::log::CHANGED`] notification: `<run id> <ms since the epoch>`.
+/// The payload of a [`CHANGED`] notification: `<run id> <ms since the epoch>`.
 pub fn changed_payload(run_id: &str) -> String {
     format!("{run_id} {}", chrono::Utc::now().timestamp_millis())
 }
@@ -67,10 +71,9 @@ mod listener {
     use tokio::sync::mpsc;
     use tokio_postgres::AsyncMessage;
 
-    use super::{STOP, StopNotice};
+    use super::{CHANGED, STOP, StopNotice};
     use crate::events::BusMessage;
     use crate::run::id::RunId;
-    use crate::run::log::CHANGED;
     use crate::services::Services;
 
     /// Listens, polls, and connects again whenever the connection drops.
