@@ -175,7 +175,7 @@ impl RunLog {
                     change.execute(conn, &run_id)?;
                 }
                 if let Some(lease) = &lease {
-                    lease.take(conn, &run_id)?;
+                    lease.finish(conn, &run_id)?;
                 }
                 for row in &rows {
                     row.execute(conn, &run_id)?;
@@ -300,7 +300,7 @@ impl Lease {
     }
 
     /// After the run row is written: a new run's lease, and the notification of the change.
-    fn take(&self, conn: &mut crate::store::DbConn, run_id: &str) -> Result<(), StoreError> {
+    fn finish(&self, conn: &mut crate::store::DbConn, run_id: &str) -> Result<(), StoreError> {
         if let Self::Take { node, seconds } = self {
             leases::take_new(conn, run_id, node, *seconds)?;
         }

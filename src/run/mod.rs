@@ -103,7 +103,7 @@ pub async fn start(
     let mut claim = services.claims.try_claim(&run_id).ok_or_else(|| StoreError::Conflict(format!("run {run_id}")))?;
     if services.claims.leasing().is_some() {
         // A new run's first lease, taken by its first commit.
-        claim = claim.leased(1);
+        claim = claim.leased(crate::store::leases::FIRST_EPOCH);
     }
     let start = Event::Start(Start {
         run_id: run_id.to_string(),

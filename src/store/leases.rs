@@ -16,6 +16,18 @@ use super::{DbConn, StoreError};
 /// The database's clock, as stored (UTC, no zone).
 const NOW: &str = "(now() AT TIME ZONE 'UTC')";
 
+/// The epoch of a run's first lease.
+pub const FIRST_EPOCH: i64 = 1;
+
+/// What claiming a run sets (`$1` the node, `$2` the lease in seconds): the next epoch, and a crash
+/// attempt more when the lease taken over was not handed back.
+const CLAIM: &str = "SET lease_owner = $1, lease_epoch = lease_epoch + 1, \
+    lease_expires_at = (now() AT TIME ZONE 'UTC') + make_interval(secs => $2), \
+    crash_attempts = crash_attempts + CASE WHEN lease_owner IS NULL THEN 0 ELSE 1 END";
+
+/// What a claim returns.
+const CLAIMED: &str = "RETURNING run_id, lease_epoch, crash_attempts";
+
 /// A lease a node took: the run, its new epoch, and how many times a node died driving it.
 #[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
 pub struct Taken {
@@ -49,13 +61,17 @@ pub struct Renewed {
     pub lease_epoch: i64,
 }
 
-/// Gives a run being created its first lease (epoch 1), in the transaction that inserts it.
+/// Gives a run being created its first lease ([`FIRST_EPOCH`]), in the transaction that inserts it.
 pub fn take_new(conn: &mut DbConn, run_id: &str, node: &str, seconds: f64) -> Result<(), StoreError> {
     let sql = format!(
-        "UPDATE runs SET lease_owner = $1, lease_epoch = 1, lease_expires_at = {NOW} + make_interval(secs => $2) \
+        "UPDATE runs SET lease_owner = $1, lease_epoch = $4, lease_expires_at = {NOW} + make_interval(secs => $2) \
          WHERE run_id = $3"
     );
-    let query = diesel::sql_query(sql).bind::<Text, _>(node).bind::<Double, _>(seconds).bind::<Text, _>(run_id);
+    let query = diesel::sql_query(sql)
+        .bind::<Text, _>(node)
+        .bind::<Double, _>(seconds)
+        .bind::<Text, _>(run_id)
+        .bind::<BigInt, _>(FIRST_EPOCH);
     exactly_one(super::on_backend!(conn, |c| query.execute(c))?, run_id)
 }
 
@@ -91,13 +107,9 @@ pub fn claim_stale(
 ) -> Result<Vec<Taken>, StoreError> {
     let own = if own_too { " OR lease_owner = $1" } else { "" };
     let sql = format!(
-        "UPDATE runs SET lease_owner = $1, lease_epoch = lease_epoch + 1, \
-           lease_expires_at = {NOW} + make_interval(secs => $2), \
-           crash_attempts = crash_attempts + CASE WHEN lease_owner IS NULL THEN 0 ELSE 1 END \
-         WHERE run_id IN (SELECT run_id FROM runs WHERE status IN ({statuses}) \
+        "UPDATE runs {CLAIM} WHERE run_id IN (SELECT run_id FROM runs WHERE status IN ({statuses}) \
            AND (lease_owner IS NULL OR lease_expires_at < {NOW}{own}) \
-           ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
-         RETURNING run_id, lease_epoch, crash_attempts",
+           ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED) {CLAIMED}",
         statuses = quoted(active),
     );
     let query = diesel::sql_query(sql).bind::<Text, _>(node).bind::<Double, _>(seconds).bind::<BigInt, _>(limit);
@@ -108,11 +120,7 @@ pub fn claim_stale(
 /// command on a waiting run, sent to any node. `None` while another node drives the run.
 pub fn take_free(conn: &mut DbConn, run_id: &str, node: &str, seconds: f64) -> Result<Option<Taken>, StoreError> {
     let sql = format!(
-        "UPDATE runs SET lease_owner = $1, lease_epoch = lease_epoch + 1, \
-           lease_expires_at = {NOW} + make_interval(secs => $2), \
-           crash_attempts = crash_attempts + CASE WHEN lease_owner IS NULL THEN 0 ELSE 1 END \
-         WHERE run_id = $3 AND (lease_owner IS NULL OR lease_expires_at < {NOW}) \
-         RETURNING run_id, lease_epoch, crash_attempts"
+        "UPDATE runs {CLAIM} WHERE run_id = $3 AND (lease_owner IS NULL OR lease_expires_at < {NOW}) {CLAIMED}"
     );
     let query = diesel::sql_query(sql).bind::<Text, _>(node).bind::<Double, _>(seconds).bind::<Text, _>(run_id);
     Ok(super::on_backend!(conn, |c| query.load::<Taken>(c))?.pop())

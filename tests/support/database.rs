@@ -52,13 +52,19 @@ pub fn postgres_server() -> String {
     })
 }
 
-/// Creates database `name` on `server` unless it exists.
+/// Creates database `name` on `server` unless it exists (asked once per test process).
 pub fn create_database(server: &str, name: &str) {
     use diesel::RunQueryDsl;
+    static CREATED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut created = CREATED.lock().unwrap_or_else(|p| p.into_inner());
+    if created.iter().any(|known| known == name) {
+        return;
+    }
     let mut admin = DbConn::establish(server).unwrap_or_else(|e| panic!("connect to {server}: {e}"));
     if let Err(error) = diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin) {
         assert!(error.to_string().contains("already exists"), "CREATE DATABASE {name}: {error}");
     }
+    created.push(name.to_string());
 }
 
 /// Whether anything created flexrun's schema in the test database for `dir` (without creating
