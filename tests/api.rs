@@ -70,6 +70,39 @@ async fn bad_envelopes_get_400_with_every_problem_and_create_nothing() {
     assert!(server.llm_calls().is_empty());
 }
 
+/// PostgreSQL's `text` cannot hold U+0000: a body or URL carrying it is refused up front with a
+/// 400 on both backends, instead of failing mid-write as an internal error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nul_character_is_refused_in_bodies_and_urls_and_stores_nothing() {
+    let server = TestServer::start(always_plan(&[("draft", "writer")])).await;
+    let mut in_objective = envelope();
+    in_objective["objective"] = json!("Write a post\u{0}");
+    let (status, error) = error_body(server.post_run(&in_objective).await).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_envelope")), "{error}");
+    assert_eq!(detail_paths(&error), ["/objective"]);
+    assert_eq!(error["error"]["details"][0]["code"], "nul_character");
+
+    let mut in_a_key = envelope();
+    in_a_key["inputs"] = json!({"brief": {"a\u{0}b": 1}});
+    let (status, error) = error_body(server.post_run(&in_a_key).await).await;
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(detail_paths(&error), ["/inputs/brief/a\u{0}b"]);
+
+    let thread = server.http.post(server.url("/threads")).json(&json!({"metadata": {"topic": "\u{0}"}}));
+    let (status, error) = error_body(thread.send().await.unwrap()).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_request")), "{error}");
+    assert_eq!(detail_paths(&error), ["/metadata/topic"]);
+
+    for path in ["/threads/a%00b", "/api/v1/flex/runs?status=running%00", "/api/v1/flex/schemas/task%00"] {
+        let (status, error) = error_body(server.http.get(server.url(path)).send().await.unwrap()).await;
+        assert_eq!((status, error["error"]["code"].as_str()), (400, Some("invalid_url")), "{path}: {error}");
+    }
+
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "no run for a refused envelope");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM threads"), 0, "no thread for a refused body");
+    assert!(server.llm_calls().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_integer_written_with_a_fraction_is_an_integer_as_the_schema_says() {
     let server = TestServer::start(always_plan(&[("draft", "writer")])).await;

@@ -54,10 +54,15 @@ fn parse(mut fields: Map<String, Value>) -> Result<Signal, InvalidSignal> {
         _ => return Err(InvalidSignal(format!("`signal` must be \"CLARIFY\" or \"REPLAN\", not {name}"))),
     };
     let text = match fields.remove(text_key) {
-        Some(Value::String(text)) if !text.trim().is_empty() && text.chars().count() <= MAX_TEXT => text,
+        // NUL is refused as in every request body: PostgreSQL's `text` cannot hold it.
+        Some(Value::String(text))
+            if !text.trim().is_empty() && text.chars().count() <= MAX_TEXT && !text.contains('\0') =>
+        {
+            text
+        }
         _ => {
             return Err(InvalidSignal(format!(
-                "a {} signal needs `{text_key}`: a non-empty string of at most {MAX_TEXT} characters",
+                "a {} signal needs `{text_key}`: a non-empty string of at most {MAX_TEXT} characters, without NUL",
                 name.as_str().unwrap_or_default()
             )));
         }
@@ -131,5 +136,6 @@ mod tests {
         assert!(error(json!({"signal": "REPLAN", "reason": "  "})).contains("needs `reason`"));
         assert!(error(json!({"signal": "REPLAN", "reason": "x", "text": "output"})).contains("mutually exclusive"));
         assert!(error(json!({"signal": "CLARIFY", "question": "x".repeat(MAX_TEXT + 1)})).contains("at most"));
+        assert!(error(json!({"signal": "CLARIFY", "question": "which\u{0}one"})).contains("without NUL"));
     }
 }

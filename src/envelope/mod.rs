@@ -88,6 +88,7 @@ pub fn parse(body: &[u8], catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeErr
 
 /// Validates an envelope already read as JSON.
 pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeError> {
+    validation::refuse_nul(&raw).map_err(|e| EnvelopeError::Invalid(vec![e]))?;
     let mut errors = SCHEMA.check(&raw);
     if !errors.is_empty() {
         return Err(EnvelopeError::Invalid(errors));

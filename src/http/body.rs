@@ -16,11 +16,13 @@ use actix_web::{FromRequest, HttpRequest, web};
 use futures::StreamExt;
 use futures::future::LocalBoxFuture;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::error::ApiError;
 use crate::config::Limits;
 use crate::excerpt;
+use crate::validation;
 
 /// How bodies are read: the three bounds, shared by every worker of the server.
 #[derive(Clone)]
@@ -74,14 +76,13 @@ pub struct Body(pub web::Bytes);
 
 impl Body {
     /// The body as `T`: 400 `invalid_json` if it is not JSON, `invalid_request` if it is JSON of
-    /// the wrong shape.
+    /// the wrong shape or holds U+0000 ([`validation::refuse_nul`]).
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
-        serde_json::from_slice(&self.0).map_err(|e| match e.classify() {
-            serde_json::error::Category::Data => {
-                ApiError::bad_request("invalid_request", format!("invalid request body: {e}"))
-            }
-            _ => ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")),
-        })
+        let value: Value = serde_json::from_slice(&self.0)
+            .map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?;
+        validation::refuse_nul(&value).map_err(|e| ApiError::invalid_request(vec![e]))?;
+        serde_json::from_value(value)
+            .map_err(|e| ApiError::bad_request("invalid_request", format!("invalid request body: {e}")))
     }
 
     /// Whether the body is empty or only white space.

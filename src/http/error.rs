@@ -48,6 +48,11 @@ impl ApiError {
         Self::BadRequest { code, message: message.into(), details: Vec::new() }
     }
 
+    /// 400 `invalid_request` for a body with these field problems.
+    pub fn invalid_request(details: Vec<FieldError>) -> Self {
+        Self::BadRequest { code: "invalid_request", message: summary("invalid request body", &details), details }
+    }
+
     fn code(&self) -> &'static str {
         match self {
             Self::BadRequest { code, .. }

@@ -26,8 +26,10 @@ pub use sse::KEEP_ALIVE;
 use std::net::TcpListener;
 use std::sync::{Arc, LazyLock};
 
-use actix_web::dev::{ResourceDef, Server};
+use actix_web::body::MessageBody;
+use actix_web::dev::{ResourceDef, Server, ServiceRequest, ServiceResponse};
 use actix_web::http::{Method, header};
+use actix_web::middleware::{Next, from_fn};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use serde_json::json;
 use tracing_actix_web::TracingLogger;
@@ -91,6 +93,20 @@ async fn no_route(request: HttpRequest) -> HttpResponse {
     }}))
 }
 
+/// Refuses a URL that decodes to U+0000 (`%00`), before any route reads it: path segments and
+/// query values reach database lookups, and PostgreSQL's `text` cannot hold the character
+/// (request bodies get the same rule from [`Body::json`]). A URL cannot carry the raw byte.
+async fn refuse_nul_url(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let target = request.uri().path_and_query().map_or("", |p| p.as_str());
+    if target.contains("%00") {
+        return Err(ApiError::bad_request("invalid_url", "the URL must not contain the NUL character (%00)").into());
+    }
+    next.call(request).await
+}
+
 /// Starts serving the API on `listener`, and the routes `pages` registers beside it (the
 /// console: passed in, so the API does not depend on the pages built on it). The returned server
 /// runs until stopped; await it.
@@ -115,6 +131,7 @@ pub fn serve(
             .app_data(query_errors.clone())
             .app_data(bodies.clone())
             .app_data(path_errors.clone())
+            .wrap(from_fn(refuse_nul_url))
             .wrap(TracingLogger::<access::AccessLog>::new())
             .configure(pages)
             .configure(routes)

@@ -118,6 +118,31 @@ impl BodySchema {
     }
 }
 
+/// The first string or object key in `body` holding U+0000, as a field error.
+///
+/// Every request body is checked with this: PostgreSQL's `text` cannot hold the character, so a
+/// body SQLite would store and PostgreSQL refuse (as an internal error, mid-write) is refused up
+/// front, alike on both backends. JSON can only spell the character as `\u0000`, and serde_json
+/// bounds nesting at 128 levels, so the recursion is bounded too.
+pub fn refuse_nul(body: &Value) -> Result<(), FieldError> {
+    let found =
+        |path: String| FieldError::new(path, "nul_character", "strings must not contain the NUL character (U+0000)");
+    match body {
+        Value::String(text) if text.contains('\0') => Err(found(String::new())),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, item)| refuse_nul(item).map_err(|e| found(format!("{}{}", pointer([i]), e.path)))),
+        Value::Object(fields) => fields.iter().try_for_each(|(key, value)| {
+            if key.contains('\0') {
+                return Err(found(pointer([key])));
+            }
+            refuse_nul(value).map_err(|e| found(format!("{}{}", pointer([key]), e.path)))
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn unknown_field(parent: &str, key: &str, allowed: &[String]) -> FieldError {
     let mut message = format!("unknown field `{key}`");
     if let Some(suggestion) = closest(key, allowed.iter().map(String::as_str)) {
@@ -155,6 +180,15 @@ mod tests {
         assert!(unknown.message.contains("did you mean `goal_condition`"), "{}", unknown.message);
         let nested = errors.iter().find(|e| e.path == "/nested/maxReplan").unwrap();
         assert!(nested.message.contains("`maxReplans`"), "{}", nested.message);
+    }
+
+    #[test]
+    fn refuses_nul_in_strings_and_keys_with_its_pointer() {
+        assert_eq!(refuse_nul(&json!({"a": ["x", {"b": "fine"}], "n": 1, "z": null})), Ok(()));
+        let at = |body: Value| refuse_nul(&body).map_err(|e| (e.path, e.code));
+        assert_eq!(at(json!("a\u{0}")), Err((String::new(), "nul_character".into())));
+        assert_eq!(at(json!({"a": ["x", {"b/c": "y\u{0}"}]})), Err(("/a/1/b~1c".into(), "nul_character".into())));
+        assert_eq!(at(json!({"k": {"\u{0}": 1}})), Err(("/k/\u{0}".into(), "nul_character".into())));
     }
 
     #[test]
