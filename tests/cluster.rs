@@ -1,7 +1,8 @@
 //! Several flexrun nodes on one PostgreSQL database (always PostgreSQL: these tests are about
 //! it): real `flexrun serve` processes killed (SIGKILL), paused (SIGSTOP) and drained (SIGTERM)
-//! mid-run, with a 2-second lease. A run goes on elsewhere without repeating a completed step,
-//! its log stays gap-free, a stale node writes nothing, and clients follow runs across nodes.
+//! mid-run, with a 2-second lease; PostgreSQL restarted and a node's LISTEN connection cut
+//! mid-run. A run goes on elsewhere without repeating a completed step, its log stays gap-free, a
+//! stale node writes nothing, and clients follow runs across nodes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
@@ -26,8 +27,13 @@ struct Cluster {
 }
 
 impl Cluster {
+    /// `n` nodes with a 2-second lease on a new database of the test server.
     async fn start(n: usize, model: &StandIn) -> Self {
-        let url = support::database::fresh_postgres();
+        Self::on(support::database::fresh_postgres(), n, model, "2").await
+    }
+
+    /// `n` nodes with a lease of `lease_seconds` on the database at `url`.
+    async fn on(url: String, n: usize, model: &StandIn, lease_seconds: &str) -> Self {
         let mut nodes = Vec::new();
         let mut dirs = Vec::new();
         for i in 0..n {
@@ -36,7 +42,7 @@ impl Cluster {
             let env = [
                 ("FLEXRUN_DATABASE_URL", url.as_str()),
                 ("FLEXRUN_NODE_ID", name.as_str()),
-                ("FLEXRUN_LEASE_SECONDS", "2"),
+                ("FLEXRUN_LEASE_SECONDS", lease_seconds),
                 ("FLEXRUN_DRAIN_SECONDS", "10"),
             ];
             nodes.push(ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await);
@@ -221,4 +227,76 @@ async fn a_draining_node_finishes_its_step_and_hands_the_run_over() {
     let metrics = node_b.http.get(node_b.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("flexrun_lease_claims_total{why=\"stale\"} 1"), "b claimed the run once:\n{metrics}");
     assert!(cluster.nodes[0].log().contains("drained: leases handed back"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_restart_mid_step_only_delays_the_run() {
+    // The draft answers after 3 s; PostgreSQL restarts meanwhile (its own server: the other tests
+    // share one). A 10 s lease outlasts the restart, so no node gives the run up.
+    let server = support::database::OwnServer::start();
+    let (model, _) = model("writer", Duration::from_secs(3));
+    let cluster = Cluster::on(server.url.clone(), 2, &model, "10").await;
+    let (run_id, response) = cluster.nodes[0].post_run(&envelope()).await;
+    let follower = {
+        let node_b = &cluster.nodes[1];
+        let request = node_b.http.get(node_b.url(&format!("/api/v1/flex/runs/{run_id}/stream")));
+        request.send().await.unwrap()
+    };
+    while calls(&model, "writer") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let restart = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    });
+    let on_a = frames_until(response, "complete").await;
+    let on_b = frames_until(follower, "complete").await;
+    let _server = restart.await.unwrap();
+    assert_finished_once(&cluster, &run_id, &on_a);
+    assert_eq!(seqs(&on_b), seqs(&on_a), "the client on b lost nothing either");
+    assert_eq!((calls(&model, "writer"), calls(&model, "editor")), (1, 1), "no step ran twice");
+    let run = cluster.run(1, &run_id).await;
+    assert_eq!((run["lease"]["epoch"].as_i64(), run["lease"]["crashAttempts"].as_i64()), (Some(1), Some(0)), "{run}");
+    let log = cluster.nodes[0].log();
+    assert!(log.contains("database writer reconnected"), "a's writer made a new connection:\n{log}");
+    assert!(cluster.nodes[1].log().contains("LISTEN connection lost"), "b's listener was cut by the restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_listen_connection_is_cut_catches_up() {
+    let (model, _) = model("writer", Duration::from_millis(1500));
+    let cluster = Cluster::start(2, &model).await;
+    let (run_id, response) = cluster.nodes[0].post_run(&envelope()).await;
+    let node_b = &cluster.nodes[1];
+    let follower = node_b.http.get(node_b.url(&format!("/api/v1/flex/runs/{run_id}/stream"))).send().await.unwrap();
+    while calls(&model, "writer") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Cut b's LISTEN connection while the draft is in flight on a.
+    let cut = "SELECT pg_terminate_backend(pid)::int AS n FROM pg_stat_activity \
+               WHERE application_name = 'flexrun-listener node-b' AND datname = current_database()";
+    assert_eq!(sum(&mut cluster.db(), cut), 1, "b listens on one connection");
+    let on_a = frames_until(response, "complete").await;
+    let on_b = frames_until(follower, "complete").await;
+    assert_eq!(seqs(&on_b), seqs(&on_a), "b's client caught up with every frame, once each");
+    assert_finished_once(&cluster, &run_id, &on_b);
+    assert!(node_b.log().contains("LISTEN connection lost"));
+    // And b listens again.
+    let listening = "SELECT COUNT(*)::int AS n FROM pg_stat_activity WHERE application_name = 'flexrun-listener node-b' AND datname = current_database()";
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sum(&mut cluster.db(), listening) != 1 {
+        assert!(std::time::Instant::now() < deadline, "b's listener did not come back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The sum of the integer column `n` over the rows of `query`.
+fn sum(conn: &mut DbConn, query: &str) -> i32 {
+    use diesel::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        n: i32,
+    }
+    diesel::sql_query(query).load::<Row>(conn).unwrap().iter().map(|row| row.n).sum()
 }

@@ -259,11 +259,27 @@ async fn serve() -> anyhow::Result<ExitCode> {
         tracing::info!(resumed, "resumed runs left unfinished by an earlier process");
     }
     // SIGTERM or SIGINT stops the HTTP server (actix's signal handling); with leases the node
-    // then drains: its runs go on elsewhere within a sweep, not after their leases run out.
+    // drains: its runs go on elsewhere within a sweep, not after their leases run out.
+    if services.claims.leasing().is_some() {
+        tokio::spawn(drain_on_signal(services.clone()));
+    }
     server.await?;
     let grace = std::time::Duration::from_secs(services.settings.cluster.drain_seconds);
     crate::run::lease::drain(&services, grace).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Tells the coordinators to stop at their next wait as soon as SIGTERM or SIGINT arrives, while
+/// the HTTP server closes its connections (which may take its shutdown timeout): a step that
+/// ends meanwhile starts no next one here.
+async fn drain_on_signal(services: std::sync::Arc<crate::services::Services>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut terminate) = signal(SignalKind::terminate()) else { return };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    services.claims.drain();
 }
 
 async fn run(envelope: PathBuf, server: &str, api_key: Option<String>, json: bool) -> anyhow::Result<ExitCode> {

@@ -39,6 +39,9 @@ pub enum ApiError {
     /// Well-formed, but it contradicts what the server already holds.
     #[error("{message}")]
     Unprocessable { code: &'static str, message: String },
+    /// The database could not be reached in time (it restarts, say): nothing was done.
+    #[error("the database cannot be reached right now; try again shortly")]
+    Unavailable,
     #[error("internal error (reference {reference})")]
     Internal { reference: String },
 }
@@ -66,6 +69,7 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::BodyTimeout { .. } => "body_timeout",
             Self::TooManyBodies => "too_many_uploads",
+            Self::Unavailable => "database_unavailable",
             Self::Internal { .. } => "internal_error",
         }
     }
@@ -100,7 +104,7 @@ impl ResponseError for ApiError {
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::TooManyBodies => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManyBodies | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -110,9 +114,11 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let message = excerpt::Excerpt(self, excerpt::MESSAGE).to_string();
         let mut response = HttpResponse::build(self.status_code());
-        if matches!(self, Self::TooManyBodies) {
-            response.insert_header((actix_web::http::header::RETRY_AFTER, "1"));
-        }
+        match self {
+            Self::TooManyBodies => response.insert_header((actix_web::http::header::RETRY_AFTER, "1")),
+            Self::Unavailable => response.insert_header((actix_web::http::header::RETRY_AFTER, "5")),
+            _ => &mut response,
+        };
         // A body left unread: the connection is closed rather than kept to drain it.
         if matches!(self, Self::TooManyBodies | Self::BodyTimeout { .. } | Self::PayloadTooLarge { .. }) {
             response.force_close();
@@ -195,7 +201,13 @@ impl From<ControlError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
-        Self::internal(error)
+        match error {
+            StoreError::Connection(error) => {
+                tracing::warn!(error = %excerpt::log(error), "request refused: the database cannot be reached");
+                Self::Unavailable
+            }
+            error => Self::internal(error),
+        }
     }
 }
 

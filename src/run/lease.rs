@@ -13,7 +13,7 @@
 //! - sweeps every half lease, on every node, with `FOR UPDATE SKIP LOCKED`: the runs of a node
 //!   that died go on elsewhere within about 1.5 leases.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,14 +68,21 @@ async fn keep(services: Arc<Services>, leasing: Leasing) {
     }
 }
 
-/// Renews every lease this node holds; stops the runs whose lease it no longer holds, or all of
-/// them once renewals have failed for two thirds of the lease.
+/// Renews the leases of the runs this node drives; stops the runs whose lease it no longer
+/// holds, or all of them once renewals have failed for two thirds of the lease.
 async fn renew(services: &Services, leasing: &Leasing, renewed: &mut Instant) {
     let started = Instant::now();
     let (node, seconds) = (leasing.node.clone(), leasing.lease.as_secs_f64());
-    let held = services.store.read(move |conn| leases::renew(conn, &node, seconds)).await;
+    let driven = services.claims.leased();
+    let ids: Vec<String> = driven.iter().map(|(run_id, _)| run_id.to_string()).collect();
+    let held = services
+        .store
+        .read(move |conn| leases::renew(conn, &node, seconds, &ids.iter().map(String::as_str).collect::<Vec<_>>()))
+        .await;
     telemetry::lease_renewal(held.is_ok());
-    let local = services.claims.leased();
+    // Runs claimed while the statement ran were not in it; they are not lost.
+    let driven: HashSet<(RunId, i64)> = driven.into_iter().collect();
+    let local: Vec<(RunId, i64)> = services.claims.leased().into_iter().filter(|run| driven.contains(run)).collect();
     match held {
         Ok(held) => {
             *renewed = started;

@@ -93,8 +93,11 @@ mod listener {
 
     /// One connection: listens until it drops (`Err`), polling meanwhile.
     async fn session(services: &Services, poll: Duration) -> Result<(), tokio_postgres::Error> {
-        let (client, mut connection) =
-            tokio_postgres::connect(&services.settings.database_url, tokio_postgres::NoTls).await?;
+        let mut config: tokio_postgres::Config = services.settings.database_url.parse()?;
+        // Named, so an operator (or a test) finds each node's listener in pg_stat_activity.
+        let node = services.claims.leasing().map(|leasing| leasing.node.as_str()).unwrap_or_default();
+        config.application_name(format!("flexrun-listener {node}"));
+        let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
         let (sender, mut notifications) = mpsc::unbounded_channel();
         let driver = tokio::spawn(async move {
             let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));

@@ -126,13 +126,23 @@ pub fn take_free(conn: &mut DbConn, run_id: &str, node: &str, seconds: f64) -> R
     Ok(super::on_backend!(conn, |c| query.load::<Taken>(c))?.pop())
 }
 
-/// Renews every lease `node` holds, in one statement; returns the leases it still holds.
-pub fn renew(conn: &mut DbConn, node: &str, seconds: f64) -> Result<Vec<Renewed>, StoreError> {
+/// Renews, in one statement, the leases `node` holds of `runs` (the runs it drives now: a run
+/// whose driver stopped, say on a database error, is left to run out and be claimed again);
+/// returns the leases it still holds. Run ids hold no comma (`run::id`).
+///
+/// Rows locked by a commit in flight are skipped, not waited for: the renewal holds no lock while
+/// it waits for another, so it can never deadlock with the writer (whose batch locks several runs'
+/// rows in its own order); a run skipped now is renewed by the next renewal, a third of a lease
+/// later. Which leases are still held is read apart from what was renewed, so a skipped run is
+/// not taken for lost.
+pub fn renew(conn: &mut DbConn, node: &str, seconds: f64, runs: &[&str]) -> Result<Vec<Renewed>, StoreError> {
     let sql = format!(
-        "UPDATE runs SET lease_expires_at = {NOW} + make_interval(secs => $2) WHERE lease_owner = $1 \
-         RETURNING run_id, lease_epoch"
+        "WITH renewed AS (UPDATE runs SET lease_expires_at = {NOW} + make_interval(secs => $2) \
+           WHERE run_id IN (SELECT run_id FROM runs WHERE lease_owner = $1 \
+             AND run_id = ANY(string_to_array($3, ',')) FOR UPDATE SKIP LOCKED) RETURNING run_id) \
+         SELECT run_id, lease_epoch FROM runs WHERE lease_owner = $1 AND run_id = ANY(string_to_array($3, ','))"
     );
-    let query = diesel::sql_query(sql).bind::<Text, _>(node).bind::<Double, _>(seconds);
+    let query = diesel::sql_query(sql).bind::<Text, _>(node).bind::<Double, _>(seconds).bind::<Text, _>(runs.join(","));
     Ok(super::on_backend!(conn, |c| query.load(c))?)
 }
 

@@ -128,6 +128,13 @@ fn configure(conn: &mut DbConn) -> Result<(), diesel::result::Error> {
     Ok(())
 }
 
+/// A new, configured connection to `url`.
+fn connect(url: &str) -> Result<DbConn, StoreError> {
+    let mut conn = DbConn::establish(url).map_err(|e| StoreError::Connection(e.to_string()))?;
+    configure(&mut conn)?;
+    Ok(conn)
+}
+
 /// Turns a configured URL into what diesel expects.
 fn connection_url(url: &str) -> Result<String, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -161,19 +168,22 @@ impl Store {
 
     fn start(url: &str, runtime: Option<&tokio::runtime::Handle>) -> Result<Self, StoreError> {
         let url = connection_url(url)?;
-        let mut conn = DbConn::establish(&url).map_err(|e| StoreError::Connection(e.to_string()))?;
-        configure(&mut conn)?;
+        let mut conn = connect(&url)?;
         conn.run_pending_migrations(MIGRATIONS).map_err(|e| StoreError::Migration(e.to_string()))?;
         let reads = Pool::builder()
             .max_size(8)
             .connection_timeout(Duration::from_secs(10))
             .connection_customizer(Box::new(SqliteSettings))
-            .build(ConnectionManager::new(url))
+            .build(ConnectionManager::new(url.clone()))
             .map_err(|e| StoreError::Connection(e.to_string()))?;
         let postgres = !matches!(conn, DbConn::Sqlite(_));
         let writer = match runtime {
             Some(runtime) if !postgres => Writer::on_runtime(conn, runtime),
-            _ => Writer::on_thread(conn).map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?,
+            _ => {
+                let connect: writer::Connect = Box::new(move || connect(&url));
+                Writer::on_thread(conn, connect)
+                    .map_err(|e| StoreError::Connection(format!("starting the writer: {e}")))?
+            }
         };
         Ok(Self { reads, writer, postgres })
     }

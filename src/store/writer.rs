@@ -9,8 +9,10 @@
 //! a runtime there is nowhere to put the task: there it runs on a thread of its own.
 
 use std::thread;
+use std::time::{Duration, Instant};
 
 use diesel::Connection;
+use diesel::r2d2::R2D2Connection;
 use diesel::result::Error as DieselError;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
@@ -39,7 +41,25 @@ trait Job: Send {
     /// Runs the write, replacing the outcome of an earlier run; says whether it succeeded.
     fn run(&mut self, conn: &mut DbConn, isolation: Isolation) -> bool;
     /// Answers the write's caller: the commit's outcome, then the write's own.
-    fn finish(self: Box<Self>, commit: Result<(), String>);
+    fn finish(self: Box<Self>, commit: Result<(), Failure>);
+}
+
+/// Why a batch's writes did not commit.
+#[derive(Debug, Clone, PartialEq)]
+enum Failure {
+    /// COMMIT (or BEGIN) failed: whether it landed is unknown.
+    Commit(String),
+    /// The database could not be reached for [`PATIENCE`]: nothing was written.
+    Unreachable(String),
+}
+
+impl From<Failure> for StoreError {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Commit(error) => Self::Commit(error),
+            Failure::Unreachable(error) => Self::Connection(error),
+        }
+    }
 }
 
 /// A submitted write and its caller's answer channel.
@@ -64,9 +84,9 @@ where
         succeeded
     }
 
-    fn finish(self: Box<Self>, commit: Result<(), String>) {
+    fn finish(self: Box<Self>, commit: Result<(), Failure>) {
         let outcome = self.outcome.unwrap_or_else(|| Err(StoreError::Commit("the write did not run".into())));
-        let _ = self.reply.send(commit.map_err(StoreError::Commit).and(outcome));
+        let _ = self.reply.send(commit.map_err(StoreError::from).and(outcome));
     }
 }
 
@@ -88,18 +108,28 @@ impl Writer {
         runtime.spawn(async move {
             while let Some(first) = queue.recv().await {
                 gather(&queue).await;
-                commit_and_answer(&mut conn, take_batch(first, &mut queue));
+                let mut batch = take_batch(first, &mut queue);
+                // SQLite's connection is a file: there is no other connection to run it on.
+                let commit = match commit_batch(&mut conn, &mut batch) {
+                    Outcome::Answered(commit) => commit.map_err(Failure::Commit),
+                    Outcome::Unsent(error) => Err(Failure::Unreachable(error)),
+                };
+                answer(batch, &commit);
             }
         });
         Self { jobs }
     }
 
-    /// Runs the writer on a thread of its own.
-    pub(super) fn on_thread(mut conn: DbConn) -> std::io::Result<Self> {
+    /// Runs the writer on a thread of its own, on `conn`; should the connection break (the
+    /// server restarted, a network cut), `connect` makes the next one (see [`Link`]).
+    pub(super) fn on_thread(conn: DbConn, connect: Connect) -> std::io::Result<Self> {
         let (jobs, mut queue) = mpsc::unbounded_channel();
         thread::Builder::new().name("flexrun-db-writer".into()).spawn(move || {
+            let mut link = Link::new(conn, connect);
             while let Some(first) = queue.blocking_recv() {
-                commit_and_answer(&mut conn, take_batch(first, &mut queue));
+                let mut batch = take_batch(first, &mut queue);
+                let commit = link.commit(&mut batch);
+                answer(batch, &commit);
             }
         })?;
         Ok(Self { jobs })
@@ -143,11 +173,86 @@ fn take_batch(first: Box<dyn Job>, queue: &mut Queue) -> Vec<Box<dyn Job>> {
     batch
 }
 
-/// Commits `batch` and answers each of its callers.
-fn commit_and_answer(conn: &mut DbConn, mut batch: Vec<Box<dyn Job>>) {
-    let commit = commit_batch(conn, &mut batch);
+/// Tells each caller of `batch` how its write went.
+fn answer(batch: Vec<Box<dyn Job>>, commit: &Result<(), Failure>) {
     for job in batch {
         job.finish(commit.clone());
+    }
+}
+
+/// Makes a new connection for the writer.
+pub(super) type Connect = Box<dyn Fn() -> Result<DbConn, StoreError> + Send>;
+
+/// How long a batch waits for the database to come back before its writes fail.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Longest wait between two attempts to reconnect.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The writer's connection, made again when it breaks. A batch the broken connection never
+/// committed runs again on the next one, so a database restart only delays writes (by up to
+/// [`PATIENCE`], after which they fail). A batch whose COMMIT itself failed is not run again — it
+/// may have landed before the connection went — so its callers hear of the failure (a run's
+/// coordinator then stops, and the run is resumed from what is committed).
+struct Link {
+    conn: Option<DbConn>,
+    connect: Connect,
+    backoff: Duration,
+}
+
+impl Link {
+    fn new(conn: DbConn, connect: Connect) -> Self {
+        Self { conn: Some(conn), connect, backoff: Duration::ZERO }
+    }
+
+    /// Commits `batch`, on a new connection if the one it tried broke before committing.
+    fn commit(&mut self, batch: &mut [Box<dyn Job>]) -> Result<(), Failure> {
+        let give_up = Instant::now() + PATIENCE;
+        loop {
+            let outcome = match self.conn() {
+                Ok(conn) => commit_batch(conn, batch),
+                Err(error) => Outcome::Unsent(error),
+            };
+            match outcome {
+                Outcome::Answered(Ok(())) => return Ok(()),
+                Outcome::Answered(Err(error)) => {
+                    self.check();
+                    return Err(Failure::Commit(error));
+                }
+                Outcome::Unsent(error) => {
+                    if self.conn.take().is_some() {
+                        tracing::warn!(error = %crate::excerpt::log(&error), "database writer's connection broke");
+                    }
+                    if Instant::now() + self.backoff >= give_up {
+                        return Err(Failure::Unreachable(error));
+                    }
+                    thread::sleep(self.backoff);
+                }
+            }
+        }
+    }
+
+    /// The connection, made again first if it broke.
+    fn conn(&mut self) -> Result<&mut DbConn, String> {
+        if self.conn.is_none() {
+            self.backoff = (self.backoff * 2).clamp(Duration::from_millis(50), MAX_BACKOFF);
+            let conn =
+                (self.connect)().map_err(|e| format!("the database cannot be reached: {}", crate::excerpt::log(e)))?;
+            tracing::info!("database writer reconnected");
+            self.backoff = Duration::ZERO;
+            self.conn = Some(conn);
+        }
+        self.conn.as_mut().ok_or_else(|| "no database connection".to_string())
+    }
+
+    /// After a failed commit: lets the connection go if it no longer answers.
+    fn check(&mut self) {
+        if let Some(conn) = &mut self.conn
+            && conn.ping().is_err()
+        {
+            tracing::warn!("database writer's connection broke");
+            self.conn = None;
+        }
     }
 }
 
@@ -156,32 +261,56 @@ enum Attempt {
     Committed,
     /// A write failed and everything was rolled back (only in [`Isolation::Shared`]).
     WriteFailed,
+    /// BEGIN failed (say, on a connection that broke while idle): nothing was sent.
+    BeginFailed(String),
     CommitFailed(String),
+}
+
+/// How a batch went.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    /// What its callers hear: `Ok` also when a lone write failed (its own error is what its
+    /// caller hears about).
+    Answered(Result<(), String>),
+    /// The connection failed before COMMIT was sent: nothing was written, and the batch may run
+    /// again on another connection.
+    Unsent(String),
 }
 
 /// Commits a batch and says how the commit went. First every write shares the transaction, with
 /// no savepoint to pay for; only if one of them fails is the batch run again, each write in its
-/// own savepoint, so the failure rolls back that write alone and the others still commit.
-fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn Job>]) -> Result<(), String> {
-    let started = std::time::Instant::now();
-    let attempt = match attempt(conn, batch, Isolation::Shared) {
-        Attempt::WriteFailed if batch.len() > 1 => attempt(conn, batch, Isolation::Savepoint),
-        other => other,
-    };
+/// own savepoint, so the failure rolls back that write alone and the others still commit. A
+/// failure before COMMIT on a connection that no longer answers is the connection's, not a
+/// write's: [`Outcome::Unsent`].
+fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn Job>]) -> Outcome {
+    let started = Instant::now();
+    let mut outcome = attempt(conn, batch, Isolation::Shared);
+    if let Attempt::WriteFailed | Attempt::BeginFailed(_) = &outcome
+        && conn.ping().is_err()
+    {
+        let error = match outcome {
+            Attempt::BeginFailed(error) => error,
+            _ => "the database connection failed".to_string(),
+        };
+        return Outcome::Unsent(error);
+    }
+    if matches!(outcome, Attempt::WriteFailed) && batch.len() > 1 {
+        outcome = attempt(conn, batch, Isolation::Savepoint);
+    }
     crate::telemetry::commit(batch.len(), started.elapsed());
-    match attempt {
-        // A lone write that failed: its own error is what its caller hears about.
-        Attempt::Committed | Attempt::WriteFailed => Ok(()),
-        Attempt::CommitFailed(error) => {
+    match outcome {
+        Attempt::Committed | Attempt::WriteFailed => Outcome::Answered(Ok(())),
+        Attempt::BeginFailed(error) | Attempt::CommitFailed(error) => {
             tracing::error!(error = %crate::excerpt::log(&error), writes = batch.len(), "database commit failed");
-            Err(error)
+            Outcome::Answered(Err(error))
         }
     }
 }
 
 fn attempt(conn: &mut DbConn, batch: &mut [Box<dyn Job>], isolation: Isolation) -> Attempt {
-    let mut failed = false;
+    let (mut begun, mut failed) = (false, false);
     let committed = conn.transaction::<_, DieselError, _>(|conn| {
+        begun = true;
         for job in batch.iter_mut() {
             if !job.run(conn, isolation) && isolation == Isolation::Shared {
                 failed = true;
@@ -193,6 +322,9 @@ fn attempt(conn: &mut DbConn, batch: &mut [Box<dyn Job>], isolation: Isolation) 
     match committed {
         Ok(()) => Attempt::Committed,
         Err(DieselError::RollbackTransaction) if failed => Attempt::WriteFailed,
+        // A write failed and so did the rollback: the connection, most likely (checked next).
+        Err(_) if failed => Attempt::WriteFailed,
+        Err(error) if !begun => Attempt::BeginFailed(error.to_string()),
         Err(error) => Attempt::CommitFailed(error.to_string()),
     }
 }
@@ -239,9 +371,8 @@ mod tests {
         let (b, b_answer) = insert("b", true, counts[1].clone());
         let (c, c_answer) = insert("c", false, counts[2].clone());
         let mut batch = vec![a, b, c];
-        let commit = commit_batch(&mut conn, &mut batch);
-        assert_eq!(commit, Ok(()));
-        batch.into_iter().for_each(|job| job.finish(commit.clone()));
+        assert_eq!(commit_batch(&mut conn, &mut batch), Outcome::Answered(Ok(())));
+        answer(batch, &Ok(()));
         assert!(a_answer.blocking_recv().unwrap().is_ok());
         assert!(matches!(b_answer.blocking_recv().unwrap(), Err(StoreError::Conflict(_))));
         assert!(c_answer.blocking_recv().unwrap().is_ok());
@@ -257,9 +388,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = connection(&dir);
         let count = Arc::new(AtomicUsize::new(0));
-        let (jobs, answers): (Vec<_>, Vec<_>) =
+        let (mut jobs, answers): (Vec<_>, Vec<_>) =
             ["a", "b", "c"].into_iter().map(|id| insert(id, false, count.clone())).unzip();
-        commit_and_answer(&mut conn, jobs);
+        assert_eq!(commit_batch(&mut conn, &mut jobs), Outcome::Answered(Ok(())));
+        answer(jobs, &Ok(()));
         assert!(answers.into_iter().all(|answer| answer.blocking_recv().unwrap().is_ok()));
         assert_eq!(count.load(Ordering::SeqCst), 3);
     }
@@ -352,7 +484,8 @@ mod tests {
     #[test]
     fn the_writer_thread_commits_and_answers() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = Writer::on_thread(connection(&dir)).unwrap();
+        let unused: Connect = Box::new(|| Err(StoreError::Connection("not reconnected in this test".into())));
+        let writer = Writer::on_thread(connection(&dir), unused).unwrap();
         runtime().block_on(writer.submit(insert_run("threaded".into()))).unwrap();
         assert!(runs::get(&mut connection(&dir), "threaded").is_ok());
     }

@@ -92,3 +92,46 @@ pub fn fresh_postgres() -> String {
     let (base, _) = server.rsplit_once('/').expect("a database URL ends in /<database>");
     format!("{base}/{name}")
 }
+
+/// A PostgreSQL server of a test's own (`scripts/postgres`), for a test that restarts it; stopped
+/// when dropped.
+pub struct OwnServer {
+    dir: tempfile::TempDir,
+    /// Its `postgres` database.
+    pub url: String,
+}
+
+impl OwnServer {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let output = postgres_script("start", dir.path());
+        let url = output
+            .lines()
+            .find_map(|line| line.strip_prefix("FLEXRUN_TEST_POSTGRES_URL="))
+            .unwrap_or_else(|| panic!("scripts/postgres start printed no URL:\n{output}"))
+            .to_string();
+        Self { dir, url }
+    }
+
+    /// Stops the server (its clients are disconnected) and starts it again, as an operator would.
+    pub fn restart(&self) {
+        postgres_script("restart", self.dir.path());
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        postgres_script("stop", self.dir.path());
+    }
+}
+
+fn postgres_script(command: &str, dir: &Path) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres");
+    let output = std::process::Command::new(script).arg(command).arg(dir).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "scripts/postgres {command} failed (it needs Debian's postgresql package; scripts/test installs it):\n{text}"
+    );
+    text
+}

@@ -93,8 +93,9 @@ fn responses(endpoint: &Endpoint) -> Value {
 /// body, a path, a query).
 fn errors(endpoint: &Endpoint) -> Vec<u16> {
     let mut statuses: Vec<u16> = endpoint.errors.to_vec();
+    // Behind a key is the database, which may be out of reach for a moment.
     if endpoint.access != Access::Public {
-        statuses.push(401);
+        statuses.extend([401, 503]);
     }
     // An operator's action by a caller; a browser session's change from another site.
     if endpoint.access == Access::Operator || (endpoint.access != Access::Public && endpoint.body.is_some()) {
@@ -121,7 +122,10 @@ fn describe(status: u16) -> &'static str {
         409 => "The run or task is not in a state the command applies to",
         413 => "The request body is too large",
         422 => "Well-formed, but it contradicts what the server holds",
-        503 => "Too many request bodies are being read at once; retry after Retry-After",
+        503 => {
+            "Too many request bodies are being read at once, or the database cannot be reached; retry after \
+                Retry-After"
+        }
         _ => "Error",
     }
 }
