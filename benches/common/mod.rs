@@ -96,6 +96,12 @@ impl Server {
         panic!("flexrun serve did not answer within 30 s");
     }
 
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// User + system CPU seconds the server process has used.
     pub fn cpu_seconds(&self) -> f64 {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
