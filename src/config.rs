@@ -144,6 +144,8 @@ pub struct LlmSettings {
     pub timeout_secs: u64,
     pub planner_response_format: PlannerResponseFormat,
     pub max_response_bytes: usize,
+    /// Model calls of this node in flight at once; more wait for a free slot.
+    pub max_concurrent_calls: usize,
 }
 
 /// How the planner asks the model for JSON; not every OpenAI-compatible server supports every form.
@@ -264,6 +266,7 @@ const ENV_OVERRIDES: &[(&str, &[&str])] = &[
     ("llm.base_url", &["FLEXRUN_LLM_BASE_URL", "OPENAI_BASE_URL"]),
     ("llm.api_key", &["FLEXRUN_LLM_API_KEY", "OPENAI_API_KEY"]),
     ("llm.model", &["FLEXRUN_LLM_MODEL"]),
+    ("llm.max_concurrent_calls", &["FLEXRUN_LLM_MAX_CONCURRENT_CALLS"]),
     ("replan.max_goal_condition_replans", &["FLEXRUN_GOAL_CONDITION_REPLAN_LIMIT"]),
     ("cluster.node_id", &["FLEXRUN_NODE_ID"]),
     ("cluster.lease_seconds", &["FLEXRUN_LEASE_SECONDS"]),
@@ -343,6 +346,7 @@ impl Settings {
         let positive = [
             ("llm.timeout_secs", self.llm.timeout_secs),
             ("llm.max_response_bytes", as_u64(self.llm.max_response_bytes)),
+            ("llm.max_concurrent_calls", as_u64(self.llm.max_concurrent_calls)),
             ("limits.max_body_bytes", as_u64(limits.max_body_bytes)),
             ("limits.body_read_timeout_secs", limits.body_read_timeout_secs),
             ("limits.max_concurrent_body_reads", as_u64(limits.max_concurrent_body_reads)),

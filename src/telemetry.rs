@@ -38,6 +38,7 @@ const MODEL_DURATION: &str = "flexrun_model_call_duration_seconds";
 const CAPABILITY_CALLS: &str = "flexrun_capability_calls_total";
 const CAPABILITY_DURATION: &str = "flexrun_capability_call_duration_seconds";
 const OPEN_STREAMS: &str = "flexrun_open_streams";
+const MODEL_CALLS_WAITING: &str = "flexrun_model_calls_waiting";
 const DB_COMMIT_DURATION: &str = "flexrun_db_commit_duration_seconds";
 const DB_WRITES_PER_COMMIT: &str = "flexrun_db_writes_per_commit";
 const RUNS_OWNED: &str = "flexrun_runs_owned";
@@ -61,6 +62,10 @@ pub fn describe() {
     describe_counter!(CAPABILITY_CALLS, "Capability calls, by agent type and outcome (ok, signal or the error code)");
     describe_histogram!(CAPABILITY_DURATION, Unit::Seconds, "Capability call latency, by agent type");
     describe_gauge!(OPEN_STREAMS, "SSE streams open now (run.stream, run.resume and runs/{id}/stream)");
+    describe_gauge!(
+        MODEL_CALLS_WAITING,
+        "Model calls waiting for a free slot (llm.max_concurrent_calls are in flight)"
+    );
     describe_histogram!(DB_COMMIT_DURATION, Unit::Seconds, "Time to commit one batch of writes");
     describe_histogram!(DB_WRITES_PER_COMMIT, "Writes (of any number of runs) committed together");
     describe_gauge!(RUNS_OWNED, "Runs whose lease this node holds (several nodes on PostgreSQL)");
@@ -164,20 +169,30 @@ pub fn notification(how: &'static str, lag: Option<Duration>) {
     }
 }
 
-/// Counts an open SSE stream for as long as it lives.
-pub struct OpenStream(());
+/// Counts something in a gauge for as long as the guard lives.
+pub struct Counted(&'static str);
 
-impl OpenStream {
-    pub fn open() -> Self {
-        gauge!(OPEN_STREAMS).increment(1.0);
-        Self(())
+impl Counted {
+    fn new(gauge: &'static str) -> Self {
+        gauge!(gauge).increment(1.0);
+        Self(gauge)
     }
 }
 
-impl Drop for OpenStream {
+impl Drop for Counted {
     fn drop(&mut self) {
-        gauge!(OPEN_STREAMS).decrement(1.0);
+        gauge!(self.0).decrement(1.0);
     }
+}
+
+/// Counts an open SSE stream for as long as it lives.
+pub fn open_stream() -> Counted {
+    Counted::new(OPEN_STREAMS)
+}
+
+/// Counts a model call waiting for a free slot, until it has one (or gives up).
+pub fn model_call_waiting() -> Counted {
+    Counted::new(MODEL_CALLS_WAITING)
 }
 
 /// Longest error code used as a label as it is.

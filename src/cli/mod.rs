@@ -3,6 +3,7 @@
 
 mod client;
 mod demo;
+mod descriptors;
 mod dsl;
 mod operate;
 mod progress;
@@ -250,6 +251,7 @@ async fn serve() -> anyhow::Result<ExitCode> {
     let settings = Settings::load()?;
     let bind = settings.bind_addr()?;
     let auth = settings.auth.enabled();
+    descriptors::raise_and_log();
     let services = Services::start(settings).await?;
     let listener = TcpListener::bind(bind).with_context(|| format!("cannot listen on {bind}"))?;
     tracing::info!(address = %listener.local_addr()?, auth, "flexrun listening");

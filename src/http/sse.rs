@@ -20,7 +20,7 @@ where
     S: Stream<Item = Result<LoggedFrame, FollowError>> + 'static,
 {
     let redaction = redaction.clone();
-    let open = telemetry::OpenStream::open();
+    let open = telemetry::open_stream();
     let events = frames.map(move |frame| {
         // The closure owns the gauge's guard: the stream is counted open until it is dropped.
         let _open = &open;

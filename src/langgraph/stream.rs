@@ -183,7 +183,7 @@ pub fn respond(
     let location = format!("/threads/{thread_id}/runs/{run_id}/stream?{}", modes.join("&"));
     let content_location = format!("/threads/{thread_id}/runs/{run_id}");
     let first = translator.metadata();
-    let open = telemetry::OpenStream::open();
+    let open = telemetry::open_stream();
     let body =
         stream::unfold((translator, frames, Some(first), false), move |(mut translator, mut frames, first, ended)| {
             let _open = &open;

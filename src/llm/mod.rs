@@ -15,6 +15,7 @@
 pub mod prompt;
 pub mod standin;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_openai::Client;
@@ -25,6 +26,7 @@ use futures::future::BoxFuture;
 use reqwest::ResponseBuilderExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tokio::sync::Semaphore;
 
 use crate::config::LlmSettings;
 
@@ -208,6 +210,10 @@ struct AssistantMessage {
 pub struct LlmClient {
     client: Client<OpenAIConfig>,
     model: String,
+    /// One permit per call in flight (`llm.max_concurrent_calls`), shared by every run: each
+    /// call holds a connection, so a node with thousands of open runs opens at most this many
+    /// towards the model server instead of one per run.
+    slots: Arc<Semaphore>,
 }
 
 impl LlmClient {
@@ -220,7 +226,8 @@ impl LlmClient {
         let client = reqwest::Client::builder().retry(reqwest::retry::never()).build()?;
         let transport = Transport { client, limit: settings.max_response_bytes };
         let client = Client::with_config(config).with_http_service(transport);
-        Ok(Self { client, model: settings.model.clone() })
+        let slots = Arc::new(Semaphore::new(settings.max_concurrent_calls.min(Semaphore::MAX_PERMITS)));
+        Ok(Self { client, model: settings.model.clone(), slots })
     }
 
     /// The model name sent with every request.
@@ -228,8 +235,17 @@ impl LlmClient {
         &self.model
     }
 
-    /// Sends one request and returns the assistant message content.
+    /// Sends one request, once a slot is free, and returns the assistant message content. The
+    /// wait for a slot is not part of the call's timeout: it says nothing about the endpoint.
     pub async fn complete(&self, request: ChatRequest<'_>) -> Result<String, LlmError> {
+        let _slot = match self.slots.try_acquire() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let _waiting = crate::telemetry::model_call_waiting();
+                // The semaphore is never closed.
+                self.slots.acquire().await.map_err(|_| LlmError::Request("the model client is shut down".into()))?
+            }
+        };
         let (purpose, started) = (request.purpose, std::time::Instant::now());
         let result = self.call(request).await;
         let outcome = result.as_ref().map_or_else(LlmError::kind, |_| "ok");
