@@ -8,14 +8,16 @@
 //! `BENCH_STEPS` steps (default 12), so a run lasts about `BENCH_STEPS + 1` model answers: long
 //! enough for every run to have started before the first one ends.
 //!
+//! `BENCH_HTTP2=1`: the clients speak HTTP/2 (h2c), their streams multiplexed on few connections,
+//! instead of a connection per run.
+//!
 //! Checks, for every run: the frames arrive with `id` 1, 2, 3 … without a gap or a repeat, every
 //! step completes once, the run completes. Reports: how many runs were open at the peak (started,
 //! not yet complete), errors, the server's RSS (sampled, and its peak), open descriptors and
 //! threads, and how long opening and finishing took.
 //!
-//! The clients and the stand-in model's side of the server's model calls need about two
-//! descriptors a run in this process: the bench raises its soft limit to the hard one and fails
-//! when that is too low.
+//! The clients need a descriptor a run in this process, and so does the server: the bench raises
+//! its soft limit to the hard one (the server inherits it) and fails when that is too low.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Bench code states what it expects.
 
 mod common;
@@ -62,7 +64,9 @@ fn model(steps: usize, delay: Duration) -> StandIn {
 fn raise_descriptor_limit(runs: usize) {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let Rlimit { maximum, .. } = getrlimit(Resource::Nofile);
-    let needed = u64::try_from(runs).unwrap() * 2 + 1_000;
+    // A client connection per run, and the stand-in's side of the server's model calls (at most
+    // `llm.max_concurrent_calls`, 256 by default, plus the idle ones it keeps).
+    let needed = u64::try_from(runs).unwrap() + 2_000;
     let limit = maximum.unwrap_or(needed).min(1 << 20);
     assert!(
         limit >= needed,
@@ -184,7 +188,12 @@ fn main() {
         let pid = server.pid();
         let idle_rss = rss_mib(pid);
 
-        let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+        let http2 = std::env::var("BENCH_HTTP2").is_ok_and(|v| v == "1");
+        let http = if http2 {
+            reqwest::Client::builder().http2_prior_knowledge().build().unwrap()
+        } else {
+            reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap()
+        };
         let body = Arc::new(envelope().to_string());
         let posts = Arc::new(Semaphore::new(POSTS_IN_FLIGHT));
         let progress = Arc::new(Progress::default());
@@ -233,6 +242,7 @@ fn main() {
             .unwrap_or((f64::NAN, 0, 0, None));
         let after_rss = rss_mib(pid);
 
+        println!("HTTP/{}", if http2 { "2 (h2c)" } else { "1.1" });
         println!("| runs | steps each | model delay | peak open | errors | frames | server RSS idle / peak / after | peak descriptors | peak threads | all open after | all done after |");
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         println!(

@@ -10,6 +10,7 @@
 //! do not.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use memchr::{memchr_iter, memrchr};
 use serde_json::Value;
@@ -38,13 +39,14 @@ pub const DEFAULT_MARKERS: [&str; 16] = [
 ];
 
 /// The markers in force: the defaults and those an operator added (`redaction.extra_keys`).
+/// Shared, not copied, by every stream that redacts with them.
 #[derive(Debug, Clone)]
 pub struct Redaction {
     /// Lowercase letters and digits only, never empty.
-    markers: Vec<String>,
+    markers: Arc<[String]>,
     /// The letters each marker is spelled with, in the order of `markers` ([`letters`]): a key
     /// that lacks one of them cannot spell that marker, which settles most keys at once.
-    letters: Vec<u64>,
+    letters: Arc<[u64]>,
 }
 
 impl Default for Redaction {
@@ -63,7 +65,7 @@ impl Redaction {
         markers.sort();
         markers.dedup();
         let letters = markers.iter().map(|m| letters(m.as_bytes())).collect();
-        Self { markers, letters }
+        Self { markers: markers.into(), letters }
     }
 
     /// Whether a value under `key` is a secret: some run of its words, from a word's start to a
@@ -76,20 +78,15 @@ impl Redaction {
     /// is asked about, so a key that lacks a letter of each marker is answered without finding
     /// its words.
     fn spelled(&self, key: &[u8], present: u64) -> bool {
-        let spellable = |(_, letters): &(&String, &u64)| *letters & !present == 0;
-        if !self.markers.iter().zip(&self.letters).any(|pair| spellable(&pair)) {
-            return false;
-        }
-        (0..key.len()).any(|at| {
-            let first = key.get(at).map(u8::to_ascii_lowercase);
-            starts_word(key, at)
-                && self
-                    .markers
-                    .iter()
-                    .zip(&self.letters)
-                    .filter(spellable)
-                    .any(|(m, _)| m.as_bytes().first() == first.as_ref() && spells(key, at, m.as_bytes()))
-        })
+        self.markers.iter().zip(self.letters.iter()).filter(|(_, letters)| **letters & !present == 0).any(
+            |(marker, _)| {
+                let marker = marker.as_bytes();
+                let first = marker.first().copied();
+                (0..key.len()).any(|at| {
+                    key.get(at).map(u8::to_ascii_lowercase) == first && starts_word(key, at) && spells(key, at, marker)
+                })
+            },
+        )
     }
 
     /// `value` with every secret replaced by [`REDACTED`].

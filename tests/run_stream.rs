@@ -368,3 +368,41 @@ async fn a_contract_facet_no_node_wrote_fails_the_run() {
     assert_eq!(validation.payload["errors"][0]["instancePath"], "/tags");
     assert_eq!(frames.last().unwrap().payload["error"]["code"], "final_output_invalid");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_stream_over_http2_too() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    // h2c with prior knowledge: the client starts with HTTP/2's preface on the plain port.
+    let http2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let start = || http2.post(server.url("/api/v1/flex/run.stream")).json(&envelope()).send();
+    let (a, b) = tokio::join!(start(), start());
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!((a.version(), b.version()), (reqwest::Version::HTTP_2, reqwest::Version::HTTP_2));
+    assert_eq!((a.status(), b.status()), (reqwest::StatusCode::OK, reqwest::StatusCode::OK));
+    let run_id = a.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    let (a, b) = tokio::join!(read_frames(a, usize::MAX), read_frames(b, usize::MAX));
+    for frames in [&a, &b] {
+        assert_eq!(
+            kinds(frames),
+            ["start", "plan_requested", "plan_generated", "node_start", "node_complete", "complete"]
+        );
+        assert_eq!(frames.iter().map(|f| f.seq).collect::<Vec<_>>(), (1..=6).collect::<Vec<_>>());
+    }
+    assert_ne!(a[0].run_id, b[0].run_id, "two runs");
+
+    // Re-attaching over HTTP/2 replays the log after Last-Event-ID.
+    let response = http2
+        .get(server.url(&format!("/api/v1/flex/runs/{run_id}/stream")))
+        .header("last-event-id", "4")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    let rest = read_frames(response, usize::MAX).await;
+    assert_eq!(kinds(&rest), ["node_complete", "complete"]);
+    // HTTP/1.1 clients are served on the same port as before.
+    assert_eq!(
+        server.http.get(server.url("/api/v1/health")).send().await.unwrap().version(),
+        reqwest::Version::HTTP_11
+    );
+}

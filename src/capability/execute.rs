@@ -220,6 +220,7 @@ impl Executors {
         bundle: &ContextBundle,
         timeout: Duration,
     ) -> Result<Value, CapabilityError> {
+        let slot = self.llm.slot().await?;
         let (system, user) = ai_prompt(capability, instructions, bundle);
         let name = schema_name(&capability.id);
         let shape = match &capability.output_contract {
@@ -230,8 +231,7 @@ impl Executors {
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
         };
-        let content =
-            self.llm.complete(ChatRequest { purpose: Purpose::Capability, system, user, shape, timeout }).await?;
+        let content = slot.complete(ChatRequest { purpose: Purpose::Capability, system, user, shape, timeout }).await?;
         match capability.output_contract {
             OutputContract::Freeform { .. } => Ok(parse_json_content(&content).unwrap_or(Value::String(content))),
             _ => parse_json_content(&content).map_err(CapabilityError::NotJson),

@@ -59,7 +59,15 @@ pub struct TaskEnvelope {
     /// The run this one starts again (`metadata.rerunOf`; the schema checked its form).
     pub rerun_of: Option<String>,
     /// The envelope as posted; stored with the run and re-parsed after a restart.
-    pub raw: Value,
+    raw: Value,
+}
+
+impl TaskEnvelope {
+    /// The envelope as posted (DSL conditions stored compiled), taken out: a run stores it once,
+    /// at its creation, and holds only the parsed parts for as long as it is open.
+    pub fn take_raw(&mut self) -> Value {
+        self.raw.take()
+    }
 }
 
 /// The operator approvals a run asks for: of each plan before any of its steps runs

@@ -9,8 +9,11 @@ use tokio::sync::broadcast;
 
 use super::Frame;
 
-/// Frames a slow subscriber may fall behind by before it re-reads the event log.
-const CAPACITY: usize = 256;
+/// Commits a slow subscriber may fall behind by before it re-reads the event log. A broadcast
+/// channel allocates all its slots up front and every followed run has one, so this is kept
+/// small: a commit is one message however many frames it holds, and a follower that lags
+/// loses nothing (it reads the log instead).
+const CAPACITY: usize = 8;
 
 #[derive(Debug, Clone)]
 pub enum BusMessage {

@@ -139,7 +139,10 @@ pub fn serve(
     // Frames are small writes that must leave at once; Nagle's algorithm would hold them back
     // until the previous segment is acknowledged (about 40 ms with delayed ACKs).
     .tcp_nodelay(true)
-    .listen(listener)?
+    // HTTP/1.1, and HTTP/2 for a client that starts with its preface (h2c, prior knowledge): a
+    // client or proxy following many runs then carries all their streams on one connection
+    // instead of a connection (and its buffers, on both sides) per run.
+    .listen_auto_h2c(listener)?
     .shutdown_timeout(5)
     .run())
 }

@@ -26,7 +26,7 @@ use futures::future::BoxFuture;
 use reqwest::ResponseBuilderExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::config::LlmSettings;
 
@@ -235,17 +235,23 @@ impl LlmClient {
         &self.model
     }
 
-    /// Sends one request, once a slot is free, and returns the assistant message content. The
-    /// wait for a slot is not part of the call's timeout: it says nothing about the endpoint.
-    pub async fn complete(&self, request: ChatRequest<'_>) -> Result<String, LlmError> {
-        let _slot = match self.slots.try_acquire() {
-            Ok(slot) => slot,
+    /// Waits for a free slot for one call. Taken before the prompt is built, so the calls that
+    /// wait (with thousands of open runs, most of them) hold no prompt; the wait is not part of
+    /// the call's timeout, as it says nothing about the endpoint.
+    pub async fn slot(&self) -> Result<Slot<'_>, LlmError> {
+        let permit = match self.slots.try_acquire() {
+            Ok(permit) => permit,
             Err(_) => {
                 let _waiting = crate::telemetry::model_call_waiting();
                 // The semaphore is never closed.
                 self.slots.acquire().await.map_err(|_| LlmError::Request("the model client is shut down".into()))?
             }
         };
+        Ok(Slot { client: self, _permit: permit })
+    }
+
+    /// Sends one request and returns the assistant message content.
+    async fn complete(&self, request: ChatRequest<'_>) -> Result<String, LlmError> {
         let (purpose, started) = (request.purpose, std::time::Instant::now());
         let result = self.call(request).await;
         let outcome = result.as_ref().map_or_else(LlmError::kind, |_| "ok");
@@ -272,6 +278,21 @@ impl LlmClient {
             .and_then(|c| c.message.content)
             .filter(|content| !content.trim().is_empty())
             .ok_or_else(|| LlmError::Empty(finish.unwrap_or_default()))
+    }
+}
+
+/// A model call's place among the `llm.max_concurrent_calls` in flight, held until the call ends.
+pub struct Slot<'a> {
+    client: &'a LlmClient,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl Slot<'_> {
+    /// Sends one request and returns the assistant message content. The call's state (request,
+    /// connection, response) is boxed: it exists only while the call is in flight, not in the
+    /// future of every node that waits for a slot.
+    pub async fn complete(self, request: ChatRequest<'_>) -> Result<String, LlmError> {
+        Box::pin(self.client.complete(request)).await
     }
 }
 

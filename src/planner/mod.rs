@@ -51,6 +51,7 @@ impl Planner {
         input: &PromptInput<'_>,
         timeout: Duration,
     ) -> Result<Result<Value, Diagnostic>, LlmError> {
+        let slot = self.llm.slot().await?;
         let (system, user) = prompt::build(input);
         let shape = match self.format {
             PlannerResponseFormat::JsonSchema => {
@@ -59,8 +60,7 @@ impl Planner {
             PlannerResponseFormat::JsonObject => ResponseShape::JsonObject,
             PlannerResponseFormat::None => ResponseShape::Text,
         };
-        let content =
-            self.llm.complete(ChatRequest { purpose: Purpose::Planner, system, user, shape, timeout }).await?;
+        let content = slot.complete(ChatRequest { purpose: Purpose::Planner, system, user, shape, timeout }).await?;
         Ok(parse_json_content(&content).map_err(|problem| Diagnostic::not_json(&problem)))
     }
 }

@@ -151,6 +151,12 @@ impl RunLog {
     /// publishes the frames. After a failure nothing is committed and this log is ahead of the
     /// database: drop it (the run carries on from what the database holds).
     pub async fn commit(&mut self) -> Result<(), LogError> {
+        // Boxed: a commit's state (the row change, the write on its way) is kilobytes that the
+        // future of every coordinator, waiting or not, would otherwise hold for its whole run.
+        Box::pin(self.write()).await
+    }
+
+    async fn write(&mut self) -> Result<(), LogError> {
         let created = self.created.take();
         let change = self.run_change(created);
         let row_changed = change.is_some();

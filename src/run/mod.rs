@@ -86,7 +86,7 @@ pub enum StartError {
 /// run, that run's stream is returned instead (from `start`), if the request body is the same.
 pub async fn start(
     services: &Arc<Services>,
-    envelope: TaskEnvelope,
+    mut envelope: TaskEnvelope,
     correlation_id: Option<String>,
     idempotency: Option<Idempotency>,
     owner: &str,
@@ -116,7 +116,7 @@ pub async fn start(
         // The status and counters are the state's at the first commit (`Coordinator::open`).
         status: RunStatus::Planning.as_str().to_string(),
         objective: envelope.objective.clone(),
-        envelope: envelope.raw.to_string(),
+        envelope: envelope.take_raw().to_string(),
         thread_id: envelope.thread_id.clone(),
         correlation_id: correlation_id.clone(),
         plan_version: 0,
@@ -298,7 +298,8 @@ async fn drive_claimed(
 }
 
 /// Hands a run's log to a new coordinator, which carries on where the log's state stands.
-fn continue_run(services: &Arc<Services>, envelope: TaskEnvelope, log: RunLog, announce: bool) {
+fn continue_run(services: &Arc<Services>, mut envelope: TaskEnvelope, log: RunLog, announce: bool) {
+    envelope.take_raw();
     let state = log.state();
     tracing::info!(run_id = %state.run_id, status = %state.status, announce, "resuming run");
     let next = next_step(state);

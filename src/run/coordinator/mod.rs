@@ -102,8 +102,10 @@ pub(super) struct Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator that carries on from where `log`'s state stands.
-    pub(super) fn new(services: Arc<Services>, envelope: Arc<TaskEnvelope>, log: RunLog) -> Self {
+    /// A coordinator that carries on from where `log`'s state stands. Boxed: [`Self::drive`]
+    /// takes it so, as an async fn stores its arguments twice (once as passed, once as moved into
+    /// its body), and every open run has one.
+    pub(super) fn new(services: Arc<Services>, envelope: Arc<TaskEnvelope>, log: RunLog) -> Box<Self> {
         let replan_limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
         let retry = RetrySchedule::resolve(&envelope.retry, &services.settings.retry);
         let timeouts = Timeouts::resolve(&envelope.timeouts, &services.settings);
@@ -113,7 +115,7 @@ impl Coordinator {
         let since = state.operator_at.map_or(started, |at| at.max(started));
         let elapsed = (now - since).to_std().unwrap_or_default();
         let deadline = tokio::time::Instant::now() + timeouts.run.saturating_sub(elapsed);
-        Self {
+        Box::new(Self {
             capabilities: services.registry.snapshot(),
             services,
             envelope,
@@ -123,7 +125,7 @@ impl Coordinator {
             timeouts,
             deadline,
             node_retries: HashMap::new(),
-        }
+        })
     }
 
     /// The run this coordinator drives and the number of the claim it holds.
@@ -146,7 +148,7 @@ impl Coordinator {
 
     /// Runs to the end, starting with `from`. A database failure stops the coordinator where it
     /// is: the run keeps its last committed state (and is resumed from it after a restart).
-    pub(super) async fn drive(mut self, from: Resume) {
+    pub(super) async fn drive(mut self: Box<Self>, from: Resume) {
         use futures::FutureExt;
         let run_id = self.log.run_id().to_string();
         match std::panic::AssertUnwindSafe(self.run_to_end(from)).catch_unwind().await {
@@ -167,7 +169,7 @@ impl Coordinator {
 
     /// [`Self::drive`] for a run picked up after a restart: first a `log` frame saying so, and
     /// which interrupted nodes run again.
-    pub(super) async fn resume(mut self, from: Resume) {
+    pub(super) async fn resume(mut self: Box<Self>, from: Resume) {
         let state = self.log.state();
         let interrupted = state.nodes_in(crate::plan::NodeStatus::Running);
         let event = decide::execution::resumed(state.status, &interrupted);
@@ -189,25 +191,27 @@ impl Coordinator {
     }
 
     /// Lets go of a run that was never created (its first commit failed).
-    pub(super) fn abandon(self) {
+    pub(super) fn abandon(self: Box<Self>) {
         self.log.settle();
     }
 
+    /// Each phase's future is boxed: only the phase under way takes its memory, not the largest
+    /// of them for the whole run (with thousands of open runs, that adds up).
     async fn run_to_end(&mut self, from: Resume) -> Result<(), LogError> {
         let mut next = from;
         loop {
             next = match next {
-                Resume::Plan(replan) => match self.plan_round(replan, false).await? {
+                Resume::Plan(replan) => match Box::pin(self.plan_round(replan, false)).await? {
                     Step::Continue(()) => Resume::Execute,
                     Step::Ended => return Ok(()),
                 },
-                Resume::Requested => match self.plan_round(None, true).await? {
+                Resume::Requested => match Box::pin(self.plan_round(None, true)).await? {
                     Step::Continue(()) => Resume::Execute,
                     Step::Ended => return Ok(()),
                 },
-                Resume::Execute => match self.execute().await? {
+                Resume::Execute => match Box::pin(self.execute()).await? {
                     Step::Continue(Some(replan)) => Resume::Plan(Some(replan)),
-                    Step::Continue(None) => match self.evaluate_goals().await? {
+                    Step::Continue(None) => match Box::pin(self.evaluate_goals()).await? {
                         Step::Continue(replan) => Resume::Plan(Some(replan)),
                         Step::Ended => return Ok(()),
                     },
@@ -216,7 +220,7 @@ impl Coordinator {
                 Resume::NodeFailed(failure) => {
                     let failure =
                         ending::node_failure(&failure.node_id, &failure.capability_id, &failure.code, &failure.message);
-                    return self.fail(failure, Vec::new()).await;
+                    return Box::pin(self.fail(failure, Vec::new())).await;
                 }
             };
         }

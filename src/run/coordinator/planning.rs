@@ -78,7 +78,9 @@ impl Coordinator {
         let mut backoff = self.retry.backoff();
         loop {
             let waits = self.before_waiting().await?;
-            let error = match waits.until(self.ask_planner(replan, rejected)).await {
+            // Boxed: the call is kilobytes of state, which the coordinator's own future would
+            // otherwise hold for the whole run (and every open run has one).
+            let error = match waits.until(Box::pin(self.ask_planner(replan, rejected))).await {
                 Ok(Ok(draft)) => return Ok(Ok(draft)),
                 Ok(Err(error)) => error,
                 Err(interrupt) => return Ok(Err(self.interrupted(interrupt))),
