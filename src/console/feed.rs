@@ -38,7 +38,7 @@ pub async fn follow(caller: Caller, query: web::Query<FeedQuery>, services: web:
     let query = query.into_inner();
     let list = query.list.is_some_and(|l| l == "1").then_some(query.filters);
     let events = changes(services.into_inner(), caller, list);
-    Sse::from_stream(events).with_keep_alive(crate::http::KEEP_ALIVE)
+    crate::http::Compact(Sse::from_stream(events).with_keep_alive(crate::http::KEEP_ALIVE))
 }
 
 /// What a feed holds between events.

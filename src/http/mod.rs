@@ -21,7 +21,7 @@ pub use auth::{Caller, Operator, Role, authenticate, by_session};
 pub use body::Body;
 pub use error::ApiError;
 pub use operator::answer as resume_answer;
-pub use sse::KEEP_ALIVE;
+pub use sse::{Compact, KEEP_ALIVE, compact};
 
 use std::net::TcpListener;
 use std::sync::{Arc, LazyLock};

@@ -222,7 +222,7 @@ pub fn respond(
             headers.insert(name, value);
         }
     }
-    response
+    crate::http::compact(response)
 }
 
 fn event(part: Part) -> sse::Event {
