@@ -78,6 +78,12 @@ impl Redaction {
     /// is asked about, so a key that lacks a letter of each marker is answered without finding
     /// its words.
     fn spelled(&self, key: &[u8], present: u64) -> bool {
+        // Most keys lack a letter of every marker: settled by one pass over the markers' letter
+        // sets, without a branch per marker.
+        let spellable = self.letters.iter().fold(false, |any, letters| any | (letters & !present == 0));
+        if !spellable {
+            return false;
+        }
         self.markers.iter().zip(self.letters.iter()).filter(|(_, letters)| **letters & !present == 0).any(
             |(marker, _)| {
                 let marker = marker.as_bytes();
@@ -104,6 +110,13 @@ impl Redaction {
             Value::Array(items) => Value::Array(items.into_iter().map(|v| self.value(v)).collect()),
             other => other,
         }
+    }
+
+    /// A formatter that writes JSON as `serde_json` writes it compactly, and notes whether an
+    /// object key it writes names a secret ([`KeyWatch::found`]). A frame is judged so as it is
+    /// encoded: its live streams need not search its text again ([`Self::text`]).
+    pub fn watch(&self) -> KeyWatch<'_> {
+        KeyWatch { redaction: self, key: Vec::new(), in_key: false, found: false }
     }
 
     /// A JSON text (a frame) with every secret replaced: the same text when it has no secret
@@ -143,6 +156,73 @@ impl Redaction {
                 .and_then(|quoted| serde_json::from_str::<String>(quoted).ok())
                 .is_none_or(|key| self.is_secret(&key))
         })
+    }
+}
+
+/// See [`Redaction::watch`].
+pub struct KeyWatch<'r> {
+    redaction: &'r Redaction,
+    /// The key being written, unescaped.
+    key: Vec<u8>,
+    in_key: bool,
+    found: bool,
+}
+
+impl KeyWatch<'_> {
+    /// Whether a key written so far names a secret.
+    pub fn found(&self) -> bool {
+        self.found
+    }
+}
+
+/// For a borrowed watch: [`serde_json::Serializer`] keeps its formatter, and the verdict is read after.
+impl serde_json::ser::Formatter for &mut KeyWatch<'_> {
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
+        self.in_key = true;
+        self.key.clear();
+        serde_json::ser::CompactFormatter.begin_object_key(writer, first)
+    }
+
+    fn end_object_key<W: ?Sized + std::io::Write>(&mut self, _writer: &mut W) -> std::io::Result<()> {
+        self.in_key = false;
+        if !self.found {
+            let key = self.key.as_slice();
+            self.found = self.redaction.spelled(key, letters(key) & !ESCAPE);
+        }
+        Ok(())
+    }
+
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        if self.in_key {
+            self.key.extend_from_slice(fragment.as_bytes());
+        }
+        writer.write_all(fragment.as_bytes())
+    }
+
+    fn write_char_escape<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        char_escape: serde_json::ser::CharEscape,
+    ) -> std::io::Result<()> {
+        use serde_json::ser::CharEscape;
+        if self.in_key {
+            self.key.push(match &char_escape {
+                CharEscape::Quote => b'"',
+                CharEscape::ReverseSolidus => b'\\',
+                CharEscape::Solidus => b'/',
+                CharEscape::Backspace => 0x08,
+                CharEscape::FormFeed => 0x0c,
+                CharEscape::LineFeed => b'\n',
+                CharEscape::CarriageReturn => b'\r',
+                CharEscape::Tab => b'\t',
+                CharEscape::AsciiControl(byte) => *byte,
+            });
+        }
+        serde_json::ser::CompactFormatter.write_char_escape(writer, char_escape)
     }
 }
 
@@ -362,6 +442,21 @@ mod tests {
         }
 
         #[test]
+        fn a_watched_encoding_finds_what_the_text_search_finds(keys in prop::collection::vec(key(), 1..5)) {
+            let r = Redaction::default();
+            let mut value = json!({"kept": "value"});
+            for key in keys.iter().rev() {
+                value = json!({"type": "log", key.as_str(): [value, {"line\nbreak": 1}]});
+            }
+            let mut watch = r.watch();
+            let mut out = Vec::new();
+            serde::Serialize::serialize(&value, &mut serde_json::Serializer::with_formatter(&mut out, &mut watch)).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            prop_assert_eq!(&text, &value.to_string(), "written as serde_json writes it");
+            prop_assert_eq!(watch.found(), matches!(r.text(&text), Cow::Owned(_)), "{}", text);
+        }
+
+        #[test]
         fn a_text_is_redacted_as_its_value(keys in prop::collection::vec(key(), 1..5)) {
             let r = Redaction::default();
             let mut value = json!({"kept": "value"});
@@ -376,6 +471,22 @@ mod tests {
                     prop_assert_eq!(r.value(value), serde_json::from_str::<Value>(&redacted).unwrap());
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_watch_reads_keys_unescaped() {
+        let r = Redaction::default();
+        for (value, secret) in [
+            (json!({"api\nkey": 1}), true),
+            (json!({"a": {"b": [{"Auth-Token": "t"}]}}), true),
+            (json!({"topic": "apiKey", "n": {"author": 1}}), false),
+            (json!({"say \"password\"": 1}), true),
+        ] {
+            let mut watch = r.watch();
+            serde::Serialize::serialize(&value, &mut serde_json::Serializer::with_formatter(Vec::new(), &mut watch))
+                .unwrap();
+            assert_eq!(watch.found(), secret, "{value}");
         }
     }
 

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::Seq;
 use super::payload::*;
+use crate::redact::Redaction;
 
 /// The frame types flexrun emits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -227,16 +228,25 @@ pub struct Frame {
     pub timestamp: DateTime<Utc>,
     /// The frame's JSON text.
     pub json: Arc<str>,
+    /// Whether an object key of the frame names a secret (`crate::redact`), as judged when it was
+    /// encoded: a live stream shows the text as it is when none does.
+    pub secret_keys: bool,
 }
 
 impl Frame {
     /// Encodes `event` as frame `seq` of its run, stamped now.
-    pub fn encode(header: &FrameHeader, seq: Seq, event: &Event) -> Self {
-        Self::encode_at(header, seq, Utc::now(), event)
+    pub fn encode(header: &FrameHeader, seq: Seq, event: &Event, redaction: &Redaction) -> Self {
+        Self::encode_at(header, seq, Utc::now(), event, redaction)
     }
 
-    /// Encodes `event` as frame `seq` of its run, stamped `timestamp`.
-    pub fn encode_at(header: &FrameHeader, seq: Seq, timestamp: DateTime<Utc>, event: &Event) -> Self {
+    /// Encodes `event` as frame `seq` of its run, stamped `timestamp`; `redaction` judges its keys.
+    pub fn encode_at(
+        header: &FrameHeader,
+        seq: Seq,
+        timestamp: DateTime<Utc>,
+        event: &Event,
+        redaction: &Redaction,
+    ) -> Self {
         let wire = Wire {
             kind: event.kind(),
             seq,
@@ -248,12 +258,17 @@ impl Frame {
             message: event.message(),
             payload: event,
         };
+        let mut watch = redaction.watch();
+        let mut json = Vec::with_capacity(256);
         #[expect(
             clippy::expect_used,
             reason = "every map in a frame has string keys: the one way serialising can fail"
         )]
-        let json = serde_json::to_string(&wire).expect("frame keys are strings");
-        Self { seq, kind: event.kind(), timestamp, json: json.into() }
+        wire.serialize(&mut serde_json::Serializer::with_formatter(&mut json, &mut watch))
+            .expect("frame keys are strings");
+        #[expect(clippy::expect_used, reason = "serde_json writes UTF-8")]
+        let json = String::from_utf8(json).expect("JSON text is UTF-8");
+        Self { seq, kind: event.kind(), timestamp, json: json.into(), secret_keys: watch.found() }
     }
 
     /// Whether a stream following the run ends after this frame.
@@ -363,7 +378,7 @@ mod tests {
     fn wire_form() {
         let header = FrameHeader { run_id: "r1".into(), correlation_id: "c1".into(), plan_version: Some(2) };
         let event = Event::Log(Log { severity: "info".into(), message: "hello".into(), details: None });
-        let frame = Frame::encode(&header, Seq::new(7).unwrap(), &event);
+        let frame = Frame::encode(&header, Seq::new(7).unwrap(), &event, &Redaction::default());
         let back: ReceivedFrame = serde_json::from_str(&frame.json).unwrap();
         assert_eq!(back.kind, "log");
         assert_eq!(back.seq, 7);

@@ -136,6 +136,7 @@ impl Follower {
             seq: frame.seq,
             event_type: frame.kind.as_str().to_string(),
             json: frame.json.clone(),
+            secret_keys: Some(frame.secret_keys),
         }));
     }
 

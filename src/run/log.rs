@@ -26,6 +26,7 @@ use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;
 use crate::events::payload::ReplanReason;
 use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
+use crate::redact::Redaction;
 use crate::services::{CommitObserver, Services};
 use crate::store::runs::{self, Outcome, Progress, RunRow};
 use crate::store::{Store, StoreError, events, leases};
@@ -55,6 +56,8 @@ struct RowState {
 pub struct RunLog {
     state: RunState,
     header: FrameHeader,
+    /// Judges each frame's keys as it is encoded, so its live streams need not.
+    redaction: Redaction,
     claim: Claim,
     store: Store,
     bus: Arc<Bus>,
@@ -91,6 +94,7 @@ impl RunLog {
         };
         Self {
             header,
+            redaction: services.redaction.clone(),
             claim,
             store: services.store.clone(),
             bus: services.bus.clone(),
@@ -127,7 +131,7 @@ impl RunLog {
             self.state.apply(at, &event)?;
             self.granted.extend(event.granted_replan());
             self.header.plan_version = Some(self.state.plan_version()).filter(|v| *v > 0);
-            let frame = Frame::encode_at(&self.header, at.seq, at.timestamp, &event);
+            let frame = Frame::encode_at(&self.header, at.seq, at.timestamp, &event, &self.redaction);
             debug_assert_decodes(&frame, &event);
             self.rows.extend(rows);
             self.staged.push(frame);

@@ -43,6 +43,9 @@ pub struct LoggedFrame {
     pub seq: Seq,
     pub event_type: String,
     pub json: Arc<str>,
+    /// Whether a key of the frame names a secret, when known without reading its text: for a
+    /// frame delivered live, as judged when it was encoded; `None` for one read from the log.
+    pub secret_keys: Option<bool>,
 }
 
 /// Up to `limit` frames after `after`, in order.
@@ -83,7 +86,7 @@ pub fn of_type(conn: &mut DbConn, run_id: &str, event_type: &str, limit: i64) ->
 
 fn logged(run_id: &str, (seq, event_type, frame): (i64, String, String)) -> Result<LoggedFrame, StoreError> {
     let seq = Seq::from_stored(seq).map_err(|e| StoreError::Corrupt(format!("run {run_id}: {e}")))?;
-    Ok(LoggedFrame { seq, event_type, json: frame.into() })
+    Ok(LoggedFrame { seq, event_type, json: frame.into(), secret_keys: None })
 }
 
 /// The highest sequence number of a run's log (0 when empty).

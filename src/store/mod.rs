@@ -336,7 +336,8 @@ mod tests {
             runs::save_outcome(&mut conn, "r", None, Some("{}")).unwrap();
             plans::node_started(&mut conn, ("r", 1, "n"), "running", now()).ok();
             let log = Log { severity: "info".into(), message: "m".into(), details: None };
-            let frame = Frame::encode(&header, crate::events::Seq::new(i + 1).unwrap(), &Event::Log(log));
+            let redaction = crate::redact::Redaction::default();
+            let frame = Frame::encode(&header, crate::events::Seq::new(i + 1).unwrap(), &Event::Log(log), &redaction);
             events::append(&mut conn, "r", &[frame]).unwrap();
             let output = plans::RunOutputRow {
                 run_id: "r".into(),
