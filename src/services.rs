@@ -41,6 +41,8 @@ pub enum SetupError {
     FacetCatalog(#[from] FacetCatalogError),
     #[error("cannot set up an HTTP client: {0}")]
     HttpClient(#[from] reqwest::Error),
+    #[error(transparent)]
+    ModelClient(#[from] crate::llm::ClientError),
 }
 
 pub struct Services {

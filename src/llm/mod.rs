@@ -1,14 +1,12 @@
-//! The model client: one Chat Completions call against any OpenAI-compatible endpoint, through
-//! async-openai. Used by the planner and by `ai` capabilities.
+//! The model client: one Chat Completions call against any OpenAI-compatible endpoint, posted
+//! with reqwest. Used by the planner and by `ai` capabilities.
 //!
-//! async-openai's own retry layer is replaced by a plain transport, so a call here is exactly one
-//! HTTP request: retry decisions belong to flexrun, which records them, and hidden retries would
-//! multiply the attempts a caller configured.
-//!
-//! The request and response bodies are flexrun's own small types, sent through async-openai's
-//! "bring your own types" calls: the request borrows the prompts and schemas (serialized once,
-//! never copied), and the response reads only the fields flexrun uses, so OpenAI-compatible
-//! servers that leave out or add other fields still work.
+//! A call here is exactly one HTTP request: retry decisions belong to flexrun, which records them,
+//! and hidden retries would multiply the attempts a caller configured. The request and response
+//! bodies are flexrun's own small types: the request borrows the prompts and schemas (serialized
+//! once, never copied), and the response reads only the fields flexrun uses, so OpenAI-compatible
+//! servers that leave out or add other fields still work. The endpoint's URL and the
+//! `Authorization` header are built once, not per call.
 //!
 //! [`standin`] is a scripted stand-in for such a server (the demo and the tests), not a model.
 
@@ -18,12 +16,7 @@ pub mod standin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_openai::Client;
-use async_openai::config::OpenAIConfig;
-use async_openai::error::OpenAIError;
-use async_openai::middleware::HttpRequestFactory;
-use futures::future::BoxFuture;
-use reqwest::ResponseBuilderExt;
+use reqwest::header::{self, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -205,11 +198,28 @@ struct AssistantMessage {
     content: Option<String>,
 }
 
+/// Why a model client cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot set up an HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+    #[error("llm.base_url is not a URL a path can be added to")]
+    BaseUrl,
+    #[error("llm.api_key holds characters an HTTP header cannot carry")]
+    ApiKey,
+}
+
 /// A configured model client. Creating it makes no network call.
 #[derive(Clone)]
 pub struct LlmClient {
-    client: Client<OpenAIConfig>,
+    http: reqwest::Client,
+    /// `<base URL>/chat/completions`.
+    url: reqwest::Url,
+    /// `Bearer <key>`, marked sensitive; none without a key (local servers need none).
+    authorization: Option<HeaderValue>,
     model: String,
+    /// The largest body read from the model endpoint.
+    limit: usize,
     /// One permit per call in flight (`llm.max_concurrent_calls`), shared by every run: each
     /// call holds a connection, so a node with thousands of open runs opens at most this many
     /// towards the model server instead of one per run.
@@ -217,17 +227,22 @@ pub struct LlmClient {
 }
 
 impl LlmClient {
-    /// A client for the configured endpoint. Fails only if the HTTP client cannot be set up.
-    pub fn new(settings: &LlmSettings) -> Result<Self, reqwest::Error> {
-        let config = OpenAIConfig::new()
-            .with_api_base(settings.base_url.trim_end_matches('/'))
-            .with_api_key(settings.api_key.expose());
+    /// A client for the configured endpoint.
+    pub fn new(settings: &LlmSettings) -> Result<Self, ClientError> {
+        let url = format!("{}/chat/completions", settings.base_url.trim_end_matches('/'));
+        let url = reqwest::Url::parse(&url).map_err(|_| ClientError::BaseUrl)?;
+        let key = settings.api_key.expose();
+        let authorization = if key.is_empty() {
+            None
+        } else {
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| ClientError::ApiKey)?;
+            value.set_sensitive(true);
+            Some(value)
+        };
         // Not even the protocol-level retries reqwest makes by default: every attempt is flexrun's.
-        let client = reqwest::Client::builder().retry(reqwest::retry::never()).build()?;
-        let transport = Transport { client, limit: settings.max_response_bytes };
-        let client = Client::with_config(config).with_http_service(transport);
+        let http = reqwest::Client::builder().retry(reqwest::retry::never()).build()?;
         let slots = Arc::new(Semaphore::new(settings.max_concurrent_calls.min(Semaphore::MAX_PERMITS)));
-        Ok(Self { client, model: settings.model.clone(), slots })
+        Ok(Self { http, url, authorization, model: settings.model.clone(), limit: settings.max_response_bytes, slots })
     }
 
     /// The model name sent with every request.
@@ -268,16 +283,44 @@ impl LlmClient {
             ],
             response_format: request.shape.format(),
         };
-        let response: Completion = tokio::time::timeout(request.timeout, self.client.chat().create_byot(&body))
+        let body = serde_json::to_vec(&body).map_err(|e| LlmError::Request(e.to_string()))?;
+        let response: Completion = tokio::time::timeout(request.timeout, self.post(body))
             .await
             .map_err(|_| LlmError::Timeout(request.timeout))?
-            .map_err(|e| classify(e, request.timeout))?;
+            .map_err(|e| e.in_time(request.timeout))?;
         let choice = response.choices.into_iter().next();
         let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref()).map(|r| format!(" (finish reason {r})"));
         choice
             .and_then(|c| c.message.content)
             .filter(|content| !content.trim().is_empty())
             .ok_or_else(|| LlmError::Empty(finish.unwrap_or_default()))
+    }
+
+    /// Posts `body` once and reads the completion, bounded; a non-success answer keeps its
+    /// status, message and `Retry-After`.
+    async fn post(&self, body: Vec<u8>) -> Result<Completion, LlmError> {
+        let mut post = self.http.post(self.url.clone()).header(header::CONTENT_TYPE, "application/json");
+        if let Some(authorization) = &self.authorization {
+            post = post.header(header::AUTHORIZATION, authorization.clone());
+        }
+        let response = post.body(body).send().await.map_err(transport)?;
+        let status = response.status();
+        if status.is_success() {
+            let body = read_limited(response, self.limit).await?;
+            return serde_json::from_slice(&body).map_err(|e| LlmError::Protocol(e.to_string()));
+        }
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::retry::parse_retry_after);
+        let body = read_limited(response, self.limit).await.unwrap_or_default();
+        let message = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(String::from))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        let message = crate::excerpt::excerpt(&message, crate::excerpt::MESSAGE).into_owned();
+        Err(LlmError::Status { status: status.as_u16(), message, retry_after })
     }
 }
 
@@ -296,114 +339,33 @@ impl Slot<'_> {
     }
 }
 
-/// Sends each request once (no hidden retries) and turns any non-success answer into an
-/// [`HttpFailure`] that keeps the status, the message and `Retry-After`, which async-openai's own
-/// error type drops.
-#[derive(Clone)]
-struct Transport {
-    client: reqwest::Client,
-    /// The largest body read from the model endpoint.
-    limit: usize,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("{status}: {message}")]
-struct HttpFailure {
-    status: u16,
-    message: String,
-    retry_after: Option<Duration>,
-}
-
-/// A response body longer than the limit.
-#[derive(Debug, thiserror::Error)]
-#[error("larger than {0} bytes")]
-struct TooLarge(usize);
-
 /// Reads a response body, refusing one longer than `limit` (whatever its length header claims).
-async fn read_limited(mut body: reqwest::Body, limit: usize) -> Result<bytes::Bytes, OpenAIError> {
-    use http_body::Body as _;
-    use http_body_util::BodyExt as _;
-    let too_large = || OpenAIError::Boxed(Box::new(TooLarge(limit)));
-    if body.size_hint().exact().is_some_and(|len| usize::try_from(len).map_or(true, |len| len > limit)) {
-        return Err(too_large());
+async fn read_limited(mut response: reqwest::Response, limit: usize) -> Result<bytes::Bytes, LlmError> {
+    if response.content_length().is_some_and(|len| usize::try_from(len).map_or(true, |len| len > limit)) {
+        return Err(LlmError::TooLarge(limit));
     }
     let mut read = bytes::BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(chunk) = frame.map_err(OpenAIError::Reqwest)?.into_data() else { continue };
+    while let Some(chunk) = response.chunk().await.map_err(transport)? {
         if read.len() + chunk.len() > limit {
-            return Err(too_large());
+            return Err(LlmError::TooLarge(limit));
         }
         read.extend_from_slice(&chunk);
     }
     Ok(read.freeze())
 }
 
-impl tower::Service<HttpRequestFactory> for Transport {
-    type Response = reqwest::Response;
-    type Error = OpenAIError;
-    type Future = BoxFuture<'static, Result<reqwest::Response, OpenAIError>>;
-
-    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), OpenAIError>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: HttpRequestFactory) -> Self::Future {
-        let (client, limit) = (self.client.clone(), self.limit);
-        Box::pin(async move {
-            let response = client.execute(request.build().await?).await.map_err(OpenAIError::Reqwest)?;
-            let url = response.url().clone();
-            let (parts, body) = http::Response::from(response).into_parts();
-            if parts.status.is_success() {
-                // Read here, bounded, and handed on as a response of the bytes read, with the
-                // headers moved rather than copied and the URL set (without one, reqwest parses a
-                // stand-in URL for every response it is given).
-                let body = read_limited(body, limit).await?;
-                let mut rebuilt = http::Response::builder()
-                    .status(parts.status)
-                    .url(url)
-                    .body(body)
-                    .map_err(|e| OpenAIError::Boxed(Box::new(e)))?;
-                *rebuilt.headers_mut() = parts.headers;
-                return Ok(reqwest::Response::from(rebuilt));
-            }
-            let status = parts.status.as_u16();
-            let retry_after = parts
-                .headers
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(crate::retry::parse_retry_after);
-            let body = read_limited(body, limit).await.unwrap_or_default();
-            let message = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(String::from))
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-            let message = crate::excerpt::excerpt(&message, crate::excerpt::MESSAGE).into_owned();
-            Err(OpenAIError::Boxed(Box::new(HttpFailure { status, message, retry_after })))
-        })
-    }
+/// A failure to send or to read: a timeout or a connection error.
+fn transport(error: reqwest::Error) -> LlmError {
+    if error.is_timeout() { LlmError::Timeout(Duration::ZERO) } else { LlmError::Connection(without_url(error)) }
 }
 
-fn classify(error: OpenAIError, timeout: Duration) -> LlmError {
-    match error {
-        OpenAIError::Boxed(boxed) => match boxed.downcast::<HttpFailure>() {
-            Ok(failure) => {
-                LlmError::Status { status: failure.status, message: failure.message, retry_after: failure.retry_after }
-            }
-            Err(other) => match other.downcast::<TooLarge>() {
-                Ok(too_large) => LlmError::TooLarge(too_large.0),
-                Err(other) => {
-                    LlmError::Request(crate::excerpt::excerpt(&other.to_string(), crate::excerpt::MESSAGE).into_owned())
-                }
-            },
-        },
-        OpenAIError::Reqwest(e) if e.is_timeout() => LlmError::Timeout(timeout),
-        OpenAIError::Reqwest(e) => LlmError::Connection(without_url(e)),
-        OpenAIError::ApiError(api) => {
-            LlmError::Status { status: api.status_code.as_u16(), message: api.api_error.message, retry_after: None }
+impl LlmError {
+    /// A timeout of the transport reported as the call's own.
+    fn in_time(self, timeout: Duration) -> Self {
+        match self {
+            Self::Timeout(_) => Self::Timeout(timeout),
+            other => other,
         }
-        OpenAIError::JSONDeserialize(e, _) => LlmError::Protocol(e.to_string()),
-        OpenAIError::StreamError(e) => LlmError::Protocol(e.to_string()),
-        other => LlmError::Request(other.to_string()),
     }
 }
 

@@ -156,8 +156,8 @@ impl fantoccini::wd::WebDriverCompatibleCommand for LogCommand {
         base_url.join(&format!("session/{}/se/log", session_id.unwrap_or_default()))
     }
 
-    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
-        (http::Method::POST, Some(json!({"type": "browser"}).to_string()))
+    fn method_and_body(&self, _request_url: &url::Url) -> (reqwest::Method, Option<String>) {
+        (reqwest::Method::POST, Some(json!({"type": "browser"}).to_string()))
     }
 }
 
