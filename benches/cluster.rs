@@ -145,8 +145,9 @@ async fn throughput(pg: &Postgres) {
         let servers = nodes(n, &url, &model, "30", &dirs).await;
         let bases: Arc<Vec<String>> = Arc::new(servers.iter().map(|s| s.base.clone()).collect());
         let body = Arc::new(envelope());
+        let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build().unwrap();
         for i in 0..8 {
-            run_to_completion(&bases[i % n], &body).await; // warm-up
+            run_to_completion(&http, &bases[i % n], &body).await; // warm-up
         }
         let cpu = |servers: &[Server]| servers.iter().map(Server::cpu_seconds).sum::<f64>();
         let (cpu_before, started) = (cpu(&servers), Instant::now());
@@ -154,9 +155,9 @@ async fn throughput(pg: &Postgres) {
         let mut tasks = Vec::new();
         for i in 0..runs {
             let permit = gate.clone().acquire_owned().await.unwrap();
-            let (bases, body) = (bases.clone(), body.clone());
+            let (bases, body, http) = (bases.clone(), body.clone(), http.clone());
             tasks.push(tokio::spawn(async move {
-                run_to_completion(&bases[i % bases.len()], &body).await;
+                run_to_completion(&http, &bases[i % bases.len()], &body).await;
                 drop(permit);
             }));
         }
@@ -231,7 +232,7 @@ async fn latency(pg: &Postgres) {
 
 async fn failover(pg: &Postgres) {
     let (times, lease) = (env_or("BENCH_FAILOVERS", 3usize), env_or("BENCH_LEASE_SECONDS", 10u64));
-    println!("\n### Failover after kill -9 ({lease} s lease; sweeps every {} s)\n", lease as f64 / 2.0);
+    println!("\n### Failover after kill -9 ({lease} s lease; sweeps every {} s)\n", lease as f64 / 5.0);
     println!("| try | from kill to run completed on node b |");
     println!("|---:|---:|");
     let http = reqwest::Client::new();

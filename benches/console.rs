@@ -132,7 +132,7 @@ fn main() {
         let model = StandIn::start(script()).unwrap();
         let writer = capability("writer", &["brief"], &["post_copy"]);
         let server = Server::start(dir.path(), &model.base_url, &[writer], &[]).await;
-        let (run_id, _) = run_to_completion(&server.base, &envelope()).await;
+        let (run_id, _) = run_to_completion(&reqwest::Client::new(), &server.base, &envelope()).await;
         let mut db = SqliteConnection::establish(dir.path().join("bench.db").to_str().unwrap()).unwrap();
         db.batch_execute("PRAGMA busy_timeout = 10000;").unwrap();
         let seeding = Instant::now();

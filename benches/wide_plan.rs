@@ -69,7 +69,7 @@ fn main() {
             let server = Server::start(dir.path(), &llm.base_url, &capabilities, &env).await;
             let cpu_before = server.cpu_seconds();
             let started = Instant::now();
-            let (_, kinds) = run_to_completion(&server.base, &envelope()).await;
+            let (_, kinds) = run_to_completion(&reqwest::Client::new(), &server.base, &envelope()).await;
             let completed = kinds.iter().filter(|kind| *kind == "node_complete").count();
             let wall = started.elapsed().as_secs_f64();
             let cpu = server.cpu_seconds() - cpu_before;

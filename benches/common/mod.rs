@@ -20,11 +20,12 @@ pub fn capability(id: &str, inputs: &[&str], outputs: &[&str]) -> Value {
 }
 
 /// Posts `envelope` to `run.stream` and reads the run to `complete`, which must say `completed`.
-/// Returns the run's id and the types of its frames, in order.
-pub async fn run_to_completion(base: &str, envelope: &Value) -> (String, Vec<String>) {
+/// Returns the run's id and the types of its frames, in order. `http` is shared by every run a
+/// bench makes: building a client loads the system's TLS roots, which costs more than a run.
+pub async fn run_to_completion(http: &reqwest::Client, base: &str, envelope: &Value) -> (String, Vec<String>) {
     use eventsource_stream::Eventsource;
     use futures::StreamExt;
-    let response = reqwest::Client::new()
+    let response = http
         .post(format!("{base}/api/v1/flex/run.stream"))
         .json(envelope)
         .send()
