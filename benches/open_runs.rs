@@ -80,6 +80,8 @@ fn raise_descriptor_limit(runs: usize) {
 #[derive(Default)]
 struct Seen {
     frames: usize,
+    /// `retry` frames: a transient failure (a model call refused or cut off under load) retried.
+    retries: usize,
     steps_completed: usize,
     completed: bool,
     problem: Option<String>,
@@ -141,6 +143,7 @@ async fn one_run(
                 progress.peak_open.fetch_max(open, Ordering::SeqCst);
             }
             "node_complete" => seen.steps_completed += 1,
+            "retry" => seen.retries += 1,
             "complete" => {
                 progress.open.fetch_sub(1, Ordering::SeqCst);
                 progress.completed.fetch_add(1, Ordering::SeqCst);
@@ -227,10 +230,11 @@ fn main() {
         };
         let sampling = tokio::spawn(tokio::time::timeout(Duration::from_secs(600), sampler));
         let mut problems = Vec::new();
-        let mut frames = 0;
+        let (mut frames, mut retries) = (0, 0);
         for task in tasks {
             let seen = task.await.unwrap();
             frames += seen.frames;
+            retries += seen.retries;
             if seen.steps_completed != steps && seen.problem.is_none() {
                 problems.push(format!("{} of {steps} steps completed", seen.steps_completed));
             }
@@ -255,6 +259,7 @@ fn main() {
             elapsed.as_secs_f64(),
         );
         println!("server peak memory (VmHWM): {:.1} MiB", server.peak_rss_mib());
+        println!("retried model calls (a `retry` frame each): {retries}");
         for problem in problems.iter().take(10) {
             println!("problem: {problem}");
         }

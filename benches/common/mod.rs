@@ -25,12 +25,7 @@ pub fn capability(id: &str, inputs: &[&str], outputs: &[&str]) -> Value {
 pub async fn run_to_completion(http: &reqwest::Client, base: &str, envelope: &Value) -> (String, Vec<String>) {
     use eventsource_stream::Eventsource;
     use futures::StreamExt;
-    let response = http
-        .post(format!("{base}/api/v1/flex/run.stream"))
-        .json(envelope)
-        .send()
-        .await
-        .expect("run.stream");
+    let response = http.post(format!("{base}/api/v1/flex/run.stream")).json(envelope).send().await.expect("run.stream");
     assert_eq!(response.status(), 200);
     let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
     let mut events = response.bytes_stream().eventsource();
