@@ -3,7 +3,9 @@
 //! Every frame a client reads passes [`Redaction::text`]. The frames are those of the demo's
 //! repair run (`tests/snapshots/demo_repair.jsonl`: plans, outputs, goal-condition results), which
 //! hold no secret, as nearly every frame does; and the same frames with a secret key added to each
-//! payload, which are parsed and written again. Prints the mean time per frame of each.
+//! payload, which are parsed and written again. Prints the mean time per frame of each, and what
+//! judging a frame's keys as it is encoded ([`Redaction::watch`], the live path) adds to writing
+//! it with `serde_json`'s compact formatter.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Bench code states what it expects.
 
 use std::hint::black_box;
@@ -51,4 +53,27 @@ fn main() {
         }
     });
     println!("with secret: {:.0} ns per frame", per_frame(t, secret.len()));
+
+    let values: Vec<serde_json::Value> = clean.iter().map(|f| serde_json::from_str(f).unwrap()).collect();
+    let mut out = Vec::with_capacity(64 * 1024);
+    let compact = time(min, || {
+        for value in &values {
+            out.clear();
+            serde::Serialize::serialize(black_box(value), &mut serde_json::Serializer::new(&mut out)).unwrap();
+        }
+    });
+    let watched = time(min, || {
+        for value in &values {
+            out.clear();
+            let mut watch = redaction.watch();
+            let mut serializer = serde_json::Serializer::with_formatter(&mut out, &mut watch);
+            serde::Serialize::serialize(black_box(value), &mut serializer).unwrap();
+            black_box(watch.found());
+        }
+    });
+    println!(
+        "encoded:     {:.0} ns per frame, {:.0} ns with its keys judged",
+        per_frame(compact, values.len()),
+        per_frame(watched, values.len())
+    );
 }

@@ -20,6 +20,7 @@ pub mod envelope;
 pub mod events;
 pub mod excerpt;
 pub mod facet;
+pub mod hash;
 pub mod http;
 pub mod langgraph;
 

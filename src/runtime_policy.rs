@@ -10,7 +10,7 @@
 //! lists, are rejected with a clear error (`unsupported`, `legacy_action`, `unknown_action`)
 //! instead of being accepted and ignored.
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -171,7 +171,7 @@ pub fn parse(value: &Value, at: &str, catalog: &Catalog) -> Result<Vec<RuntimePo
     };
     let mut errors = Vec::new();
     let mut policies = Vec::new();
-    let mut ids = HashSet::new();
+    let mut ids = HashSet::default();
     for (i, entry) in entries.iter().enumerate() {
         let at = format!("{at}/{i}");
         match policy(entry, &at, catalog) {

@@ -3,7 +3,7 @@
 //! through older ones. Each frame is one line (seq, type, node, time) that opens to its JSON,
 //! redacted like every read path.
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
@@ -60,7 +60,7 @@ pub async fn page_before(services: &Services, run_id: &RunId, before: Seq) -> Re
 pub async fn retries(services: &Services, run_id: &RunId) -> Result<HashMap<String, u32>, StoreError> {
     let id = run_id.to_string();
     let frames = services.store.read(move |conn| log::of_type(conn, &id, "retry", RETRIES_READ)).await?;
-    let mut counts = HashMap::new();
+    let mut counts = HashMap::default();
     for frame in frames {
         let header: Value = serde_json::from_str(&frame.json).unwrap_or(Value::Null);
         if let Some(node) = header.get("nodeId").and_then(Value::as_str) {

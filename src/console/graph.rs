@@ -2,7 +2,7 @@
 //! (so every edge points down), the nodes of one layer side by side (a fan-out reads across).
 //! Pure: positions from the plan's nodes and edges, no I/O; the template draws them as SVG.
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 
 /// Size of a node's box and the gaps between boxes, in SVG units.
 pub const BOX_WIDTH: u32 = 180;
@@ -50,7 +50,7 @@ pub fn layout(nodes: Vec<Node>, edges: &[(String, String)]) -> Drawing {
     let known: Vec<(usize, usize)> =
         edges.iter().filter_map(|(from, to)| Some((*index.get(from.as_str())?, *index.get(to.as_str())?))).collect();
     let layers = layers(nodes.len(), &known);
-    let mut in_layer: HashMap<usize, u32> = HashMap::new();
+    let mut in_layer: HashMap<usize, u32> = HashMap::default();
     let mut slots = vec![(0, 0); nodes.len()];
     for (i, layer) in layers.iter().enumerate() {
         let column = in_layer.entry(*layer).or_default();

@@ -3,7 +3,7 @@
 //! for), what it produced or why it failed, its retries, its post-condition results and its
 //! timings. The graph's boxes link to these panels.
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! the one before and what it kept, added and dropped, its graph, and the goal-condition round
 //! evaluated against it.
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 
 use super::checks::Check;
 use super::graph::{self, Drawing};

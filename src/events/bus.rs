@@ -2,7 +2,7 @@
 //! of which runs changed (created, a new status, a new plan version) for lists that follow every
 //! run, such as the console's.
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;

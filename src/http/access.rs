@@ -21,17 +21,22 @@ const TARGET: usize = 200;
 /// The route label of a request no route matched (a bounded set of labels, whatever is asked).
 const UNMATCHED: &str = "unmatched";
 
-/// When the request began, kept in its extensions for the latency metric.
-#[derive(Clone, Copy)]
-struct Started(Instant);
+/// When the request began and the route it matched, kept in its extensions for the metrics:
+/// matching a path against the route patterns walks them (regular expressions for those with
+/// parameters), so it is done once.
+#[derive(Clone)]
+struct Started {
+    at: Instant,
+    route: String,
+}
 
 /// flexrun's [`RootSpanBuilder`].
 pub struct AccessLog;
 
 impl RootSpanBuilder for AccessLog {
     fn on_request_start(request: &ServiceRequest) -> Span {
-        request.extensions_mut().insert(Started(Instant::now()));
         let route = request.match_pattern().unwrap_or_else(|| UNMATCHED.to_string());
+        request.extensions_mut().insert(Started { at: Instant::now(), route: route.clone() });
         let target = request.uri().path_and_query().map_or("", |p| p.as_str());
         tracing::info_span!(
             "HTTP request",
@@ -46,15 +51,16 @@ impl RootSpanBuilder for AccessLog {
     fn on_request_end<B: MessageBody>(span: Span, outcome: &Result<ServiceResponse<B>, Error>) {
         let (status, error, route, started) = match outcome {
             Ok(response) => {
-                let request = response.request();
-                let started = request.extensions().get::<Started>().copied();
-                let route = request.match_pattern().unwrap_or_else(|| UNMATCHED.to_string());
+                let (route, started) = match response.request().extensions_mut().remove::<Started>() {
+                    Some(Started { at, route }) => (route, Some(at)),
+                    None => (UNMATCHED.to_string(), None),
+                };
                 (response.status(), response.response().error(), route, started)
             }
             Err(error) => (error.as_response_error().status_code(), Some(error), UNMATCHED.to_string(), None),
         };
         span.record("http.status_code", status.as_u16());
-        crate::telemetry::http_request(route, status.as_u16(), started.map(|Started(at)| at.elapsed()));
+        crate::telemetry::http_request(route, status.as_u16(), started.map(|at| at.elapsed()));
         let Some(error) = error else { return };
         let message = excerpt::log(error.as_response_error());
         span.in_scope(|| {

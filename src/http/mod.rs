@@ -133,8 +133,11 @@ pub fn serve(
             .app_data(path_errors.clone())
             .wrap(from_fn(refuse_nul_url))
             .wrap(TracingLogger::<access::AccessLog>::new())
-            .configure(pages)
+            // The API first: a request tries the routes in the order they were registered, and
+            // the API's are under one static prefix, while the pages beside it (the LangGraph
+            // routes at the root) have parameters, each matched with a regular expression.
             .configure(routes)
+            .configure(pages)
     })
     // Frames are small writes that must leave at once; Nagle's algorithm would hold them back
     // until the previous segment is acknowledged (about 40 ms with delayed ACKs).

@@ -5,7 +5,7 @@
 //! every browser out. A request carrying the cookie is that caller; one that changes something
 //! must also come from the server's own origin (see [`same_origin`]).
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! nodes may start?", "what does this node wait for?") scanned every edge for every node, and a
 //! step of a 1,000-node plan cost a million comparisons.
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 use std::ops::Deref;
 
 use super::{Edge, NodeId, NodeStatus, Plan, PlanNode};
@@ -112,7 +112,7 @@ pub fn blocked_by_cycles(node_ids: &[NodeId], edges: &[Edge]) -> Vec<String> {
     let graph = Graph::new(node_ids, edges);
     let mut incoming: Vec<usize> = graph.predecessors.iter().map(Vec::len).collect();
     let mut ready: Vec<usize> = (0..node_ids.len()).filter(|&i| incoming[i] == 0).collect();
-    let mut removed: HashSet<usize> = HashSet::new();
+    let mut removed: HashSet<usize> = HashSet::default();
     while let Some(node) = ready.pop() {
         removed.insert(node);
         for &to in &graph.successors[node] {

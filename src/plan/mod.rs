@@ -189,7 +189,7 @@ pub struct PlanMetadata {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+    use crate::hash::HashMap;
 
     use super::*;
 
@@ -230,8 +230,8 @@ mod tests {
     fn independent_nodes_are_ready_together() {
         let p = plan(&["a", "b", "c"], vec![edge("a", "c"), edge("b", "c")]);
         let ids = |nodes: Vec<&PlanNode>| nodes.iter().map(|n| n.id.clone()).collect::<Vec<_>>();
-        assert_eq!(ids(p.ready(&HashMap::new())), ["a", "b"]);
-        let mut status = HashMap::from([(NodeId::from("a"), NodeStatus::Completed)]);
+        assert_eq!(ids(p.ready(&HashMap::default())), ["a", "b"]);
+        let mut status = HashMap::from_iter([(NodeId::from("a"), NodeStatus::Completed)]);
         assert_eq!(ids(p.ready(&status)), ["b"]);
         status.insert("b".into(), NodeStatus::Running);
         assert!(p.ready(&status).is_empty());

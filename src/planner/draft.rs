@@ -2,7 +2,9 @@
 //! Pure: everything the check needs is passed in, and every problem becomes a [`Diagnostic`].
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use crate::hash::{HashMap, HashSet};
 
 use crate::capability::Capabilities;
 
@@ -100,7 +102,7 @@ fn compile_all(draft: &Value, cx: &DraftContext<'_>) -> Result<Plan, Vec<Diagnos
     let raw_nodes = draft_nodes(draft, cx.max_nodes)?;
     let mut diagnostics = Vec::new();
     let mut nodes: Vec<(PlanNode, Vec<String>)> = Vec::new();
-    let mut ids = HashSet::new();
+    let mut ids = HashSet::default();
     for (index, raw) in raw_nodes.iter().enumerate() {
         match serde_json::from_value::<DraftNode>(raw.clone()) {
             Ok(draft_node) => {
@@ -301,7 +303,7 @@ fn output_facets(
 fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -> Vec<Edge> {
     let ids: HashSet<&NodeId> = nodes.iter().map(|(n, _)| &n.id).collect();
     // The latest node so far writing each facet: one pass, whatever the plan's size.
-    let mut producer: HashMap<&str, &NodeId> = HashMap::new();
+    let mut producer: HashMap<&str, &NodeId> = HashMap::default();
     let mut edges = Vec::new();
     for (node, depends_on) in nodes {
         if !depends_on.is_empty() {
@@ -341,7 +343,7 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
 
 /// Every input facet must be available before the plan runs or produced by an earlier-ordered node.
 fn check_inputs(nodes: &[PlanNode], cx: &DraftContext<'_>, diagnostics: &mut Vec<Diagnostic>) {
-    let mut produced: HashSet<&str> = HashSet::new();
+    let mut produced: HashSet<&str> = HashSet::default();
     for (index, node) in nodes.iter().enumerate() {
         for facet in &node.input_facets {
             if !produced.contains(facet.as_str()) && !cx.available_facets.contains(facet) {
@@ -417,9 +419,9 @@ mod tests {
             .collect();
             Self {
                 capabilities,
-                available: HashSet::from(["brief".to_string()]),
+                available: HashSet::from_iter(["brief".to_string()]),
                 required: vec![RequiredFacet { facet: "post_copy".into(), because: "output_contract" }],
-                completed: HashMap::new(),
+                completed: HashMap::default(),
             }
         }
 

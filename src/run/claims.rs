@@ -13,7 +13,7 @@
 //! this node's name, the lease length, the task driving each run (so a lost lease stops it) and
 //! whether the node is draining.
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The inbox read model: every decision operators owe, across runs, oldest first — plan and
 //! result approvals, runtime-policy pauses, questions, human tasks.
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 
 use chrono::{DateTime, Utc};
 

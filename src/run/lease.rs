@@ -15,7 +15,7 @@
 //!   enough to run often; every half lease, a run that expired just after a sweep waited half a
 //!   lease more).
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 

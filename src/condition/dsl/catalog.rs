@@ -5,7 +5,7 @@
 //! A facet variable's canonical path is where goal and policy conditions find it at evaluation:
 //! `metadata.runContextSnapshot.facets.<facet>.value[.<prop>…]`.
 
-use std::collections::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 
 use serde::Serialize;
 use serde_json::Value;

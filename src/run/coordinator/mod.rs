@@ -12,7 +12,7 @@
 mod execution;
 mod planning;
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -124,7 +124,7 @@ impl Coordinator {
             retry,
             timeouts,
             deadline,
-            node_retries: HashMap::new(),
+            node_retries: HashMap::default(),
         })
     }
 

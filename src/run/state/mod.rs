@@ -9,7 +9,7 @@ mod requests;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use crate::hash::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -138,9 +138,9 @@ impl RunState {
             planner_attempts: 0,
             replans: ReplanCounts::default(),
             plans: Vec::new(),
-            nodes: HashMap::new(),
+            nodes: HashMap::default(),
             completed: Vec::new(),
-            completed_at: HashMap::new(),
+            completed_at: HashMap::default(),
             repair: Vec::new(),
             replan: None,
             failed: None,
