@@ -367,6 +367,32 @@ mod tests {
     }
 
     #[test]
+    fn lookups_by_mostly_empty_columns_use_their_partial_indexes() {
+        use diesel::RunQueryDsl;
+        use diesel::sql_types::Text;
+        #[derive(diesel::QueryableByName)]
+        struct Step {
+            #[diesel(sql_type = Text)]
+            detail: String,
+        }
+        let (dir, store) = temp_store();
+        drop(store);
+        let mut conn = DbConn::establish(dir.path().join("t.db").to_str().unwrap()).unwrap();
+        configure(&mut conn).unwrap();
+        #[allow(irrefutable_let_patterns)]
+        let DbConn::Sqlite(sqlite) = &mut conn else { unreachable!() };
+        for (query, index) in [
+            ("SELECT run_id FROM runs WHERE parent_run_id = 'p' ORDER BY run_id", "runs_by_parent"),
+            ("SELECT run_id FROM runs WHERE thread_id = 't' ORDER BY created_at DESC", "runs_by_thread"),
+            ("SELECT run_id FROM runs WHERE lease_owner = 'n'", "runs_by_lease_owner"),
+        ] {
+            let plan: Vec<Step> = diesel::sql_query(format!("EXPLAIN QUERY PLAN {query}")).load(sqlite).unwrap();
+            let plan: Vec<String> = plan.into_iter().map(|step| step.detail).collect();
+            assert!(plan.iter().any(|step| step.contains(index)), "{query}: {plan:?}");
+        }
+    }
+
+    #[test]
     fn urls() {
         assert_eq!(connection_url("sqlite://flexrun.db").unwrap(), "flexrun.db");
         assert_eq!(connection_url("sqlite:///tmp/x.db").unwrap(), "/tmp/x.db");
