@@ -248,6 +248,8 @@ pub struct HttpCapabilitySettings {
     /// Parsed when the settings load, so a bad entry stops the server instead of never matching.
     pub allowed_url_prefixes: Vec<UrlPrefix>,
     pub allow_link_local: bool,
+    /// `http` capability calls of this node in flight at once; more wait for a free slot.
+    pub max_concurrent_calls: usize,
 }
 
 /// One entry of the optional facet catalog.
@@ -267,6 +269,7 @@ const ENV_OVERRIDES: &[(&str, &[&str])] = &[
     ("llm.api_key", &["FLEXRUN_LLM_API_KEY", "OPENAI_API_KEY"]),
     ("llm.model", &["FLEXRUN_LLM_MODEL"]),
     ("llm.max_concurrent_calls", &["FLEXRUN_LLM_MAX_CONCURRENT_CALLS"]),
+    ("http_capabilities.max_concurrent_calls", &["FLEXRUN_HTTP_CAPABILITIES_MAX_CONCURRENT_CALLS"]),
     ("replan.max_goal_condition_replans", &["FLEXRUN_GOAL_CONDITION_REPLAN_LIMIT"]),
     ("cluster.node_id", &["FLEXRUN_NODE_ID"]),
     ("cluster.lease_seconds", &["FLEXRUN_LEASE_SECONDS"]),
@@ -347,6 +350,7 @@ impl Settings {
             ("llm.timeout_secs", self.llm.timeout_secs),
             ("llm.max_response_bytes", as_u64(self.llm.max_response_bytes)),
             ("llm.max_concurrent_calls", as_u64(self.llm.max_concurrent_calls)),
+            ("http_capabilities.max_concurrent_calls", as_u64(self.http_capabilities.max_concurrent_calls)),
             ("limits.max_body_bytes", as_u64(limits.max_body_bytes)),
             ("limits.body_read_timeout_secs", limits.body_read_timeout_secs),
             ("limits.max_concurrent_body_reads", as_u64(limits.max_concurrent_body_reads)),

@@ -32,6 +32,7 @@ pub mod retry;
 pub mod run;
 pub mod runtime_policy;
 pub mod services;
+pub mod slots;
 pub mod timeouts;
 
 pub mod store;

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::capability::{AddressGuard, EndpointAllowlist, Executors, GuardedResolver, Registry, RegistryError};
+use crate::capability::{
+    AddressGuard, EndpointAllowlist, Executors, GuardedResolver, HttpLimits, Registry, RegistryError,
+};
 use crate::config::Settings;
 use crate::events::Bus;
 use crate::facet::{FacetCatalog, FacetCatalogError};
@@ -85,10 +87,13 @@ impl Services {
             Registry::load(store.clone(), policy, configured, settings.capabilities_dir().as_deref()).await?;
         let llm = LlmClient::new(&settings.llm)?;
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
-        let max_response_bytes = settings.limits.max_capability_response_bytes;
+        let limits = HttpLimits {
+            max_response_bytes: settings.limits.max_capability_response_bytes,
+            max_concurrent_calls: settings.http_capabilities.max_concurrent_calls,
+        };
         let executors = match hooks.lookup {
-            Some(lookup) => Executors::with_resolver(llm, max_response_bytes, GuardedResolver::new(lookup, addresses))?,
-            None => Executors::new(llm, max_response_bytes, addresses)?,
+            Some(lookup) => Executors::with_resolver(llm, limits, GuardedResolver::new(lookup, addresses))?,
+            None => Executors::new(llm, limits, addresses)?,
         };
         let redaction = Redaction::new(&settings.redaction.extra_keys);
         // Several nodes may share a PostgreSQL database: runs are leased there. SQLite has one.

@@ -39,6 +39,7 @@ const CAPABILITY_CALLS: &str = "flexrun_capability_calls_total";
 const CAPABILITY_DURATION: &str = "flexrun_capability_call_duration_seconds";
 const OPEN_STREAMS: &str = "flexrun_open_streams";
 const MODEL_CALLS_WAITING: &str = "flexrun_model_calls_waiting";
+const HTTP_CAPABILITY_CALLS_WAITING: &str = "flexrun_http_capability_calls_waiting";
 const DB_COMMIT_DURATION: &str = "flexrun_db_commit_duration_seconds";
 const DB_WRITES_PER_COMMIT: &str = "flexrun_db_writes_per_commit";
 const RUNS_OWNED: &str = "flexrun_runs_owned";
@@ -65,6 +66,10 @@ pub fn describe() {
     describe_gauge!(
         MODEL_CALLS_WAITING,
         "Model calls waiting for a free slot (llm.max_concurrent_calls are in flight)"
+    );
+    describe_gauge!(
+        HTTP_CAPABILITY_CALLS_WAITING,
+        "http capability calls waiting for a free slot (http_capabilities.max_concurrent_calls are in flight)"
     );
     describe_histogram!(DB_COMMIT_DURATION, Unit::Seconds, "Time to commit one batch of writes");
     describe_histogram!(DB_WRITES_PER_COMMIT, "Writes (of any number of runs) committed together");
@@ -193,6 +198,11 @@ pub fn open_stream() -> Counted {
 /// Counts a model call waiting for a free slot, until it has one (or gives up).
 pub fn model_call_waiting() -> Counted {
     Counted::new(MODEL_CALLS_WAITING)
+}
+
+/// Counts an `http` capability call waiting for a free slot, until it has one.
+pub fn http_capability_call_waiting() -> Counted {
+    Counted::new(HTTP_CAPABILITY_CALLS_WAITING)
 }
 
 /// Longest error code used as a label as it is.

@@ -16,6 +16,7 @@ use crate::condition::GoalConditionResult;
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
 use crate::llm::{ChatRequest, LlmClient, LlmError, Purpose, ResponseShape, parse_json_content};
+use crate::slots::Slots;
 use crate::timeouts::Timeouts;
 
 /// What a node's capability is given (and what an `http` capability receives as its body).
@@ -140,6 +141,15 @@ impl CapabilityError {
     }
 }
 
+/// What bounds `http` capability calls.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// The largest response body read (`limits.max_capability_response_bytes`).
+    pub max_response_bytes: usize,
+    /// Calls in flight at once on this node (`http_capabilities.max_concurrent_calls`).
+    pub max_concurrent_calls: usize,
+}
+
 /// Runs capabilities. One per server; cheap to share.
 #[derive(Clone)]
 pub struct Executors {
@@ -148,20 +158,22 @@ pub struct Executors {
     max_response_bytes: usize,
     /// Checks endpoints that name an address: the client resolves only names.
     addresses: AddressGuard,
+    /// `http` calls in flight at once (`http_capabilities.max_concurrent_calls`).
+    http_slots: Slots,
 }
 
 impl Executors {
     /// Executors whose `http` calls resolve names with the system resolver and reach only the
     /// addresses `addresses` allows.
-    pub fn new(llm: LlmClient, max_response_bytes: usize, addresses: AddressGuard) -> Result<Self, reqwest::Error> {
-        Self::with_resolver(llm, max_response_bytes, GuardedResolver::system(addresses))
+    pub fn new(llm: LlmClient, limits: HttpLimits, addresses: AddressGuard) -> Result<Self, reqwest::Error> {
+        Self::with_resolver(llm, limits, GuardedResolver::system(addresses))
     }
 
     /// Executors whose `http` calls resolve names with `resolver` (tests give names chosen
     /// addresses with it, without DNS).
     pub fn with_resolver(
         llm: LlmClient,
-        max_response_bytes: usize,
+        limits: HttpLimits,
         resolver: GuardedResolver,
     ) -> Result<Self, reqwest::Error> {
         let addresses = resolver.guard();
@@ -173,7 +185,8 @@ impl Executors {
             .retry(reqwest::retry::never())
             .dns_resolver(Arc::new(resolver))
             .build()?;
-        Ok(Self { llm, http, max_response_bytes, addresses })
+        let http_slots = Slots::new(limits.max_concurrent_calls, crate::telemetry::http_capability_call_waiting);
+        Ok(Self { llm, http, max_response_bytes: limits.max_response_bytes, addresses, http_slots })
     }
 
     /// Runs `capability` for one node and returns its signal, or its output checked against its
@@ -220,7 +233,7 @@ impl Executors {
         bundle: &ContextBundle,
         timeout: Duration,
     ) -> Result<Value, CapabilityError> {
-        let slot = self.llm.slot().await?;
+        let slot = self.llm.slot().await;
         let (system, user) = ai_prompt(capability, instructions, bundle);
         let name = schema_name(&capability.id);
         let shape = match &capability.output_contract {
@@ -247,6 +260,7 @@ impl Executors {
         // The client connects to an address in the URL without resolving it, so the resolver
         // never sees it: such endpoints are checked here (registration refuses them too).
         self.addresses.check_url(endpoint).map_err(CapabilityError::AddressRefused)?;
+        let _slot = self.http_slots.take().await;
         let call = async {
             let response = self.http.post(endpoint.clone()).json(bundle).send().await.map_err(connection)?;
             let status = response.status();

@@ -10,7 +10,9 @@ pub use endpoint::{
     AddressGuard, EndpointAllowlist, GuardedResolver, RefusedAddress, UrlPrefix, UrlPrefixError,
     is_link_local_or_metadata,
 };
-pub use execute::{CapabilityError, Clarification, ContextBundle, Executors, PostConditionFailures, check_output};
+pub use execute::{
+    CapabilityError, Clarification, ContextBundle, Executors, HttpLimits, PostConditionFailures, check_output,
+};
 pub use registry::{Capabilities, Registry, RegistryError, catalog, registration_files};
 pub use signal::{Reply, Signal};
 

@@ -13,15 +13,15 @@
 pub mod prompt;
 pub mod standin;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{self, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::SemaphorePermit;
 
 use crate::config::LlmSettings;
+use crate::slots::Slots;
 
 /// Why a model call failed. [`LlmError::is_transient`] separates failures worth retrying from
 /// ones that will not change on a second try.
@@ -223,7 +223,7 @@ pub struct LlmClient {
     /// One permit per call in flight (`llm.max_concurrent_calls`), shared by every run: each
     /// call holds a connection, so a node with thousands of open runs opens at most this many
     /// towards the model server instead of one per run.
-    slots: Arc<Semaphore>,
+    slots: Slots,
 }
 
 impl LlmClient {
@@ -241,7 +241,7 @@ impl LlmClient {
         };
         // Not even the protocol-level retries reqwest makes by default: every attempt is flexrun's.
         let http = reqwest::Client::builder().retry(reqwest::retry::never()).build()?;
-        let slots = Arc::new(Semaphore::new(settings.max_concurrent_calls.min(Semaphore::MAX_PERMITS)));
+        let slots = Slots::new(settings.max_concurrent_calls, crate::telemetry::model_call_waiting);
         Ok(Self { http, url, authorization, model: settings.model.clone(), limit: settings.max_response_bytes, slots })
     }
 
@@ -253,16 +253,8 @@ impl LlmClient {
     /// Waits for a free slot for one call. Taken before the prompt is built, so the calls that
     /// wait (with thousands of open runs, most of them) hold no prompt; the wait is not part of
     /// the call's timeout, as it says nothing about the endpoint.
-    pub async fn slot(&self) -> Result<Slot<'_>, LlmError> {
-        let permit = match self.slots.try_acquire() {
-            Ok(permit) => permit,
-            Err(_) => {
-                let _waiting = crate::telemetry::model_call_waiting();
-                // The semaphore is never closed.
-                self.slots.acquire().await.map_err(|_| LlmError::Request("the model client is shut down".into()))?
-            }
-        };
-        Ok(Slot { client: self, _permit: permit })
+    pub async fn slot(&self) -> Slot<'_> {
+        Slot { client: self, _permit: self.slots.take().await }
     }
 
     /// Sends one request and returns the assistant message content.

@@ -51,7 +51,7 @@ impl Planner {
         input: &PromptInput<'_>,
         timeout: Duration,
     ) -> Result<Result<Value, Diagnostic>, LlmError> {
-        let slot = self.llm.slot().await?;
+        let slot = self.llm.slot().await;
         let (system, user) = prompt::build(input);
         let shape = match self.format {
             PlannerResponseFormat::JsonSchema => {
