@@ -431,7 +431,7 @@ mod tests {
     fn key() -> impl Strategy<Value = String> {
         let piece = prop::sample::select(vec![
             "api", "Api", "KEY", "key", "token", "Token", "s", "S", "tok", "en", "pass", "word", "auth", "or",
-            "cookie", "session", "Id", "id", "2", "x", "_", "-", ".", " ", "é", "tenant", "priv", "ateKey",
+            "cookie", "session", "Id", "id", "2", "3", "x", "_", "-", ".", " ", "é", "tenant", "priv", "ateKey",
         ]);
         prop::collection::vec(piece, 0..6).prop_map(|pieces| pieces.concat())
     }
@@ -439,9 +439,11 @@ mod tests {
     proptest! {
         #[test]
         fn bytes_walked_find_what_the_words_spell(key in key()) {
+            // Operators' markers, one with a digit: digits share one bit of the letter sets, so
+            // `x3` passes that test for `x2` and its words decide.
             let mut markers = DEFAULT_MARKERS.to_vec();
-            markers.push("tenant");
-            let r = Redaction::new(&["tenant".into()]);
+            markers.extend(["tenant", "x2"]);
+            let r = Redaction::new(&["tenant".into(), "x2".into()]);
             prop_assert_eq!(r.is_secret(&key), secret_by_words(&markers, &key), "{}", key);
         }
 

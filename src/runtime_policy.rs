@@ -10,13 +10,12 @@
 //! lists, are rejected with a clear error (`unsupported`, `legacy_action`, `unknown_action`)
 //! instead of being accepted and ignored.
 
-use crate::hash::{HashMap, HashSet};
-
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::condition::dsl::{self, Catalog, Scope};
 use crate::condition::{RUN_VAR, Rule};
+use crate::hash::{HashMap, HashSet};
 use crate::validation::FieldError;
 
 /// A validated runtime policy.

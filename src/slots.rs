@@ -33,12 +33,8 @@ impl Slots {
             return permit;
         }
         let _waiting = (self.waiting)();
-        loop {
-            // The semaphore is never closed, so this returns at the first try.
-            if let Ok(permit) = self.permits.acquire().await {
-                return permit;
-            }
-        }
+        #[expect(clippy::expect_used, reason = "the semaphore is this type's own and never closed")]
+        self.permits.acquire().await.expect("slots are never closed")
     }
 }
 

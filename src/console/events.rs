@@ -3,8 +3,6 @@
 //! through older ones. Each frame is one line (seq, type, node, time) that opens to its JSON,
 //! redacted like every read path.
 
-use crate::hash::HashMap;
-
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
 use serde::Deserialize;
@@ -14,6 +12,7 @@ use super::page::{self, Chrome};
 use super::shown;
 use super::viewer::Viewer;
 use crate::events::{FrameKind, Seq};
+use crate::hash::HashMap;
 use crate::redact::Redaction;
 use crate::run::RunId;
 use crate::services::Services;

@@ -3,7 +3,6 @@
 //! Pure: positions from the plan's nodes and edges, no I/O; the template draws them as SVG.
 
 use crate::hash::HashMap;
-
 /// Size of a node's box and the gaps between boxes, in SVG units.
 pub const BOX_WIDTH: u32 = 180;
 pub const BOX_HEIGHT: u32 = 48;

@@ -3,13 +3,12 @@
 //! for), what it produced or why it failed, its retries, its post-condition results and its
 //! timings. The graph's boxes link to these panels.
 
-use crate::hash::HashMap;
-
 use serde_json::Value;
 
 use super::checks::Check;
 use super::shown;
 use crate::condition::{FacetSource, GoalConditionResult};
+use crate::hash::HashMap;
 use crate::plan::Plan;
 use crate::redact::Redaction;
 use crate::run::view::{NodeView, RunView};

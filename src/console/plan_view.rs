@@ -2,11 +2,10 @@
 //! the one before and what it kept, added and dropped, its graph, and the goal-condition round
 //! evaluated against it.
 
-use crate::hash::{HashMap, HashSet};
-
 use super::checks::Check;
 use super::graph::{self, Drawing};
 use super::nodes::{self, NodePanel};
+use crate::hash::{HashMap, HashSet};
 use crate::redact::Redaction;
 use crate::run::view::RunView;
 

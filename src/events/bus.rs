@@ -2,12 +2,12 @@
 //! of which runs changed (created, a new status, a new plan version) for lists that follow every
 //! run, such as the console's.
 
-use crate::hash::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::broadcast;
 
 use super::Frame;
+use crate::hash::HashMap;
 
 /// Commits a slow subscriber may fall behind by before it re-reads the event log. A broadcast
 /// channel allocates all its slots up front and every followed run has one, so this is kept

@@ -228,8 +228,8 @@ pub struct Frame {
     pub timestamp: DateTime<Utc>,
     /// The frame's JSON text.
     pub json: Arc<str>,
-    /// Whether an object key of the frame names a secret (`crate::redact`), as judged when it was
-    /// encoded: a live stream shows the text as it is when none does.
+    /// Whether an object key of the frame may name a secret (`crate::redact`), as judged when it
+    /// was encoded: `false` only when none does, and a live stream then shows the text as it is.
     pub secret_keys: bool,
 }
 

@@ -24,7 +24,6 @@ const UNMATCHED: &str = "unmatched";
 /// When the request began and the route it matched, kept in its extensions for the metrics:
 /// matching a path against the route patterns walks them (regular expressions for those with
 /// parameters), so it is done once.
-#[derive(Clone)]
 struct Started {
     at: Instant,
     route: String,

@@ -5,7 +5,6 @@
 //! every browser out. A request carrying the cookie is that caller; one that changes something
 //! must also come from the server's own origin (see [`same_origin`]).
 
-use crate::hash::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -14,6 +13,7 @@ use actix_web::cookie::{Cookie, SameSite};
 use sha2::{Digest, Sha256};
 
 use super::caller::Caller;
+use crate::hash::HashMap;
 
 /// The cookie's name.
 pub const COOKIE: &str = "flexrun_session";

@@ -3,10 +3,10 @@
 //! nodes may start?", "what does this node wait for?") scanned every edge for every node, and a
 //! step of a 1,000-node plan cost a million comparisons.
 
-use crate::hash::{HashMap, HashSet};
 use std::ops::Deref;
 
 use super::{Edge, NodeId, NodeStatus, Plan, PlanNode};
+use crate::hash::{HashMap, HashSet};
 
 /// Positions, predecessors and successors of nodes given by id; edges naming an unknown node
 /// are left out.

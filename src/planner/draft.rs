@@ -4,15 +4,12 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use crate::hash::{HashMap, HashSet};
-
-use crate::capability::Capabilities;
-
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::capability::Capability;
+use crate::capability::{Capabilities, Capability};
 use crate::excerpt;
+use crate::hash::{HashMap, HashSet};
 use crate::plan::{Diagnostic, Edge, NodeId, NodeStatus, Plan, PlanMetadata, PlanNode, blocked_by_cycles};
 
 /// A facet the plan must produce (or find already available), and why.

@@ -13,7 +13,6 @@
 //! this node's name, the lease length, the task driving each run (so a lost lease stops it) and
 //! whether the node is draining.
 
-use crate::hash::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -22,6 +21,7 @@ use tokio::sync::watch;
 
 use super::id::RunId;
 use super::operator::Actor;
+use crate::hash::HashMap;
 
 /// The claims held in this process, by run.
 pub struct Claims {

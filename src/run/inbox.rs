@@ -1,10 +1,9 @@
 //! The inbox read model: every decision operators owe, across runs, oldest first — plan and
 //! result approvals, runtime-policy pauses, questions, human tasks.
 
-use crate::hash::HashMap;
-
 use chrono::{DateTime, Utc};
 
+use crate::hash::HashMap;
 use crate::services::Services;
 use crate::store::{StoreError, hitl, plans, runs};
 

@@ -15,7 +15,6 @@
 //!   enough to run often; every half lease, a run that expired just after a sweep waited half a
 //!   lease more).
 
-use crate::hash::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +25,7 @@ use super::decide::Failure;
 use super::id::RunId;
 use super::status::RunStatus;
 use super::{Stored, drive_claimed};
+use crate::hash::{HashMap, HashSet};
 use crate::services::Services;
 use crate::store::{StoreError, leases};
 use crate::telemetry;

@@ -43,8 +43,9 @@ pub struct LoggedFrame {
     pub seq: Seq,
     pub event_type: String,
     pub json: Arc<str>,
-    /// Whether a key of the frame names a secret, when known without reading its text: for a
-    /// frame delivered live, as judged when it was encoded; `None` for one read from the log.
+    /// Whether a key of the frame may name a secret, when known without reading its text: for a
+    /// frame delivered live, as judged when it was encoded (`Frame::secret_keys`); `None` for one
+    /// read from the log.
     pub secret_keys: Option<bool>,
 }
 

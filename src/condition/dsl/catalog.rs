@@ -5,10 +5,10 @@
 //! A facet variable's canonical path is where goal and policy conditions find it at evaluation:
 //! `metadata.runContextSnapshot.facets.<facet>.value[.<prop>…]`.
 
-use crate::hash::{HashMap, HashSet};
-
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::hash::{HashMap, HashSet};
 
 /// Where the run context sits inside the data a condition is evaluated against.
 pub const SNAPSHOT_FACETS: &str = "metadata.runContextSnapshot.facets";

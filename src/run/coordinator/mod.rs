@@ -12,7 +12,6 @@
 mod execution;
 mod planning;
 
-use crate::hash::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -30,6 +29,7 @@ use crate::envelope::TaskEnvelope;
 use crate::events::Event;
 use crate::events::payload::ReplanInfo;
 use crate::excerpt;
+use crate::hash::HashMap;
 use crate::plan::NodeId;
 use crate::retry::{Backoff, RetrySchedule};
 use crate::services::Services;
