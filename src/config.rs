@@ -93,6 +93,7 @@ pub struct Settings {
     pub retry: RetrySettings,
     pub limits: Limits,
     pub auth: AuthSettings,
+    pub http: HttpSettings,
     pub http_capabilities: HttpCapabilitySettings,
     pub redaction: RedactionSettings,
     pub cluster: ClusterSettings,
@@ -179,6 +180,8 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub body_read_timeout_secs: u64,
     pub max_concurrent_body_reads: usize,
+    pub stream_page_bytes: u64,
+    pub stream_backlog_bytes: u64,
     pub max_concurrent_nodes: usize,
     pub max_plan_nodes: usize,
     pub capability_timeout_secs: u64,
@@ -205,6 +208,52 @@ impl AuthSettings {
     pub fn named_keys(&self) -> (Vec<NamedKey>, Vec<NamedKey>) {
         let named = |keys: &[Secret]| keys.iter().filter(|k| !k.is_empty()).map(NamedKey::parse).collect();
         (named(&self.api_keys), named(&self.operator_keys))
+    }
+}
+
+impl AuthSettings {
+    /// Key lists flexrun would read otherwise than meant: a key with white space in it (a list
+    /// written `"al ice:k1"`), a name with no key, the same key twice, or one key or name with
+    /// both roles (it would silently be an operator). Messages name entries by position, never
+    /// by value.
+    fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |key, problem: String| Err(ConfigError::Invalid { key, problem });
+        let lists = [("auth.api_keys", &self.api_keys), ("auth.operator_keys", &self.operator_keys)];
+        for (key, list) in lists {
+            for (index, entry) in list.iter().enumerate().filter(|(_, entry)| !entry.is_empty()) {
+                let text = entry.expose();
+                let position = index + 1;
+                if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return invalid(key, format!("entry {position} contains white space or a control character"));
+                }
+                if text.ends_with(':') {
+                    return invalid(key, format!("entry {position} has a name but no key (`name:key`)"));
+                }
+            }
+        }
+        let (callers, operators) = self.named_keys();
+        let all: Vec<(&str, &NamedKey)> = callers
+            .iter()
+            .map(|k| ("auth.api_keys", k))
+            .chain(operators.iter().map(|k| ("auth.operator_keys", k)))
+            .collect();
+        for (index, (list, key)) in all.iter().enumerate() {
+            for (other_list, other) in &all[index + 1..] {
+                if key.key == other.key {
+                    let problem = if list == other_list {
+                        "lists one key twice".to_string()
+                    } else {
+                        "and `auth.api_keys` list the same key: a key has one role".to_string()
+                    };
+                    return invalid(other_list, problem);
+                }
+                if key.name == other.name && list != other_list {
+                    let problem = format!("and `auth.api_keys` both name `{}`: a name has one role", key.name);
+                    return invalid("auth.operator_keys", problem);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -240,6 +289,14 @@ impl NamedKey {
             && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
             && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
     }
+}
+
+/// flexrun's own HTTP server (`crate::http`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    /// Host names requests may name besides addresses and loopback names (`http::site`).
+    pub allowed_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -281,8 +338,11 @@ fn as_u64(value: usize) -> u64 {
 }
 
 /// Comma-separated list variables.
-const ENV_LIST_OVERRIDES: &[(&str, &str)] =
-    &[("auth.api_keys", "FLEXRUN_API_KEYS"), ("auth.operator_keys", "FLEXRUN_OPERATOR_KEYS")];
+const ENV_LIST_OVERRIDES: &[(&str, &str)] = &[
+    ("auth.api_keys", "FLEXRUN_API_KEYS"),
+    ("auth.operator_keys", "FLEXRUN_OPERATOR_KEYS"),
+    ("http.allowed_hosts", "FLEXRUN_ALLOWED_HOSTS"),
+];
 
 impl Settings {
     /// Loads the settings from the defaults, `FLEXRUN_CONFIG` and the process environment.
@@ -315,6 +375,7 @@ impl Settings {
 
     fn check(&self) -> Result<(), ConfigError> {
         self.check_values()?;
+        self.auth.check()?;
         let bind = self.bind_addr()?;
         if !self.auth.enabled() && !self.auth.allow_anonymous && !bind.ip().is_loopback() {
             return Err(ConfigError::AnonymousPublic { bind });
@@ -354,6 +415,8 @@ impl Settings {
             ("limits.max_body_bytes", as_u64(limits.max_body_bytes)),
             ("limits.body_read_timeout_secs", limits.body_read_timeout_secs),
             ("limits.max_concurrent_body_reads", as_u64(limits.max_concurrent_body_reads)),
+            ("limits.stream_page_bytes", limits.stream_page_bytes),
+            ("limits.stream_backlog_bytes", limits.stream_backlog_bytes),
             ("limits.max_concurrent_nodes", as_u64(limits.max_concurrent_nodes)),
             ("limits.max_plan_nodes", as_u64(limits.max_plan_nodes)),
             ("limits.capability_timeout_secs", limits.capability_timeout_secs),
@@ -523,6 +586,29 @@ mod tests {
         std::fs::write(&path, "[limits]\nmax_concurrent_body_reads = 0\n").unwrap();
         let message = shown(load(&[("FLEXRUN_CONFIG", &path.display().to_string())]).unwrap_err());
         assert_eq!(message, "configuration: `limits.max_concurrent_body_reads` must be at least 1");
+    }
+
+    #[test]
+    fn key_lists_read_otherwise_than_meant_are_refused() {
+        let refused = |vars: &[(&str, &str)]| shown(load(vars).unwrap_err());
+        assert_eq!(
+            refused(&[("FLEXRUN_API_KEYS", "bob:k0,al ice:k1")]),
+            "configuration: `auth.api_keys` entry 2 contains white space or a control character"
+        );
+        assert_eq!(
+            refused(&[("FLEXRUN_OPERATOR_KEYS", "ops:")]),
+            "configuration: `auth.operator_keys` entry 1 has a name but no key (`name:key`)"
+        );
+        let both = refused(&[("FLEXRUN_API_KEYS", "alice:k1"), ("FLEXRUN_OPERATOR_KEYS", "ops:k1")]);
+        assert_eq!(both, "configuration: `auth.operator_keys` and `auth.api_keys` list the same key: a key has one role");
+        let named = refused(&[("FLEXRUN_API_KEYS", "alice:k1"), ("FLEXRUN_OPERATOR_KEYS", "alice:k2")]);
+        assert!(named.contains("both name `alice`"), "{named}");
+        let twice = refused(&[("FLEXRUN_API_KEYS", "a:k1,b:k1")]);
+        assert_eq!(twice, "configuration: `auth.api_keys` lists one key twice");
+        for message in [both, twice] {
+            assert!(!message.contains("k1"), "a key is never shown: {message}");
+        }
+        assert!(load(&[("FLEXRUN_API_KEYS", "alice:k1,alice:k2"), ("FLEXRUN_OPERATOR_KEYS", "ops:k3")]).is_ok());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! does no I/O and is tested on its own; `services` wires the I/O parts together.
 
 pub mod budget;
+pub mod caller;
 pub mod capability;
 pub mod cli;
 
@@ -16,6 +17,7 @@ pub mod condition;
 pub mod config;
 pub mod console;
 pub mod contract;
+pub mod elide;
 pub mod envelope;
 pub mod events;
 pub mod excerpt;
@@ -38,6 +40,7 @@ pub mod timeouts;
 pub mod store;
 pub mod suggest;
 pub mod telemetry;
+pub mod thread;
 pub mod validation;
 
 /// Every surface served beside the flex API: the console and the LangGraph-compatible API.

@@ -13,6 +13,7 @@ use crate::facet::{FacetCatalog, FacetCatalogError};
 use crate::llm::LlmClient;
 use crate::planner::Planner;
 use crate::redact::Redaction;
+use crate::run::backlog::Backlogs;
 use crate::run::claims::{Claims, Leasing};
 use crate::run::state::RunState;
 use crate::store::{Store, StoreError};
@@ -57,6 +58,8 @@ pub struct Services {
     pub facets: FacetCatalog,
     /// What no read path shows (`crate::redact`).
     pub redaction: Redaction,
+    /// What streams hold of run logs their clients have not taken yet, bounded per node.
+    pub backlogs: Arc<Backlogs>,
     /// The runs whose log this process writes, and how to stop the task writing one.
     pub claims: Arc<Claims>,
     /// Sees every commit of every run's log (tests); a server has none.
@@ -101,6 +104,7 @@ impl Services {
             node: settings.cluster.node_id(),
             lease: Duration::from_secs(settings.cluster.lease_seconds),
         });
+        let backlogs = Backlogs::new(settings.limits.stream_backlog_bytes);
         Ok(Arc::new(Self {
             settings,
             store,
@@ -110,6 +114,7 @@ impl Services {
             executors,
             facets,
             redaction,
+            backlogs,
             claims: Arc::new(Claims::new(leasing)),
             commit_observer: hooks.observer,
             runtime: tokio::runtime::Handle::current(),

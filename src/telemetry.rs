@@ -49,6 +49,8 @@ const LEASE_CLAIMS: &str = "flexrun_lease_claims_total";
 const SWEEPS: &str = "flexrun_sweeps_total";
 const NOTIFICATIONS: &str = "flexrun_notifications_total";
 const NOTIFICATION_LAG: &str = "flexrun_notification_lag_seconds";
+const BACKLOG_BYTES: &str = "flexrun_stream_backlog_bytes";
+const SLOW_READERS_CUT: &str = "flexrun_slow_readers_cut_total";
 
 /// Gives every metric its help text and unit (once the recorder is installed).
 pub fn describe() {
@@ -70,6 +72,15 @@ pub fn describe() {
     describe_gauge!(
         HTTP_CAPABILITY_CALLS_WAITING,
         "http capability calls waiting for a free slot (http_capabilities.max_concurrent_calls are in flight)"
+    );
+    describe_gauge!(
+        BACKLOG_BYTES,
+        Unit::Bytes,
+        "Frame text read from run logs for streams whose clients have not taken it yet (bounded by limits.stream_backlog_bytes)"
+    );
+    describe_counter!(
+        SLOW_READERS_CUT,
+        "Streams cut off because their clients read too slowly while the node's stream backlog was full"
     );
     describe_histogram!(DB_COMMIT_DURATION, Unit::Seconds, "Time to commit one batch of writes");
     describe_histogram!(DB_WRITES_PER_COMMIT, "Writes (of any number of runs) committed together");
@@ -143,6 +154,16 @@ pub fn commit(writes: usize, elapsed: Duration) {
 }
 
 /// The number of runs whose lease this node holds now.
+/// What stream backlogs hold together now (`run::backlog`).
+pub fn backlog_bytes(bytes: u64) {
+    gauge!(BACKLOG_BYTES).set(f64::from(u32::try_from(bytes).unwrap_or(u32::MAX)));
+}
+
+/// A slow reader's stream was cut off to keep the node's backlogs within their bound.
+pub fn slow_reader_cut() {
+    counter!(SLOW_READERS_CUT).increment(1);
+}
+
 pub fn runs_owned(count: usize) {
     gauge!(RUNS_OWNED).set(f64::from(u32::try_from(count).unwrap_or(u32::MAX)));
 }

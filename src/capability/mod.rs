@@ -27,6 +27,11 @@ use crate::condition::dsl::Catalog;
 use crate::contract::OutputContract;
 use crate::validation::{self, BodySchema, ConditionProblems, FieldError};
 
+/// Said at start-up and in `GET /health` while nothing is registered: every run would fail to
+/// plan, and nothing else says why.
+pub const NONE_REGISTERED: &str = "no capability is registered, so every run will fail to plan: set \
+    FLEXRUN_CAPABILITIES_DIR or register one (POST /api/v1/flex/capabilities/register)";
+
 static SCHEMA: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("registration.schema.json")));
 
 /// The JSON Schema of a registration (served at `GET /api/v1/flex/schemas/capability-registration`).

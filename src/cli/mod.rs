@@ -255,6 +255,9 @@ async fn serve() -> anyhow::Result<ExitCode> {
     let services = Services::start(settings).await?;
     let listener = TcpListener::bind(bind).with_context(|| format!("cannot listen on {bind}"))?;
     tracing::info!(address = %listener.local_addr()?, auth, "flexrun listening");
+    if services.registry.snapshot().is_empty() {
+        tracing::warn!("{}", crate::capability::NONE_REGISTERED);
+    }
     let server = crate::http::serve(services.clone(), listener, crate::surfaces)?;
     let resumed = crate::run::recover(&services).await?;
     if resumed > 0 {

@@ -94,6 +94,12 @@ pub async fn show(
     if !caller.may_see(view.run.owner.as_deref()) {
         return not_found();
     }
+    // Large values are left out of the page as of the API's document, and linked to whole.
+    let href = |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", crate::http::query_escape(pointer));
+    let view = match view.bounded(href) {
+        Ok(view) => view,
+        Err(error) => return unavailable(&error),
+    };
     let read = async {
         // The frames up to the view's last one, not later ones: the page follows from there.
         let rendered = Seq::new(view.run.last_seq).unwrap_or(Seq::MAX).next();

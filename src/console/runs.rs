@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::page::{self, Chrome};
 use super::viewer::Viewer;
 use crate::http::{Caller, Role};
-use crate::run::RunStatus;
+use crate::run::{RunId, RunStatus};
 use crate::run::view::{RunList, RunListEntry, RunQuery as Runs};
 use crate::services::Services;
 
@@ -170,6 +170,8 @@ pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::D
     let ListQuery { filters, cursor } = query.into_inner();
     let parsed = filters.parse();
     let first_page = cursor.is_none();
+    // A cursor a page did not link to starts the list from the top.
+    let cursor = cursor.and_then(|cursor| RunId::parse(&cursor).ok());
     let list = match RunList::read(&services, parsed.query(caller, None), cursor, PAGE).await {
         Ok(list) => list,
         Err(error) => return unavailable(&error),

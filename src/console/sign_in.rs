@@ -52,10 +52,10 @@ pub async fn sign_in(
     services: web::Data<Services>,
     sessions: web::Data<Sessions>,
 ) -> Result<HttpResponse, ApiError> {
-    if !session::same_origin(&req) {
+    if !crate::http::site::same_origin(&req) {
         return Err(ApiError::CrossSite);
     }
-    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&body.0).into_owned().collect();
+    let fields = body.form()?;
     let field = |name: &str| fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str());
     let next = destination(field("next")).to_string();
     let key = field("key").trim();
@@ -78,7 +78,7 @@ pub async fn sign_in(
 /// `POST /ui/logout`: ends the session and clears its cookie.
 #[post("/logout")]
 pub async fn sign_out(req: HttpRequest, sessions: web::Data<Sessions>) -> Result<HttpResponse, ApiError> {
-    if !session::same_origin(&req) {
+    if !crate::http::site::same_origin(&req) {
         return Err(ApiError::CrossSite);
     }
     if let Some(token) = session::token(&req) {

@@ -11,9 +11,10 @@ use actix_web::dev::Payload;
 use actix_web::http::Method;
 use actix_web::{FromRequest, HttpRequest, web};
 
-pub use super::caller::{ANONYMOUS, Caller, Role};
+pub use crate::caller::{ANONYMOUS, Caller, Role};
 use super::error::ApiError;
 use super::session::{self, Sessions};
+use super::site;
 use crate::config::{AuthSettings, NamedKey};
 use crate::services::Services;
 
@@ -67,7 +68,7 @@ fn caller(req: &HttpRequest) -> Result<Caller, ApiError> {
     let sessions = req.app_data::<web::Data<Sessions>>().ok_or(ApiError::Unauthenticated)?;
     let caller = sessions.caller(&token).ok_or(ApiError::Unauthenticated)?;
     let reads_only = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    if !reads_only && !session::same_origin(req) {
+    if !reads_only && !site::same_origin(req) {
         return Err(ApiError::CrossSite);
     }
     Ok(caller)

@@ -6,6 +6,11 @@
 //! body buffer per upload alive for as long as it likes. With them, memory spent on bodies is at
 //! most `max_concurrent_body_reads × max_body_bytes`, and a stalled upload is let go after the
 //! deadline. Every endpoint that takes a body takes it through [`Body`].
+//!
+//! A body is read as JSON only when it was sent as JSON (`Content-Type: application/json`, or a
+//! `+json` type): a web page can post `text/plain` or a form to any address without asking, but
+//! not JSON, so this keeps another site's page from starting runs in a user's browser even where
+//! no key is needed (`super::site` refuses such requests by their `Origin` first).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,23 +76,69 @@ async fn read_limited(mut payload: Payload, limit: usize, expected: usize) -> Re
     Ok(body.freeze())
 }
 
-/// A request body read through the server's [`BodyReads`].
-pub struct Body(pub web::Bytes);
+/// A request body read through the server's [`BodyReads`], with the media type it was sent as.
+pub struct Body {
+    bytes: web::Bytes,
+    media: Media,
+}
+
+/// What `Content-Type` says a body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Media {
+    Json,
+    Form,
+    /// Another type, or none.
+    Other,
+}
+
+impl Media {
+    fn of(request: &HttpRequest) -> Self {
+        let Some(value) = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+            return Self::Other;
+        };
+        let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        if essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json")) {
+            Self::Json
+        } else if essence == "application/x-www-form-urlencoded" {
+            Self::Form
+        } else {
+            Self::Other
+        }
+    }
+}
 
 impl Body {
-    /// The body as `T`: 400 `invalid_json` if it is not JSON, `invalid_request` if it is JSON of
-    /// the wrong shape or holds U+0000 ([`validation::refuse_nul`]).
+    /// The body's bytes, if it was sent as JSON (or is empty): 415 otherwise.
+    pub fn json_bytes(&self) -> Result<&[u8], ApiError> {
+        if self.media == Media::Json || self.is_blank() {
+            Ok(&self.bytes)
+        } else {
+            Err(ApiError::UnsupportedMediaType { expected: "application/json" })
+        }
+    }
+
+    /// The body as `T`: 415 if it was not sent as JSON, 400 `invalid_json` if it is not JSON,
+    /// `invalid_request` if it is JSON of the wrong shape or holds U+0000
+    /// ([`validation::refuse_nul`]).
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
-        let value: Value = serde_json::from_slice(&self.0)
+        let value: Value = serde_json::from_slice(self.json_bytes()?)
             .map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?;
         validation::refuse_nul(&value).map_err(|e| ApiError::invalid_request(vec![e]))?;
         serde_json::from_value(value)
             .map_err(|e| ApiError::bad_request("invalid_request", format!("invalid request body: {e}")))
     }
 
+    /// The fields of a form (`application/x-www-form-urlencoded`): 415 for another type.
+    pub fn form(&self) -> Result<Vec<(String, String)>, ApiError> {
+        if self.media != Media::Form {
+            return Err(ApiError::UnsupportedMediaType { expected: "application/x-www-form-urlencoded" });
+        }
+        Ok(url::form_urlencoded::parse(&self.bytes).into_owned().collect())
+    }
+
     /// Whether the body is empty or only white space.
     pub fn is_blank(&self) -> bool {
-        self.0.iter().all(u8::is_ascii_whitespace)
+        self.bytes.iter().all(u8::is_ascii_whitespace)
     }
 }
 
@@ -103,9 +154,10 @@ impl FromRequest for Body {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
         let payload = payload.take();
+        let media = Media::of(request);
         Box::pin(async move {
             let reads = reads.ok_or_else(|| ApiError::internal("the server has no body reader"))?;
-            reads.read(payload, length).await.map(Body)
+            reads.read(payload, length).await.map(|bytes| Body { bytes, media })
         })
     }
 }

@@ -10,6 +10,7 @@ use crate::excerpt;
 use crate::run::operator::Refusal;
 use crate::run::{ControlError, StartError};
 use crate::store::StoreError;
+use crate::thread::ThreadError;
 use crate::validation::FieldError;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +34,12 @@ pub enum ApiError {
     BodyTimeout { secs: u64 },
     #[error("too many request bodies are being uploaded at once; try again shortly")]
     TooManyBodies,
+    #[error("send the request body as `Content-Type: {expected}`")]
+    UnsupportedMediaType { expected: &'static str },
+    /// The request names a host this server does not answer to (a DNS rebinding attempt, or a
+    /// name missing from `http.allowed_hosts`).
+    #[error("this server does not answer to the host {host:?}; list it in `http.allowed_hosts` to allow it")]
+    MisdirectedHost { host: String },
     /// The resource is not in a state that allows the request.
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
@@ -49,6 +56,11 @@ pub enum ApiError {
 impl ApiError {
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::BadRequest { code, message: message.into(), details: Vec::new() }
+    }
+
+    /// 400 `invalid_envelope` for an envelope with these problems beyond its schema's.
+    pub fn invalid_envelope(details: Vec<FieldError>) -> Self {
+        Self::from(EnvelopeError::Invalid(details))
     }
 
     /// 400 `invalid_request` for a body with these field problems.
@@ -69,6 +81,8 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::BodyTimeout { .. } => "body_timeout",
             Self::TooManyBodies => "too_many_uploads",
+            Self::UnsupportedMediaType { .. } => "unsupported_media_type",
+            Self::MisdirectedHost { .. } => "host_not_allowed",
             Self::Unavailable => "database_unavailable",
             Self::Internal { .. } => "internal_error",
         }
@@ -104,6 +118,8 @@ impl ResponseError for ApiError {
             Self::NotFound { .. } => StatusCode::NOT_FOUND,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Self::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::MisdirectedHost { .. } => StatusCode::MISDIRECTED_REQUEST,
             Self::TooManyBodies | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -195,6 +211,21 @@ impl From<ControlError> for ApiError {
             Refusal::ReplanLimit { .. } => Self::Unprocessable { code: "replan_limit", message },
             Refusal::NotWaiting { .. } => Self::Unprocessable { code: "invalid_run_state", message },
             Refusal::Busy(_) => Self::Conflict { code: "run_busy", message },
+        }
+    }
+}
+
+impl From<ThreadError> for ApiError {
+    fn from(error: ThreadError) -> Self {
+        match error {
+            ThreadError::NotFound(id) => {
+                Self::NotFound { code: "thread_not_found", what: format!("thread {}", excerpt::excerpt(&id, 80)) }
+            }
+            ThreadError::InUse(id) => Self::Conflict {
+                code: "thread_exists",
+                message: format!("thread {} already exists", excerpt::excerpt(&id, 80)),
+            },
+            ThreadError::Store(error) => error.into(),
         }
     }
 }

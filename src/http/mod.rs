@@ -4,16 +4,17 @@
 mod access;
 mod auth;
 mod body;
-mod caller;
 mod capabilities;
 mod conditions;
 mod error;
 mod idempotency;
 mod openapi;
 mod operator;
+pub mod paging;
 
 mod runs;
 pub mod session;
+pub mod site;
 mod sse;
 mod system;
 
@@ -21,6 +22,7 @@ pub use auth::{Caller, Operator, Role, authenticate, by_session};
 pub use body::Body;
 pub use error::ApiError;
 pub use operator::answer as resume_answer;
+pub use runs::query_escape;
 pub use sse::{Compact, KEEP_ALIVE, compact};
 
 use std::net::TcpListener;
@@ -50,6 +52,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(operator::resume)
                     .service(runs::list_runs)
                     .service(runs::get_run)
+                    .service(runs::get_value)
                     .service(operator::replan)
                     .service(operator::cancel)
                     .service(operator::tasks)
@@ -132,6 +135,7 @@ pub fn serve(
             .app_data(bodies.clone())
             .app_data(path_errors.clone())
             .wrap(from_fn(refuse_nul_url))
+            .wrap(from_fn(site::guard))
             .wrap(TracingLogger::<access::AccessLog>::new())
             // The API first: a request tries the routes in the order they were registered, and
             // the API's are under one static prefix, while the pages beside it (the LangGraph

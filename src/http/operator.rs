@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use super::auth::{Caller, Operator};
 use super::body::Body;
 use super::error::{ApiError, summary};
+use super::paging::PageSize;
 use super::sse::frame_stream;
 use crate::run::operator::{Actor, Answer, Command};
 use crate::run::{self, RunId, RunStatus};
@@ -155,7 +156,7 @@ pub async fn tasks(
     query: web::Query<TasksQuery>,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = PageSize { default: 100, max: 1000 }.of_query(query.limit)?;
     let owner = caller.owner_filter().map(String::from);
     let rows = services.store.read(move |conn| hitl::open(conn, limit, Some("human_task"), owner.as_deref())).await?;
     let tasks: Vec<Value> = rows

@@ -12,6 +12,7 @@ use super::auth::Caller;
 use super::body::Body;
 use super::error::ApiError;
 use super::idempotency;
+use super::paging::{self, PageSize};
 use super::sse::frame_stream;
 use crate::envelope;
 use crate::events::Seq;
@@ -21,6 +22,8 @@ use crate::run::{RunId, RunStatus};
 use crate::services::Services;
 use crate::store::runs::RunRow;
 use crate::store::{StoreError, events as event_log, runs};
+use crate::thread::{self, ThreadId};
+use crate::validation::FieldError;
 
 /// `POST /api/v1/flex/run.stream`: validates the envelope, creates the run and streams its frames.
 /// The run goes on if the client disconnects; `Location` says where to re-attach.
@@ -28,14 +31,22 @@ use crate::store::{StoreError, events as event_log, runs};
 pub async fn run_stream(
     req: HttpRequest,
     caller: Caller,
-    Body(body): Body,
+    body: Body,
     services: web::Data<Services>,
 ) -> Result<impl Responder, ApiError> {
-    let envelope = envelope::parse(&body, &services.registry.catalog())?;
+    let body = body.json_bytes()?;
+    let envelope = envelope::parse(body, &services.registry.catalog())?;
     let correlation_id = correlation_id(&req)?;
-    let idempotency = idempotency::from_request(&req, &caller, &body)?;
+    let idempotency = idempotency::from_request(&req, &caller, body)?;
+    let owner = match &envelope.thread_id {
+        Some(id) => {
+            let thread = thread::enter(&services.store, &caller, &thread_id(id)?).await?;
+            thread::run_owner(&thread, &caller)
+        }
+        None => caller.principal.clone(),
+    };
     let services: Arc<Services> = services.into_inner();
-    let run = crate::run::start(&services, envelope, correlation_id, idempotency, &caller.principal).await?;
+    let run = crate::run::start(&services, envelope, correlation_id, idempotency, &owner).await?;
     let mut response = frame_stream(run.frames, &services.redaction).customize();
     if run.replayed {
         response = response.insert_header(("idempotent-replayed", "true"));
@@ -43,6 +54,13 @@ pub async fn run_stream(
     Ok(response
         .insert_header((header::LOCATION, format!("/api/v1/flex/runs/{}/stream", run.run_id)))
         .insert_header(("x-flexrun-run-id", run.run_id.to_string())))
+}
+
+/// The envelope's `constraints.threadId`, if clients can address it (`crate::thread::ThreadId`).
+fn thread_id(id: &str) -> Result<ThreadId, ApiError> {
+    ThreadId::parse(id).map_err(|error| {
+        ApiError::invalid_envelope(vec![FieldError::new("/constraints/threadId", "invalid_thread_id", error.to_string())])
+    })
 }
 
 /// An `X-Correlation-Id` header, if sent: at most 200 visible ASCII characters.
@@ -102,7 +120,9 @@ pub async fn list_runs(
         .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {e}")))?;
     let owner = caller.owner_filter().map(String::from);
     let runs = RunQuery { status, owner, ..RunQuery::default() };
-    let list = RunList::read(&services, runs, query.cursor, query.limit.unwrap_or(50)).await?;
+    let limit = PageSize { default: 50, max: 500 }.of_query(query.limit)?;
+    let cursor = paging::run_cursor(query.cursor.as_deref())?;
+    let list = RunList::read(&services, runs, cursor, limit).await?;
     Ok(HttpResponse::Ok().json(list))
 }
 
@@ -121,8 +141,44 @@ pub async fn get_run(
     if !caller.may_see(view.run.owner.as_deref()) {
         return Err(not_found(&run_id));
     }
-    let body = serde_json::to_value(&view).map_err(ApiError::internal)?;
+    let href = |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", query_escape(pointer));
+    let body = view.document(href).map_err(ApiError::internal)?;
     Ok(HttpResponse::Ok().json(services.redaction.value(body)))
+}
+
+/// A text as a query-string value.
+pub fn query_escape(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValueQuery {
+    pointer: String,
+}
+
+/// `GET /api/v1/flex/runs/{id}/value?pointer=`: one value of the run document whole, where the
+/// document left it out for its size (`{"$elided": {bytes, href}}` names this address).
+#[get("/runs/{id}/value")]
+pub async fn get_value(
+    caller: Caller,
+    id: web::Path<RunId>,
+    query: web::Query<ValueQuery>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let run_id = id.into_inner();
+    visible(&services, &caller, &run_id).await?;
+    let view = RunView::read(&services, &run_id).await.map_err(|error| match error {
+        ViewError::Store(error) => run_error(&run_id)(error),
+        ViewError::Unreadable(error) => ApiError::internal(error),
+    })?;
+    let Some(value) = view.value(&query.pointer).map_err(ApiError::internal)? else {
+        return Err(ApiError::NotFound {
+            code: "value_not_found",
+            what: format!("a value at {:?} of run {run_id}", crate::excerpt::excerpt(&query.pointer, 100)),
+        });
+    };
+    Ok(HttpResponse::Ok().json(services.redaction.value(json!({"runId": run_id, "pointer": query.pointer, "value": value}))))
 }
 
 #[derive(Debug, Deserialize)]
@@ -142,24 +198,21 @@ pub async fn get_events(
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
     let after = query.after.unwrap_or(Seq::ZERO);
-    let limit = query.limit.unwrap_or(100).clamp(1, 1000);
+    let limit = PageSize { default: 100, max: 1000 }.of_query(query.limit)?;
     visible(&services, &caller, &run_id).await?;
     let lookup = run_id.clone();
+    // At most `limit` frames, and no more bytes of them than a stream reads at once.
+    let size = event_log::Page { frames: limit, bytes: services.settings.limits.stream_page_bytes };
     let page = services
         .store
-        .read(move |conn| event_log::after(conn, lookup.as_str(), after, limit + 1))
+        .read(move |conn| event_log::page_after(conn, lookup.as_str(), after, size))
         .await
         .map_err(run_error(&run_id))?;
-    let shown = usize::try_from(limit).unwrap_or_default();
-    let has_more = page.len() > shown;
-    let frames: Vec<Value> = page
-        .iter()
-        .take(shown)
-        .map(|f| services.redaction.value(serde_json::from_str(&f.json).unwrap_or(Value::Null)))
-        .collect();
-    let next_after = page.iter().take(shown).next_back().map_or(after, |f| f.seq);
+    let frames: Vec<Value> =
+        page.frames.iter().map(|f| services.redaction.value(serde_json::from_str(&f.json).unwrap_or(Value::Null))).collect();
+    let next_after = page.frames.last().map_or(after, |f| f.seq);
     Ok(HttpResponse::Ok()
-        .json(json!({"runId": run_id, "events": frames, "nextAfter": next_after, "hasMore": has_more})))
+        .json(json!({"runId": run_id, "events": frames, "nextAfter": next_after, "hasMore": page.more})))
 }
 
 #[derive(Debug, Deserialize)]
@@ -186,6 +239,6 @@ pub async fn follow_run(
         None => query.after.unwrap_or(Seq::ZERO),
     };
     visible(&services, &caller, &run_id).await?;
-    let frames = follow(services.store.clone(), &services.bus, run_id.to_string(), after);
+    let frames = follow(&services, run_id.to_string(), after);
     Ok(frame_stream(frames.boxed(), &services.redaction))
 }

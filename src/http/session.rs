@@ -3,7 +3,7 @@
 //! random token in a cookie (`HttpOnly`, `SameSite=Strict`, `Secure` over https, expiring). The
 //! server keeps only the token's SHA-256 and the caller it stands for, in memory: a restart signs
 //! every browser out. A request carrying the cookie is that caller; one that changes something
-//! must also come from the server's own origin (see [`same_origin`]).
+//! must also come from the server's own origin (`super::site::same_origin`).
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use actix_web::HttpRequest;
 use actix_web::cookie::{Cookie, SameSite};
 use sha2::{Digest, Sha256};
 
-use super::caller::Caller;
+use crate::caller::Caller;
 use crate::hash::HashMap;
 
 /// The cookie's name.
@@ -91,20 +91,6 @@ pub fn cookie(req: &HttpRequest, token: Option<&str>) -> Cookie<'static> {
         None => cookie.make_removal(),
     }
     cookie
-}
-
-/// Whether a request that changes something comes from the server's own pages: its `Origin` is
-/// this server's, or (a browser that sends no `Origin`) `Sec-Fetch-Site` says `same-origin`. The
-/// cookie's `SameSite=Strict` already keeps it off cross-site requests; this is the second lock.
-pub fn same_origin(req: &HttpRequest) -> bool {
-    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
-    match header("origin") {
-        Some(origin) => {
-            let info = req.connection_info();
-            origin == format!("{}://{}", info.scheme(), info.host())
-        }
-        None => header("sec-fetch-site") == Some("same-origin"),
-    }
 }
 
 #[cfg(test)]

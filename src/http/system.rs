@@ -30,6 +30,7 @@ pub fn install_metrics() {
 pub async fn health(services: web::Data<Services>) -> HttpResponse {
     let database = services.store.ping().await.is_ok();
     let status = if database { "healthy" } else { "degraded" };
+    let capabilities = services.registry.snapshot().len();
     let mut body = json!({
         "status": status,
         "version": env!("CARGO_PKG_VERSION"),
@@ -38,8 +39,12 @@ pub async fn health(services: web::Data<Services>) -> HttpResponse {
         "services": {
             "database": {"ok": database},
             "llm": {"configured": !services.settings.llm.api_key.is_empty(), "model": services.settings.llm.model},
+            "capabilities": {"count": capabilities},
         },
     });
+    if capabilities == 0 {
+        body["warnings"] = json!([crate::capability::NONE_REGISTERED]);
+    }
     if let Some(leasing) = services.claims.leasing() {
         body["node"] = json!({
             "id": leasing.node,

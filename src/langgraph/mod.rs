@@ -25,11 +25,12 @@ use serde_json::Value;
 use crate::events::Seq;
 use crate::http::{ApiError, Caller};
 use crate::run::state::RunState;
-use crate::run::{RunId, Stored};
+use crate::run::RunId;
+use crate::run::view::{ViewError, state_of};
 use crate::services::Services;
 use crate::store::runs::RunRow;
-use crate::store::threads::{self as thread_rows, ThreadRow};
-use crate::store::{StoreError, events};
+use crate::store::threads::ThreadRow;
+use crate::store::StoreError;
 
 /// Registers the LangGraph routes at the root, beside `/api/v1/flex` and `/ui`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
@@ -59,22 +60,13 @@ fn time(at: NaiveDateTime) -> String {
     crate::run::state::rfc3339(at.and_utc())
 }
 
-fn thread_not_found(thread_id: &str) -> ApiError {
-    ApiError::NotFound { code: "thread_not_found", what: format!("thread {}", crate::excerpt::excerpt(thread_id, 80)) }
-}
-
 fn run_not_found(run_id: &str) -> ApiError {
     ApiError::NotFound { code: "run_not_found", what: format!("run {}", crate::excerpt::excerpt(run_id, 80)) }
 }
 
 /// The thread, if `caller` may see it (404, as for one that does not exist, if not).
 async fn visible_thread(services: &Services, caller: &Caller, thread_id: &str) -> Result<ThreadRow, ApiError> {
-    let id = thread_id.to_string();
-    let row = services.store.read(move |conn| thread_rows::get(conn, &id)).await.map_err(|e| match e {
-        StoreError::NotFound(_) => thread_not_found(thread_id),
-        other => other.into(),
-    })?;
-    if caller.may_see(row.owner.as_deref()) { Ok(row) } else { Err(thread_not_found(thread_id)) }
+    Ok(crate::thread::visible(&services.store, caller, thread_id).await?)
 }
 
 /// Run `run_id` of thread `thread_id`, if `caller` may see the thread.
@@ -97,19 +89,15 @@ async fn run_of_thread(
     Ok(row)
 }
 
-/// The run's state after its frame `upto` (all of its log if `None`).
+/// The run's state after its frame `upto` (all of its log if `None`), as LangGraph readers keep
+/// it (`project::lighten`).
 async fn state_at(services: &Services, row: RunRow, upto: Option<Seq>) -> Result<RunState, ApiError> {
-    let id = RunId::parse(&row.run_id).map_err(ApiError::internal)?;
-    let lookup = row.run_id.clone();
-    // Seqs run 1, 2, … without gaps: the frames up to `upto` are the first `upto`.
-    let log = match upto {
-        Some(Seq::ZERO) => Vec::new(),
-        upto => {
-            let limit = upto.map_or(i64::MAX, Seq::stored);
-            services.store.read(move |conn| events::after(conn, &lookup, Seq::ZERO, limit)).await?
-        }
-    };
-    Stored { id, row, log }.state().map_err(ApiError::internal)
+    let run_id = row.run_id.clone();
+    let adapt = move |seq, event: &mut crate::events::Event| project::lighten(&run_id, seq, event);
+    state_of(services, &row, upto, adapt).await.map_err(|error| match error {
+        ViewError::Store(error) => error.into(),
+        ViewError::Unreadable(error) => ApiError::internal(error),
+    })
 }
 
 /// The chat messages a run was started with, if it was started from a chat input.

@@ -4,10 +4,45 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::condition::GoalConditionResult;
+use crate::elide;
 use crate::events::payload::{CompleteStatus, HitlKind, HitlRequestInfo};
+use crate::events::{Event, Seq};
 use crate::plan::NodeStatus;
 use crate::run::RunStatus;
 use crate::run::state::RunState;
+
+/// What a LangGraph reader keeps of an event before folding it into the state it projects:
+/// outputs and observed values larger than [`elide::INLINE_BYTES`] are left out, with the frame
+/// that carries them (the flex API's events page) as where to read them whole. A client gets a
+/// node's output whole once, in its `updates` event; `values`, sent after every step, and the
+/// state a stream holds for its client stay bounded.
+pub fn lighten(run_id: &str, seq: Seq, event: &mut Event) {
+    let href = || Some(format!("/api/v1/flex/runs/{run_id}/events?after={}&limit=1", seq.get().saturating_sub(1)));
+    match event {
+        Event::NodeComplete(complete) => {
+            elide::if_large(&mut complete.output, href);
+        }
+        Event::Complete(complete) => {
+            elide::if_large(&mut complete.output, href);
+            lighten_results(complete.goal_condition_results.iter_mut().flatten(), href);
+        }
+        Event::GoalConditionFailed(failed) => lighten_results(failed.failed_goal_conditions.iter_mut(), href),
+        _ => {}
+    }
+}
+
+fn lighten_results<'a>(
+    results: impl Iterator<Item = &'a mut GoalConditionResult>,
+    href: impl Fn() -> Option<String>,
+) {
+    for value in results.filter_map(|result| result.observed_value.as_mut()) {
+        elide::if_large(value, &href);
+    }
+}
+
+/// The node outputs of `values` together, at most (bytes): beyond it, the largest are left out.
+const VALUES_OUTPUT_BYTES: usize = 256 * 1024;
 
 /// A run's status as a LangGraph `RunStatus`.
 pub fn run_status(status: RunStatus) -> &'static str {
@@ -41,7 +76,10 @@ pub fn values(state: &RunState, objective: &str, chat: Option<&[Value]>) -> Valu
     values.insert("plan".into(), plan(state));
     let outputs: Map<String, Value> =
         state.completed().iter().map(|work| (work.node_id.clone(), work.output.clone())).collect();
-    values.insert("outputs".into(), Value::Object(outputs));
+    let slots: Vec<String> = outputs.keys().map(|node| format!("/outputs/{}", node.replace('~', "~0").replace('/', "~1"))).collect();
+    let mut outputs = json!({ "outputs": outputs });
+    elide::bound(&mut outputs, &slots, VALUES_OUTPUT_BYTES, |_| None);
+    values.insert("outputs".into(), outputs["outputs"].take());
     let goal_results = match &state.end {
         Some(end) => json!(end.goal_condition_results),
         None => json!(state.repair),

@@ -3,6 +3,7 @@
 //! streamed in the modes asked for. Pure: parsing and mapping only.
 
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value, json};
 
 use crate::events::payload::{HitlKind, HitlRequestInfo};
@@ -68,8 +69,12 @@ pub fn unknown_assistant(body: &Value) -> Option<String> {
 
 /// The body of `POST …/runs`, `…/runs/stream` and `…/runs/wait`, as the SDK sends it (keys whose
 /// value is `None` are left out). Its `assistant_id` is checked first, by [`unknown_assistant`].
+/// A key not listed here is refused: a later client's feature is not silently dropped.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Body {
+    #[serde(default, rename = "assistant_id")]
+    _assistant_id: Option<IgnoredAny>,
     #[serde(default)]
     input: Option<Value>,
     #[serde(default)]
@@ -95,6 +100,30 @@ struct Body {
     checkpoint_id: Option<Value>,
     #[serde(default)]
     after_seconds: Option<Value>,
+    /// Accepted with no effect: they change nothing that runs (`docs/langgraph-api.md`).
+    #[serde(default, rename = "config")]
+    _config: Option<IgnoredAny>,
+    #[serde(default, rename = "context")]
+    _context: Option<IgnoredAny>,
+    #[serde(default, rename = "stream_subgraphs")]
+    _stream_subgraphs: Option<IgnoredAny>,
+    #[serde(default, rename = "stream_resumable")]
+    _stream_resumable: Option<IgnoredAny>,
+    #[serde(default, rename = "durability")]
+    _durability: Option<IgnoredAny>,
+    #[serde(default, rename = "on_disconnect")]
+    _on_disconnect: Option<IgnoredAny>,
+    #[serde(default, rename = "on_completion")]
+    _on_completion: Option<IgnoredAny>,
+    #[serde(default, rename = "feedback_keys")]
+    _feedback_keys: Option<IgnoredAny>,
+    #[serde(default, rename = "langsmith_tracer")]
+    _langsmith_tracer: Option<IgnoredAny>,
+    #[serde(default, rename = "checkpoint_during")]
+    _checkpoint_during: Option<IgnoredAny>,
+    /// Resuming a thread with nothing to answer is always refused (409 `no_interrupt`).
+    #[serde(default, rename = "strict_resume")]
+    _strict_resume: Option<IgnoredAny>,
 }
 
 /// What a run request asks for.
@@ -401,6 +430,8 @@ mod tests {
         );
         assert!(refused(json!({"assistant_id": "flex"})).contains("input"));
         assert!(refused(json!({"assistant_id": "flex", "command": {"goto": "x"}})).contains("goto"));
+        let unknown = refused(json!({"assistant_id": "flex", "input": {"objective": "o"}, "priority": 1}));
+        assert!(unknown.contains("unknown field `priority`"), "{unknown}");
     }
 
     #[test]

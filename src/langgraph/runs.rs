@@ -11,8 +11,8 @@ use tokio::sync::Mutex;
 
 use super::request::{self, Action, Input, RunRequest, StreamMode};
 use super::stream::{self, Translator};
-use super::threads::{self as thread_api, is_busy, newest_run};
-use super::{chat_of, project, run_of_thread, state_at, thread_not_found, time, visible_thread};
+use super::threads::{is_busy, newest_run};
+use super::{chat_of, project, run_not_found, run_of_thread, state_at, time, visible_thread};
 use crate::events::Seq;
 use crate::http::{ApiError, Body, Caller, Role};
 use crate::run::follow::{FollowError, follow};
@@ -23,6 +23,7 @@ use crate::services::Services;
 use crate::store::events::LoggedFrame;
 use crate::store::runs::RunRow;
 use crate::store::threads as thread_rows;
+use crate::thread::{self, ThreadId};
 
 /// Starts on threads are checked and made one at a time, so two requests cannot both find a
 /// thread idle and both start a run on it (`multitask_strategy: reject`).
@@ -55,17 +56,19 @@ async fn begin(
     let request = RunRequest::parse(&body).map_err(refused)?;
     let _one_at_a_time = STARTS.lock().await;
     let thread = match thread_id {
-        None => thread_api::create(services, caller, None, Map::new()).await?,
-        Some(id) => match visible_thread(services, caller, id).await {
-            Err(ApiError::NotFound { .. }) if request.create_thread => {
-                thread_api::create(services, caller, Some(id.to_string()), Map::new()).await?
-            }
-            other => other?,
-        },
+        None => thread::create(&services.store, caller, None, Map::new()).await?,
+        Some(id) if request.create_thread => {
+            let id = ThreadId::parse(id).map_err(|e| ApiError::bad_request("invalid_thread_id", e.to_string()))?;
+            thread::enter(&services.store, caller, &id).await?
+        }
+        Some(id) => visible_thread(services, caller, id).await?,
     };
     let newest = newest_run(services, &thread.thread_id).await?;
     let started = match &request.action {
-        Action::Start(input) => start(services, caller, &thread.thread_id, input, newest.as_ref()).await?,
+        Action::Start(input) => {
+            let owner = thread::run_owner(&thread, caller);
+            start(services, &owner, &thread.thread_id, input, newest.as_ref()).await?
+        }
         Action::Resume(value) => resume(services, caller, newest, value).await?,
     };
     let mut metadata: Map<String, Value> = serde_json::from_str(&thread.metadata).unwrap_or_default();
@@ -95,7 +98,7 @@ struct Started {
 /// A new flex run on the thread, from a TaskEnvelope or chat messages.
 async fn start(
     services: &Arc<Services>,
-    caller: &Caller,
+    owner: &str,
     thread_id: &str,
     input: &Input,
     newest: Option<&RunRow>,
@@ -118,7 +121,7 @@ async fn start(
     }
     let envelope = request::envelope(input, thread_id, &history).map_err(refused)?;
     let envelope = crate::envelope::from_value(envelope, &services.registry.catalog())?;
-    let started = run::start(services, envelope, None, None, &caller.principal).await?;
+    let started = run::start(services, envelope, None, None, owner).await?;
     Ok(Started { run_id: started.run_id, state: None, frames: started.frames })
 }
 
@@ -344,7 +347,7 @@ pub async fn join_stream(
     let row = run_of_thread(&services, &caller, &tid, &rid).await?;
     let (chat, objective, run_id) = (chat_of(&row), row.objective.clone(), row.run_id.clone());
     // Subscribed before the state is read: a frame committed meanwhile is not missed.
-    let frames = follow(services.store.clone(), &services.bus, run_id, after).boxed();
+    let frames = follow(&services, run_id, after).boxed();
     let state = state_at(&services, row, Some(after)).await?;
     let translator = Translator::new(state, modes, objective, chat, services.redaction.clone());
     Ok(stream::respond(&req, translator, frames, &tid))
@@ -359,7 +362,7 @@ pub async fn join(
 ) -> Result<HttpResponse, ApiError> {
     let (tid, rid) = path.into_inner();
     let row = run_of_thread(&services, &caller, &tid, &rid).await?;
-    let frames = follow(services.store.clone(), &services.bus, row.run_id.clone(), Seq::ZERO).boxed();
+    let frames = follow(&services, row.run_id.clone(), Seq::ZERO).boxed();
     settled_values(&services, &tid, row, frames).await
 }
 
@@ -376,7 +379,7 @@ pub async fn cancel(
     if caller.role != Role::Operator {
         return Err(ApiError::Forbidden);
     }
-    let run_id = RunId::parse(&row.run_id).map_err(|_| thread_not_found(&tid))?;
+    let run_id = RunId::parse(&row.run_id).map_err(|_| run_not_found(&rid))?;
     let actor = Actor { principal: caller.principal.clone(), operator: None, note: None };
     run::apply(&services.into_inner(), &run_id, Command::Cancel { stopped: false, actor }).await?;
     Ok(HttpResponse::Accepted().finish())

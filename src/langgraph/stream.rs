@@ -82,14 +82,15 @@ impl Translator {
                 None
             }
         };
-        if let Some(decoded) = &decoded {
+        if let Some(mut decoded) = decoded {
+            // `updates` carry a node's output whole, once; the state the stream keeps does not.
+            let update = self.wants(StreamMode::Updates).then(|| self.update(&decoded.event)).flatten();
+            project::lighten(self.state.run_id.as_str(), decoded.seq, &mut decoded.event);
             let at = At { seq: decoded.seq, timestamp: decoded.timestamp };
             if let Err(error) = self.state.apply(at, &decoded.event) {
                 tracing::warn!(error = %error, "a frame could not be applied for a LangGraph stream");
             }
-            if self.wants(StreamMode::Updates)
-                && let Some(update) = self.update(&decoded.event)
-            {
+            if let Some(update) = update {
                 parts.push(Part::new("updates", &self.redaction.value(update)));
             }
             if self.wants(StreamMode::Values) && changes_values(&decoded.event) {

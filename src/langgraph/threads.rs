@@ -6,11 +6,13 @@ use serde_json::{Map, Value, json};
 
 use super::request::ASSISTANT;
 use super::{chat_of, project, state_at, time, visible_thread};
+use crate::http::paging::PageSize;
 use crate::http::{ApiError, Body, Caller};
 use crate::run::RunStatus;
 use crate::services::Services;
 use crate::store::runs::RunRow;
 use crate::store::threads::{self as thread_rows, ThreadRow};
+use crate::thread::{self, ThreadError, ThreadId};
 
 /// Threads a search returns at most.
 const MAX_SEARCH: usize = 100;
@@ -76,7 +78,9 @@ pub async fn thread_json(services: &Services, thread: &ThreadRow, newest: Option
     })))
 }
 
+/// Refuses keys it does not list (`supersteps`, `ttl`): they would change what the thread holds.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CreateThread {
     #[serde(default)]
     thread_id: Option<String>,
@@ -84,31 +88,6 @@ struct CreateThread {
     metadata: Option<Map<String, Value>>,
     #[serde(default)]
     if_exists: Option<String>,
-}
-
-/// A client-chosen thread id: 1 to 200 visible ASCII characters (as `constraints.threadId`).
-fn valid_thread_id(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
-}
-
-/// Creates a thread owned by `caller`, with the id given or a new one.
-pub async fn create(
-    services: &Services,
-    caller: &Caller,
-    thread_id: Option<String>,
-    metadata: Map<String, Value>,
-) -> Result<ThreadRow, crate::store::StoreError> {
-    let now = crate::store::now();
-    let row = ThreadRow {
-        thread_id: thread_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
-        owner: Some(caller.principal.clone()),
-        metadata: Value::Object(metadata).to_string(),
-        created_at: now,
-        updated_at: now,
-    };
-    let insert = row.clone();
-    services.store.write(move |conn| thread_rows::insert(conn, &insert)).await?;
-    Ok(row)
 }
 
 /// `POST /threads` `{thread_id?, metadata?, if_exists?: raise|do_nothing}`.
@@ -120,14 +99,12 @@ pub async fn create_thread(
 ) -> Result<HttpResponse, ApiError> {
     let body: CreateThread =
         if body.is_blank() { CreateThread { thread_id: None, metadata: None, if_exists: None } } else { body.json()? };
-    if let Some(id) = &body.thread_id
-        && !valid_thread_id(id)
-    {
-        return Err(ApiError::bad_request(
-            "invalid_thread_id",
-            "thread_id must be 1 to 200 visible ASCII characters, without '/'",
-        ));
-    }
+    let thread_id = body
+        .thread_id
+        .as_deref()
+        .map(ThreadId::parse)
+        .transpose()
+        .map_err(|error| ApiError::bad_request("invalid_thread_id", format!("thread_id: {error}")))?;
     let keep_existing = match body.if_exists.as_deref() {
         None | Some("raise") => false,
         Some("do_nothing") => true,
@@ -136,18 +113,12 @@ pub async fn create_thread(
         }
     };
     let metadata = body.metadata.unwrap_or_default();
-    let thread = match create(&services, &caller, body.thread_id.clone(), metadata).await {
+    let thread = match thread::create(&services.store, &caller, thread_id, metadata).await {
         Ok(thread) => thread,
-        Err(crate::store::StoreError::Conflict(_)) => {
-            let id = body.thread_id.unwrap_or_default();
-            let existing = visible_thread(&services, &caller, &id).await?;
-            if !keep_existing {
-                return Err(ApiError::Conflict {
-                    code: "thread_exists",
-                    message: format!("thread {id} already exists"),
-                });
-            }
-            existing
+        // `do_nothing` answers with the caller's own thread; anyone else's is in use, as with
+        // `raise`, so an answer never tells whose a thread is.
+        Err(ThreadError::InUse(id)) if keep_existing => {
+            visible_thread(&services, &caller, &id).await.map_err(|_| ThreadError::InUse(id))?
         }
         Err(error) => return Err(error.into()),
     };
@@ -266,7 +237,10 @@ pub async fn thread_state_now(
     Ok(HttpResponse::Ok().json(thread_state(&services, &tid, newest).await?))
 }
 
+/// Refuses keys it does not list (`before`, `checkpoint`, `metadata`, `select`): flexrun's
+/// history is a thread's runs, newest first, whole.
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct History {
     #[serde(default)]
     limit: Option<i64>,
@@ -282,7 +256,7 @@ pub async fn thread_history(
 ) -> Result<HttpResponse, ApiError> {
     let query: History = if body.is_blank() { History::default() } else { body.json()? };
     visible_thread(&services, &caller, &tid).await?;
-    let limit = query.limit.unwrap_or(10).clamp(1, 100);
+    let limit = PageSize { default: 10, max: 100 }.of_body(query.limit)?;
     let id = tid.to_string();
     let rows = services.store.read(move |conn| thread_rows::runs(conn, &id, limit)).await?;
     let mut states = Vec::with_capacity(rows.len());

@@ -98,7 +98,7 @@ async fn apply_claimed(
     let decision = decide(services, &stored, &state, command)?;
     let mut log = RunLog::resume(services, claim, state, &stored.row);
     // Subscribed before the commit: the stream starts with the command's first frame.
-    let frames = follow(services.store.clone(), &services.bus, run_id.to_string(), log.state().last_seq).boxed();
+    let frames = follow(services, run_id.to_string(), log.state().last_seq).boxed();
     log.stage(decision.events.clone())?;
     log.stage_rows(rows(&log, &decision));
     log.commit().await?;

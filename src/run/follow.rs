@@ -7,23 +7,34 @@ use std::collections::VecDeque;
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 
+use super::backlog::Backlog;
 use super::status::RunStatus;
-use crate::events::{Bus, BusMessage, Frame, FrameKind, Seq};
-use crate::store::events::{self, LoggedFrame};
+use crate::events::{BusMessage, Frame, FrameKind, Seq};
+use crate::services::Services;
+use crate::store::events::{self, LoggedFrame, Page};
 use crate::store::{Store, StoreError, runs};
 
-/// Frames read from the log per query.
-const PAGE: i64 = 500;
+/// Frames read from the log per query, at most (and at most `limits.stream_page_bytes` of them).
+const PAGE_FRAMES: i64 = 500;
 
 #[derive(Debug, thiserror::Error)]
-#[error("following the run's events failed: {0}")]
-pub struct FollowError(#[from] StoreError);
+pub enum FollowError {
+    #[error("following the run's events failed: {0}")]
+    Store(#[from] StoreError),
+    /// The client read too slowly while the node's stream backlog was full (`run::backlog`).
+    #[error("the client read too slowly; re-attach with Last-Event-ID to go on")]
+    TooSlow,
+}
 
 struct Follower {
     store: Store,
     run_id: String,
     live: broadcast::Receiver<BusMessage>,
     last: Seq,
+    /// Frames read from the log, not yet delivered.
+    backlog: Backlog,
+    page: Page,
+    /// Frames delivered live, not yet delivered to the client.
     pending: VecDeque<LoggedFrame>,
     /// Read the log before listening (at start, after a gap or lag, when the run settles).
     replay: bool,
@@ -37,17 +48,18 @@ struct Follower {
 /// Streams the frames of an existing run with `seq > after`. Subscribes before reading anything,
 /// so a frame committed meanwhile is seen either in the log or live.
 pub fn follow(
-    store: Store,
-    bus: &Bus,
+    services: &Services,
     run_id: String,
     after: Seq,
 ) -> impl Stream<Item = Result<LoggedFrame, FollowError>> + use<> {
-    let live = bus.subscribe(&run_id);
+    let live = services.bus.subscribe(&run_id);
     stream(Follower {
-        store,
+        store: services.store.clone(),
         run_id,
         live,
         last: after,
+        backlog: services.backlogs.backlog(),
+        page: page(services),
         pending: VecDeque::new(),
         replay: true,
         caught_up: false,
@@ -59,21 +71,28 @@ pub fn follow(
 /// Streams a run that was just created: `live` was subscribed before its first commit, so every
 /// frame arrives live and nothing needs to be read back from the log.
 pub fn follow_new(
-    store: Store,
+    services: &Services,
     live: broadcast::Receiver<BusMessage>,
     run_id: String,
 ) -> impl Stream<Item = Result<LoggedFrame, FollowError>> + use<> {
     stream(Follower {
-        store,
+        store: services.store.clone(),
         run_id,
         live,
         last: Seq::ZERO,
+        backlog: services.backlogs.backlog(),
+        page: page(services),
         pending: VecDeque::new(),
         replay: false,
         caught_up: true,
         settled: Some(false),
         done: false,
     })
+}
+
+/// How much of a log a follower reads at once.
+fn page(services: &Services) -> Page {
+    Page { frames: PAGE_FRAMES, bytes: services.settings.limits.stream_page_bytes }
 }
 
 fn stream(follower: Follower) -> impl Stream<Item = Result<LoggedFrame, FollowError>> {
@@ -92,7 +111,10 @@ fn stream(follower: Follower) -> impl Stream<Item = Result<LoggedFrame, FollowEr
 impl Follower {
     async fn next(&mut self) -> Result<Option<LoggedFrame>, FollowError> {
         loop {
-            if let Some(frame) = self.pending.pop_front() {
+            if self.backlog.is_cut() {
+                return Err(FollowError::TooSlow);
+            }
+            if let Some(frame) = self.backlog.pop().or_else(|| self.pending.pop_front()) {
                 self.last = frame.seq;
                 self.done = frame.event_type == FrameKind::Complete.as_str();
                 return Ok(Some(frame));
@@ -149,19 +171,20 @@ impl Follower {
     async fn read_log(&mut self) -> Result<(), FollowError> {
         let (store, id, last, check_status) =
             (self.store.clone(), self.run_id.clone(), self.last, self.settled.is_none());
+        let size = self.page;
         let (status, page) = store
             .read(move |conn| {
                 let status = if check_status { Some(runs::get(conn, &id)?.status) } else { None };
-                Ok((status, events::after(conn, &id, last, PAGE)?))
+                Ok((status, events::page_after(conn, &id, last, size)?))
             })
             .await?;
         if let Some(status) = status {
             // A status flexrun does not know is not one it drives.
             self.settled = Some(!status.parse().is_ok_and(RunStatus::is_active));
         }
-        self.caught_up = i64::try_from(page.len()).is_ok_and(|read| read < PAGE);
-        self.replay = !self.caught_up;
-        self.pending.extend(page);
+        self.caught_up = !page.more;
+        self.replay = page.more;
+        self.backlog.hold(page.frames);
         Ok(())
     }
 }

@@ -11,6 +11,7 @@
 //!                                        store
 //! ```
 
+pub mod backlog;
 pub mod claims;
 pub mod context;
 pub mod control;
@@ -161,7 +162,7 @@ pub async fn start(
     tracing::info!(%run_id, owner, "run started");
     let owner = coordinator.owner();
     spawn(services, owner, coordinator.drive(Resume::Requested));
-    let frames = follow_new(services.store.clone(), live, run_id.to_string()).boxed();
+    let frames = follow_new(services, live, run_id.to_string()).boxed();
     Ok(StartedRun { run_id, frames, replayed: false })
 }
 
@@ -174,7 +175,7 @@ fn rejoin(
     if request_hash.as_deref() != Some(idempotency.request_hash.as_str()) {
         return Err(StartError::KeyReused { run_id });
     }
-    let frames = follow(services.store.clone(), &services.bus, run_id.clone(), Seq::ZERO).boxed();
+    let frames = follow(services, run_id.clone(), Seq::ZERO).boxed();
     let run_id = RunId::parse(&run_id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     Ok(StartedRun { run_id, frames, replayed: true })
 }
@@ -225,15 +226,32 @@ impl Stored {
 
     /// The run's state: the fold of its log.
     pub fn state(&self) -> Result<RunState, ResumeError> {
-        let inputs = serde_json::from_str::<StoredEnvelope>(&self.row.envelope)?.inputs;
-        let frames = self.log.iter().map(|f| Frame::decode(&f.json)).collect::<Result<Vec<_>, _>>()?;
-        Ok(RunState::replay(&self.id, &self.row.correlation_id, &inputs, frames)?)
+        let mut state = Self::initial(&self.id, &self.row)?;
+        fold(&mut state, &self.log, &|_, _| {})?;
+        Ok(state)
+    }
+
+    /// The state of the run of `row` before its first frame.
+    pub fn initial(id: &RunId, row: &RunRow) -> Result<RunState, ResumeError> {
+        let inputs = serde_json::from_str::<StoredEnvelope>(&row.envelope)?.inputs;
+        Ok(RunState::new(id, &row.correlation_id, &inputs))
     }
 
     /// The run's envelope, validated again (against today's capabilities).
     pub fn envelope(&self, services: &Services) -> Result<TaskEnvelope, ResumeError> {
         Ok(envelope::from_value(serde_json::from_str(&self.row.envelope)?, &services.registry.catalog())?)
     }
+}
+
+/// Applies `frames` of a run's log to its `state`, each event passed through `adapt` (with its
+/// frame's seq) first: a reader that does not need some of what an event carries drops it there.
+pub fn fold(state: &mut RunState, frames: &[LoggedFrame], adapt: &impl Fn(Seq, &mut Event)) -> Result<(), ResumeError> {
+    for frame in frames {
+        let mut decoded = Frame::decode(&frame.json)?;
+        adapt(decoded.seq, &mut decoded.event);
+        state.apply(state::At { seq: decoded.seq, timestamp: decoded.timestamp }, &decoded.event)?;
+    }
+    Ok(())
 }
 
 /// What a run's state needs of its stored envelope.

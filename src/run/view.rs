@@ -12,6 +12,7 @@ use super::id::RunId;
 use super::state::RunState;
 use super::status::RunStatus;
 use super::{ResumeError, Stored};
+use crate::events::{Event, Seq};
 use crate::budget::{BudgetView, ReplanCounts, ReplanLimits};
 use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
@@ -21,7 +22,7 @@ use crate::services::Services;
 use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::plans::{self, PlanNodeRow, RunOutputRow};
 use crate::store::runs::{self, RunRow};
-use crate::store::{StoreError, leases};
+use crate::store::{StoreError, events, leases};
 
 /// A run with its plan versions, nodes, goal evaluations and operator requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -202,10 +203,11 @@ impl RunList {
     pub async fn read(
         services: &Services,
         query: RunQuery,
-        cursor: Option<String>,
+        cursor: Option<RunId>,
         limit: i64,
     ) -> Result<Self, StoreError> {
         let limit = limit.clamp(1, 500);
+        let cursor = cursor.map(|id| id.to_string());
         let page = services
             .store
             .read(move |conn| {
@@ -271,10 +273,46 @@ pub enum ViewError {
     Unreadable(#[from] ResumeError),
 }
 
+/// The state of the run of `row` after its frame `upto` (all of its log with `None`), each event
+/// passed through `adapt` first. The log is folded a page at a time as it is read, so a reader
+/// holds the state and one page of the log, never the whole log.
+pub async fn state_of(
+    services: &Services,
+    row: &RunRow,
+    upto: Option<Seq>,
+    adapt: impl Fn(Seq, &mut Event) + Send + 'static,
+) -> Result<RunState, ViewError> {
+    let id = RunId::parse(&row.run_id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let mut state = Stored::initial(&id, row)?;
+    let size = events::Page { frames: 500, bytes: services.settings.limits.stream_page_bytes };
+    let upto = upto.unwrap_or(Seq::MAX);
+    let lookup = row.run_id.clone();
+    let folded = services
+        .store
+        .read(move |conn| {
+            while state.last_seq < upto {
+                let mut page = events::page_after(conn, &lookup, state.last_seq, size)?;
+                page.frames.retain(|frame| frame.seq <= upto);
+                let done = !page.more || page.frames.is_empty();
+                if let Err(error) = super::fold(&mut state, &page.frames, &adapt) {
+                    return Ok(Err(error));
+                }
+                if done {
+                    break;
+                }
+            }
+            Ok(Ok(state))
+        })
+        .await?;
+    Ok(folded?)
+}
+
 impl RunView {
     /// Reads run `run_id` and builds its view (`NotFound` if there is none).
     pub async fn read(services: &Services, run_id: &RunId) -> Result<Self, ViewError> {
-        let stored = Stored::read(services, run_id).await?;
+        let lookup = run_id.to_string();
+        let row = services.store.read(move |conn| runs::get(conn, &lookup)).await?;
+        let state = state_of(services, &row, None, |_, _| {}).await?;
         let id = run_id.to_string();
         let leased = services.claims.leasing().is_some();
         let rows = services
@@ -291,8 +329,7 @@ impl RunView {
                 })
             })
             .await?;
-        let state = stored.state()?;
-        Ok(Self::build(&state, &stored.row, rows, &services.settings.replan))
+        Ok(Self::build(&state, &row, rows, &services.settings.replan))
     }
 
     fn build(state: &RunState, row: &RunRow, rows: Rows, settings: &ReplanSettings) -> Self {
@@ -344,6 +381,61 @@ impl RunView {
             lease: rows.lease.map(LeaseView::from),
         }
     }
+}
+
+/// The run document readers get is bounded: at most this many bytes of values (outputs, facet
+/// values, request contexts) are shown in place, the rest left out (`crate::elide`).
+pub const DOCUMENT_VALUE_BYTES: usize = 1024 * 1024;
+
+impl RunView {
+    /// Where this view holds values whose size no request bounds, as JSON Pointers into its document: the
+    /// only places [`Self::document`] leaves values out, and [`Self::value`] reads them back.
+    pub fn value_slots(&self) -> Vec<String> {
+        // The envelope is not among them: it was bounded when it was posted
+        // (`limits.max_body_bytes`), and the console's composer posts it again whole.
+        let mut slots = vec!["/run/result".to_string(), "/run/error".to_string()];
+        slots.extend(self.context.facet_names().map(|facet| format!("/context/facets/{}/value", escape(facet))));
+        for (index, _) in self.nodes.iter().enumerate() {
+            slots.extend([format!("/nodes/{index}/output"), format!("/nodes/{index}/error")]);
+        }
+        for (index, evaluation) in self.outputs.iter().enumerate() {
+            slots.push(format!("/outputs/{index}/output"));
+            for (result, _) in evaluation.goal_condition_results.iter().enumerate() {
+                slots.push(format!("/outputs/{index}/goalConditionResults/{result}/observedValue"));
+            }
+        }
+        for (index, _) in self.hitl_requests.iter().enumerate() {
+            slots.extend([format!("/hitlRequests/{index}/context"), format!("/hitlRequests/{index}/decision/payload")]);
+        }
+        slots
+    }
+
+    /// The view as JSON, its values together within [`DOCUMENT_VALUE_BYTES`]: a value left
+    /// out is a marker saying its size and, through `href`, where to read it whole.
+    pub fn document(&self, href: impl Fn(&str) -> String) -> Result<Value, serde_json::Error> {
+        let mut document = serde_json::to_value(self)?;
+        crate::elide::bound(&mut document, &self.value_slots(), DOCUMENT_VALUE_BYTES, |slot| Some(href(slot)));
+        Ok(document)
+    }
+
+    /// This view with the values [`Self::document`] leaves out left out (for pages that show
+    /// a run: the slots hold JSON values, which a marker is too).
+    pub fn bounded(&self, href: impl Fn(&str) -> String) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(self.document(href)?)
+    }
+
+    /// The whole value at `pointer`, if it is one of [`Self::value_slots`].
+    pub fn value(&self, pointer: &str) -> Result<Option<Value>, serde_json::Error> {
+        if !self.value_slots().iter().any(|slot| slot == pointer) {
+            return Ok(None);
+        }
+        Ok(serde_json::to_value(self)?.pointer_mut(pointer).map(Value::take))
+    }
+}
+
+/// A key as a JSON Pointer segment (RFC 6901).
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
 }
 
 fn node(row: &PlanNodeRow) -> NodeView {

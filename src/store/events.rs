@@ -61,6 +61,65 @@ pub fn after(conn: &mut DbConn, run_id: &str, after: Seq, limit: i64) -> Result<
     rows.into_iter().map(|row| logged(run_id, row)).collect()
 }
 
+/// A page of a log: how many frames at most, and about how many bytes of frame text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    pub frames: i64,
+    /// The frames' text together stays within this, but for a page's first frame, which is
+    /// always read (a frame is never split).
+    pub bytes: u64,
+}
+
+diesel::define_sql_function! {
+    /// The size of a text in bytes, read from the stored value's header where the database can
+    /// (PostgreSQL does not detoast it; SQLite does not load it).
+    fn octet_length(text: diesel::sql_types::Text) -> diesel::sql_types::Integer;
+}
+
+/// Frames of a log read a page at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogPage {
+    pub frames: Vec<LoggedFrame>,
+    /// Whether the log has frames after these.
+    pub more: bool,
+}
+
+/// The frames after `after`, in order, as many as fit in `page`: a reader of a log holds at most
+/// a page of it in memory, however long the log and however large its frames. The sizes are
+/// read first (a small query), then the frames that fit.
+pub fn page_after(conn: &mut DbConn, run_id: &str, after: Seq, page: Page) -> Result<LogPage, StoreError> {
+    let sizes: Vec<(i64, i32)> = super::on_backend!(conn, |c| run_events::table
+        .filter(run_events::run_id.eq(run_id))
+        .filter(run_events::seq.gt(after.stored()))
+        .order(run_events::seq)
+        .limit(page.frames.saturating_add(1))
+        .select((run_events::seq, octet_length(run_events::frame)))
+        .load(c))?;
+    let mut total = 0u64;
+    let fitting = sizes
+        .iter()
+        .take(usize::try_from(page.frames).unwrap_or_default())
+        .enumerate()
+        .take_while(|(index, (_, size))| {
+            total = total.saturating_add(u64::try_from(*size).unwrap_or_default());
+            *index == 0 || total <= page.bytes
+        })
+        .count();
+    let more = sizes.len() > fitting;
+    let Some((last, _)) = fitting.checked_sub(1).and_then(|i| sizes.get(i)) else {
+        return Ok(LogPage { frames: Vec::new(), more });
+    };
+    let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| run_events::table
+        .filter(run_events::run_id.eq(run_id))
+        .filter(run_events::seq.gt(after.stored()))
+        .filter(run_events::seq.le(last))
+        .order(run_events::seq)
+        .select((run_events::seq, run_events::event_type, run_events::frame))
+        .load(c))?;
+    let frames = rows.into_iter().map(|row| logged(run_id, row)).collect::<Result<_, _>>()?;
+    Ok(LogPage { frames, more })
+}
+
 /// Up to `limit` frames before `before`, in order: the tail of a log, or the page before one.
 pub fn before(conn: &mut DbConn, run_id: &str, before: Seq, limit: i64) -> Result<Vec<LoggedFrame>, StoreError> {
     let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| run_events::table

@@ -54,7 +54,7 @@ pub struct Endpoint {
 }
 
 /// Every endpoint, in the order the API documentation lists them.
-pub const ENDPOINTS: [Endpoint; 18] = [
+pub const ENDPOINTS: [Endpoint; 19] = [
     Endpoint {
         method: Method::GET,
         path: "/metrics",
@@ -193,6 +193,18 @@ pub const ENDPOINTS: [Endpoint; 18] = [
         body: Some(RequestBody::Required(decline)),
         success: Success::Json(200, declined),
         errors: &[404, 409],
+    },
+    Endpoint {
+        method: Method::GET,
+        path: "/api/v1/flex/runs/{id}/value",
+        id: "runValue",
+        summary: "One value of the run document whole, where the document left it out for its size",
+        access: Access::Caller,
+        query: &[("pointer", "string", "The JSON Pointer a `$elided` marker's href names (e.g. /nodes/3/output)")],
+        headers: &[],
+        body: None,
+        success: Success::Json(200, run_value),
+        errors: &[404],
     },
     Endpoint {
         method: Method::GET,

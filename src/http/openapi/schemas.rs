@@ -139,6 +139,11 @@ pub(super) fn declined() -> Value {
                           "runId": {"type": "string"}, "nodeId": {"type": "string"}}})
 }
 
+pub(super) fn run_value() -> Value {
+    json!({"type": "object", "required": ["runId", "pointer", "value"],
+           "properties": {"runId": {"type": "string"}, "pointer": {"type": "string"}, "value": {}}})
+}
+
 pub(super) fn events_page() -> Value {
     json!({"type": "object", "required": ["runId", "events", "nextAfter", "hasMore"],
            "properties": {"runId": {"type": "string"}, "events": {"type": "array", "items": {"type": "object"}},

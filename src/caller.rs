@@ -1,5 +1,7 @@
-//! Who a request is: a caller or an operator, by the name of its key. Kept apart from how a
-//! request proves it (`auth`: a key; `session`: a browser session standing for a key).
+//! Who a request is: a caller or an operator, by the name of its key, and what each may see. Kept
+//! apart from how a request proves it (`http::auth`: a key; `http::session`: a browser session
+//! standing for a key), so the domain's rules (whose runs and threads a caller reaches) need no
+//! HTTP.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {

@@ -1,0 +1,158 @@
+//! Threads: a thread groups the runs started on it — a LangGraph thread, or the flex API's
+//! `constraints.threadId`. A thread belongs to the caller that made it, and so does every run on
+//! it, whichever API starts the run: a run's history (a chat's earlier messages) goes into the
+//! next run's prompt, so a thread shared across callers would let one write into another's
+//! conversation. Another caller's thread is answered as one that does not exist (404), and an id
+//! in use is refused to everyone alike (409), so nobody learns whose a thread is.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::caller::Caller;
+use crate::store::threads::{self as rows, ThreadRow};
+use crate::store::{DbConn, Store, StoreError};
+
+/// The longest thread id.
+pub const MAX_LEN: usize = 200;
+
+/// What a thread id may be, for messages.
+pub const RULE: &str = "1 to 200 characters: letters, digits, '.', '_', ':' and '-', starting with a letter or digit";
+
+/// A thread id every client can put in a URL path as it is: letters, digits, `.`, `_`, `:`, `-`,
+/// starting with a letter or digit (so never `.` or `..`), at most [`MAX_LEN`] characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ThreadId(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a thread id must be {RULE}")]
+pub struct InvalidThreadId;
+
+impl ThreadId {
+    pub fn parse(id: &str) -> Result<Self, InvalidThreadId> {
+        let mut bytes = id.bytes();
+        let first = bytes.next().ok_or(InvalidThreadId)?;
+        let safe = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-');
+        if id.len() <= MAX_LEN && first.is_ascii_alphanumeric() && bytes.all(safe) {
+            Ok(Self(id.to_string()))
+        } else {
+            Err(InvalidThreadId)
+        }
+    }
+
+    /// A new thread's id, chosen by the server.
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::now_v7().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ThreadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why a thread could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ThreadError {
+    /// No such thread, or another caller's.
+    #[error("thread {0} not found")]
+    NotFound(String),
+    /// A new thread's id is in use (by whomever).
+    #[error("thread {0} already exists")]
+    InUse(String),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for ThreadError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NotFound(what) => Self::NotFound(what.trim_start_matches("thread ").to_string()),
+            other => Self::Store(other),
+        }
+    }
+}
+
+/// The thread `id`, if `caller` may use it.
+pub async fn visible(store: &Store, caller: &Caller, id: &str) -> Result<ThreadRow, ThreadError> {
+    let lookup = id.to_string();
+    let row = store.read(move |conn| rows::get(conn, &lookup)).await?;
+    mine(caller, row, id)
+}
+
+/// Makes a thread for `caller`, with `id` or a new one; [`ThreadError::InUse`] if `id` is taken.
+pub async fn create(
+    store: &Store,
+    caller: &Caller,
+    id: Option<ThreadId>,
+    metadata: Map<String, Value>,
+) -> Result<ThreadRow, ThreadError> {
+    let row = new_row(caller, id.unwrap_or_else(ThreadId::generate), Value::Object(metadata));
+    let insert = row.clone();
+    match store.write(move |conn| rows::insert(conn, &insert)).await {
+        Ok(()) => Ok(row),
+        Err(StoreError::Conflict(_)) => Err(ThreadError::InUse(row.thread_id)),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The thread `id` for a run `caller` starts on it: made for `caller` if it does not exist yet,
+/// [`ThreadError::NotFound`] if it is another caller's.
+pub async fn enter(store: &Store, caller: &Caller, id: &ThreadId) -> Result<ThreadRow, ThreadError> {
+    let row = new_row(caller, id.clone(), Value::Object(Map::new()));
+    let found = store.write(move |conn| get_or_insert(conn, &row)).await?;
+    mine(caller, found, id.as_str())
+}
+
+fn get_or_insert(conn: &mut DbConn, row: &ThreadRow) -> Result<ThreadRow, StoreError> {
+    match rows::get(conn, &row.thread_id) {
+        Err(StoreError::NotFound(_)) => match rows::insert(conn, row) {
+            Ok(()) => Ok(row.clone()),
+            // Made meanwhile by another node sharing the database.
+            Err(StoreError::Conflict(_)) => rows::get(conn, &row.thread_id),
+            Err(error) => Err(error),
+        },
+        found => found,
+    }
+}
+
+fn new_row(caller: &Caller, id: ThreadId, metadata: Value) -> ThreadRow {
+    let now = crate::store::now();
+    ThreadRow {
+        thread_id: id.0,
+        owner: Some(caller.principal.clone()),
+        metadata: metadata.to_string(),
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+fn mine(caller: &Caller, row: ThreadRow, id: &str) -> Result<ThreadRow, ThreadError> {
+    if caller.may_see(row.owner.as_deref()) { Ok(row) } else { Err(ThreadError::NotFound(id.to_string())) }
+}
+
+/// Who owns the runs started on `thread` by `caller`: the thread's owner (an operator may start a
+/// run on anyone's thread; the run is still the thread owner's).
+pub fn run_owner(thread: &ThreadRow, caller: &Caller) -> String {
+    thread.owner.clone().unwrap_or_else(|| caller.principal.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_ids_are_safe_in_a_url_path() {
+        for id in ["t", "0190b2d4-0000-7000-8000-000000000000", "chat.1:a_b-c", &"x".repeat(MAX_LEN)] {
+            assert!(ThreadId::parse(id).is_ok(), "{id}");
+        }
+        for id in ["", ".", "..", "-x", "x?y=1", "a/b", "a b", "a%2Fb", "é", "a#b", &"x".repeat(MAX_LEN + 1)] {
+            assert_eq!(ThreadId::parse(id), Err(InvalidThreadId), "{id}");
+        }
+    }
+}
