@@ -44,10 +44,10 @@ pub fn marker(bytes: usize, href: Option<String>) -> Value {
     json!({ MARKER: about })
 }
 
-/// Replaces `value` with a marker if it is larger than [`INLINE_BYTES`]; says whether it did.
-pub fn if_large(value: &mut Value, href: impl FnOnce() -> Option<String>) -> bool {
+/// Replaces `value` with a marker if it is larger than `limit` bytes; says whether it did.
+pub fn if_larger(value: &mut Value, limit: usize, href: impl FnOnce() -> Option<String>) -> bool {
     let bytes = json_size(value);
-    if bytes <= INLINE_BYTES {
+    if bytes <= limit {
         return false;
     }
     *value = marker(bytes, href());
@@ -102,9 +102,9 @@ mod tests {
     #[test]
     fn a_small_value_stays() {
         let mut value = json!({"ok": true});
-        assert!(!if_large(&mut value, || None));
+        assert!(!if_larger(&mut value, INLINE_BYTES, || None));
         let mut large = json!("x".repeat(INLINE_BYTES + 1));
-        assert!(if_large(&mut large, || None));
+        assert!(if_larger(&mut large, INLINE_BYTES, || None));
         assert_eq!(large, json!({MARKER: {"bytes": INLINE_BYTES + 3}}));
     }
 }

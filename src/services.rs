@@ -18,6 +18,9 @@ use crate::run::claims::{Claims, Leasing};
 use crate::run::state::RunState;
 use crate::store::{Store, StoreError};
 
+/// Whole-run reads (`Services::run_reads`) at once: a few keep the CPU busy; more only add memory.
+const RUN_READS: usize = 4;
+
 /// Sees the state of a run after each commit of its log. Tests use it to check that a live
 /// run's state equals the fold of its committed log at every step.
 pub type CommitObserver = Arc<dyn Fn(&RunState) + Send + Sync>;
@@ -60,6 +63,9 @@ pub struct Services {
     pub redaction: Redaction,
     /// What streams hold of run logs their clients have not taken yet, bounded per node.
     pub backlogs: Arc<Backlogs>,
+    /// Reads that fold a whole run's log at once (`run::view`), bounded in number: each holds
+    /// the run's state while it is built, so many at once would hold many runs' worth.
+    pub run_reads: tokio::sync::Semaphore,
     /// The runs whose log this process writes, and how to stop the task writing one.
     pub claims: Arc<Claims>,
     /// Sees every commit of every run's log (tests); a server has none.
@@ -115,6 +121,7 @@ impl Services {
             facets,
             redaction,
             backlogs,
+            run_reads: tokio::sync::Semaphore::new(RUN_READS),
             claims: Arc::new(Claims::new(leasing)),
             commit_observer: hooks.observer,
             runtime: tokio::runtime::Handle::current(),

@@ -23,7 +23,7 @@ pub use body::Body;
 pub use error::ApiError;
 pub use operator::answer as resume_answer;
 pub use runs::query_escape;
-pub use sse::{Compact, KEEP_ALIVE, compact};
+pub use sse::{Compact, KEEP_ALIVE, compact, sliced};
 
 use std::net::TcpListener;
 use std::sync::{Arc, LazyLock};

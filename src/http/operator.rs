@@ -106,7 +106,7 @@ pub async fn resume(operator: Operator, body: Body, services: web::Data<Services
     let command = Command::Resume { expected_plan_version, answer: answer(&body)?, actor: actor(&operator, &body) };
     let services: Arc<Services> = services.into_inner();
     let applied = run::apply(&services, &run_id, command).await?;
-    Ok(frame_stream(applied.frames, &services.redaction)
+    Ok(frame_stream(applied.frames, &services.redaction, &services.backlogs)
         .customize()
         .insert_header(("x-flexrun-run-id", run_id.to_string())))
 }

@@ -47,7 +47,7 @@ pub async fn run_stream(
     };
     let services: Arc<Services> = services.into_inner();
     let run = crate::run::start(&services, envelope, correlation_id, idempotency, &owner).await?;
-    let mut response = frame_stream(run.frames, &services.redaction).customize();
+    let mut response = frame_stream(run.frames, &services.redaction, &services.backlogs).customize();
     if run.replayed {
         response = response.insert_header(("idempotent-replayed", "true"));
     }
@@ -240,5 +240,5 @@ pub async fn follow_run(
     };
     visible(&services, &caller, &run_id).await?;
     let frames = follow(&services, run_id.to_string(), after);
-    Ok(frame_stream(frames.boxed(), &services.redaction))
+    Ok(frame_stream(frames.boxed(), &services.redaction, &services.backlogs))
 }

@@ -92,6 +92,7 @@ async fn run_of_thread(
 /// The run's state after its frame `upto` (all of its log if `None`), as LangGraph readers keep
 /// it (`project::lighten`).
 async fn state_at(services: &Services, row: RunRow, upto: Option<Seq>) -> Result<RunState, ApiError> {
+    let _reading = services.run_reads.acquire().await;
     let run_id = row.run_id.clone();
     let adapt = move |seq, event: &mut crate::events::Event| project::lighten(&run_id, seq, event);
     state_of(services, &row, upto, adapt).await.map_err(|error| match error {

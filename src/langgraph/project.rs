@@ -12,8 +12,12 @@ use crate::plan::NodeStatus;
 use crate::run::RunStatus;
 use crate::run::state::RunState;
 
+/// Outputs and observed values larger than this (bytes) are left out of what LangGraph readers
+/// keep: a stream's state holds at most a plan's nodes of them.
+const KEPT_BYTES: usize = 16 * 1024;
+
 /// What a LangGraph reader keeps of an event before folding it into the state it projects:
-/// outputs and observed values larger than [`elide::INLINE_BYTES`] are left out, with the frame
+/// outputs and observed values larger than [`KEPT_BYTES`] are left out, with the frame
 /// that carries them (the flex API's events page) as where to read them whole. A client gets a
 /// node's output whole once, in its `updates` event; `values`, sent after every step, and the
 /// state a stream holds for its client stay bounded.
@@ -21,10 +25,10 @@ pub fn lighten(run_id: &str, seq: Seq, event: &mut Event) {
     let href = || Some(format!("/api/v1/flex/runs/{run_id}/events?after={}&limit=1", seq.get().saturating_sub(1)));
     match event {
         Event::NodeComplete(complete) => {
-            elide::if_large(&mut complete.output, href);
+            elide::if_larger(&mut complete.output, KEPT_BYTES, href);
         }
         Event::Complete(complete) => {
-            elide::if_large(&mut complete.output, href);
+            elide::if_larger(&mut complete.output, KEPT_BYTES, href);
             lighten_results(complete.goal_condition_results.iter_mut().flatten(), href);
         }
         Event::GoalConditionFailed(failed) => lighten_results(failed.failed_goal_conditions.iter_mut(), href),
@@ -37,7 +41,7 @@ fn lighten_results<'a>(
     href: impl Fn() -> Option<String>,
 ) {
     for value in results.filter_map(|result| result.observed_value.as_mut()) {
-        elide::if_large(value, &href);
+        elide::if_larger(value, KEPT_BYTES, &href);
     }
 }
 

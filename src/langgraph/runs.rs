@@ -170,7 +170,7 @@ async fn stream_run(
 ) -> Result<HttpResponse, ApiError> {
     let services = services.into_inner();
     let began = begin(&services, &caller, thread_id, &body).await?;
-    Ok(stream::respond(&req, began.translator, began.frames, &began.thread_id))
+    Ok(stream::respond(&req, began.translator, began.frames, &began.thread_id, &services.backlogs))
 }
 
 /// `POST /threads/{tid}/runs/stream`: starts a run (or resumes) and streams it.
@@ -350,7 +350,7 @@ pub async fn join_stream(
     let frames = follow(&services, run_id, after).boxed();
     let state = state_at(&services, row, Some(after)).await?;
     let translator = Translator::new(state, modes, objective, chat, services.redaction.clone());
-    Ok(stream::respond(&req, translator, frames, &tid))
+    Ok(stream::respond(&req, translator, frames, &tid, &services.backlogs))
 }
 
 /// `GET /threads/{tid}/runs/{rid}/join`: waits for the run to end or pause; its values.

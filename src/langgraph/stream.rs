@@ -4,6 +4,7 @@
 //! with `Last-Event-ID` gets exactly the frames after it; a `: heartbeat` comment keeps an idle
 //! stream alive. [`Translator`] is pure; [`respond`] puts it on the wire.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header;
@@ -18,6 +19,7 @@ use super::request::StreamMode;
 use crate::events::payload::CompleteStatus;
 use crate::events::{Event, Frame};
 use crate::redact::Redaction;
+use crate::run::backlog::Backlogs;
 use crate::run::RunStatus;
 use crate::run::follow::FollowError;
 use crate::run::state::{At, RunState};
@@ -178,6 +180,7 @@ pub fn respond(
     translator: Translator,
     frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
     thread_id: &str,
+    backlogs: &Arc<Backlogs>,
 ) -> HttpResponse {
     let run_id = translator.state.run_id.to_string();
     let modes: Vec<String> = translator.modes.iter().map(|m| format!("stream_mode={}", m.as_str())).collect();
@@ -216,14 +219,14 @@ pub fn respond(
             stream::iter(events)
         });
     let sse = Sse::from_stream(body).with_keep_alive(HEARTBEAT);
-    let mut response = sse.respond_to(req).map_into_boxed_body();
+    let mut response = sse.respond_to(req);
     let headers = response.headers_mut();
     for (name, value) in [(header::LOCATION, location), (header::CONTENT_LOCATION, content_location)] {
         if let Ok(value) = header::HeaderValue::from_str(&value) {
             headers.insert(name, value);
         }
     }
-    crate::http::compact(response)
+    crate::http::sliced(response, backlogs)
 }
 
 fn event(part: Part) -> sse::Event {

@@ -1,25 +1,46 @@
-//! Frames read from a run's log for a client that has not taken them yet: each follower's
-//! [`Backlog`], and what all of a node's backlogs hold together, [`Backlogs`].
+//! What a stream has read or written for a client that has not taken it yet: each stream's
+//! [`Backlog`]s, and what all of a node's backlogs hold together, [`Backlogs`].
 //!
-//! A follower reads a log a page at a time (`store::events::page_after`, bounded in bytes), and
-//! reads the next page only once its client has taken the last: a client that stops reading
-//! holds one page. Thousands of such clients would still hold thousands of pages, so the node
-//! bounds their sum too: a page that would take the node past it first cuts off the clients
-//! that have held theirs the longest (the slowest readers), whose pages are dropped at once.
-//! A cut-off client's stream ends; it re-attaches with `Last-Event-ID` and loses nothing.
-//! Frames delivered live are not counted: they are shared by every follower of a run, and the
-//! run's bus keeps only its last few commits (`events::Bus`).
+//! A follower reads a run's log a page at a time (`store::events::page_after`, bounded in
+//! bytes), and the next page only once its client has taken the last; a stream writes an event
+//! to its connection a slice at a time (`http::sse`), the rest of the event waiting here. So a
+//! client that stops reading holds a page and the rest of one event. Thousands of such clients
+//! would still hold thousands of pages, so the node bounds their sum: a page or event that would
+//! take the node past `limits.stream_backlog_bytes` first cuts off the streams that have held
+//! theirs the longest without taking any of it (the slowest readers), and their backlogs are
+//! dropped at once. A cut-off client's stream ends; it re-attaches with `Last-Event-ID` and
+//! loses nothing. Frames delivered live are not counted: every follower of a run shares them,
+//! and the run's bus keeps only its last few commits (`events::Bus`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
+
 use crate::store::events::LoggedFrame;
 use crate::telemetry;
 
+/// What a backlog holds: anything with a size in bytes.
+pub trait Weight {
+    fn weight(&self) -> u64;
+}
+
+impl Weight for LoggedFrame {
+    fn weight(&self) -> u64 {
+        u64::try_from(self.json.len()).unwrap_or(u64::MAX)
+    }
+}
+
+impl Weight for Bytes {
+    fn weight(&self) -> u64 {
+        u64::try_from(self.len()).unwrap_or(u64::MAX)
+    }
+}
+
 /// The backlogs of one node.
 pub struct Backlogs {
-    /// Bytes of frame text all backlogs may hold together.
+    /// Bytes all backlogs may hold together.
     capacity: u64,
     held: Mutex<Held>,
 }
@@ -27,22 +48,33 @@ pub struct Backlogs {
 #[derive(Default)]
 struct Held {
     total: u64,
-    /// Holders by when they took their page: the first is the one that has held its page the
-    /// longest.
-    holders: BTreeMap<u64, Arc<Shared>>,
+    /// Holders by when they last took something in: the first has held its backlog the longest.
+    holders: BTreeMap<u64, Arc<dyn Cut>>,
     next: u64,
 }
 
-/// One follower's page, shared with [`Backlogs`] so a cut can drop it.
-#[derive(Default)]
-struct Shared {
-    frames: Mutex<VecDeque<LoggedFrame>>,
+/// A backlog as [`Backlogs`] sees it: something it can drop to make room.
+trait Cut: Send + Sync {
+    /// Drops everything held and marks the backlog cut; the bytes dropped.
+    fn cut(&self) -> u64;
+}
+
+/// One backlog's items, shared with [`Backlogs`] so a cut can drop them.
+struct Shared<T> {
+    items: Mutex<VecDeque<T>>,
     cut: AtomicBool,
 }
 
-impl Shared {
-    fn frames(&self) -> MutexGuard<'_, VecDeque<LoggedFrame>> {
-        self.frames.lock().unwrap_or_else(|p| p.into_inner())
+impl<T> Shared<T> {
+    fn items(&self) -> MutexGuard<'_, VecDeque<T>> {
+        self.items.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl<T: Weight + Send> Cut for Shared<T> {
+    fn cut(&self) -> u64 {
+        self.cut.store(true, Ordering::Release);
+        self.items().drain(..).map(|item| item.weight()).sum()
     }
 }
 
@@ -51,9 +83,10 @@ impl Backlogs {
         Arc::new(Self { capacity, held: Mutex::default() })
     }
 
-    /// A new follower's backlog, empty.
-    pub fn backlog(self: &Arc<Self>) -> Backlog {
-        Backlog { backlogs: self.clone(), shared: Arc::default(), holding: None }
+    /// A new, empty backlog.
+    pub fn backlog<T: Weight + Send + 'static>(self: &Arc<Self>) -> Backlog<T> {
+        let shared = Arc::new(Shared { items: Mutex::new(VecDeque::new()), cut: AtomicBool::new(false) });
+        Backlog { backlogs: self.clone(), shared, holding: None }
     }
 
     /// Bytes all backlogs hold now.
@@ -66,45 +99,47 @@ impl Backlogs {
     }
 }
 
-/// What one follower has read and its client not yet taken. Dropping it gives its bytes back.
-pub struct Backlog {
+/// What one stream has and its client not yet: read frames, or the rest of an event. Dropping it
+/// gives its bytes back.
+pub struct Backlog<T: Weight + Send + 'static> {
     backlogs: Arc<Backlogs>,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<T>>,
     /// Its place among the holders, and the bytes it holds (`None` while empty).
     holding: Option<(u64, u64)>,
 }
 
-impl Backlog {
-    /// Holds `page` (read after the last one was taken), cutting off the slowest readers
+impl<T: Weight + Send + 'static> Backlog<T> {
+    /// Holds `items` (taken in once the last were taken out), cutting off the slowest readers
     /// first if the node would otherwise hold more than its capacity.
-    pub fn hold(&mut self, page: Vec<LoggedFrame>) {
+    pub fn hold(&mut self, items: impl IntoIterator<Item = T>) {
         self.release();
-        let bytes: u64 = page.iter().map(size).sum();
+        let items: VecDeque<T> = items.into_iter().collect();
+        let bytes: u64 = items.iter().map(Weight::weight).sum();
         if bytes == 0 {
             return;
         }
         let mut held = self.backlogs.lock();
         while held.total + bytes > self.backlogs.capacity {
-            let Some((_, oldest)) = held.holders.pop_first() else { break };
-            let dropped: u64 = oldest.frames().drain(..).map(|frame| size(&frame)).sum();
-            oldest.cut.store(true, Ordering::Release);
+            let Some((_, slowest)) = held.holders.pop_first() else { break };
+            let dropped = slowest.cut();
             held.total -= dropped.min(held.total);
             telemetry::slow_reader_cut();
         }
         let place = held.next;
         held.next += 1;
         held.total += bytes;
-        held.holders.insert(place, self.shared.clone());
-        self.shared.frames().extend(page);
+        let holder: Arc<dyn Cut> = self.shared.clone();
+        held.holders.insert(place, holder);
+        *self.shared.items() = items;
         self.holding = Some((place, bytes));
         telemetry::backlog_bytes(held.total);
     }
 
-    /// The next frame of the page, if any is left.
-    pub fn pop(&mut self) -> Option<LoggedFrame> {
-        let frame = self.shared.frames().pop_front()?;
+    /// The next item held, if any is left.
+    pub fn pop(&mut self) -> Option<T> {
+        let item = self.shared.items().pop_front()?;
         if let Some((place, bytes)) = &mut self.holding {
-            let taken = size(&frame).min(*bytes);
+            let taken = item.weight().min(*bytes);
             *bytes -= taken;
             let mut held = self.backlogs.lock();
             held.total -= taken.min(held.total);
@@ -113,10 +148,10 @@ impl Backlog {
                 self.holding = None;
             }
         }
-        Some(frame)
+        Some(item)
     }
 
-    /// Whether the node cut this follower off to stay within its capacity.
+    /// Whether the node cut this stream off to stay within its capacity.
     pub fn is_cut(&self) -> bool {
         self.shared.cut.load(Ordering::Acquire)
     }
@@ -124,7 +159,7 @@ impl Backlog {
     /// Gives back what is held.
     fn release(&mut self) {
         let Some((place, _)) = self.holding.take() else { return };
-        let left: u64 = self.shared.frames().drain(..).map(|frame| size(&frame)).sum();
+        let left: u64 = self.shared.items().drain(..).map(|item| item.weight()).sum();
         let mut held = self.backlogs.lock();
         if held.holders.remove(&place).is_some() {
             held.total -= left.min(held.total);
@@ -132,63 +167,49 @@ impl Backlog {
     }
 }
 
-impl Drop for Backlog {
+impl<T: Weight + Send + 'static> Drop for Backlog<T> {
     fn drop(&mut self) {
         self.release();
     }
 }
 
-fn size(frame: &LoggedFrame) -> u64 {
-    u64::try_from(frame.json.len()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::Seq;
 
-    fn page(sizes: &[usize]) -> Vec<LoggedFrame> {
-        sizes
-            .iter()
-            .enumerate()
-            .map(|(i, size)| LoggedFrame {
-                seq: Seq::ZERO.plus(i + 1),
-                event_type: "log".into(),
-                json: "x".repeat(*size).into(),
-                secret_keys: None,
-            })
-            .collect()
+    fn bytes(sizes: &[usize]) -> Vec<Bytes> {
+        sizes.iter().map(|size| Bytes::from(vec![b'x'; *size])).collect()
     }
 
     #[test]
-    fn a_backlog_holds_its_page_until_taken_and_gives_it_back() {
+    fn a_backlog_holds_until_taken_and_gives_it_back() {
         let backlogs = Backlogs::new(1_000);
         let mut backlog = backlogs.backlog();
-        backlog.hold(page(&[100, 200]));
+        backlog.hold(bytes(&[100, 200]));
         assert_eq!(backlogs.held(), 300);
-        assert_eq!(backlog.pop().map(|f| f.json.len()), Some(100));
+        assert_eq!(backlog.pop().map(|b| b.len()), Some(100));
         assert_eq!(backlogs.held(), 200);
-        assert_eq!(backlog.pop().map(|f| f.json.len()), Some(200));
+        assert_eq!(backlog.pop().map(|b| b.len()), Some(200));
         assert_eq!((backlogs.held(), backlog.pop().is_none()), (0, true));
-        backlog.hold(page(&[50]));
+        backlog.hold(bytes(&[50]));
         drop(backlog);
-        assert_eq!(backlogs.held(), 0, "a dropped follower gives its page back");
+        assert_eq!(backlogs.held(), 0, "a dropped stream gives its backlog back");
     }
 
     #[test]
     fn the_slowest_readers_are_cut_off_to_stay_within_the_capacity() {
         let backlogs = Backlogs::new(1_000);
         let (mut slowest, mut slow, mut reader) = (backlogs.backlog(), backlogs.backlog(), backlogs.backlog());
-        slowest.hold(page(&[400]));
-        slow.hold(page(&[400]));
-        reader.hold(page(&[100, 100]));
+        slowest.hold(bytes(&[400]));
+        slow.hold(bytes(&[400]));
+        reader.hold(bytes(&[100, 100]));
         assert_eq!(backlogs.held(), 1_000);
         reader.pop();
         reader.pop();
-        reader.hold(page(&[300]));
+        reader.hold(bytes(&[300]));
         assert!(slowest.is_cut() && !slow.is_cut() && !reader.is_cut());
         assert_eq!(backlogs.held(), 700);
-        assert!(slowest.pop().is_none(), "its page was dropped");
-        assert_eq!(slow.pop().map(|f| f.json.len()), Some(400));
+        assert!(slowest.pop().is_none(), "its backlog was dropped");
+        assert_eq!(slow.pop().map(|b| b.len()), Some(400));
     }
 }

@@ -32,7 +32,7 @@ struct Follower {
     live: broadcast::Receiver<BusMessage>,
     last: Seq,
     /// Frames read from the log, not yet delivered.
-    backlog: Backlog,
+    backlog: Backlog<LoggedFrame>,
     page: Page,
     /// Frames delivered live, not yet delivered to the client.
     pending: VecDeque<LoggedFrame>,

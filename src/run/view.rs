@@ -275,7 +275,8 @@ pub enum ViewError {
 
 /// The state of the run of `row` after its frame `upto` (all of its log with `None`), each event
 /// passed through `adapt` first. The log is folded a page at a time as it is read, so a reader
-/// holds the state and one page of the log, never the whole log.
+/// holds the state and one page of the log, never the whole log. Callers hold a permit of
+/// `Services::run_reads` meanwhile.
 pub async fn state_of(
     services: &Services,
     row: &RunRow,
@@ -310,6 +311,7 @@ pub async fn state_of(
 impl RunView {
     /// Reads run `run_id` and builds its view (`NotFound` if there is none).
     pub async fn read(services: &Services, run_id: &RunId) -> Result<Self, ViewError> {
+        let _reading = services.run_reads.acquire().await;
         let lookup = run_id.to_string();
         let row = services.store.read(move |conn| runs::get(conn, &lookup)).await?;
         let state = state_of(services, &row, None, |_, _| {}).await?;

@@ -214,11 +214,16 @@ pub fn event_log(dir: &std::path::Path, run_id: &str) -> Vec<(u64, String, Value
         .collect()
 }
 
-/// Reads up to `max` frames of an SSE response (until it ends).
+/// Reads up to `max` frames of an SSE response (until it ends), within 30 s.
 pub async fn read_frames(response: reqwest::Response, max: usize) -> Vec<ReceivedFrame> {
+    read_frames_within(response, max, Duration::from_secs(30)).await
+}
+
+/// Reads up to `max` frames of an SSE response (until it ends), within `patience`.
+pub async fn read_frames_within(response: reqwest::Response, max: usize, patience: Duration) -> Vec<ReceivedFrame> {
     let mut frames = Vec::new();
     let mut events = response.bytes_stream().eventsource();
-    let deadline = tokio::time::sleep(Duration::from_secs(30));
+    let deadline = tokio::time::sleep(patience);
     tokio::pin!(deadline);
     while frames.len() < max {
         tokio::select! {
@@ -232,7 +237,7 @@ pub async fn read_frames(response: reqwest::Response, max: usize) -> Vec<Receive
                 Some(Err(error)) => panic!("SSE error: {error}"),
                 None => break,
             },
-            _ = &mut deadline => panic!("stream did not end within 30 s; got {:?}", kinds(&frames)),
+            _ = &mut deadline => panic!("stream did not end within {patience:?}; got {:?}", kinds(&frames)),
         }
     }
     frames
