@@ -600,7 +600,10 @@ mod tests {
             "configuration: `auth.operator_keys` entry 1 has a name but no key (`name:key`)"
         );
         let both = refused(&[("FLEXRUN_API_KEYS", "alice:k1"), ("FLEXRUN_OPERATOR_KEYS", "ops:k1")]);
-        assert_eq!(both, "configuration: `auth.operator_keys` and `auth.api_keys` list the same key: a key has one role");
+        assert_eq!(
+            both,
+            "configuration: `auth.operator_keys` and `auth.api_keys` list the same key: a key has one role"
+        );
         let named = refused(&[("FLEXRUN_API_KEYS", "alice:k1"), ("FLEXRUN_OPERATOR_KEYS", "alice:k2")]);
         assert!(named.contains("both name `alice`"), "{named}");
         let twice = refused(&[("FLEXRUN_API_KEYS", "a:k1,b:k1")]);

@@ -58,11 +58,9 @@ pub fn if_larger(value: &mut Value, limit: usize, href: impl FnOnce() -> Option<
 /// [`INLINE_BYTES`] is left out, then the largest remaining ones until the slots together take
 /// at most `budget` bytes. `href` says where the value at a slot can be read whole.
 pub fn bound(document: &mut Value, slots: &[String], budget: usize, href: impl Fn(&str) -> Option<String>) {
-    let mut sizes: Vec<(usize, &String)> = slots
-        .iter()
-        .filter_map(|slot| document.pointer(slot).map(|value| (json_size(value), slot)))
-        .collect();
-    sizes.sort_by(|a, b| b.0.cmp(&a.0));
+    let mut sizes: Vec<(usize, &String)> =
+        slots.iter().filter_map(|slot| document.pointer(slot).map(|value| (json_size(value), slot))).collect();
+    sizes.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
     let mut total: usize = sizes.iter().map(|(size, _)| size).sum();
     for (size, slot) in sizes {
         if size <= INLINE_BYTES && total <= budget {

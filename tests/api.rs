@@ -60,7 +60,14 @@ async fn bad_envelopes_get_400_with_every_problem_and_create_nothing() {
     assert!(unknown["error"]["message"].as_str().unwrap().contains("did you mean `goal_condition`"), "{unknown}");
 
     let (status, not_json) = error_body(
-        server.http.post(server.url("/api/v1/flex/run.stream")).body("{\"objective\": ").send().await.unwrap(),
+        server
+            .http
+            .post(server.url("/api/v1/flex/run.stream"))
+            .header("content-type", "application/json")
+            .body("{\"objective\": ")
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
     assert_eq!((status, not_json["error"]["code"].as_str()), (400, Some("invalid_json")));

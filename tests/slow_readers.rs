@@ -122,7 +122,8 @@ async fn reads_of_a_large_run_are_bounded_and_link_to_what_they_leave_out() {
     let nowhere = text(format!("/api/v1/flex/runs/{run_id}/value?pointer=/envelope")).await;
     assert!(nowhere.contains("value_not_found"), "only the places values are left out: {nowhere}");
 
-    let page: Value = serde_json::from_str(&text(format!("/api/v1/flex/runs/{run_id}/events?limit=1000")).await).unwrap();
+    let page: Value =
+        serde_json::from_str(&text(format!("/api/v1/flex/runs/{run_id}/events?limit=1000")).await).unwrap();
     let events = page["events"].as_array().unwrap();
     assert!(events.len() < frames.len() && page["hasMore"] == true, "a page of {} frames", events.len());
     let shown: usize = events.iter().map(|e| e.to_string().len()).sum();

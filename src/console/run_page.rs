@@ -95,7 +95,8 @@ pub async fn show(
         return not_found();
     }
     // Large values are left out of the page as of the API's document, and linked to whole.
-    let href = |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", crate::http::query_escape(pointer));
+    let href =
+        |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", crate::http::query_escape(pointer));
     let view = match view.bounded(href) {
         Ok(view) => view,
         Err(error) => return unavailable(&error),

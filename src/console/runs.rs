@@ -10,8 +10,8 @@ use serde::Deserialize;
 use super::page::{self, Chrome};
 use super::viewer::Viewer;
 use crate::http::{Caller, Role};
-use crate::run::{RunId, RunStatus};
 use crate::run::view::{RunList, RunListEntry, RunQuery as Runs};
+use crate::run::{RunId, RunStatus};
 use crate::services::Services;
 
 /// Runs per page.

@@ -11,10 +11,10 @@ use actix_web::dev::Payload;
 use actix_web::http::Method;
 use actix_web::{FromRequest, HttpRequest, web};
 
-pub use crate::caller::{ANONYMOUS, Caller, Role};
 use super::error::ApiError;
 use super::session::{self, Sessions};
 use super::site;
+pub use crate::caller::{ANONYMOUS, Caller, Role};
 use crate::config::{AuthSettings, NamedKey};
 use crate::services::Services;
 

@@ -27,7 +27,9 @@ impl PageSize {
         match limit {
             None => Ok(self.default),
             Some(limit) if (1..=self.max).contains(&limit) => Ok(limit),
-            Some(limit) => Err(ApiError::bad_request(code, format!("limit must be from 1 to {} (was {limit})", self.max))),
+            Some(limit) => {
+                Err(ApiError::bad_request(code, format!("limit must be from 1 to {} (was {limit})", self.max)))
+            }
         }
     }
 }
@@ -36,9 +38,8 @@ impl PageSize {
 pub fn run_cursor(cursor: Option<&str>) -> Result<Option<RunId>, ApiError> {
     cursor
         .map(|cursor| {
-            RunId::parse(cursor).map_err(|_| {
-                ApiError::bad_request("invalid_query", "cursor must be the nextCursor of the page before")
-            })
+            RunId::parse(cursor)
+                .map_err(|_| ApiError::bad_request("invalid_query", "cursor must be the nextCursor of the page before"))
         })
         .transpose()
 }

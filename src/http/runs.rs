@@ -59,7 +59,11 @@ pub async fn run_stream(
 /// The envelope's `constraints.threadId`, if clients can address it (`crate::thread::ThreadId`).
 fn thread_id(id: &str) -> Result<ThreadId, ApiError> {
     ThreadId::parse(id).map_err(|error| {
-        ApiError::invalid_envelope(vec![FieldError::new("/constraints/threadId", "invalid_thread_id", error.to_string())])
+        ApiError::invalid_envelope(vec![FieldError::new(
+            "/constraints/threadId",
+            "invalid_thread_id",
+            error.to_string(),
+        )])
     })
 }
 
@@ -178,7 +182,8 @@ pub async fn get_value(
             what: format!("a value at {:?} of run {run_id}", crate::excerpt::excerpt(&query.pointer, 100)),
         });
     };
-    Ok(HttpResponse::Ok().json(services.redaction.value(json!({"runId": run_id, "pointer": query.pointer, "value": value}))))
+    Ok(HttpResponse::Ok()
+        .json(services.redaction.value(json!({"runId": run_id, "pointer": query.pointer, "value": value}))))
 }
 
 #[derive(Debug, Deserialize)]
@@ -208,8 +213,11 @@ pub async fn get_events(
         .read(move |conn| event_log::page_after(conn, lookup.as_str(), after, size))
         .await
         .map_err(run_error(&run_id))?;
-    let frames: Vec<Value> =
-        page.frames.iter().map(|f| services.redaction.value(serde_json::from_str(&f.json).unwrap_or(Value::Null))).collect();
+    let frames: Vec<Value> = page
+        .frames
+        .iter()
+        .map(|f| services.redaction.value(serde_json::from_str(&f.json).unwrap_or(Value::Null)))
+        .collect();
     let next_after = page.frames.last().map_or(after, |f| f.seq);
     Ok(HttpResponse::Ok()
         .json(json!({"runId": run_id, "events": frames, "nextAfter": next_after, "hasMore": page.more})))

@@ -111,8 +111,7 @@ pub fn same_origin(request: &HttpRequest) -> bool {
 
 /// `origin` (`scheme://host[:port]`) is this server as the request addressed it.
 fn is_own_origin(request: &HttpRequest, origin: &str) -> bool {
-    let Some(authority) = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(String::from)
-    else {
+    let Some(authority) = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).map(String::from) else {
         return request.uri().authority().is_some_and(|a| origin.ends_with(&format!("://{a}")));
     };
     let scheme = request.connection_info().scheme().to_string();
@@ -146,7 +145,8 @@ mod tests {
 
     #[test]
     fn the_host_is_read_from_the_host_header_without_its_port() {
-        let named = |value: &str| host_name(&TestRequest::default().insert_header((header::HOST, value)).to_http_request());
+        let named =
+            |value: &str| host_name(&TestRequest::default().insert_header((header::HOST, value)).to_http_request());
         assert_eq!(named("Evil.Example:8080").as_deref(), Some("evil.example"));
         assert_eq!(named("[::1]:8080").as_deref(), Some("::1"));
         assert_eq!(named("localhost.").as_deref(), Some("localhost"));

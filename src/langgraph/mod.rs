@@ -24,13 +24,13 @@ use serde_json::Value;
 
 use crate::events::Seq;
 use crate::http::{ApiError, Caller};
-use crate::run::state::RunState;
 use crate::run::RunId;
+use crate::run::state::RunState;
 use crate::run::view::{ViewError, state_of};
 use crate::services::Services;
+use crate::store::StoreError;
 use crate::store::runs::RunRow;
 use crate::store::threads::ThreadRow;
-use crate::store::StoreError;
 
 /// Registers the LangGraph routes at the root, beside `/api/v1/flex` and `/ui`.
 pub fn routes(cfg: &mut web::ServiceConfig) {

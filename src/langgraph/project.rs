@@ -36,10 +36,7 @@ pub fn lighten(run_id: &str, seq: Seq, event: &mut Event) {
     }
 }
 
-fn lighten_results<'a>(
-    results: impl Iterator<Item = &'a mut GoalConditionResult>,
-    href: impl Fn() -> Option<String>,
-) {
+fn lighten_results<'a>(results: impl Iterator<Item = &'a mut GoalConditionResult>, href: impl Fn() -> Option<String>) {
     for value in results.filter_map(|result| result.observed_value.as_mut()) {
         elide::if_larger(value, KEPT_BYTES, &href);
     }
@@ -80,7 +77,8 @@ pub fn values(state: &RunState, objective: &str, chat: Option<&[Value]>) -> Valu
     values.insert("plan".into(), plan(state));
     let outputs: Map<String, Value> =
         state.completed().iter().map(|work| (work.node_id.clone(), work.output.clone())).collect();
-    let slots: Vec<String> = outputs.keys().map(|node| format!("/outputs/{}", node.replace('~', "~0").replace('/', "~1"))).collect();
+    let slots: Vec<String> =
+        outputs.keys().map(|node| format!("/outputs/{}", node.replace('~', "~0").replace('/', "~1"))).collect();
     let mut outputs = json!({ "outputs": outputs });
     elide::bound(&mut outputs, &slots, VALUES_OUTPUT_BYTES, |_| None);
     values.insert("outputs".into(), outputs["outputs"].take());

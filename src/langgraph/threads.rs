@@ -15,9 +15,7 @@ use crate::store::threads::{self as thread_rows, ThreadRow};
 use crate::thread::{self, ThreadError, ThreadId};
 
 /// Threads a search returns at most.
-const MAX_SEARCH: usize = 100;
-/// Threads a search with a metadata filter looks through.
-const SEARCH_WINDOW: i64 = 1000;
+const MAX_SEARCH: i64 = 100;
 
 /// `GET /info`: what this server is (clients use it as a health check).
 #[get("/info")]
@@ -143,7 +141,10 @@ pub async fn get_thread(
     Ok(HttpResponse::Ok().json(thread_json(&services, &thread, newest).await?))
 }
 
+/// Refuses keys it does not list (`values`, `select`, `extract`): flexrun cannot search or shape
+/// threads by them.
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct SearchThreads {
     #[serde(default)]
     metadata: Option<Map<String, Value>>,
@@ -152,14 +153,22 @@ struct SearchThreads {
     #[serde(default)]
     ids: Option<Vec<String>>,
     #[serde(default)]
-    limit: Option<usize>,
+    limit: Option<i64>,
     #[serde(default)]
-    offset: Option<usize>,
+    offset: Option<u32>,
+    #[serde(default)]
+    sort_by: Option<String>,
+    #[serde(default)]
+    sort_order: Option<String>,
 }
 
+/// Threads read from the database per query while a search filters them by status.
+const SEARCH_BATCH: i64 = 200;
+
 /// `POST /threads/search` `{metadata?, status?, ids?, limit?, offset?}`: the caller's threads,
-/// most recently updated first. A metadata filter keeps threads whose metadata has each key
-/// with that value, among the 1,000 most recently updated.
+/// most recently updated first. A metadata filter keeps threads whose metadata has each key with
+/// that value (found by the `thread_metadata` index); a status filter reads the threads a batch
+/// at a time until the page is full, so every match is found.
 #[post("/threads/search")]
 pub async fn search_threads(
     caller: Caller,
@@ -167,28 +176,57 @@ pub async fn search_threads(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let query: SearchThreads = if body.is_blank() { SearchThreads::default() } else { body.json()? };
-    let limit = query.limit.unwrap_or(10).clamp(1, MAX_SEARCH);
-    let offset = query.offset.unwrap_or(0);
-    let owner = caller.owner_filter().map(String::from);
-    let rows = services.store.read(move |conn| thread_rows::recent(conn, owner.as_deref(), SEARCH_WINDOW)).await?;
-    let wanted = |thread: &ThreadRow| {
-        let metadata: Value = serde_json::from_str(&thread.metadata).unwrap_or_default();
-        let ids_match = query.ids.as_ref().is_none_or(|ids| ids.contains(&thread.thread_id));
-        let metadata_match = query.metadata.iter().flatten().all(|(key, value)| metadata.get(key) == Some(value));
-        ids_match && metadata_match
-    };
-    let mut threads = Vec::new();
-    for thread in rows.iter().filter(|t| wanted(t)) {
-        let newest = newest_run(&services, &thread.thread_id).await?;
-        let shown = thread_json(&services, thread, newest).await?;
-        if query.status.as_ref().is_none_or(|status| shown["status"] == status.as_str()) {
-            threads.push(shown);
-        }
-        if threads.len() >= offset + limit {
-            break;
-        }
+    let limit = PageSize { default: 10, max: MAX_SEARCH }.of_body(query.limit)?;
+    if query.sort_by.as_deref().is_some_and(|s| s != "updated_at")
+        || query.sort_order.as_deref().is_some_and(|s| s != "desc")
+    {
+        return Err(ApiError::bad_request("invalid_request", "threads are sorted by updated_at, desc, only"));
     }
-    let page: Vec<Value> = threads.into_iter().skip(offset).take(limit).collect();
+    if let Some(status) = &query.status
+        && !["idle", "busy", "interrupted", "error"].contains(&status.as_str())
+    {
+        return Err(ApiError::bad_request("invalid_request", "status must be idle, busy, interrupted or error"));
+    }
+    let wanted =
+        usize::try_from(limit).unwrap_or_default() + usize::try_from(query.offset.unwrap_or(0)).unwrap_or_default();
+    let owner = caller.owner_filter().map(String::from);
+    let metadata: Vec<(String, String)> =
+        query.metadata.iter().flatten().map(|(key, value)| thread_rows::metadata_entry(key, value)).collect();
+    let (ids, status) = (query.ids, query.status);
+    let found = services
+        .store
+        .read(move |conn| {
+            let search = thread_rows::Search { owner: owner.as_deref(), ids: ids.as_deref(), metadata: &metadata };
+            let mut found: Vec<(ThreadRow, Option<RunRow>)> = Vec::new();
+            let mut after: Option<(chrono::NaiveDateTime, String)> = None;
+            while found.len() < wanted {
+                let batch = thread_rows::search(
+                    conn,
+                    &search,
+                    after.as_ref().map(|(at, id)| (*at, id.as_str())),
+                    SEARCH_BATCH,
+                )?;
+                let done = i64::try_from(batch.len()).unwrap_or_default() < SEARCH_BATCH;
+                after = batch.last().map(|t| (t.updated_at, t.thread_id.clone()));
+                for thread in batch {
+                    let newest = thread_rows::runs(conn, &thread.thread_id, 1)?.into_iter().next();
+                    let status_now = project::thread_status(newest.as_ref().and_then(|r| r.status.parse().ok()));
+                    if status.as_deref().is_none_or(|wanted| wanted == status_now) {
+                        found.push((thread, newest));
+                    }
+                }
+                if done {
+                    break;
+                }
+            }
+            Ok(found)
+        })
+        .await?;
+    let offset = usize::try_from(query.offset.unwrap_or(0)).unwrap_or_default();
+    let mut page = Vec::new();
+    for (thread, newest) in found.into_iter().skip(offset).take(usize::try_from(limit).unwrap_or_default()) {
+        page.push(thread_json(&services, &thread, newest).await?);
+    }
     Ok(HttpResponse::Ok().json(page))
 }
 

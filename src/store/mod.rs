@@ -170,6 +170,10 @@ impl Store {
         let url = connection_url(url)?;
         let mut conn = connect(&url)?;
         conn.run_pending_migrations(MIGRATIONS).map_err(|e| StoreError::Migration(e.to_string()))?;
+        let indexed = threads::index_unindexed(&mut conn)?;
+        if indexed > 0 {
+            tracing::info!(threads = indexed, "indexed the metadata of threads stored before the index existed");
+        }
         let reads = Pool::builder()
             .max_size(8)
             .connection_timeout(Duration::from_secs(10))

@@ -131,9 +131,20 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    thread_metadata (thread_id, key) {
+        thread_id -> Text,
+        key -> Text,
+        value -> Text,
+    }
+}
+
+diesel::joinable!(thread_metadata -> threads (thread_id));
+
 diesel::allow_tables_to_appear_in_same_query!(
     capabilities,
     threads,
+    thread_metadata,
     runs,
     plan_versions,
     plan_nodes,

@@ -4,9 +4,10 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
+use serde_json::Value;
 
 use super::runs::RunRow;
-use super::schema::{runs, threads};
+use super::schema::{runs, thread_metadata, threads};
 use super::stamp::Stamp;
 use super::{DbConn, StoreError};
 
@@ -25,7 +26,7 @@ pub struct ThreadRow {
 /// Stores a new thread; `Conflict` if one has its id already.
 pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
     match super::on_backend!(conn, |c| diesel::insert_into(threads::table).values(row).execute(c)) {
-        Ok(_) => Ok(()),
+        Ok(_) => index(conn, &row.thread_id, &row.metadata),
         Err(error) => {
             let error = StoreError::from(error);
             if error.is_unique_violation() {
@@ -35,6 +36,100 @@ pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
             }
         }
     }
+}
+
+/// A thread's metadata key and its value as canonical JSON text (`serde_json` writes an
+/// object's keys sorted), as the `thread_metadata` index holds them.
+#[derive(Debug, Clone, PartialEq, Eq, Insertable)]
+#[diesel(table_name = thread_metadata)]
+struct Entry {
+    thread_id: String,
+    key: String,
+    value: String,
+}
+
+/// Writes a thread's metadata (a JSON object, as stored) into the index.
+fn index(conn: &mut DbConn, thread_id: &str, metadata: &str) -> Result<(), StoreError> {
+    let entries: Vec<Entry> = match serde_json::from_str::<Value>(metadata) {
+        Ok(Value::Object(map)) => map
+            .into_iter()
+            .map(|(key, value)| Entry { thread_id: thread_id.to_string(), key, value: value.to_string() })
+            .collect(),
+        _ => return Ok(()),
+    };
+    for entry in &entries {
+        super::on_backend!(conn, |c| diesel::insert_into(thread_metadata::table)
+            .values(entry)
+            .on_conflict_do_nothing()
+            .execute(c))?;
+    }
+    Ok(())
+}
+
+/// Indexes the metadata of threads stored before the index existed; how many it indexed.
+pub fn index_unindexed(conn: &mut DbConn) -> Result<usize, StoreError> {
+    let unindexed: Vec<(String, String)> = super::on_backend!(conn, |c| threads::table
+        .filter(threads::metadata.ne("{}"))
+        .filter(diesel::dsl::not(diesel::dsl::exists(
+            thread_metadata::table.filter(thread_metadata::thread_id.eq(threads::thread_id)),
+        )))
+        .select((threads::thread_id, threads::metadata))
+        .load(c))?;
+    for (thread_id, metadata) in &unindexed {
+        index(conn, thread_id, metadata)?;
+    }
+    Ok(unindexed.len())
+}
+
+/// A metadata key and the value it must have, as canonical JSON text.
+pub fn metadata_entry(key: &str, value: &Value) -> (String, String) {
+    (key.to_string(), value.to_string())
+}
+
+/// Which threads a search finds.
+#[derive(Debug, Clone, Default)]
+pub struct Search<'a> {
+    /// Only this principal's threads.
+    pub owner: Option<&'a str>,
+    /// Only these threads.
+    pub ids: Option<&'a [String]>,
+    /// Threads whose metadata has each key with that value ([`metadata_entry`]).
+    pub metadata: &'a [(String, String)],
+}
+
+/// The threads `search` finds, most recently updated first, after `after` (the last of the
+/// previous batch: its update time and id), at most `limit`.
+pub fn search(
+    conn: &mut DbConn,
+    search: &Search<'_>,
+    after: Option<(NaiveDateTime, &str)>,
+    limit: i64,
+) -> Result<Vec<ThreadRow>, StoreError> {
+    Ok(super::on_backend!(conn, |c| {
+        let mut query = threads::table
+            .select(ThreadRow::as_select())
+            .order((threads::updated_at.desc(), threads::thread_id.desc()))
+            .limit(limit)
+            .into_boxed();
+        if let Some(owner) = search.owner {
+            query = query.filter(threads::owner.eq(owner));
+        }
+        if let Some(ids) = search.ids {
+            query = query.filter(threads::thread_id.eq_any(ids));
+        }
+        for (key, value) in search.metadata {
+            let matching = thread_metadata::table
+                .filter(thread_metadata::key.eq(key))
+                .filter(thread_metadata::value.eq(value))
+                .select(thread_metadata::thread_id);
+            query = query.filter(threads::thread_id.eq_any(matching));
+        }
+        if let Some((at, id)) = after {
+            query =
+                query.filter(threads::updated_at.lt(at).or(threads::updated_at.eq(at).and(threads::thread_id.lt(id))));
+        }
+        query.load(c)
+    })?)
 }
 
 /// The thread `thread_id` (`NotFound` if there is none).
@@ -48,22 +143,9 @@ pub fn get(conn: &mut DbConn, thread_id: &str) -> Result<ThreadRow, StoreError> 
 pub fn touch(conn: &mut DbConn, thread_id: &str, metadata: &str, at: NaiveDateTime) -> Result<(), StoreError> {
     let values = (threads::metadata.eq(metadata), threads::updated_at.eq(Stamp(at)));
     super::on_backend!(conn, |c| diesel::update(threads::table.find(thread_id)).set(values).execute(c))?;
-    Ok(())
-}
-
-/// The most recently updated threads (of `owner`, if given), at most `limit`.
-pub fn recent(conn: &mut DbConn, owner: Option<&str>, limit: i64) -> Result<Vec<ThreadRow>, StoreError> {
-    Ok(super::on_backend!(conn, |c| {
-        let mut query = threads::table
-            .select(ThreadRow::as_select())
-            .order((threads::updated_at.desc(), threads::thread_id.desc()))
-            .limit(limit)
-            .into_boxed();
-        if let Some(owner) = owner {
-            query = query.filter(threads::owner.eq(owner));
-        }
-        query.load(c)
-    })?)
+    let stale = thread_metadata::table.filter(thread_metadata::thread_id.eq(thread_id));
+    super::on_backend!(conn, |c| diesel::delete(stale).execute(c))?;
+    index(conn, thread_id, metadata)
 }
 
 /// The runs of `thread_id`, newest first (at most `limit`).

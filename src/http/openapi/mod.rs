@@ -11,6 +11,7 @@ mod schemas;
 
 pub use endpoints::{ENDPOINTS, Endpoint};
 
+use actix_web::http::Method;
 use serde_json::{Map, Value, json};
 
 use endpoints::{Access, RequestBody, Success};
@@ -97,13 +98,15 @@ fn errors(endpoint: &Endpoint) -> Vec<u16> {
     if endpoint.access != Access::Public {
         statuses.extend([401, 503]);
     }
-    // An operator's action by a caller; a browser session's change from another site.
-    if endpoint.access == Access::Operator || (endpoint.access != Access::Public && endpoint.body.is_some()) {
+    // An operator's action by a caller; a change from another site's page.
+    if endpoint.access == Access::Operator || endpoint.method != Method::GET {
         statuses.push(403);
     }
     if endpoint.body.is_some() {
-        statuses.extend([400, 408, 413, 503]);
+        statuses.extend([400, 408, 413, 415, 503]);
     }
+    // A host name the server does not answer to (without keys, or beyond `http.allowed_hosts`).
+    statuses.push(421);
     if !endpoint.query.is_empty() || !endpoint.headers.is_empty() || endpoint.path.contains('{') {
         statuses.push(400);
     }
@@ -116,11 +119,13 @@ fn describe(status: u16) -> &'static str {
     match status {
         400 => "The request is malformed (the error's details say where)",
         401 => "No API key, or one that is not valid",
-        403 => "The action needs an operator key",
+        403 => "The action needs an operator key, or the request came from another site's page",
         404 => "No such run, task or schema (or one the caller may not see)",
         408 => "The request body did not arrive in time",
         409 => "The run or task is not in a state the command applies to",
         413 => "The request body is too large",
+        415 => "The request body was not sent as application/json",
+        421 => "The Host names a host this server does not answer to (http.allowed_hosts)",
         422 => "Well-formed, but it contradicts what the server holds",
         503 => {
             "Too many request bodies are being read at once, or the database cannot be reached; retry after \
