@@ -1,7 +1,7 @@
 //! The one redaction policy: a value whose key names a secret never leaves the server, on any
 //! read path — a run, a page of its events, its live frames, a capability's registration, what
-//! the command line and the console show. The log keeps every value (a run needs them); what is
-//! read out of it is redacted.
+//! the command line and the console show (the composer's Re-run included). The log keeps every
+//! value (a run needs them); what is read out of it is redacted.
 //!
 //! A key is made of words, split at `_`, `-`, `.`, spaces and lower→upper case changes
 //! (`X-Api-Key`, `api_key` and `apiKey` are the words `api` and `key`). It names a secret when:
