@@ -1,5 +1,6 @@
 //! `/ui/login` and `/ui/logout`: a key traded for a browser session, and the session ended
-//! (`crate::http::session`).
+//! (`crate::http::session`). Sign-in attempts are limited per client address and per key
+//! ([`Sessions::admit`]): past the limit the page answers 429 with `Retry-After`.
 
 use actix_web::{HttpRequest, HttpResponse, get, http::header, post, web};
 use askama::Template;
@@ -15,7 +16,7 @@ use crate::services::Services;
 struct LoginPage {
     chrome: Chrome,
     next: String,
-    problem: Option<&'static str>,
+    problem: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -59,6 +60,14 @@ pub async fn sign_in(
     let field = |name: &str| fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str());
     let next = destination(field("next")).to_string();
     let key = field("key").trim();
+    if let Err(throttled) = sessions.admit(req.peer_addr().map(|a| a.ip()), key) {
+        let wait = throttled.secs();
+        let problem = Some(format!("Too many sign-in attempts. Try again in {wait} s."));
+        let mut response = page::html(&LoginPage { chrome: Chrome::new("", None), next, problem });
+        *response.status_mut() = actix_web::http::StatusCode::TOO_MANY_REQUESTS;
+        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(wait));
+        return Ok(response);
+    }
     match authenticate(&services.settings.auth, Some(key).filter(|k| !k.is_empty())) {
         Ok(caller) => {
             let token = sessions.open(caller);
@@ -67,7 +76,7 @@ pub async fn sign_in(
             Ok(response)
         }
         Err(_) => {
-            let problem = Some("That key is not valid. Check it and try again.");
+            let problem = Some("That key is not valid. Check it and try again.".to_string());
             let mut response = page::html(&LoginPage { chrome: Chrome::new("", None), next, problem });
             *response.status_mut() = actix_web::http::StatusCode::UNAUTHORIZED;
             Ok(response)

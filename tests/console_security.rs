@@ -1,0 +1,124 @@
+//! The console's sessions, over the real server and a real SQLite file: capped per principal (a
+//! caller signing in over and over cannot sign an operator out), and sign-in attempts limited
+//! (429 with `Retry-After`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use support::*;
+
+const ALICE: &str = "alice-key";
+
+/// A server with a caller key (alice) and an operator key (ops), and `config` (TOML) layered on
+/// the defaults.
+async fn server_with(config: &str) -> TestServer {
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let path = dir.path().join("flexrun.toml");
+    std::fs::write(&path, config).unwrap();
+    let options = Options {
+        env: vec![
+            ("FLEXRUN_API_KEYS", format!("alice:{ALICE}")),
+            ("FLEXRUN_OPERATOR_KEYS", format!("ops:{OPERATOR_KEY}")),
+            ("FLEXRUN_CONFIG", path.display().to_string()),
+        ],
+        dir: Some(dir),
+        ..Options::default()
+    };
+    TestServer::start_with(planner_then(&[("draft", "writer")], post(0.9)), options).await
+}
+
+/// A client that shows redirects instead of following them.
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+/// `POST /ui/login` as the sign-in form sends it, from the server's own page.
+async fn sign_in(http: &reqwest::Client, server: &TestServer, key: &str, next: &str) -> reqwest::Response {
+    let form =
+        url::form_urlencoded::Serializer::new(String::new()).append_pair("key", key).append_pair("next", next).finish();
+    http.post(server.url("/ui/login"))
+        .header("origin", &server.base)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The `Cookie` header that carries the session a sign-in answer set.
+fn session_cookie(response: &reqwest::Response) -> String {
+    let cookie = response.headers().get_all("set-cookie").iter().find_map(|value| {
+        let pair = value.to_str().ok()?.split(';').next()?;
+        pair.starts_with("flexrun_session=").then(|| pair.to_string())
+    });
+    cookie.unwrap_or_else(|| panic!("no session cookie: {:?}", response.headers()))
+}
+
+/// The status of the run list read with the session `cookie`.
+async fn status_with(server: &TestServer, cookie: &str) -> u16 {
+    let response = server.http.get(server.url("/api/v1/flex/runs")).header("cookie", cookie).send().await.unwrap();
+    response.status().as_u16()
+}
+
+/// The finding: 10,050 sign-ins with a caller key ended the operator's session (the oldest of a
+/// table of 10,000, whoever held it). Now each principal holds at most its cap, and only its own
+/// oldest session goes. The limit on sign-in attempts is lifted here, so what this test shows is
+/// the cap (the next test shows the limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_signing_in_ten_thousand_times_ends_only_its_own_oldest_sessions() {
+    let server = server_with("[sessions]\nmax_per_principal = 16\nsign_in_attempts_per_minute = 1000000\n").await;
+    let http = no_redirects();
+    let signed_in = sign_in(&http, &server, OPERATOR_KEY, "/ui/runs").await;
+    assert_eq!(signed_in.status(), 303);
+    let operator = session_cookie(&signed_in);
+
+    let alice_signs_in = || async {
+        let response = sign_in(&http, &server, ALICE, "/ui/runs").await;
+        assert_eq!(response.status(), 303);
+        session_cookie(&response)
+    };
+    let started = std::time::Instant::now();
+    let mut alice: Vec<String> = futures::stream::iter(0..10_033).map(|_| alice_signs_in()).buffered(8).collect().await;
+    // The last ones one after another, so their order is the order the server saw.
+    for _ in 0..17 {
+        alice.push(alice_signs_in().await);
+    }
+    eprintln!("10,050 caller sign-ins in {:?}", started.elapsed());
+
+    // The operator is still signed in, as the operator.
+    assert_eq!(status_with(&server, &operator).await, 200, "the operator's session survived");
+    let page = server.http.get(server.url("/ui/runs")).header("cookie", &operator).send().await.unwrap();
+    assert!(page.text().await.unwrap().contains(r#"data-testid="principal">ops<"#));
+    // Alice keeps her newest 16 sessions; her older ones ended.
+    for cookie in &alice[alice.len() - 16..] {
+        assert_eq!(status_with(&server, cookie).await, 200);
+    }
+    for cookie in [&alice[0], &alice[alice.len() - 17]] {
+        assert_eq!(status_with(&server, cookie).await, 401, "an older session of alice's ended");
+    }
+}
+
+/// Sign-in attempts, failed or not, are limited per client: past the limit the answer is 429 with
+/// `Retry-After`, even for a valid key, and no session is opened. Keys on the API are not affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_attempts_past_the_limit_are_answered_429_with_retry_after() {
+    let server = server_with("[sessions]\nsign_in_attempts_per_minute = 5\n").await;
+    let http = no_redirects();
+    for attempt in 0..5 {
+        let refused = sign_in(&http, &server, &format!("guess-{attempt}"), "/ui/runs").await;
+        assert_eq!(refused.status(), 401, "attempt {attempt}");
+    }
+    let limited = sign_in(&http, &server, ALICE, "/ui/runs").await;
+    assert_eq!(limited.status(), 429);
+    let retry_after: u64 = limited.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=12).contains(&retry_after), "one attempt refills in 60 / 5 s: {retry_after}");
+    assert!(limited.headers().get("set-cookie").is_none(), "no session opened");
+    let page = limited.text().await.unwrap();
+    assert!(page.contains(&format!("Too many sign-in attempts. Try again in {retry_after} s.")), "{page}");
+
+    let api = server.http.get(server.url("/api/v1/flex/runs")).bearer_auth(ALICE).send().await.unwrap();
+    assert_eq!(api.status(), 200, "the limit is on sign-ins, not on keys sent to the API");
+}
