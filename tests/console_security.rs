@@ -1,6 +1,6 @@
 //! The console's sessions, over the real server and a real SQLite file: capped per principal (a
-//! caller signing in over and over cannot sign an operator out), and sign-in attempts limited
-//! (429 with `Retry-After`).
+//! caller signing in over and over cannot sign an operator out), sign-in attempts limited (429
+//! with `Retry-After`), and a sign-in's `next` followed only to console pages.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
@@ -121,4 +121,40 @@ async fn sign_in_attempts_past_the_limit_are_answered_429_with_retry_after() {
 
     let api = server.http.get(server.url("/api/v1/flex/runs")).bearer_auth(ALICE).send().await.unwrap();
     assert_eq!(api.status(), 200, "the limit is on sign-ins, not on keys sent to the API");
+}
+
+/// A `next` that is not a console page of this server — a line break (which cannot go in a
+/// header: it answered 500), another site, a backslash, too long — goes to the run list (303).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_with_a_bad_next_goes_to_the_run_list() {
+    let server = server_with("[sessions]\nsign_in_attempts_per_minute = 100\n").await;
+    let http = no_redirects();
+    let long = format!("/ui/runs?q={}", "x".repeat(5_000));
+    for next in [
+        "/ui/runs\r\nSet-Cookie: planted=1",
+        "/ui/runs\n",
+        "/ui/runs\r",
+        "https://evil.example/ui/runs",
+        "//evil.example/ui/runs",
+        "/\\evil.example/ui/runs",
+        "/ui/\\evil.example",
+        "javascript:alert(1)",
+        long.as_str(),
+    ] {
+        let response = sign_in(&http, &server, ALICE, next).await;
+        assert_eq!(response.status(), 303, "{next:?}");
+        assert_eq!(response.headers()["location"], "/ui/runs", "{next:?}");
+        assert!(response.headers().get_all("set-cookie").iter().all(|c| !c.to_str().unwrap().contains("planted")));
+    }
+    let kept = sign_in(&http, &server, ALICE, "/ui/inbox?x=1").await;
+    assert_eq!((kept.status().as_u16(), kept.headers()["location"].to_str().unwrap()), (303, "/ui/inbox?x=1"));
+    // The form carries a bad `next` as the run list.
+    let form = http.get(server.url("/ui/login?next=/ui/runs%0D%0AX:%201")).send().await.unwrap();
+    assert_eq!(form.status(), 200);
+    assert!(form.text().await.unwrap().contains(r#"name="next" value="/ui/runs""#));
+
+    // Without keys the sign-in page sends the browser straight on: to the run list.
+    let open = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let response = http.get(open.url("/ui/login?next=/ui/runs%0D%0ASet-Cookie:%20planted=1")).send().await.unwrap();
+    assert_eq!((response.status().as_u16(), response.headers()["location"].to_str().unwrap()), (303, "/ui/runs"));
 }
