@@ -1,6 +1,7 @@
-//! The console's sessions, over the real server and a real SQLite file: capped per principal (a
-//! caller signing in over and over cannot sign an operator out), sign-in attempts limited (429
-//! with `Retry-After`), and a sign-in's `next` followed only to console pages.
+//! The console's defences, over the real server and a real SQLite file: sessions capped per
+//! principal (a caller signing in over and over cannot sign an operator out), sign-in attempts
+//! limited (429 with `Retry-After`), a sign-in's `next` followed only to console pages, and the
+//! headers every console page carries (the API's answers left as they were).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
@@ -8,6 +9,7 @@ mod support;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use serde_json::Value;
 use support::*;
 
 const ALICE: &str = "alice-key";
@@ -157,4 +159,49 @@ async fn a_sign_in_with_a_bad_next_goes_to_the_run_list() {
     let open = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
     let response = http.get(open.url("/ui/login?next=/ui/runs%0D%0ASet-Cookie:%20planted=1")).send().await.unwrap();
     assert_eq!((response.status().as_u16(), response.headers()["location"].to_str().unwrap()), (303, "/ui/runs"));
+}
+
+/// The policy console pages are sent with.
+const POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                      connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// Every console page says: only this server's script and style, no frames, no sniffing, no
+/// referrer to other sites, no copy kept. The assets keep their own caching; the API's JSON is
+/// answered as before, without the pages' headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_pages_carry_the_security_headers_and_the_api_answers_as_before() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let run_id = server.run(&envelope()).await[0].run_id.clone();
+    let pages = [
+        ("/ui/runs".to_string(), 200),
+        (format!("/ui/runs/{run_id}"), 200),
+        (format!("/ui/runs/{run_id}/events?before=5"), 200),
+        ("/ui/inbox".into(), 200),
+        ("/ui/new".into(), 200),
+        (format!("/ui/new?from={run_id}"), 200),
+        ("/ui/capabilities".into(), 200),
+        ("/ui/runs/01a20000-0000-7000-8000-000000000000".into(), 404),
+    ];
+    for (path, status) in pages {
+        let response = server.http.get(server.url(&path)).send().await.unwrap();
+        assert_eq!(response.status(), status, "{path}");
+        let headers = response.headers();
+        let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(header("content-type").as_deref(), Some("text/html; charset=utf-8"), "{path}");
+        assert_eq!(header("content-security-policy").as_deref(), Some(POLICY), "{path}");
+        assert_eq!(header("x-frame-options").as_deref(), Some("DENY"), "{path}");
+        assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"), "{path}");
+        assert_eq!(header("referrer-policy").as_deref(), Some("same-origin"), "{path}");
+        assert_eq!(header("cache-control").as_deref(), Some("no-store"), "{path}");
+    }
+    let script = server.http.get(server.url("/ui/assets/console.js?v=1")).send().await.unwrap();
+    assert_eq!(script.headers()["cache-control"], "public, max-age=3600", "assets may be cached");
+    assert_eq!(script.headers()["x-content-type-options"], "nosniff");
+
+    let api = server.http.get(server.url(&format!("/api/v1/flex/runs/{run_id}"))).send().await.unwrap();
+    assert_eq!(api.status(), 200);
+    assert_eq!(api.headers()["content-type"], "application/json");
+    assert!(api.headers().get("content-security-policy").is_none(), "the pages' headers stay on the pages");
+    let body: Value = api.json().await.unwrap();
+    assert_eq!(body["run"]["runId"], run_id.as_str(), "{body}");
 }
