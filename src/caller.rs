@@ -3,7 +3,7 @@
 //! standing for a key), so the domain's rules (whose runs and threads a caller reaches) need no
 //! HTTP.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     Caller,
     Operator,
@@ -13,7 +13,7 @@ pub enum Role {
 pub const ANONYMOUS: &str = "anonymous";
 
 /// An authenticated request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Caller {
     pub role: Role,
     /// Who is calling: the name of the key presented (`anonymous` when no keys are configured).

@@ -94,6 +94,7 @@ pub struct Settings {
     pub limits: Limits,
     pub auth: AuthSettings,
     pub http: HttpSettings,
+    pub sessions: SessionSettings,
     pub http_capabilities: HttpCapabilitySettings,
     pub redaction: RedactionSettings,
     pub cluster: ClusterSettings,
@@ -255,6 +256,14 @@ impl AuthSettings {
         }
         Ok(())
     }
+}
+
+/// Browser sessions of the console (`http::session`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSettings {
+    pub max_per_principal: usize,
+    pub sign_in_attempts_per_minute: u32,
 }
 
 /// An API key and the name of whoever holds it: `name:key` in the configuration. A key given
@@ -424,6 +433,8 @@ impl Settings {
             ("limits.max_capability_response_bytes", as_u64(limits.max_capability_response_bytes)),
             ("cluster.lease_seconds", self.cluster.lease_seconds),
             ("cluster.poll_millis", self.cluster.poll_millis),
+            ("sessions.max_per_principal", as_u64(self.sessions.max_per_principal)),
+            ("sessions.sign_in_attempts_per_minute", self.sessions.sign_in_attempts_per_minute.into()),
         ];
         match positive.into_iter().find(|(_, value)| *value == 0) {
             Some((key, _)) => invalid(key, "must be at least 1"),

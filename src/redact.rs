@@ -1,13 +1,19 @@
 //! The one redaction policy: a value whose key names a secret never leaves the server, on any
 //! read path — a run, a page of its events, its live frames, a capability's registration, what
-//! the command line and the console show. The log keeps every value (a run needs them); what is
-//! read out of it is redacted.
+//! the command line and the console show (the composer's Re-run included). The log keeps every
+//! value (a run needs them); what is read out of it is redacted.
 //!
-//! A key names a secret when its words (split at `_`, `-`, `.`, spaces and lower→upper case
-//! changes) contain one of the marker words, or a run of words spells one: `apiKey`,
-//! `X-Api-Key`, `client_secret`, `Auth-Token`, `sessionId` and `credentials` do (plurals count,
-//! so `maxTokens` does too: hiding a harmless value is the safer mistake); `author` and `tokenizer`
-//! do not.
+//! A key is made of words, split at `_`, `-`, `.`, spaces and lower→upper case changes
+//! (`X-Api-Key`, `api_key` and `apiKey` are the words `api` and `key`). It names a secret when:
+//!
+//! - a run of its words spells one of the marker words, or its plural: `apiKey`, `X-Api-Key`,
+//!   `client_secret`, `refresh_token`, `Auth-Token`, `sessionId`, `clientId`, `jwt` and
+//!   `credentials` do (plurals count, so `maxTokens` does too: hiding a harmless value is the
+//!   safer mistake); `author`, `tokenizer` and `clientIdentifier` do not;
+//! - or its words end with a last-word marker (`key`), or its plural: `key`, `keys`, `signingKey`,
+//!   `ssh_key`, `primaryKey` do. `key` only counts as the last word, because a key that begins
+//!   with it names what is key, not a key: `keyPoints`, `key_findings` and `keyId` are shown, and
+//!   so are `keyword`, `keyboard` and `monkey`, where it is not a word of its own.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -18,8 +24,9 @@ use serde_json::Value;
 /// What a redacted value is replaced by.
 pub const REDACTED: &str = "[redacted]";
 
-/// The marker words flexrun always redacts (a word may also be their plural).
-pub const DEFAULT_MARKERS: [&str; 16] = [
+/// The marker words flexrun always redacts, wherever a run of a key's words spells them (or
+/// their plural).
+pub const DEFAULT_MARKERS: [&str; 18] = [
     "token",
     "secret",
     "apikey",
@@ -36,20 +43,34 @@ pub const DEFAULT_MARKERS: [&str; 16] = [
     "signature",
     "accesskey",
     "passphrase",
+    "jwt",
+    "clientid",
 ];
+
+/// The marker words flexrun redacts when a key's words end with them (or their plural): see the
+/// module's doc for why `key` is one.
+pub const DEFAULT_LAST_WORD_MARKERS: [&str; 1] = ["key"];
 
 /// The markers in force: the defaults and those an operator added (`redaction.extra_keys`).
 /// Shared, not copied, by every stream that redacts with them.
 #[derive(Debug, Clone)]
 pub struct Redaction {
-    /// Lowercase letters and digits only, never empty.
-    markers: Arc<[String]>,
+    markers: Arc<[Marker]>,
     /// The letters each marker is spelled with, in the order of `markers` ([`letters`]): a key
     /// that lacks one of them cannot spell that marker, which settles most keys at once.
     letters: Arc<[u32]>,
     /// The first letters of the markers ([`letters`]): where a word of a key starts with none
     /// of them, no marker is spelled from there.
     firsts: u32,
+}
+
+/// One marker word, and where in a key it counts.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Marker {
+    /// Lowercase letters and digits only, never empty.
+    word: String,
+    /// Counts only as the key's last words ([`DEFAULT_LAST_WORD_MARKERS`]).
+    last_word: bool,
 }
 
 impl Default for Redaction {
@@ -59,21 +80,29 @@ impl Default for Redaction {
 }
 
 impl Redaction {
-    /// The defaults plus `extra` marker words (compared without case, `_` and `-`).
+    /// The defaults plus `extra` marker words (compared without case, `_` and `-`), which count
+    /// wherever a run of a key's words spells them.
     pub fn new(extra: &[String]) -> Self {
-        let normalise =
-            |m: &str| m.chars().filter(char::is_ascii_alphanumeric).collect::<String>().to_ascii_lowercase();
-        let mut markers: Vec<String> = DEFAULT_MARKERS.iter().map(|m| normalise(m)).collect();
-        markers.extend(extra.iter().map(|m| normalise(m)).filter(|m| !m.is_empty()));
+        let marker = |m: &str, last_word| Marker {
+            word: m.chars().filter(char::is_ascii_alphanumeric).collect::<String>().to_ascii_lowercase(),
+            last_word,
+        };
+        let anywhere = DEFAULT_MARKERS.iter().copied().chain(extra.iter().map(String::as_str));
+        let mut markers: Vec<Marker> = anywhere
+            .map(|m| marker(m, false))
+            .chain(DEFAULT_LAST_WORD_MARKERS.iter().map(|m| marker(m, true)))
+            .filter(|m| !m.word.is_empty())
+            .collect();
         markers.sort();
         markers.dedup();
-        let firsts = markers.iter().fold(0, |firsts, m| firsts | letters(m.as_bytes().get(..1).unwrap_or_default()));
-        let letters = markers.iter().map(|m| letters(m.as_bytes())).collect();
+        let firsts =
+            markers.iter().fold(0, |firsts, m| firsts | letters(m.word.as_bytes().get(..1).unwrap_or_default()));
+        let letters = markers.iter().map(|m| letters(m.word.as_bytes())).collect();
         Self { markers: markers.into(), letters, firsts }
     }
 
     /// Whether a value under `key` is a secret: some run of its words, from a word's start to a
-    /// word's end, spells a marker or its plural.
+    /// word's end (to the key's end, for a last-word marker), spells a marker or its plural.
     pub fn is_secret(&self, key: &str) -> bool {
         self.spelled(key.as_bytes(), letters(key.as_bytes()) & !ESCAPE)
     }
@@ -99,8 +128,8 @@ impl Redaction {
             .any(|at| {
                 let first = key.get(at).map(u8::to_ascii_lowercase);
                 self.markers.iter().zip(self.letters.iter()).any(|(marker, letters)| {
-                    let marker = marker.as_bytes();
-                    letters & absent == 0 && marker.first().copied() == first && spells(key, at, marker)
+                    let word = marker.word.as_bytes();
+                    letters & absent == 0 && word.first().copied() == first && spells(key, at, word, marker.last_word)
                 })
             })
     }
@@ -275,8 +304,9 @@ fn escaped(bytes: &[u8], at: usize) -> bool {
 }
 
 /// Whether the letters and digits of `key` from `at` on spell `marker` (the words between are
-/// joined, their separators skipped), or its plural, and end where a word ends.
-fn spells(key: &[u8], mut at: usize, marker: &[u8]) -> bool {
+/// joined, their separators skipped), or its plural, and end where a word ends — or, for a
+/// `last_word` marker, where the key's last word ends.
+fn spells(key: &[u8], mut at: usize, marker: &[u8], last_word: bool) -> bool {
     for &expected in marker {
         while key.get(at).is_some_and(|b| !b.is_ascii_alphanumeric()) {
             at += 1;
@@ -286,7 +316,21 @@ fn spells(key: &[u8], mut at: usize, marker: &[u8]) -> bool {
         }
         at += 1;
     }
-    word_boundary(key, at) || (key.get(at).map(u8::to_ascii_lowercase) == Some(b's') && word_boundary(key, at + 1))
+    let ends = |at: usize| {
+        if last_word {
+            key.get(at..).unwrap_or_default().iter().all(|b| !b.is_ascii_alphanumeric())
+        } else {
+            word_boundary(key, at)
+        }
+    };
+    if ends(at) {
+        return true;
+    }
+    // The plural's `s` may be a word of its own (`KEY_s`): the words are joined, as above.
+    while key.get(at).is_some_and(|b| !b.is_ascii_alphanumeric()) {
+        at += 1;
+    }
+    key.get(at).map(u8::to_ascii_lowercase) == Some(b's') && ends(at + 1)
 }
 
 /// Whether a word of `key` starts at byte `at`.
@@ -357,12 +401,43 @@ mod tests {
             "APIKey",
             "maxTokens",
             "tokenId",
+            "refresh_token",
+            "jwt",
+            "id_jwt",
+            "clientId",
+            "client_id",
+            "ClientID",
+            "key",
+            "Key",
+            "KEY",
+            "keys",
+            "signingKey",
+            "ssh_key",
+            "primaryKey",
+            "x-api-key",
+            "key_",
+            "KEY_s",
         ] {
             assert!(r.is_secret(secret), "{secret}");
         }
-        for plain in
-            ["author", "tokenizer", "topic", "keyPoints", "monkey", "authors_note", "subtoken", "XMLHttpRequest", ""]
-        {
+        for plain in [
+            "author",
+            "tokenizer",
+            "topic",
+            "keyPoints",
+            "key_findings",
+            "keyId",
+            "keyword",
+            "keyboard",
+            "monkey",
+            "turkeys",
+            "authors_note",
+            "subtoken",
+            "XMLHttpRequest",
+            "clientIdentifier",
+            "client",
+            "",
+        ] {
             assert!(!r.is_secret(plain), "{plain}");
         }
         assert!(!r.is_secret("tenant"));
@@ -415,15 +490,18 @@ mod tests {
         words
     }
 
-    /// The policy spelled out: some run of the key's words spells a marker or its plural.
+    /// The policy spelled out: some run of the key's words spells a marker or its plural, or the
+    /// run of its last words spells a last-word marker or its plural.
     fn secret_by_words(markers: &[&str], key: &str) -> bool {
         let words = words(key);
+        let is = |spelled: &str, m: &str| spelled == m || spelled.strip_suffix('s') == Some(m);
         (0..words.len()).any(|start| {
             let mut spelled = String::new();
-            words[start..].iter().any(|word| {
+            let anywhere = words[start..].iter().any(|word| {
                 spelled.push_str(word);
-                markers.iter().any(|m| spelled == *m || spelled.strip_suffix('s') == Some(m))
-            })
+                markers.iter().any(|m| is(&spelled, m))
+            });
+            anywhere || DEFAULT_LAST_WORD_MARKERS.iter().any(|m| is(&spelled, m))
         })
     }
 
@@ -431,7 +509,8 @@ mod tests {
     fn key() -> impl Strategy<Value = String> {
         let piece = prop::sample::select(vec![
             "api", "Api", "KEY", "key", "token", "Token", "s", "S", "tok", "en", "pass", "word", "auth", "or",
-            "cookie", "session", "Id", "id", "2", "3", "x", "_", "-", ".", " ", "é", "tenant", "priv", "ateKey",
+            "cookie", "session", "Id", "id", "2", "3", "x", "_", "-", ".", " ", "é", "tenant", "priv", "ateKey", "jwt",
+            "client", "Client", "words", "mon",
         ]);
         prop::collection::vec(piece, 0..6).prop_map(|pieces| pieces.concat())
     }

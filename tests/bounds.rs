@@ -1,5 +1,5 @@
 //! Bounded answers: whatever a client, a model or a capability sends, what flexrun answers, streams
-//! and logs about it stays a few KiB.
+//! and logs about it stays a few KiB, and a line of its log stays one line.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)]
 
 mod support;
@@ -106,6 +106,40 @@ async fn a_model_error_of_a_megabyte_is_an_excerpt_in_frames_and_log() {
     let logged = server.log().len() - before;
     eprintln!("a run failed by a 1.2 MB model error: {} byte events page, {logged} bytes of log", page.len());
     assert!(logged < 4 * LOG_LIMIT, "a failed run logged {logged} bytes");
+}
+
+/// A capability's error text is outside text: written into the text log, its line breaks and
+/// escape sequences are shown escaped, so it can neither forge a line of flexrun's own nor drive
+/// the terminal that shows the log.
+#[tokio::test]
+async fn a_capability_error_cannot_forge_lines_of_the_text_log() {
+    let forged =
+        "bad input\n2030-01-01T00:00:00.000000Z  INFO flexrun::run: run completed run_id=forged\r\u{1b}[2J\u{9b}";
+    let llm = StandIn::start(script(move |call| {
+        if call.is_planner() { plan(&[("draft", "writer")]) } else { Reply::error(400, forged) }
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &llm.base_url, &default_capabilities(), &[]).await;
+    let (_, response) = server.post_run(&envelope()).await;
+    let frames = support::read_frames(response, usize::MAX).await;
+    let node_error = frames.iter().find(|f| f.kind == "node_error").expect("a node_error frame");
+    assert!(node_error.payload["error"]["message"].as_str().unwrap().contains(forged), "the frame keeps the text");
+
+    // The coordinator logs the run's end just after committing it: wait for the line.
+    let mut log = server.log();
+    for _ in 0..100 {
+        if log.contains("run ended without completing") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        log = server.log();
+    }
+    let shown =
+        "bad input\\x0a2030-01-01T00:00:00.000000Z  INFO flexrun::run: run completed run_id=forged\\x0d\\x1b[2J\\u{9b}";
+    assert!(log.contains(shown), "the error is logged, escaped: {log}");
+    assert!(log.lines().all(|line| !line.starts_with("2030-01-01")), "a forged line: {log}");
+    assert!(!log.contains(['\r', '\u{1b}', '\u{9b}']), "raw control characters: {log:?}");
 }
 
 #[tokio::test]

@@ -392,3 +392,37 @@ async fn the_capabilities_page_shows_registrations_without_their_secrets() {
     assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;
 }
+
+/// The pages run under their Content-Security-Policy without a violation (each browser test fails
+/// on any console error, so a page that needed an inline script or style would fail them), and the
+/// browser enforces the policy: a script, an event handler or a style put inline into a page does
+/// not apply, and each is reported as an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_browser_enforces_the_pages_content_security_policy() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let run_id = server.run(&gated_envelope()).await[0].run_id.clone();
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();
+    browser.wait_for_text("[data-testid=events]", "hitl_request").await;
+    browser.wait_for_text("[data-testid=pending-count]", "1").await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "the page itself breaks no rule: {errors:?}");
+
+    let injected = "const script = document.createElement('script'); \
+                    script.textContent = 'window.scriptRan = true'; document.head.append(script); \
+                    const button = document.createElement('button'); \
+                    button.setAttribute('onclick', 'window.handlerRan = true'); \
+                    document.body.append(button); button.click(); \
+                    const styled = document.createElement('p'); styled.setAttribute('style', 'color: rgb(1, 2, 3)'); \
+                    document.body.append(styled); \
+                    return [window.scriptRan === true, window.handlerRan === true, getComputedStyle(styled).color];";
+    let ran = client.execute(injected, Vec::new()).await.unwrap();
+    assert_eq!(ran[0], false, "an inline script does not run");
+    assert_eq!(ran[1], false, "an inline event handler does not run");
+    assert_ne!(ran[2], "rgb(1, 2, 3)", "an inline style does not apply");
+    let errors = browser.console_errors().await;
+    let violations = errors.iter().filter(|e| e.contains("Content Security Policy")).count();
+    assert!(violations >= 3, "each is reported: {errors:?}");
+    browser.close().await;
+}

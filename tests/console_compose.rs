@@ -124,6 +124,49 @@ async fn re_run_starts_a_new_run_from_an_edited_envelope_and_links_both_ways() {
     browser.close().await;
 }
 
+/// Re-run from a run with secrets: the composer shows them redacted, as the API does, says which
+/// they were, and does not launch while one still reads `[redacted]`; typed again, they are the
+/// new run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_run_hides_secrets_and_does_not_launch_until_they_are_typed_again() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let mut secret = envelope();
+    secret["inputs"]["brief"]["password"] = json!("hunter2-parent");
+    secret["inputs"]["brief"]["api_key"] = json!("sk-parent");
+    let parent = server.run(&secret).await[0].run_id.clone();
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url(&format!("/ui/new?from={parent}"))).await.unwrap();
+    browser.wait_for_text("[data-testid=hidden-values]", "/inputs/brief/api_key").await;
+    assert!(browser.text("[data-testid=hidden-values]").await.contains("/inputs/brief/password"));
+    let source = client.source().await.unwrap();
+    assert!(!source.contains("hunter2") && !source.contains("sk-parent"), "a secret reached the page");
+    let mut again: Value = serde_json::from_str(&envelope_text(&browser).await).unwrap();
+    assert_eq!(again["inputs"]["brief"]["password"], "[redacted]");
+
+    // Launch refuses the marker, at its paths, and starts nothing.
+    browser.click_button("form.composer", "Launch").await;
+    browser.wait_for_text("[data-testid=problems]", "/inputs/brief/api_key").await;
+    let problems = browser.text("[data-testid=problems]").await;
+    assert!(problems.contains("/inputs/brief/password") && problems.contains("still reads [redacted]"), "{problems}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 1, "nothing was launched");
+
+    // Typed again, they are the new run's.
+    again["inputs"]["brief"]["password"] = json!("hunter2-child");
+    again["inputs"]["brief"]["api_key"] = json!("sk-child");
+    browser.set_value("#envelope", &again.to_string()).await;
+    browser.click_button("form.composer", "Launch").await;
+    browser.wait_until("the new run's page opened", "return location.pathname.startsWith('/ui/runs/')").await;
+    let child = client.current_url().await.unwrap().path().trim_start_matches("/ui/runs/").to_string();
+    let stored = flexrun::store::runs::get(&mut server.db(), &child).unwrap();
+    let envelope: Value = serde_json::from_str(&stored.envelope).unwrap();
+    assert_eq!(envelope["inputs"]["brief"]["password"], "hunter2-child");
+    assert_eq!(envelope["inputs"]["brief"]["api_key"], "sk-child");
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}
+
 async fn envelope_text(browser: &Browser) -> String {
     let value = browser.client.execute("return document.querySelector('#envelope').value", vec![]).await.unwrap();
     value.as_str().unwrap().to_string()

@@ -115,3 +115,50 @@ async fn decisions_record_the_principal_that_made_them() {
     ));
     assert_eq!(stored, 1);
 }
+
+/// Reads the console feed `response` until an event's data passes `done`; every event's type and
+/// data so far.
+async fn feed_until(response: reqwest::Response, done: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+    let mut events = response.bytes_stream().eventsource();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::sleep(std::time::Duration::from_secs(30));
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            event = events.next() => {
+                let event = event.expect("the feed goes on").unwrap();
+                let last = done(&event.data);
+                seen.push((event.event, event.data));
+                if last {
+                    return seen;
+                }
+            }
+            _ = &mut deadline => panic!("the feed never carried what was awaited: {seen:?}"),
+        }
+    }
+}
+
+/// The console's live feed (`/ui/feed`) names only runs its viewer may see: bob's run list hears
+/// of his run, and nothing of alice's — not even that it is `gone` from his list — while an
+/// operator's hears of both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_feed_tells_a_caller_only_of_its_own_runs() {
+    let server = server().await;
+    let feed = |key: &'static str| server.http.get(server.url("/ui/feed?list=1")).bearer_auth(key).send();
+    let (bobs_feed, operators_feed) = (feed(BOB).await.unwrap(), feed(OPERATOR_KEY).await.unwrap());
+    assert_eq!((bobs_feed.status().as_u16(), operators_feed.status().as_u16()), (200, 200));
+    // Both feeds follow the runs' changes from here (the handler subscribed before answering).
+    let alices = start_as(&server, ALICE, &envelope()).await;
+    let bobs = start_as(&server, BOB, &envelope()).await;
+    // Bob's run is started after alice's ended: its completion is the feeds' last change.
+    let done = |data: &str| data.contains(&bobs) && data.contains(r#""status":"completed""#);
+    let (bob_saw, operator_saw) = tokio::join!(feed_until(bobs_feed, done), feed_until(operators_feed, done));
+    assert!(bob_saw.iter().all(|(_, data)| !data.contains(&alices)), "bob's feed named alice's run: {bob_saw:?}");
+    assert!(bob_saw.iter().any(|(kind, _)| kind == "run"), "{bob_saw:?}");
+    assert!(
+        operator_saw.iter().any(|(kind, data)| kind == "run" && data.contains(&alices)),
+        "the operator's feed follows every run: {operator_saw:?}"
+    );
+}

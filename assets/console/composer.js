@@ -194,8 +194,23 @@ function showProblems(answer, status) {
   problems.hidden = false;
 }
 
+// The JSON Pointers of the values that still read as the redaction marker: a Re-run shows a
+// run's secrets so, and they are typed again, never posted as the marker.
+function redactedPaths(value, path = "") {
+  if (value === form.dataset.redacted) return [path];
+  if (value === null || typeof value !== "object") return [];
+  return Object.entries(value).flatMap(([key, item]) =>
+    redactedPaths(item, `${path}/${key.replaceAll("~", "~0").replaceAll("/", "~1")}`));
+}
+
 async function launch() {
   problems.hidden = true;
+  const hidden = redactedPaths(envelope());
+  if (hidden.length) {
+    const message = `still reads ${form.dataset.redacted}: type the value again`;
+    showProblems({ error: { details: hidden.map((path) => ({ path, message })) } }, 0);
+    return;
+  }
   const controller = new AbortController();
   const response = await fetch("/api/v1/flex/run.stream", {
     method: "POST",

@@ -5,6 +5,7 @@ mod client;
 mod demo;
 mod descriptors;
 mod dsl;
+mod log_fields;
 mod operate;
 mod progress;
 mod terminal;
@@ -214,13 +215,14 @@ fn report(error: &anyhow::Error) -> String {
 }
 
 /// Logs go to standard error: filtered by `FLEXRUN_LOG` (`default` when it is unset or empty),
-/// coloured only when standard error is a terminal and `NO_COLOR` is not set. A filter that does
-/// not parse is an error, not a silent fallback to the default.
+/// coloured only when standard error is a terminal and `NO_COLOR` is not set, text with its fields'
+/// control characters escaped ([`log_fields`]). A filter that does not parse is an error, not a
+/// silent fallback to the default.
 fn init_tracing(default: &str, json: bool) -> anyhow::Result<()> {
     let filter = log_filter(std::env::var("FLEXRUN_LOG"), default)?;
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour);
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let _ = if json { builder.json().try_init() } else { builder.fmt_fields(log_fields::EscapedFields).try_init() };
     Ok(())
 }
 

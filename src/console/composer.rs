@@ -2,6 +2,10 @@
 //! from a run being started again (Re-run), with its goal conditions as rows that compile as
 //! they are typed. **Launch** posts it to `run.stream` from the page; the server validates it, and
 //! its 400 details are shown at their fields.
+//!
+//! The envelope is shown redacted, as the API serves it (`crate::redact`): a run's secrets do not
+//! reach the page. The page lists where values were hidden, and does not launch while one still
+//! reads `[redacted]`: they are typed again, never posted as the marker.
 
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
@@ -11,8 +15,12 @@ use serde_json::{Value, json};
 use super::page::{self, Chrome};
 use super::runs::unavailable;
 use super::viewer::Viewer;
+use crate::redact::REDACTED;
 use crate::run::RunId;
 use crate::services::Services;
+
+/// Hidden values the page lists by path; it counts the rest.
+const HIDDEN_LISTED: usize = 20;
 
 /// The envelopes of `examples/`, compiled in (a test checks that none is missing).
 const EXAMPLES: [(&str, &str); 2] = [
@@ -37,6 +45,12 @@ struct ComposerPage {
     started_from: String,
     envelope: String,
     rerun_of: Option<String>,
+    /// Where the envelope's values were redacted (JSON Pointers, at most [`HIDDEN_LISTED`]).
+    hidden: Vec<String>,
+    /// How many more were.
+    hidden_more: usize,
+    /// What a hidden value reads, for the page's script.
+    redacted: &'static str,
 }
 
 /// `GET /ui/new?from=<run id>` or `?example=<file>`.
@@ -60,13 +74,38 @@ pub async fn compose(viewer: Viewer, query: web::Query<Start>, services: web::Da
             (format!("examples/{name}"), example, None)
         }
     };
+    let envelope = services.redaction.value(envelope);
+    let mut hidden = Vec::new();
+    redacted_paths(&envelope, &mut String::new(), &mut hidden);
+    let hidden_more = hidden.len().saturating_sub(HIDDEN_LISTED);
+    hidden.truncate(HIDDEN_LISTED);
     page::html(&ComposerPage {
         chrome: Chrome::new("new", Some(&viewer)),
         examples: EXAMPLES.iter().map(|(name, _)| *name).collect(),
         started_from,
         envelope: serde_json::to_string_pretty(&envelope).unwrap_or_default(),
         rerun_of,
+        hidden,
+        hidden_more,
+        redacted: REDACTED,
     })
+}
+
+/// The JSON Pointers of the values in `value` (at `path`) that read [`REDACTED`].
+fn redacted_paths(value: &Value, path: &mut String, found: &mut Vec<String>) {
+    let mut descend = |key: &str, item: &Value| {
+        let length = path.len();
+        path.push('/');
+        path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+        redacted_paths(item, path, found);
+        path.truncate(length);
+    };
+    match value {
+        Value::String(text) if text == REDACTED => found.push(path.clone()),
+        Value::Object(map) => map.iter().for_each(|(key, item)| descend(key, item)),
+        Value::Array(items) => items.iter().enumerate().for_each(|(i, item)| descend(&i.to_string(), item)),
+        _ => {}
+    }
 }
 
 fn not_found() -> HttpResponse {
@@ -127,5 +166,14 @@ mod tests {
         assert_eq!(again["goal_condition"][1]["condition"], json!({"jsonLogic": {"var": "y"}}));
         assert_eq!(again["metadata"], json!({"runLabel": "l", "rerunOf": "r-1"}));
         assert_eq!(rerun(json!({"objective": "o"}), "r-2")["metadata"], json!({"rerunOf": "r-2"}));
+    }
+
+    #[test]
+    fn hidden_values_are_found_by_their_paths() {
+        let envelope = json!({"inputs": {"a/b": {"key": REDACTED}, "list": [1, REDACTED], "t~": REDACTED, "x": "y"}});
+        let mut found = Vec::new();
+        redacted_paths(&envelope, &mut String::new(), &mut found);
+        found.sort();
+        assert_eq!(found, ["/inputs/a~1b/key", "/inputs/list/1", "/inputs/t~0"]);
     }
 }

@@ -1,7 +1,8 @@
 //! `/ui/feed` — what changes while a console page is open, pushed over SSE (never polled): the
 //! number of pending decisions the viewer may see (every page's navigation shows it), and, for the
 //! run list (`?list=1` with its filters), each run that starts or changes, as the row the list
-//! shows — or `gone` when it no longer passes the list's filters.
+//! shows — or `gone` when it no longer passes the list's filters. A caller hears only of its own
+//! runs: another principal's run is never named, not even as `gone` (operators see every run).
 //!
 //! The feed has no replay: after a reconnect it starts with the pending count again, and a list
 //! that may have missed changes (a reconnect, or a feed that fell behind) reads itself again.
@@ -89,17 +90,29 @@ fn changes(
     })
 }
 
-/// The changed run as the list shows it, or `gone` if the list's filters no longer keep it.
+/// The changed run as the list shows it, or `gone` if the list's filters no longer keep it; nothing
+/// for a run the viewer may not see.
 async fn row_event(services: &Services, caller: &Caller, filters: &Filters, run_id: &str) -> Option<sse::Event> {
     let query = filters.parse().query(caller, Some(run_id.to_string()));
     let page = RunList::read(services, query, None, 1).await.ok()?;
     let Some(run) = page.runs.into_iter().next() else {
-        return Some(sse::Data::new(json!({"runId": run_id}).to_string()).event("gone").into());
+        return may_see(services, caller, run_id)
+            .await
+            .then(|| sse::Data::new(json!({"runId": run_id}).to_string()).event("gone").into());
     };
     let status = run.status.clone();
     let html = RowHtml { run: Row::of(run, caller), operator: caller.role == Role::Operator }.render().ok()?;
     let data = json!({"runId": run_id, "status": status, "html": html}).to_string();
     Some(sse::Data::new(data).event("run").into())
+}
+
+/// Whether `caller` may see run `run_id`: asked with the list's own query, without its filters.
+async fn may_see(services: &Services, caller: &Caller, run_id: &str) -> bool {
+    if caller.role == Role::Operator {
+        return true;
+    }
+    let query = Filters::default().parse().query(caller, Some(run_id.to_string()));
+    RunList::read(services, query, None, 1).await.is_ok_and(|page| !page.runs.is_empty())
 }
 
 /// The decisions pending that `caller` may see (at most [`inbox::LIMIT`]).

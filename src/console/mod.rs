@@ -13,6 +13,7 @@ mod composer;
 mod events;
 mod feed;
 mod graph;
+mod headers;
 mod inbox;
 mod nodes;
 mod page;
@@ -24,12 +25,14 @@ mod sign_in;
 mod task_form;
 mod viewer;
 
+use actix_web::middleware::from_fn;
 use actix_web::{HttpResponse, http::header, web};
 
 /// Registers `/` (a redirect to the run list) and every `/ui/` route.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(home)).service(
         web::scope("/ui")
+            .wrap(from_fn(headers::add))
             .service(assets::asset)
             .service(runs::list)
             .service(events::history)

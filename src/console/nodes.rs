@@ -59,7 +59,7 @@ pub fn panels(view: &RunView, plan: &Plan, retries: &HashMap<String, u32>, redac
                 output: row.and_then(|r| present(&r.output)).map(|v| shown::json(redaction, v)),
                 error: row.and_then(|r| present(&r.error)).map(|v| shown::json(redaction, v)),
                 retries: retries.get(&id).copied().unwrap_or_default(),
-                post_conditions: row.map(post_conditions).unwrap_or_default(),
+                post_conditions: row.map(|r| post_conditions(r, redaction)).unwrap_or_default(),
                 started_at: row.and_then(|r| r.started_at).map(|t| t.to_rfc3339()),
                 completed_at: row.and_then(|r| r.completed_at).map(|t| t.to_rfc3339()),
                 took: row.and_then(took),
@@ -73,9 +73,9 @@ fn present(value: &Value) -> Option<&Value> {
     Some(value).filter(|v| !v.is_null())
 }
 
-fn post_conditions(row: &NodeView) -> Vec<Check> {
+fn post_conditions(row: &NodeView, redaction: &Redaction) -> Vec<Check> {
     serde_json::from_value::<Vec<GoalConditionResult>>(row.post_condition_results.clone())
-        .map(|results| results.iter().map(Check::of).collect())
+        .map(|results| results.iter().map(|result| Check::of(result, redaction)).collect())
         .unwrap_or_default()
 }
 

@@ -75,7 +75,7 @@ impl PlanSection {
             added: now.iter().filter(|id| !was.contains(id)).cloned().collect(),
             dropped: before.iter().filter(|id| !is.contains(id)).cloned().collect(),
             drawing: graph::layout(nodes, &edges),
-            checks: checks(view, shown.version),
+            checks: checks(view, shown.version, redaction),
             nodes: nodes::panels(view, &shown.plan, retries, redaction),
         })
     }
@@ -95,7 +95,8 @@ fn why(trigger: &crate::events::payload::ReplanInfo) -> String {
     text
 }
 
-fn checks(view: &RunView, version: u32) -> Vec<Check> {
+fn checks(view: &RunView, version: u32, redaction: &Redaction) -> Vec<Check> {
     let round = view.outputs.iter().find(|o| u32::try_from(o.plan_version) == Ok(version));
-    round.map(|round| round.goal_condition_results.iter().map(Check::of).collect()).unwrap_or_default()
+    let results = round.map(|round| round.goal_condition_results.iter());
+    results.map(|results| results.map(|result| Check::of(result, redaction)).collect()).unwrap_or_default()
 }

@@ -1,5 +1,6 @@
 //! `/ui/login` and `/ui/logout`: a key traded for a browser session, and the session ended
-//! (`crate::http::session`).
+//! (`crate::http::session`). Sign-in attempts are limited per client address and per key
+//! ([`Sessions::admit`]): past the limit the page answers 429 with `Retry-After`.
 
 use actix_web::{HttpRequest, HttpResponse, get, http::header, post, web};
 use askama::Template;
@@ -15,7 +16,7 @@ use crate::services::Services;
 struct LoginPage {
     chrome: Chrome,
     next: String,
-    problem: Option<&'static str>,
+    problem: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -24,10 +25,21 @@ pub struct NextQuery {
     next: String,
 }
 
-/// Where to go after signing in: a console page of this server, nothing else.
+/// Where to go when `next` is not a console page.
+const DEFAULT_PAGE: &str = "/ui/runs";
+
+/// The longest `next` followed: a console URL is far shorter, and a longer one is not worth a
+/// header of its size.
+const MAX_NEXT: usize = 2_000;
+
+/// Where to go after signing in: a console page of this server, nothing else — no other site
+/// (`//evil`, `https://…`), no backslash (which browsers read as a slash), and nothing that is
+/// not printable ASCII (a CR or LF cannot be put in the `Location` header; a console URL that
+/// the browser sent is percent-encoded anyway).
 fn destination(next: &str) -> &str {
-    let local = next.starts_with("/ui/") && !next.starts_with("//") && !next.contains('\\');
-    if local { next } else { "/ui/runs" }
+    let local =
+        next.len() <= MAX_NEXT && next.starts_with("/ui/") && next.bytes().all(|b| b.is_ascii_graphic() && b != b'\\');
+    if local { next } else { DEFAULT_PAGE }
 }
 
 fn see_other(location: &str) -> HttpResponse {
@@ -59,6 +71,14 @@ pub async fn sign_in(
     let field = |name: &str| fields.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str());
     let next = destination(field("next")).to_string();
     let key = field("key").trim();
+    if let Err(throttled) = sessions.admit(req.peer_addr().map(|a| a.ip()), key) {
+        let wait = throttled.secs();
+        let problem = Some(format!("Too many sign-in attempts. Try again in {wait} s."));
+        let mut response = page::html(&LoginPage { chrome: Chrome::new("", None), next, problem });
+        *response.status_mut() = actix_web::http::StatusCode::TOO_MANY_REQUESTS;
+        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(wait));
+        return Ok(response);
+    }
     match authenticate(&services.settings.auth, Some(key).filter(|k| !k.is_empty())) {
         Ok(caller) => {
             let token = sessions.open(caller);
@@ -67,7 +87,7 @@ pub async fn sign_in(
             Ok(response)
         }
         Err(_) => {
-            let problem = Some("That key is not valid. Check it and try again.");
+            let problem = Some("That key is not valid. Check it and try again.".to_string());
             let mut response = page::html(&LoginPage { chrome: Chrome::new("", None), next, problem });
             *response.status_mut() = actix_web::http::StatusCode::UNAUTHORIZED;
             Ok(response)
@@ -87,4 +107,32 @@ pub async fn sign_out(req: HttpRequest, sessions: web::Data<Sessions>) -> Result
     let mut response = see_other("/ui/login");
     response.add_cookie(&session::cookie(&req, None)).map_err(ApiError::internal)?;
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_console_pages_of_this_server_are_followed() {
+        for kept in ["/ui/runs", "/ui/runs/0190b2d4-0000-7000-8000-000000000000?version=2", "/ui/new?from=x%0Ay"] {
+            assert_eq!(destination(kept), kept);
+        }
+        let long = format!("/ui/runs?q={}", "x".repeat(MAX_NEXT));
+        for refused in [
+            "",
+            "/ui/runs\r\nSet-Cookie: x=1",
+            "/ui/runs\n",
+            "/ui/\u{85}",
+            "/ui/ runs",
+            "/ui/\\evil.example",
+            "//evil.example/ui/",
+            "https://evil.example/ui/",
+            "/api/v1/flex/runs",
+            "ui/runs",
+            long.as_str(),
+        ] {
+            assert_eq!(destination(refused), DEFAULT_PAGE, "{refused:?}");
+        }
+    }
 }

@@ -17,6 +17,7 @@ pub mod session;
 pub mod site;
 mod sse;
 mod system;
+mod throttle;
 
 pub use auth::{Caller, Operator, Role, authenticate, by_session};
 pub use body::Body;
@@ -126,7 +127,7 @@ pub fn serve(
     let bodies = web::Data::new(body::BodyReads::new(&data.settings.limits));
     let path_errors = web::PathConfig::default()
         .error_handler(|error, _| ApiError::bad_request("invalid_path", format!("invalid path: {error}")).into());
-    let sessions = web::Data::new(session::Sessions::default());
+    let sessions = web::Data::new(session::Sessions::new(&data.settings.sessions));
     Ok(HttpServer::new(move || {
         App::new()
             .app_data(data.clone())
