@@ -104,27 +104,11 @@ pub struct Settings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSettings {
+    /// Empty for the default: read it through [`Settings::node_id`].
     node_id: String,
     pub lease_seconds: u64,
     pub drain_seconds: u64,
     pub poll_millis: u64,
-}
-
-impl ClusterSettings {
-    /// This node's name: as configured, or `<host>-<pid>` (unique among live processes, so a
-    /// restarted process never mistakes its predecessor's leases for its own).
-    pub fn node_id(&self) -> String {
-        if !self.node_id.is_empty() {
-            return self.node_id.clone();
-        }
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "node".into());
-        format!("{host}-{}", std::process::id())
-    }
 }
 
 /// Values hidden on every read path (`crate::redact`).
@@ -366,6 +350,21 @@ impl Settings {
             Some((key, _)) => invalid(key, "must be at least 1"),
             None => Ok(()),
         }
+    }
+
+    /// This node's name on a shared PostgreSQL database (leases, health, metrics; held by
+    /// `run::identity`): as configured, or `<host>-<pid>`.
+    pub fn node_id(&self) -> String {
+        if !self.cluster.node_id.is_empty() {
+            return self.cluster.node_id.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "node".into());
+        format!("{host}-{}", std::process::id())
     }
 
     /// The listen address.
