@@ -353,7 +353,14 @@ impl Settings {
     }
 
     /// This node's name on a shared PostgreSQL database (leases, health, metrics; held by
-    /// `run::identity`): as configured, or `<host>-<pid>`.
+    /// `run::identity`): as configured, or `<host>-<port>` of `bind`.
+    ///
+    /// The default names the node, not the process: a node restarted on its host and port has
+    /// the same name, so it takes back the runs it leased before at once instead of after their
+    /// leases run out. Two live processes on one host cannot listen on one port, so they get two
+    /// names — unless they listen on the same port of two addresses, and then the second refuses
+    /// to start until it is given a name. A port of 0 is picked anew by the kernel at every start:
+    /// it names nothing, and the default is then `<host>-<pid>`, unique but not stable.
     pub fn node_id(&self) -> String {
         if !self.cluster.node_id.is_empty() {
             return self.cluster.node_id.clone();
@@ -364,7 +371,10 @@ impl Settings {
             .map(|h| h.trim().to_string())
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| "node".into());
-        format!("{host}-{}", std::process::id())
+        match self.bind_addr() {
+            Ok(bind) if bind.port() != 0 => format!("{host}-{}", bind.port()),
+            _ => format!("{host}-{}", std::process::id()),
+        }
     }
 
     /// The listen address.
@@ -522,6 +532,17 @@ mod tests {
         std::fs::write(&path, "[limits]\nmax_concurrent_body_reads = 0\n").unwrap();
         let message = shown(load(&[("FLEXRUN_CONFIG", &path.display().to_string())]).unwrap_err());
         assert_eq!(message, "configuration: `limits.max_concurrent_body_reads` must be at least 1");
+    }
+
+    #[test]
+    fn the_default_node_id_is_the_host_and_the_port_it_listens_on() {
+        let host = load(&[]).unwrap().node_id().strip_suffix("-8080").expect("ends with the port").to_string();
+        assert!(!host.is_empty());
+        assert_eq!(load(&[("FLEXRUN_BIND", "127.0.0.1:9999")]).unwrap().node_id(), format!("{host}-9999"));
+        let picked = load(&[("FLEXRUN_BIND", "127.0.0.1:0")]).unwrap().node_id();
+        assert_eq!(picked, format!("{host}-{}", std::process::id()), "a port the kernel picks names nothing");
+        let named = load(&[("FLEXRUN_BIND", "127.0.0.1:9999"), ("FLEXRUN_NODE_ID", "pod-3")]).unwrap();
+        assert_eq!(named.node_id(), "pod-3");
     }
 
     #[test]
