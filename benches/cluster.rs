@@ -1,6 +1,7 @@
 //! Several flexrun nodes on one PostgreSQL: `cargo bench --features postgres --bench cluster`.
 //!
-//! Three parts (`BENCH_PARTS`, default `throughput,latency,failover`), each on a new database:
+//! Four parts (`BENCH_PARTS`, default `throughput,latency,failover,restart`), each on a new
+//! database:
 //!
 //! - **throughput**: 1, 2 and 3 nodes (release `flexrun serve` processes); `BENCH_CLIENTS` clients
 //!   (default 32) post `BENCH_RUNS` runs (default 600) round-robin over the nodes, each a two-step
@@ -10,6 +11,10 @@
 //!   and at b's client (`BENCH_LATENCY_RUNS` runs, default 100, 8 at a time).
 //! - **failover**: node a is killed (SIGKILL) while a step is in flight; the time until node b has
 //!   finished the run (`BENCH_FAILOVERS` times, default 3), with `BENCH_LEASE_SECONDS` (default 10).
+//! - **restart**: a single node with the default node id and lease (30 s) is killed (SIGKILL)
+//!   while a step is in flight and started again on its port; the time from the kill until the
+//!   run completed, on PostgreSQL and, to compare, on SQLite (`BENCH_RESTARTS` times, default 3).
+//!   `BENCH_SERVER_BIN` measures another build.
 //!
 //! PostgreSQL: `BENCH_POSTGRES_URL` (a server's `postgres` database), else a throw-away server
 //! started with `scripts/postgres` for the bench. The model is a stand-in in this process.
@@ -112,15 +117,18 @@ fn script(command: &str, dir: &Path) -> String {
     text
 }
 
+/// The writer and the editor the model plays.
+fn capabilities() -> [Value; 2] {
+    [capability("writer", &["brief"], &["post_copy"]), capability("editor", &["post_copy"], &["post_copy"])]
+}
+
 /// `n` nodes on the database at `url`, each in a directory of `dirs`.
 async fn nodes(n: usize, url: &str, model: &StandIn, lease: &str, dirs: &[tempfile::TempDir]) -> Vec<Server> {
-    let capabilities =
-        [capability("writer", &["brief"], &["post_copy"]), capability("editor", &["post_copy"], &["post_copy"])];
     let mut servers = Vec::new();
     for (i, dir) in dirs.iter().enumerate().take(n) {
         let node = format!("node-{i}");
         let env = [("FLEXRUN_DATABASE_URL", url), ("FLEXRUN_NODE_ID", node.as_str()), ("FLEXRUN_LEASE_SECONDS", lease)];
-        servers.push(Server::start(dir.path(), &model.base_url, &capabilities, &env).await);
+        servers.push(Server::start(dir.path(), &model.base_url, &capabilities(), &env).await);
     }
     servers
 }
@@ -230,6 +238,17 @@ async fn latency(pg: &Postgres) {
     );
 }
 
+/// Posts a run to the node at `base` and waits until its polish, which stalls (see [`model`]), is
+/// in flight: the run's id.
+async fn stalled_run(http: &reqwest::Client, base: &str, model: &StandIn) -> String {
+    let response = http.post(format!("{base}/api/v1/flex/run.stream")).json(&envelope()).send().await.unwrap();
+    let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    while !model.calls().iter().any(|c| c.capability_id() == Some("editor")) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    run_id
+}
+
 async fn failover(pg: &Postgres) {
     let (times, lease) = (env_or("BENCH_FAILOVERS", 3usize), env_or("BENCH_LEASE_SECONDS", 10u64));
     println!("\n### Failover after kill -9 ({lease} s lease; sweeps every {} s)\n", lease as f64 / 5.0);
@@ -241,12 +260,7 @@ async fn failover(pg: &Postgres) {
         let url = pg.fresh(&format!("failover{attempt}"));
         let dirs = directories(2);
         let mut servers = nodes(2, &url, &model, &lease.to_string(), &dirs).await;
-        let response =
-            http.post(format!("{}/api/v1/flex/run.stream", servers[0].base)).json(&envelope()).send().await.unwrap();
-        let run_id = response.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
-        while !model.calls().iter().any(|c| c.capability_id() == Some("editor")) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let run_id = stalled_run(&http, &servers[0].base, &model).await;
         servers[0].kill();
         let killed = Instant::now();
         let follow = http.get(format!("{}/api/v1/flex/runs/{run_id}/stream", servers[1].base)).send().await.unwrap();
@@ -255,8 +269,38 @@ async fn failover(pg: &Postgres) {
     }
 }
 
+async fn restart(pg: &Postgres) {
+    let times = env_or("BENCH_RESTARTS", 3usize);
+    println!("\n### One node killed with SIGKILL and restarted (default node id and lease)\n");
+    println!("| try | PostgreSQL: from kill to run completed | SQLite: the same |");
+    println!("|---:|---:|---:|");
+    let http = reqwest::Client::new();
+    for attempt in 1..=times {
+        let url = pg.fresh(&format!("restart{attempt}"));
+        let on_postgres = kill_and_restart(&http, &[("FLEXRUN_DATABASE_URL", &url)]).await;
+        let on_sqlite = kill_and_restart(&http, &[]).await;
+        println!("| {attempt} | {:.1} s | {:.1} s |", on_postgres.as_secs_f64(), on_sqlite.as_secs_f64());
+    }
+}
+
+/// A single node with `env` (its database; SQLite in a directory of its own without one) killed
+/// while a step is in flight and started again on its port: the time from the kill until its run
+/// completed.
+async fn kill_and_restart(http: &reqwest::Client, env: &[(&str, &str)]) -> Duration {
+    let model = model(Duration::ZERO, true);
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path(), &model.base_url, &capabilities(), env).await;
+    let run_id = stalled_run(http, &server.base, &model).await;
+    server.kill();
+    let killed = Instant::now();
+    server.restart().await;
+    let follow = http.get(format!("{}/api/v1/flex/runs/{run_id}/stream", server.base)).send().await.unwrap();
+    arrivals(follow).await;
+    killed.elapsed()
+}
+
 fn main() {
-    let parts = std::env::var("BENCH_PARTS").unwrap_or_else(|_| "throughput,latency,failover".into());
+    let parts = std::env::var("BENCH_PARTS").unwrap_or_else(|_| "throughput,latency,failover,restart".into());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let pg = Postgres::start();
@@ -265,7 +309,8 @@ fn main() {
                 "throughput" => throughput(&pg).await,
                 "latency" => latency(&pg).await,
                 "failover" => failover(&pg).await,
-                other => panic!("unknown BENCH_PARTS entry `{other}`: throughput, latency or failover"),
+                "restart" => restart(&pg).await,
+                other => panic!("unknown BENCH_PARTS entry `{other}`: throughput, latency, failover or restart"),
             }
         }
     });

@@ -106,27 +106,11 @@ pub struct Settings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSettings {
+    /// Empty for the default: read it through [`Settings::node_id`].
     node_id: String,
     pub lease_seconds: u64,
     pub drain_seconds: u64,
     pub poll_millis: u64,
-}
-
-impl ClusterSettings {
-    /// This node's name: as configured, or `<host>-<pid>` (unique among live processes, so a
-    /// restarted process never mistakes its predecessor's leases for its own).
-    pub fn node_id(&self) -> String {
-        if !self.node_id.is_empty() {
-            return self.node_id.clone();
-        }
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "node".into());
-        format!("{host}-{}", std::process::id())
-    }
 }
 
 /// Values hidden on every read path (`crate::redact`).
@@ -442,6 +426,31 @@ impl Settings {
         }
     }
 
+    /// This node's name on a shared PostgreSQL database (leases, health, metrics; held by
+    /// `run::identity`): as configured, or `<host>-<port>` of `bind`.
+    ///
+    /// The default names the node, not the process: a node restarted on its host and port has
+    /// the same name, so it takes back the runs it leased before at once instead of after their
+    /// leases run out. Two live processes on one host cannot listen on one port, so they get two
+    /// names — unless they listen on the same port of two addresses, and then the second refuses
+    /// to start until it is given a name. A port of 0 is picked anew by the kernel at every start:
+    /// it names nothing, and the default is then `<host>-<pid>`, unique but not stable.
+    pub fn node_id(&self) -> String {
+        if !self.cluster.node_id.is_empty() {
+            return self.cluster.node_id.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "node".into());
+        match self.bind_addr() {
+            Ok(bind) if bind.port() != 0 => format!("{host}-{}", bind.port()),
+            _ => format!("{host}-{}", std::process::id()),
+        }
+    }
+
     /// The listen address.
     pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
         self.bind.parse().map_err(|_| ConfigError::Bind { value: self.bind.clone() })
@@ -623,6 +632,17 @@ mod tests {
             assert!(!message.contains("k1"), "a key is never shown: {message}");
         }
         assert!(load(&[("FLEXRUN_API_KEYS", "alice:k1,alice:k2"), ("FLEXRUN_OPERATOR_KEYS", "ops:k3")]).is_ok());
+    }
+
+    #[test]
+    fn the_default_node_id_is_the_host_and_the_port_it_listens_on() {
+        let host = load(&[]).unwrap().node_id().strip_suffix("-8080").expect("ends with the port").to_string();
+        assert!(!host.is_empty());
+        assert_eq!(load(&[("FLEXRUN_BIND", "127.0.0.1:9999")]).unwrap().node_id(), format!("{host}-9999"));
+        let picked = load(&[("FLEXRUN_BIND", "127.0.0.1:0")]).unwrap().node_id();
+        assert_eq!(picked, format!("{host}-{}", std::process::id()), "a port the kernel picks names nothing");
+        let named = load(&[("FLEXRUN_BIND", "127.0.0.1:9999"), ("FLEXRUN_NODE_ID", "pod-3")]).unwrap();
+        assert_eq!(named.node_id(), "pod-3");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::planner::Planner;
 use crate::redact::Redaction;
 use crate::run::backlog::Backlogs;
 use crate::run::claims::{Claims, Leasing};
+use crate::run::identity::{Identity, IdentityError};
 use crate::run::state::RunState;
 use crate::store::{Store, StoreError};
 
@@ -49,6 +50,8 @@ pub enum SetupError {
     HttpClient(#[from] reqwest::Error),
     #[error(transparent)]
     ModelClient(#[from] crate::llm::ClientError),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
 }
 
 pub struct Services {
@@ -68,6 +71,8 @@ pub struct Services {
     pub run_reads: tokio::sync::Semaphore,
     /// The runs whose log this process writes, and how to stop the task writing one.
     pub claims: Arc<Claims>,
+    /// The node id this process holds on a shared database (PostgreSQL); `None` alone (SQLite).
+    pub identity: Option<Identity>,
     /// Sees every commit of every run's log (tests); a server has none.
     pub commit_observer: Option<CommitObserver>,
     /// The runtime run coordinators are spawned on (the HTTP workers run their own).
@@ -75,8 +80,10 @@ pub struct Services {
 }
 
 impl Services {
-    /// Opens the database (migrating it), loads capabilities and prepares the model clients.
-    /// Makes no network call. Must be called from within the runtime that will drive runs.
+    /// Opens the database (migrating it), takes this node's id on PostgreSQL (refusing to start
+    /// if a live process holds it), loads capabilities and prepares the model clients. Makes no
+    /// network call but to the database. Must be called from within the runtime that will drive
+    /// runs.
     pub async fn start(settings: Settings) -> Result<Arc<Self>, SetupError> {
         Self::start_with(settings, Hooks::default()).await
     }
@@ -85,6 +92,20 @@ impl Services {
     pub async fn start_with(settings: Settings, hooks: Hooks) -> Result<Arc<Self>, SetupError> {
         // Run coordinators submit most writes: with SQLite their runtime commits them itself.
         let store = Store::open_on(&settings.database_url, &tokio::runtime::Handle::current())?;
+        // Several nodes may share a PostgreSQL database: runs are leased there, by a node id this
+        // process proves it alone holds before it serves anything. SQLite has one node.
+        #[cfg(feature = "postgres")]
+        let identity = if store.is_postgres() { Some(crate::run::identity::take(&settings).await?) } else { None };
+        #[cfg(not(feature = "postgres"))]
+        let identity: Option<Identity> = None;
+        let leasing = match &identity {
+            Some(identity) => Some(Leasing {
+                node: identity.node().to_string(),
+                lease: Duration::from_secs(settings.cluster.lease_seconds),
+                since: store.read(crate::store::leases::now).await?,
+            }),
+            None => None,
+        };
         let facets = FacetCatalog::new(settings.facets.clone())?;
         let addresses = AddressGuard { allow_link_local: settings.http_capabilities.allow_link_local };
         let policy = EndpointAllowlist {
@@ -105,11 +126,6 @@ impl Services {
             None => Executors::new(llm, limits, addresses)?,
         };
         let redaction = Redaction::new(&settings.redaction.extra_keys);
-        // Several nodes may share a PostgreSQL database: runs are leased there. SQLite has one.
-        let leasing = store.is_postgres().then(|| Leasing {
-            node: settings.cluster.node_id(),
-            lease: Duration::from_secs(settings.cluster.lease_seconds),
-        });
         let backlogs = Backlogs::new(settings.limits.stream_backlog_bytes);
         Ok(Arc::new(Self {
             settings,
@@ -123,6 +139,7 @@ impl Services {
             backlogs,
             run_reads: tokio::sync::Semaphore::new(RUN_READS),
             claims: Arc::new(Claims::new(leasing)),
+            identity,
             commit_observer: hooks.observer,
             runtime: tokio::runtime::Handle::current(),
         }))

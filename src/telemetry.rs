@@ -43,6 +43,7 @@ const HTTP_CAPABILITY_CALLS_WAITING: &str = "flexrun_http_capability_calls_waiti
 const DB_COMMIT_DURATION: &str = "flexrun_db_commit_duration_seconds";
 const DB_WRITES_PER_COMMIT: &str = "flexrun_db_writes_per_commit";
 const RUNS_OWNED: &str = "flexrun_runs_owned";
+const NODE_ID_HELD: &str = "flexrun_node_id_held";
 const LEASE_RENEWALS: &str = "flexrun_lease_renewals_total";
 const LEASES_LOST: &str = "flexrun_leases_lost_total";
 const LEASE_CLAIMS: &str = "flexrun_lease_claims_total";
@@ -85,6 +86,10 @@ pub fn describe() {
     describe_histogram!(DB_COMMIT_DURATION, Unit::Seconds, "Time to commit one batch of writes");
     describe_histogram!(DB_WRITES_PER_COMMIT, "Writes (of any number of runs) committed together");
     describe_gauge!(RUNS_OWNED, "Runs whose lease this node holds (several nodes on PostgreSQL)");
+    describe_gauge!(
+        NODE_ID_HELD,
+        "1 while this process holds the lock on its node id (several nodes on PostgreSQL), 0 while it takes it again"
+    );
     describe_counter!(
         LEASE_RENEWALS,
         "Lease renewals (one statement for all of a node's runs), by outcome (ok, failed)"
@@ -95,7 +100,8 @@ pub fn describe() {
     );
     describe_counter!(
         LEASE_CLAIMS,
-        "Runs this node claimed, by why (stale: the lease ran out or was handed back; command)"
+        "Runs this node claimed, by why (stale: the lease ran out or was handed back; restart: leased under this \
+         node id by a process before this one; command)"
     );
     describe_counter!(SWEEPS, "Sweeps for runs whose lease ran out");
     describe_counter!(
@@ -168,6 +174,11 @@ pub fn runs_owned(count: usize) {
     gauge!(RUNS_OWNED).set(f64::from(u32::try_from(count).unwrap_or(u32::MAX)));
 }
 
+/// Whether this process holds the lock on its node id (`run::identity`).
+pub fn node_id_held(held: bool) {
+    gauge!(NODE_ID_HELD).set(if held { 1.0 } else { 0.0 });
+}
+
 /// One renewal of this node's leases.
 pub fn lease_renewal(ok: bool) {
     counter!(LEASE_RENEWALS, "outcome" => if ok { "ok" } else { "failed" }).increment(1);
@@ -177,7 +188,8 @@ pub fn leases_lost(count: usize) {
     counter!(LEASES_LOST).increment(u64::try_from(count).unwrap_or(u64::MAX));
 }
 
-/// Runs claimed: `why` is `stale` (a sweep) or `command` (an operator's command on a waiting run).
+/// Runs claimed: `why` is `stale` (a sweep), `restart` (leased under this node id by an earlier
+/// process) or `command` (an operator's command on a waiting run).
 pub fn lease_claims(why: &'static str, count: usize) {
     counter!(LEASE_CLAIMS, "why" => why).increment(u64::try_from(count).unwrap_or(u64::MAX));
 }

@@ -2,7 +2,9 @@
 //! it): real `flexrun serve` processes killed (SIGKILL), paused (SIGSTOP) and drained (SIGTERM)
 //! mid-run, with a 2-second lease; PostgreSQL restarted and a node's LISTEN connection cut
 //! mid-run. A run goes on elsewhere without repeating a completed step, its log stays gap-free, a
-//! stale node writes nothing, and clients follow runs across nodes.
+//! stale node writes nothing, and clients follow runs across nodes. And a node's id: a single
+//! node killed and restarted takes its run back at once, a second process under a node id in
+//! use refuses to start, and a node whose id lock connection is cut takes it again.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
@@ -32,23 +34,34 @@ impl Cluster {
         Self::on(support::database::fresh_postgres(), n, model, "2").await
     }
 
-    /// `n` nodes with a lease of `lease_seconds` on the database at `url`.
+    /// `n` nodes named node-a, node-b, … with a lease of `lease_seconds` on the database at `url`.
     async fn on(url: String, n: usize, model: &StandIn, lease_seconds: &str) -> Self {
-        let mut nodes = Vec::new();
+        let names: Vec<String> = ["a", "b", "c"].iter().take(n).map(|letter| format!("node-{letter}")).collect();
+        let nodes: Vec<Vec<(&str, &str)>> = names
+            .iter()
+            .map(|name| {
+                vec![
+                    ("FLEXRUN_NODE_ID", name.as_str()),
+                    ("FLEXRUN_LEASE_SECONDS", lease_seconds),
+                    ("FLEXRUN_DRAIN_SECONDS", "10"),
+                ]
+            })
+            .collect();
+        Self::of(url, model, &nodes).await
+    }
+
+    /// A node for each entry of `nodes`, with those settings, on the database at `url`.
+    async fn of(url: String, model: &StandIn, nodes: &[Vec<(&str, &str)>]) -> Self {
+        let mut started = Vec::new();
         let mut dirs = Vec::new();
-        for i in 0..n {
+        for settings in nodes {
             let dir = tempfile::tempdir().unwrap();
-            let name = format!("node-{}", ["a", "b", "c"][i]);
-            let env = [
-                ("FLEXRUN_DATABASE_URL", url.as_str()),
-                ("FLEXRUN_NODE_ID", name.as_str()),
-                ("FLEXRUN_LEASE_SECONDS", lease_seconds),
-                ("FLEXRUN_DRAIN_SECONDS", "10"),
-            ];
-            nodes.push(ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await);
+            let mut env = vec![("FLEXRUN_DATABASE_URL", url.as_str())];
+            env.extend(settings.iter().copied());
+            started.push(ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await);
             dirs.push(dir);
         }
-        Self { nodes, url, _dirs: dirs }
+        Self { nodes: started, url, _dirs: dirs }
     }
 
     fn db(&self) -> DbConn {
@@ -86,6 +99,25 @@ fn model(slow: &'static str, delay: Duration) -> (StandIn, Arc<AtomicUsize>) {
     }))
     .unwrap();
     (model, slowed)
+}
+
+/// `GET /api/v1/health` of `node`.
+async fn health(node: &ServerProcess) -> Value {
+    node.http.get(node.url("/api/v1/health")).send().await.unwrap().json().await.unwrap()
+}
+
+/// `GET /metrics` of `node`.
+async fn metrics(node: &ServerProcess) -> String {
+    node.http.get(node.url("/metrics")).send().await.unwrap().text().await.unwrap()
+}
+
+/// Waits up to 10 s for `node` to log `text`.
+async fn logged(node: &ServerProcess, text: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !node.log().contains(text) {
+        assert!(std::time::Instant::now() < deadline, "never logged {text:?}:\n{}", node.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn calls(model: &StandIn, capability: &str) -> usize {
@@ -220,11 +252,10 @@ async fn a_draining_node_finishes_its_step_and_hands_the_run_over() {
     assert_eq!(calls(&model, "editor"), 1);
     let run = cluster.run(1, &run_id).await;
     assert_eq!(run["lease"]["crashAttempts"], 0, "handed back, not crashed: {run}");
-    let node_b = &cluster.nodes[1];
-    let health: Value = node_b.http.get(node_b.url("/api/v1/health")).send().await.unwrap().json().await.unwrap();
+    let health = health(&cluster.nodes[1]).await;
     assert_eq!(health["node"]["id"], "node-b", "{health}");
     assert_eq!(health["node"]["draining"], false);
-    let metrics = node_b.http.get(node_b.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let metrics = metrics(&cluster.nodes[1]).await;
     assert!(metrics.contains("flexrun_lease_claims_total{why=\"stale\"} 1"), "b claimed the run once:\n{metrics}");
     assert!(cluster.nodes[0].log().contains("drained: leases handed back"));
 }
@@ -260,6 +291,11 @@ async fn a_postgres_restart_mid_step_only_delays_the_run() {
     let log = cluster.nodes[0].log();
     assert!(log.contains("database writer reconnected"), "a's writer made a new connection:\n{log}");
     assert!(cluster.nodes[1].log().contains("LISTEN connection lost"), "b's listener was cut by the restart");
+    // The restart ended the sessions holding the nodes' ids: each takes its own again.
+    for node in &cluster.nodes {
+        logged(node, "holding the node id again").await;
+        assert_eq!(health(node).await["node"]["idHeld"], true);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,6 +324,119 @@ async fn a_follower_whose_listen_connection_is_cut_catches_up() {
         assert!(std::time::Instant::now() < deadline, "b's listener did not come back");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_killed_mid_step_takes_its_run_back_at_once_when_restarted() {
+    // The default node id and lease (30 s): the restarted node proves, by taking its id, that the
+    // process which leased the run is gone, and does not wait for the lease to run out.
+    let (model, _) = model("editor", Duration::from_secs(600));
+    let mut cluster = Cluster::of(support::database::fresh_postgres(), &model, &[vec![]]).await;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let health = health(&cluster.nodes[0]).await;
+    let node = format!("{host}-{}", cluster.nodes[0].port());
+    assert_eq!((&health["node"]["id"], &health["node"]["leaseSeconds"]), (&json!(node), &json!(30)), "{health}");
+    assert_eq!(health["node"]["idHeld"], true);
+    let (run_id, response) = cluster.nodes[0].post_run(&envelope()).await;
+    let before = frames_until(response, "node_complete").await;
+    while calls(&model, "editor") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.nodes[0].kill();
+    let killed = std::time::Instant::now();
+    cluster.nodes[0].restart().await;
+    let after = cluster.nodes[0].reattach(&run_id, before.last().unwrap().seq).await;
+    let recovered = killed.elapsed();
+    assert!(recovered < Duration::from_secs(10), "the run waited for its 30 s lease: {recovered:?}");
+    assert_finished_once(&cluster, &run_id, &[before, after].concat());
+    assert_eq!(calls(&model, "writer"), 1, "the completed draft is not written again");
+    assert_eq!(calls(&model, "editor"), 2, "the polish in flight when the node was killed runs again, once");
+    let run = cluster.run(0, &run_id).await;
+    assert_eq!(run["lease"]["epoch"], 2, "taken back once, under a new epoch: {run}");
+    assert_eq!(run["lease"]["crashAttempts"], 1, "a killed node is a crash: {run}");
+    let metrics = metrics(&cluster.nodes[0]).await;
+    assert!(metrics.contains("flexrun_lease_claims_total{why=\"restart\"} 1"), "{metrics}");
+    assert!(metrics.contains("flexrun_lease_claims_total{why=\"stale\"} 0"), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_with_the_same_node_id_refuses_to_start_and_the_first_serves_on() {
+    // Node a's polish answers after 5 s; a second process named node-a is started meanwhile.
+    let (model, _) = model("editor", Duration::from_secs(5));
+    let cluster = Cluster::on(support::database::fresh_postgres(), 1, &model, "30").await;
+    let (run_id, response) = cluster.nodes[0].post_run(&envelope()).await;
+    while calls(&model, "editor") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("FLEXRUN_DATABASE_URL", cluster.url.as_str()), ("FLEXRUN_NODE_ID", "node-a")];
+    let (status, log) = ServerProcess::refused(dir.path(), &model.base_url, &default_capabilities(), &env).await;
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(
+        log.contains(
+            "flexrun: node id `node-a` is in use: another live flexrun process on this database goes by it. \
+             Give this process a node id of its own with FLEXRUN_NODE_ID (or `cluster.node_id`)."
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("flexrun listening") && !log.contains("joining the cluster"), "it served nothing:\n{log}");
+    // Node a's run goes on as if nothing happened: the refused process claimed nothing.
+    let frames = read_frames(response, usize::MAX).await;
+    assert_finished_once(&cluster, &run_id, &frames);
+    assert_eq!((calls(&model, "writer"), calls(&model, "editor")), (1, 1), "no step ran twice");
+    let run = cluster.run(0, &run_id).await;
+    assert_eq!((run["lease"]["epoch"].as_i64(), run["lease"]["crashAttempts"].as_i64()), (Some(1), Some(0)), "{run}");
+    let health = health(&cluster.nodes[0]).await;
+    assert_eq!(
+        (&health["status"], &health["node"]["id"], &health["node"]["idHeld"]),
+        (&json!("healthy"), &json!("node-a"), &json!(true))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_id_lock_connection_is_cut_takes_its_id_again_or_stops_if_another_took_it() {
+    let (model, _) = model("writer", Duration::from_millis(1500));
+    let mut cluster = Cluster::start(1, &model).await;
+    let lock_session = "application_name = 'flexrun-identity node-a' AND datname = current_database()";
+    let cut = format!("SELECT pg_terminate_backend(pid)::int AS n FROM pg_stat_activity WHERE {lock_session}");
+    let held = format!(
+        "SELECT COUNT(*)::int AS n FROM pg_locks JOIN pg_stat_activity USING (pid) \
+         WHERE locktype = 'advisory' AND granted AND {lock_session}"
+    );
+    assert_eq!(sum(&mut cluster.db(), &held), 1, "node a holds its id");
+
+    // Cut while a step is in flight: the run goes on, and a takes its id again.
+    let (run_id, response) = cluster.nodes[0].post_run(&envelope()).await;
+    while calls(&model, "writer") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(sum(&mut cluster.db(), &cut), 1);
+    let frames = read_frames(response, usize::MAX).await;
+    assert_finished_once(&cluster, &run_id, &frames);
+    assert_eq!(cluster.run(0, &run_id).await["lease"]["epoch"], 1, "no node claimed the run");
+    logged(&cluster.nodes[0], "holding the node id again").await;
+    assert_eq!(sum(&mut cluster.db(), &held), 1, "on a new connection");
+    assert_eq!(health(&cluster.nodes[0]).await["node"]["idHeld"], true);
+
+    // Cut, and another session takes the id before a can: a stops rather than share it.
+    let key = flexrun::run::identity::lock_key("node-a");
+    let mut other = cluster.db();
+    diesel::connection::SimpleConnection::batch_execute(&mut other, &format!("{cut}; SELECT pg_advisory_lock({key})"))
+        .unwrap();
+    let status = cluster.nodes[0].exited(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(2));
+    let log = cluster.nodes[0].log();
+    assert!(
+        log.contains(
+            "flexrun: node id `node-a` was taken by another flexrun process while this one's connection to \
+             PostgreSQL was lost; two processes may not share a node id, so this one stops"
+        ),
+        "{log}"
+    );
+    // Once the other lets go, a starts again under its id.
+    drop(other);
+    cluster.nodes[0].restart().await;
+    assert_eq!(health(&cluster.nodes[0]).await["node"]["idHeld"], true);
 }
 
 /// The sum of the integer column `n` over the rows of `query`.

@@ -44,6 +44,14 @@ pub async fn run_to_completion(http: &reqwest::Client, base: &str, envelope: &Va
 pub struct Server {
     child: Child,
     pub base: String,
+    launch: Launch,
+}
+
+/// How a server is started (its port among its settings), kept to start it again.
+struct Launch {
+    binary: String,
+    pinned: bool,
+    env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -56,29 +64,33 @@ impl Server {
             std::fs::write(capabilities_dir.join(name), c.to_string()).unwrap();
         }
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        // BENCH_PIN=1 runs the server on CPU 1 and leaves CPU 0 to the clients and the stand-in.
-        let pinned = std::env::var("BENCH_PIN").is_ok_and(|v| v == "1");
-        let binary = std::env::var("BENCH_SERVER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_flexrun").to_string());
-        let mut command = if pinned { Command::new("taskset") } else { Command::new(&binary) };
-        if pinned {
-            command.args(["-c", "1", &binary]);
-        }
-        let child = command
-            .arg("serve")
-            .env_clear()
-            .env("FLEXRUN_BIND", format!("127.0.0.1:{port}"))
-            .env("FLEXRUN_DATABASE_URL", format!("sqlite://{}", dir.join("bench.db").display()))
-            .env("FLEXRUN_CAPABILITIES_DIR", &capabilities_dir)
-            .env("FLEXRUN_LLM_BASE_URL", llm)
-            .env("FLEXRUN_LLM_API_KEY", "bench")
-            .env("FLEXRUN_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start flexrun serve");
-        let server = Self { child, base: format!("http://127.0.0.1:{port}") };
+        let mut all: Vec<(String, String)> = [
+            ("FLEXRUN_BIND", format!("127.0.0.1:{port}")),
+            ("FLEXRUN_DATABASE_URL", format!("sqlite://{}", dir.join("bench.db").display())),
+            ("FLEXRUN_CAPABILITIES_DIR", capabilities_dir.display().to_string()),
+            ("FLEXRUN_LLM_BASE_URL", llm.to_string()),
+            ("FLEXRUN_LLM_API_KEY", "bench".to_string()),
+            ("FLEXRUN_LOG", "warn".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let launch = Launch {
+            binary: std::env::var("BENCH_SERVER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_flexrun").to_string()),
+            // BENCH_PIN=1 runs the server on CPU 1 and leaves CPU 0 to the clients and the stand-in.
+            pinned: std::env::var("BENCH_PIN").is_ok_and(|v| v == "1"),
+            env: all,
+        };
+        let server = Self { child: launch.spawn(), base: format!("http://127.0.0.1:{port}"), launch };
         server.wait_until_healthy().await;
         server
+    }
+
+    /// Starts the server again, on the same port and settings, after [`Self::kill`].
+    pub async fn restart(&mut self) {
+        self.child = self.launch.spawn();
+        self.wait_until_healthy().await;
     }
 
     async fn wait_until_healthy(&self) {
@@ -137,6 +149,22 @@ impl Drop for Server {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Launch {
+    fn spawn(&self) -> Child {
+        let mut command = if self.pinned { Command::new("taskset") } else { Command::new(&self.binary) };
+        if self.pinned {
+            command.args(["-c", "1", &self.binary]);
+        }
+        command
+            .arg("serve")
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start flexrun serve")
     }
 }
 

@@ -270,9 +270,23 @@ async fn serve() -> anyhow::Result<ExitCode> {
     if services.claims.leasing().is_some() {
         tokio::spawn(drain_on_signal(services.clone()));
     }
-    server.await?;
+    // A process that took this node's id while it was not held has taken its runs too: this one
+    // stops at once, handing nothing back (the runs' leases name that process as well).
+    let taken_over = async {
+        match &services.identity {
+            Some(identity) => identity.taken_over().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        served = server => served?,
+        taken = taken_over => return Err(taken.into()),
+    }
     let grace = std::time::Duration::from_secs(services.settings.cluster.drain_seconds);
     crate::run::lease::drain(&services, grace).await?;
+    if let Some(identity) = &services.identity {
+        identity.release().await;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

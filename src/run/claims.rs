@@ -45,6 +45,9 @@ pub struct Leasing {
     pub node: String,
     /// How long a lease lasts unless renewed.
     pub lease: Duration,
+    /// When this process took its node id (`super::identity`), by the database's clock: the
+    /// leases under the id from before then are a gone process's, taken back on joining.
+    pub since: chrono::NaiveDateTime,
 }
 
 struct Held {

@@ -41,16 +41,37 @@ const SWEEP_BATCH: i64 = 100;
 /// tried again: something in it may be what kills nodes.
 pub const MAX_CRASH_ATTEMPTS: i32 = 3;
 
-/// Claims what this node can drive now — its own leases of an earlier process with the same
-/// node id, runs no node holds, runs whose lease ran out — and keeps claiming, renewing and
+/// Claims what this node can drive now — the runs leased under its node id by a process before
+/// this one, runs no node holds, runs whose lease ran out — and keeps claiming, renewing and
 /// sweeping in the background until the node drains. Returns how many runs it picked up.
 pub async fn join(services: &Arc<Services>) -> Result<usize, StoreError> {
     let Some(leasing) = services.claims.leasing().cloned() else { return Ok(0) };
     tracing::info!(node = %leasing.node, lease_secs = leasing.lease.as_secs_f64(), "joining the cluster");
-    let picked = sweep(services, &leasing, true).await?;
+    let picked = take_back(services, &leasing).await? + sweep(services, &leasing).await?;
     let services = services.clone();
     services.runtime.clone().spawn(keep(services, leasing));
     Ok(picked)
+}
+
+/// Claims at once, a batch at a time, every active run leased under this node id before this
+/// process took the id: the process that leased them is gone — this one holds the id
+/// (`run::identity`) — so their leases need not run out first. Each counts a crash attempt, as a run
+/// taken over from a node that died does: the leases were not handed back.
+async fn take_back(services: &Arc<Services>, leasing: &Leasing) -> Result<usize, StoreError> {
+    let mut picked = 0;
+    loop {
+        let (node, seconds, since) = (leasing.node.clone(), leasing.lease.as_secs_f64(), leasing.since);
+        let taken = services
+            .store
+            .write(move |conn| leases::claim_own(conn, &node, seconds, since, &active(), SWEEP_BATCH))
+            .await?;
+        telemetry::lease_claims("restart", taken.len());
+        let more = i64::try_from(taken.len()).is_ok_and(|n| n == SWEEP_BATCH);
+        picked += drive(services, taken).await?;
+        if !more {
+            return Ok(picked);
+        }
+    }
 }
 
 /// Renews and sweeps until the node drains.
@@ -65,7 +86,7 @@ async fn keep(services: Arc<Services>, leasing: Leasing) {
                 if services.claims.is_draining() {
                     return;
                 }
-                if let Err(error) = sweep(&services, &leasing, false).await {
+                if let Err(error) = sweep(&services, &leasing).await {
                     tracing::warn!(error = %crate::excerpt::log(error), "sweep for stale runs failed");
                 }
             }
@@ -123,16 +144,23 @@ fn stop(services: &Services, runs: &[&RunId], why: &str) {
 }
 
 /// Claims runs whose lease ran out or was handed back, and drives each (or fails it, after
-/// [`MAX_CRASH_ATTEMPTS`]). `own_too`: also this node id's leases of an earlier process.
-async fn sweep(services: &Arc<Services>, leasing: &Leasing, own_too: bool) -> Result<usize, StoreError> {
+/// [`MAX_CRASH_ATTEMPTS`]).
+async fn sweep(services: &Arc<Services>, leasing: &Leasing) -> Result<usize, StoreError> {
     telemetry::sweep();
-    let active: Vec<&'static str> = RunStatus::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
     let (node, seconds) = (leasing.node.clone(), leasing.lease.as_secs_f64());
-    let taken = services
-        .store
-        .write(move |conn| leases::claim_stale(conn, &node, seconds, &active, SWEEP_BATCH, own_too))
-        .await?;
+    let taken =
+        services.store.write(move |conn| leases::claim_stale(conn, &node, seconds, &active(), SWEEP_BATCH)).await?;
     telemetry::lease_claims("stale", taken.len());
+    drive(services, taken).await
+}
+
+/// The names of the statuses of runs being driven.
+fn active() -> Vec<&'static str> {
+    RunStatus::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect()
+}
+
+/// Drives each run of `taken`, just claimed here; how many it could.
+async fn drive(services: &Arc<Services>, taken: Vec<leases::Taken>) -> Result<usize, StoreError> {
     let mut picked = 0;
     for lease in taken {
         let Ok(run_id) = RunId::parse(&lease.run_id) else {

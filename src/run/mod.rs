@@ -19,6 +19,7 @@ mod coordinator;
 pub mod decide;
 pub mod follow;
 pub mod id;
+pub mod identity;
 pub mod inbox;
 pub mod lease;
 pub mod log;

@@ -94,26 +94,61 @@ pub fn release(conn: &mut DbConn, run_id: &str, epoch: i64) -> Result<(), StoreE
 }
 
 /// Claims up to `limit` runs in one of `active` statuses that no node holds, or whose lease ran
-/// out — with `own_too`, also those `node` held before (a restart under the same node id). Rows
-/// another node is claiming are skipped, not waited for. Taking over a lease that was not handed
-/// back counts a crash attempt.
+/// out. Rows another node is claiming are skipped, not waited for. Taking over a lease that was
+/// not handed back counts a crash attempt.
 pub fn claim_stale(
     conn: &mut DbConn,
     node: &str,
     seconds: f64,
     active: &[&str],
     limit: i64,
-    own_too: bool,
 ) -> Result<Vec<Taken>, StoreError> {
-    let own = if own_too { " OR lease_owner = $1" } else { "" };
     let sql = format!(
         "UPDATE runs {CLAIM} WHERE run_id IN (SELECT run_id FROM runs WHERE status IN ({statuses}) \
-           AND (lease_owner IS NULL OR lease_expires_at < {NOW}{own}) \
+           AND (lease_owner IS NULL OR lease_expires_at < {NOW}) \
            ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED) {CLAIMED}",
         statuses = quoted(active),
     );
     let query = diesel::sql_query(sql).bind::<Text, _>(node).bind::<Double, _>(seconds).bind::<BigInt, _>(limit);
     Ok(super::on_backend!(conn, |c| query.load(c))?)
+}
+
+/// Claims up to `limit` runs in one of `active` statuses that `node` leased before `since` (when
+/// this process took the node id, by the database's clock), whether or not their lease ran out:
+/// the process that leased them is gone (`run::identity`). A lease renewed or taken at `since` or
+/// later ends at `since + seconds` or later, so the runs this process leased itself are never
+/// among them. Counts a crash attempt, as the leases were not handed back.
+pub fn claim_own(
+    conn: &mut DbConn,
+    node: &str,
+    seconds: f64,
+    since: NaiveDateTime,
+    active: &[&str],
+    limit: i64,
+) -> Result<Vec<Taken>, StoreError> {
+    let sql = format!(
+        "UPDATE runs {CLAIM} WHERE run_id IN (SELECT run_id FROM runs WHERE status IN ({statuses}) \
+           AND lease_owner = $1 AND lease_expires_at < $4 + make_interval(secs => $2) \
+           ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED) {CLAIMED}",
+        statuses = quoted(active),
+    );
+    let query = diesel::sql_query(sql)
+        .bind::<Text, _>(node)
+        .bind::<Double, _>(seconds)
+        .bind::<BigInt, _>(limit)
+        .bind::<Timestamp, _>(since);
+    Ok(super::on_backend!(conn, |c| query.load(c))?)
+}
+
+/// The database's clock now (UTC, as stored).
+pub fn now(conn: &mut DbConn) -> Result<NaiveDateTime, StoreError> {
+    #[derive(QueryableByName)]
+    struct Now {
+        #[diesel(sql_type = Timestamp)]
+        now: NaiveDateTime,
+    }
+    let query = diesel::sql_query(format!("SELECT {NOW} AS now"));
+    Ok(super::on_backend!(conn, |c| query.get_result::<Now>(c))?.now)
 }
 
 /// Takes the lease of one run if no node holds it (or its lease ran out): for an operator's

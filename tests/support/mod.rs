@@ -34,6 +34,7 @@ pub struct TestServer {
     pub db_url: String,
     pub http: reqwest::Client,
     handle: ServerHandle,
+    services: Arc<Services>,
     pub dir: Arc<tempfile::TempDir>,
     env: Vec<(String, String)>,
 }
@@ -89,11 +90,16 @@ impl TestServer {
         let handle = server.handle();
         tokio::spawn(server);
         flexrun::run::recover(&services).await.expect("recovery reads the database");
-        Self { base, llm, db_url, http: reqwest::Client::new(), handle, dir, env }
+        Self { base, llm, db_url, http: reqwest::Client::new(), handle, services, dir, env }
     }
 
+    /// Stops serving, and lets go of the node id (PostgreSQL) as an ending process does: a server
+    /// started next on the same database takes it.
     pub async fn stop(&self) {
         self.handle.stop(false).await;
+        if let Some(identity) = &self.services.identity {
+            identity.release().await;
+        }
         self.llm.stop().await;
     }
 

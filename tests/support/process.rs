@@ -30,6 +30,27 @@ impl ServerProcess {
     /// Starts `flexrun serve` on a database in `dir`, with `capabilities` registered from files and
     /// the model at `llm_base_url`. Returns once the health endpoint answers.
     pub async fn start(dir: &Path, llm_base_url: &str, capabilities: &[Value], env: &[(&str, &str)]) -> Self {
+        let mut server = Self::new(dir, llm_base_url, capabilities, env);
+        server.spawn().await;
+        server
+    }
+
+    /// Starts `flexrun serve` as [`Self::start`] does, for a process that is to refuse to start:
+    /// waits for it to exit by itself, and returns its exit status and what it logged.
+    pub async fn refused(
+        dir: &Path,
+        llm_base_url: &str,
+        capabilities: &[Value],
+        env: &[(&str, &str)],
+    ) -> (std::process::ExitStatus, String) {
+        let mut server = Self::new(dir, llm_base_url, capabilities, env);
+        server.launch();
+        let status = server.exited(Duration::from_secs(30)).await;
+        (status, server.log())
+    }
+
+    /// A process not started yet, on a port of its own.
+    fn new(dir: &Path, llm_base_url: &str, capabilities: &[Value], env: &[(&str, &str)]) -> Self {
         let capabilities_dir = dir.join("capabilities");
         std::fs::create_dir_all(&capabilities_dir).unwrap();
         for capability in capabilities {
@@ -37,10 +58,9 @@ impl ServerProcess {
             std::fs::write(capabilities_dir.join(name), capability.to_string()).unwrap();
         }
         let port = free_port();
+        // No FLEXRUN_NODE_ID: the default, `<host>-<port>`, stays across restarts on the same
+        // port, so a restarted node takes its own leased runs back at once (PostgreSQL).
         let mut all: Vec<(String, String)> = vec![
-            // A name that stays across restarts, as a deployment gives each node: a restarted
-            // node takes its own leased runs back at once (PostgreSQL).
-            ("FLEXRUN_NODE_ID".into(), format!("node-{port}")),
             ("FLEXRUN_DATABASE_URL".into(), super::database::url(dir)),
             ("FLEXRUN_CAPABILITIES_DIR".into(), capabilities_dir.display().to_string()),
             ("FLEXRUN_LLM_BASE_URL".into(), llm_base_url.into()),
@@ -50,10 +70,7 @@ impl ServerProcess {
         ];
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let base = format!("http://127.0.0.1:{port}");
-        let http = reqwest::Client::new();
-        let mut server = Self { child: None, port, base, dir: dir.to_path_buf(), http, env: all };
-        server.spawn().await;
-        server
+        Self { child: None, port, base, dir: dir.to_path_buf(), http: reqwest::Client::new(), env: all }
     }
 
     /// Kills the process with SIGKILL: no shutdown code runs.
@@ -93,6 +110,11 @@ impl ServerProcess {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// The port it listens on (the same across restarts).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// Posts an envelope to `run.stream`: the run id and the (streaming) response.
@@ -136,6 +158,11 @@ impl ServerProcess {
     }
 
     async fn spawn(&mut self) {
+        self.launch();
+        self.wait_until_healthy().await;
+    }
+
+    fn launch(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("server.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_flexrun"))
             .arg("serve")
@@ -147,7 +174,6 @@ impl ServerProcess {
             .spawn()
             .expect("start flexrun serve");
         self.child = Some(child);
-        self.wait_until_healthy().await;
     }
 
     async fn wait_until_healthy(&mut self) {
