@@ -2,10 +2,10 @@
 //!
 //! Starts `flexrun serve` (release build, or `BENCH_SERVER_BIN` to measure another build) on a
 //! fresh SQLite file with a stand-in model that plans `BENCH_STEPS` steps (default 30), each
-//! answering 900 KB: a run whose log is about 27 MB. Then, for each way of reading a run, opens
-//! `BENCH_READERS` connections (default 100) that send their request and read nothing, waits
-//! 5 s, and reports how much the server's resident memory grew — then closes them and lets the
-//! server settle before the next kind:
+//! answering 900 KB: a run whose log is about 27 MB. Then, for each way of reading a run, starts
+//! the server afresh on that database, opens `BENCH_READERS` connections (default 100) that send
+//! their request and read nothing, waits 5 s, and reports how much the server's resident memory
+//! grew (and its peak, which includes what building the answers took while it lasted):
 //!
 //! - `stream`: `GET /api/v1/flex/runs/{id}/stream` (a replay from the start);
 //! - `document`: `GET /api/v1/flex/runs/{id}`;
@@ -56,24 +56,32 @@ async fn main() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let writer = capability("writer", &["brief"], &["post_copy"]);
-    let server = Server::start(dir.path(), &model.base_url, &[writer], &[]).await;
+    let server = Server::start(dir.path(), &model.base_url, std::slice::from_ref(&writer), &[]).await;
+    let http = reqwest::Client::new();
+    // The thread first, as a LangGraph client makes it (so builds that made no thread for the
+    // flex API's threadId can be joined too).
+    let thread = http.post(format!("{}/threads", server.base)).json(&json!({"thread_id": "big-thread"})).send();
+    assert_eq!(thread.await.unwrap().status(), 200);
     let envelope = json!({
         "objective": "Write a long post", "inputs": {"brief": {"topic": "flexrun"}},
         "outputContract": {"mode": "facets", "facets": ["post_copy"]},
         "constraints": {"threadId": "big-thread"},
     });
-    let http = reqwest::Client::new();
     let (run_id, kinds) = run_to_completion(&http, &server.base, &envelope).await;
-    let address = server.base.trim_start_matches("http://").to_string();
-    let pid = server.pid();
+    let mut server = Some(server);
     println!("a run of {} frames, {steps} outputs of 900 KB; {readers} idle readers of each kind", kinds.len());
-    println!("{:<10} {:>12} {:>12} {:>14}", "kind", "before MiB", "during MiB", "MiB / reader");
+    println!("{:<10} {:>12} {:>12} {:>10} {:>14}", "kind", "before MiB", "during MiB", "peak MiB", "MiB / reader");
     for (kind, path) in [
         ("stream", format!("/api/v1/flex/runs/{run_id}/stream")),
         ("document", format!("/api/v1/flex/runs/{run_id}")),
         ("events", format!("/api/v1/flex/runs/{run_id}/events?limit=1000")),
         ("values", format!("/threads/big-thread/runs/{run_id}/stream?stream_mode=values")),
     ] {
+        // Each kind on a fresh process: what one kind allocated does not blur the next.
+        drop(server.take());
+        let fresh = server.insert(Server::start(dir.path(), &model.base_url, std::slice::from_ref(&writer), &[]).await);
+        let (base, pid) = (fresh.base.clone(), fresh.pid());
+        let address = base.trim_start_matches("http://").to_string();
         let before = resident_mib(pid);
         let mut idle = Vec::with_capacity(readers);
         for _ in 0..readers {
@@ -81,10 +89,11 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
         let during = resident_mib(pid);
-        println!("{kind:<10} {before:>12.0} {during:>12.0} {:>14.2}", (during - before) / readers as f64);
+        let peak = server.as_ref().map_or(0.0, Server::peak_rss_mib);
+        println!("{kind:<10} {before:>12.0} {during:>12.0} {peak:>10.0} {:>14.2}", (during - before) / readers as f64);
         drop(idle);
-        tokio::time::sleep(Duration::from_secs(5)).await;
     }
-    let health = http.get(format!("{}/api/v1/health", server.base)).send().await.unwrap();
+    let base = server.as_ref().map(|s| s.base.clone()).unwrap_or_default();
+    let health = http.get(format!("{base}/api/v1/health")).send().await.unwrap();
     assert_eq!(health.status(), 200, "the server still answers");
 }
