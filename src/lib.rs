@@ -8,12 +8,15 @@
 //! Pure logic (conditions, contracts, plans, drafts, the status state machine, the replan budget)
 //! does no I/O and is tested on its own; `services` wires the I/O parts together.
 
+/// The condition language, a crate of its own (`crates/conditions`).
+pub use flexrun_conditions as condition;
+pub use flexrun_conditions::suggest;
+
 pub mod budget;
 pub mod caller;
 pub mod capability;
 pub mod cli;
 
-pub mod condition;
 pub mod config;
 pub mod console;
 pub mod contract;
@@ -38,7 +41,6 @@ pub mod slots;
 pub mod timeouts;
 
 pub mod store;
-pub mod suggest;
 pub mod telemetry;
 pub mod thread;
 pub mod validation;

@@ -3,7 +3,7 @@
 //! JSON-Logic renders back to that canonical form.
 #![no_main]
 
-use flexrun::condition::dsl::{self, Catalog, Scope};
+use flexrun_conditions::dsl::{self, Catalog, Scope};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

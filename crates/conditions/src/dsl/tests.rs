@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::condition::Rule;
+use crate::Rule;
 
 fn catalog() -> Catalog {
     let plan_knobs = json!({"type": "object", "properties": {

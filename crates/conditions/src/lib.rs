@@ -1,11 +1,16 @@
-//! Goal conditions: predicates over the run context that must all hold before a run may complete.
+//! flexrun's condition language: predicates over a run's context that must all hold before a run
+//! may complete (its goal conditions, a capability's post-conditions, runtime policies' `when`).
 //!
-//! A condition picks a value with a JSON Pointer inside one facet and evaluates a JSON-Logic rule
-//! on it. Everything here is pure: no I/O, so it is tested on its own.
+//! A condition picks a value with a JSON Pointer inside one facet ([`FacetPath`]) and evaluates
+//! a JSON-Logic rule on it ([`Rule`], compiled once); [`dsl`] compiles the condition DSL
+//! (`post.quality_score >= 0.8 && all(tags, t, t != "")`) to JSON-Logic against a catalog of the
+//! variables a condition may read. Everything here is pure — no I/O — so it is usable on its own:
+//! see `README.md` and `examples/`.
 
 pub mod dsl;
 mod logic;
 mod path;
+pub mod suggest;
 
 pub use logic::{RUN_CONTEXT_VAR, RUN_VAR, Rule};
 pub use path::FacetPath;
@@ -137,7 +142,7 @@ fn evaluation_data<'v>(
             }
         }
         if reads_run {
-            map.entry(crate::condition::RUN_VAR).or_insert_with(|| context.run_facts());
+            map.entry(crate::RUN_VAR).or_insert_with(|| context.run_facts());
         }
     }
     Cow::Owned(data)

@@ -6,8 +6,8 @@
 use proptest::prelude::*;
 use serde_json::{Number, Value, json};
 
-use flexrun::condition::Rule;
-use flexrun::condition::dsl::{self, Catalog, CompareOp, Expr, Literal, Quantifier, Scope, Span};
+use flexrun_conditions::Rule;
+use flexrun_conditions::dsl::{self, Catalog, CompareOp, Expr, Literal, Quantifier, Scope, Span};
 
 fn catalog() -> Catalog {
     let m = json!({"type": "object", "properties": {

@@ -8,7 +8,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::hash::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 /// Where the run context sits inside the data a condition is evaluated against.
 pub const SNAPSHOT_FACETS: &str = "metadata.runContextSnapshot.facets";

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use datalogic_rs::{Engine, ParsedData, bumpalo::Bump};
 use serde_json::{Map, Value, json};
 
-use flexrun::condition::dsl::{self, Catalog, Scope};
-use flexrun::condition::{FacetPath, FacetSource, GoalCondition, Rule, evaluate_all};
+use flexrun_conditions::dsl::{self, Catalog, Scope};
+use flexrun_conditions::{FacetPath, FacetSource, GoalCondition, Rule, evaluate_all};
 
 const EXPRESSIONS: [&str; 4] = [
     "quality_score >= 0.8",

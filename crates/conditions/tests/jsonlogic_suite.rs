@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use flexrun::condition::Rule;
+use flexrun_conditions::Rule;
 
 #[test]
 fn every_case_of_the_official_suite_passes() {
