@@ -290,9 +290,12 @@ async fn serve() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Tells the coordinators to stop at their next wait as soon as SIGTERM or SIGINT arrives, while
-/// the HTTP server closes its connections (which may take its shutdown timeout): a step that
-/// ends meanwhile starts no next one here.
+/// Drains as soon as SIGTERM or SIGINT arrives, while the HTTP server closes its connections
+/// (which may take its shutdown timeout): the coordinators stop at their next wait, and the
+/// leases of the runs they stop are handed back as soon as they have. Waiting for the HTTP server
+/// first would let those leases, no longer renewed once their coordinators stopped, run out
+/// meanwhile, and another node would take the runs as a crashed node's. `serve` drains once more
+/// when the server has closed, for runs an operator's command claimed meanwhile.
 async fn drain_on_signal(services: std::sync::Arc<crate::services::Services>) {
     use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut terminate) = signal(SignalKind::terminate()) else { return };
@@ -300,7 +303,10 @@ async fn drain_on_signal(services: std::sync::Arc<crate::services::Services>) {
         _ = terminate.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
-    services.claims.drain();
+    let grace = std::time::Duration::from_secs(services.settings.cluster.drain_seconds);
+    if let Err(error) = crate::run::lease::drain(&services, grace).await {
+        tracing::warn!(error = %crate::excerpt::log(error), "handing back leases failed; they run out instead");
+    }
 }
 
 async fn run(envelope: PathBuf, server: &str, api_key: Option<String>, json: bool) -> anyhow::Result<ExitCode> {

@@ -164,6 +164,6 @@ mod tests {
         let cancel = &document["paths"]["/api/v1/flex/runs/{id}/cancel"]["post"];
         assert_eq!(cancel["requestBody"]["required"], false);
         let codes: Vec<&String> = cancel["responses"].as_object().unwrap().keys().collect();
-        assert_eq!(codes, ["200", "400", "401", "403", "404", "408", "409", "413", "503"]);
+        assert_eq!(codes, ["200", "400", "401", "403", "404", "408", "409", "413", "415", "421", "503"]);
     }
 }
