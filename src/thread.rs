@@ -13,6 +13,16 @@ use crate::caller::Caller;
 use crate::store::threads::{self as rows, ThreadRow};
 use crate::store::{DbConn, Store, StoreError};
 
+/// Whether a run may start on a thread that has one in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadRule {
+    /// It may (the flex API: runs on a thread share its history, nothing more).
+    Shared,
+    /// It may not: one active run per thread (LangGraph's `multitask_strategy: reject`). The
+    /// run's first commit checks it under a lock on the thread's row, so it holds across nodes.
+    OneActiveRun,
+}
+
 /// The longest thread id.
 pub const MAX_LEN: usize = 200;
 

@@ -439,6 +439,65 @@ async fn a_node_whose_id_lock_connection_is_cut_takes_its_id_again_or_stops_if_a
     assert_eq!(health(&cluster.nodes[0]).await["node"]["idHeld"], true);
 }
 
+/// LangGraph's `multitask_strategy: reject` across nodes: starts raced on one thread through two
+/// nodes make one run; every other start is refused `thread_busy` (409), and a start after that
+/// run has ended is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_raced_on_one_thread_through_two_nodes_make_one_run() {
+    // The planner answers after 1.5 s: the first run is still planning while the others race it.
+    let model = StandIn::start(script(|call: &ChatCall| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer")]).after(Duration::from_millis(1500));
+        }
+        post(0.9)
+    }))
+    .unwrap();
+    let cluster = Cluster::start(2, &model).await;
+    let (a, b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let created = a.http.post(a.url("/threads")).json(&json!({})).send().await.unwrap();
+    assert_eq!(created.status(), 200);
+    let thread: Value = created.json().await.unwrap();
+    let runs_path = format!("/threads/{}/runs", thread["thread_id"].as_str().unwrap());
+    let body = json!({"assistant_id": "flex", "input": envelope()});
+    let starts = (0..16).map(|i| {
+        let node = if i % 2 == 0 { a } else { b };
+        node.http.post(node.url(&runs_path)).json(&body).send()
+    });
+    let answers = futures::future::join_all(starts).await;
+    let mut statuses = Vec::new();
+    for answer in answers {
+        let answer = answer.unwrap();
+        let status = answer.status().as_u16();
+        let text = answer.text().await.unwrap();
+        if status == 409 {
+            assert!(text.contains("\"thread_busy\""), "{text}");
+        }
+        statuses.push(status);
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1, "one start taken: {statuses:?}");
+    assert_eq!(statuses.iter().filter(|s| **s == 409).count(), 15, "the others refused: {statuses:?}");
+    let on_thread = |cluster: &Cluster| {
+        let id = thread["thread_id"].as_str().unwrap().replace('\'', "''");
+        sum(&mut cluster.db(), &format!("SELECT count(*)::int AS n FROM runs WHERE thread_id = '{id}'"))
+    };
+    assert_eq!(on_thread(&cluster), 1, "one run stored on the thread");
+
+    // Once that run has ended the thread takes the next start, on either node.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let thread_path = format!("/threads/{}", thread["thread_id"].as_str().unwrap());
+        let thread_now: Value = b.http.get(b.url(&thread_path)).send().await.unwrap().json().await.unwrap();
+        if thread_now["status"] == "idle" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the first run never ended: {thread_now}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let next = b.http.post(b.url(&runs_path)).json(&body).send().await.unwrap();
+    assert_eq!(next.status(), 200, "{}", next.text().await.unwrap());
+    assert_eq!(on_thread(&cluster), 2);
+}
+
 /// The sum of the integer column `n` over the rows of `query`.
 fn sum(conn: &mut DbConn, query: &str) -> i32 {
     use diesel::RunQueryDsl;

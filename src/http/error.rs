@@ -233,6 +233,13 @@ impl From<ThreadError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
+            StoreError::ThreadBusy(id) => Self::Conflict {
+                code: "thread_busy",
+                message: format!(
+                    "thread {} has a run in progress; wait for it, or join it (multitask_strategy: reject)",
+                    excerpt::excerpt(&id, 80)
+                ),
+            },
             StoreError::Connection(error) => {
                 tracing::warn!(error = %excerpt::log(error), "request refused: the database cannot be reached");
                 Self::Unavailable

@@ -22,6 +22,7 @@ use crate::run::{RunId, RunStatus};
 use crate::services::Services;
 use crate::store::runs::RunRow;
 use crate::store::{StoreError, events as event_log, runs};
+use crate::thread::ThreadRule;
 use crate::thread::{self, ThreadId};
 use crate::validation::FieldError;
 
@@ -46,7 +47,7 @@ pub async fn run_stream(
         None => caller.principal.clone(),
     };
     let services: Arc<Services> = services.into_inner();
-    let run = crate::run::start(&services, envelope, correlation_id, idempotency, &owner).await?;
+    let run = crate::run::start(&services, envelope, correlation_id, idempotency, &owner, ThreadRule::Shared).await?;
     let mut response = frame_stream(run.frames, &services.redaction, &services.backlogs).customize();
     if run.replayed {
         response = response.insert_header(("idempotent-replayed", "true"));

@@ -7,11 +7,10 @@ use actix_web::{HttpRequest, HttpResponse, get, post, web};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Map, Value, json};
-use tokio::sync::Mutex;
 
 use super::request::{self, Action, Input, RunRequest, StreamMode};
 use super::stream::{self, Translator};
-use super::threads::{is_busy, newest_run};
+use super::threads::newest_run;
 use super::{chat_of, project, run_not_found, run_of_thread, state_at, time, visible_thread};
 use crate::events::Seq;
 use crate::http::{ApiError, Body, Caller, Role};
@@ -23,11 +22,7 @@ use crate::services::Services;
 use crate::store::events::LoggedFrame;
 use crate::store::runs::RunRow;
 use crate::store::threads as thread_rows;
-use crate::thread::{self, ThreadId};
-
-/// Starts on threads are checked and made one at a time, so two requests cannot both find a
-/// thread idle and both start a run on it (`multitask_strategy: reject`).
-static STARTS: Mutex<()> = Mutex::const_new(());
+use crate::thread::{self, ThreadId, ThreadRule};
 
 /// A run begun by a request: where its frames come from and how they are translated.
 struct Began {
@@ -54,7 +49,6 @@ async fn begin(
         return Err(ApiError::NotFound { code: "assistant_not_found", what: format!("assistant {assistant}") });
     }
     let request = RunRequest::parse(&body).map_err(refused)?;
-    let _one_at_a_time = STARTS.lock().await;
     let thread = match thread_id {
         None => thread::create(&services.store, caller, None, Map::new()).await?,
         Some(id) if request.create_thread => {
@@ -103,14 +97,6 @@ async fn start(
     input: &Input,
     newest: Option<&RunRow>,
 ) -> Result<Started, ApiError> {
-    if is_busy(newest) {
-        return Err(ApiError::Conflict {
-            code: "thread_busy",
-            message: format!(
-                "thread {thread_id} has a run in progress; wait for it, or join it (multitask_strategy: reject)"
-            ),
-        });
-    }
     // A chat continues the conversation of the thread's previous chat run, with its answer.
     let mut history = Vec::new();
     if let (Input::Chat(_), Some(row)) = (input, newest)
@@ -121,7 +107,9 @@ async fn start(
     }
     let envelope = request::envelope(input, thread_id, &history).map_err(refused)?;
     let envelope = crate::envelope::from_value(envelope, &services.registry.catalog())?;
-    let started = run::start(services, envelope, None, None, owner).await?;
+    // One active run per thread: the run's first commit refuses it if the thread is busy
+    // (`thread_busy`, 409), on this node or any other.
+    let started = run::start(services, envelope, None, None, owner, ThreadRule::OneActiveRun).await?;
     Ok(Started { run_id: started.run_id, state: None, frames: started.frames })
 }
 

@@ -8,7 +8,6 @@ use super::request::ASSISTANT;
 use super::{chat_of, project, state_at, time, visible_thread};
 use crate::http::paging::PageSize;
 use crate::http::{ApiError, Body, Caller};
-use crate::run::RunStatus;
 use crate::services::Services;
 use crate::store::runs::RunRow;
 use crate::store::threads::{self as thread_rows, ThreadRow};
@@ -302,11 +301,4 @@ pub async fn thread_history(
         states.push(thread_state(&services, &tid, Some(row)).await?);
     }
     Ok(HttpResponse::Ok().json(states))
-}
-
-/// Whether a thread's newest run still runs: another run would have to wait (`busy`).
-pub fn is_busy(newest: Option<&RunRow>) -> bool {
-    newest
-        .and_then(|row| row.status.parse::<RunStatus>().ok())
-        .is_some_and(|s| project::thread_status(Some(s)) == "busy")
 }

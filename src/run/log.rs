@@ -29,8 +29,9 @@ use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
 use crate::redact::Redaction;
 use crate::services::{CommitObserver, Services};
 use crate::store::runs::{self, Outcome, Progress, RunRow};
-use crate::store::{Store, StoreError, events, leases};
+use crate::store::{Store, StoreError, events, leases, threads};
 use crate::telemetry;
+use crate::thread::ThreadRule;
 
 /// Why an event was not recorded.
 #[derive(Debug, thiserror::Error)]
@@ -65,8 +66,8 @@ pub struct RunLog {
     staged: Vec<Frame>,
     rows: Vec<RowWrite>,
     row: RowState,
-    /// A new run: its row is inserted by the first commit.
-    created: Option<RunRow>,
+    /// A new run: its row is inserted by the first commit, which holds the thread's rule.
+    created: Option<(RunRow, ThreadRule)>,
     /// The replans the staged events grant, counted in the metrics once committed.
     granted: Vec<ReplanReason>,
 }
@@ -74,9 +75,9 @@ pub struct RunLog {
 impl RunLog {
     /// The log of a run being created: the first commit inserts `row` (its status and counters
     /// as the state has them by then).
-    pub fn create(services: &Services, claim: Claim, state: RunState, row: RunRow) -> Self {
+    pub fn create(services: &Services, claim: Claim, state: RunState, row: RunRow, rule: ThreadRule) -> Self {
         let committed = RowState { status: state.status, progress: progress_of(&state) };
-        Self::new(services, claim, state, committed, Some(row))
+        Self::new(services, claim, state, committed, Some((row, rule)))
     }
 
     /// The log of a stored run, `state` folded from it; `row` is its stored row.
@@ -86,7 +87,13 @@ impl RunLog {
         Self::new(services, claim, state, committed, None)
     }
 
-    fn new(services: &Services, claim: Claim, state: RunState, row: RowState, created: Option<RunRow>) -> Self {
+    fn new(
+        services: &Services,
+        claim: Claim,
+        state: RunState,
+        row: RowState,
+        created: Option<(RunRow, ThreadRule)>,
+    ) -> Self {
         let header = FrameHeader {
             run_id: state.run_id.as_str().into(),
             correlation_id: state.correlation_id.as_str().into(),
@@ -175,7 +182,7 @@ impl RunLog {
         let rows = std::mem::take(&mut self.rows);
         let run_id = self.state.run_id.to_string();
         let committed = frames.clone();
-        let lease = self.lease(matches!(change, Some(RunChange::Create(_))));
+        let lease = self.lease(matches!(change, Some(RunChange::Create(..))));
         self.store
             .write(move |conn| {
                 if let Some(lease) = &lease {
@@ -198,14 +205,15 @@ impl RunLog {
         if self.state.status == RunStatus::Cancelled && self.claim.stop_requested() {
             self.claim.honour_stop();
         }
+        // Observed before it is published: whoever reads the frames then finds the commit observed.
+        if let Some(observer) = &self.observer {
+            observer(&self.state);
+        }
         if !frames.is_empty() {
             self.bus.publish(self.state.run_id.as_str(), BusMessage::Frames(frames));
         }
         if row_changed {
             self.bus.announce(self.state.run_id.as_str());
-        }
-        if let Some(observer) = &self.observer {
-            observer(&self.state);
         }
         Ok(())
     }
@@ -239,11 +247,11 @@ impl RunLog {
     }
 
     /// What the next commit changes on the run row (`created`: a new run's row, inserted by it).
-    fn run_change(&self, created: Option<RunRow>) -> Option<RunChange> {
+    fn run_change(&self, created: Option<(RunRow, ThreadRule)>) -> Option<RunChange> {
         let (status, progress) = (self.state.status, progress_of(&self.state));
-        if let Some(row) = created {
+        if let Some((row, rule)) = created {
             let row = RunRow { status: status.as_str().to_string(), ..row };
-            return Some(RunChange::Create(Box::new(progress.stamp(row))));
+            return Some(RunChange::Create(Box::new(progress.stamp(row)), rule));
         }
         let from = self.row.status;
         if status == from {
@@ -259,7 +267,7 @@ impl RunLog {
 /// A change to the run row, made with the frames that report it.
 #[derive(Debug, Clone)]
 enum RunChange {
-    Create(Box<RunRow>),
+    Create(Box<RunRow>, ThreadRule),
     /// A compare-and-set on the status: of two writers, only one finds it still `from`.
     Move {
         from: RunStatus,
@@ -277,7 +285,12 @@ enum RunChange {
 impl RunChange {
     fn execute(&self, conn: &mut crate::store::DbConn, run_id: &str) -> Result<(), StoreError> {
         match self {
-            Self::Create(row) => runs::insert(conn, row),
+            Self::Create(row, rule) => {
+                if let (ThreadRule::OneActiveRun, Some(thread_id)) = (rule, &row.thread_id) {
+                    threads::hold_idle(conn, thread_id, &RunStatus::ACTIVE.map(RunStatus::as_str))?;
+                }
+                runs::insert(conn, row)
+            }
             Self::Move { from, to, progress } => {
                 runs::transition(conn, run_id, from.as_str(), to.as_str(), progress.as_ref())
             }

@@ -49,6 +49,7 @@ use crate::services::Services;
 use crate::store::StoreError;
 use crate::store::events::{self, LoggedFrame};
 use crate::store::runs::{self, RunRow};
+use crate::thread::ThreadRule;
 use claims::Claim;
 use coordinator::{Coordinator, Resume};
 use follow::{FollowError, follow, follow_new};
@@ -83,6 +84,9 @@ pub enum StartError {
 
 /// Creates a run for a validated envelope and starts its coordinator in the background.
 ///
+/// With [`ThreadRule::OneActiveRun`] the first commit fails with [`StoreError::ThreadBusy`] if
+/// the envelope's thread has a run in progress.
+///
 /// Returns once the run row, its `start` frame (seq 1) and its first `plan_requested` are committed
 /// together; the run then proceeds whether or not anyone reads `frames`. With an `idempotency` key that already made a
 /// run, that run's stream is returned instead (from `start`), if the request body is the same.
@@ -92,6 +96,7 @@ pub async fn start(
     correlation_id: Option<String>,
     idempotency: Option<Idempotency>,
     owner: &str,
+    thread_rule: ThreadRule,
 ) -> Result<StartedRun, StartError> {
     let run_id = RunId::generate();
     let correlation_id =
@@ -141,7 +146,7 @@ pub async fn start(
     // Subscribed before the first commit: the stream gets every frame, `start` first.
     let live = services.bus.subscribe(run_id.as_str());
     let state = RunState::new(&run_id, &correlation_id, &envelope.inputs);
-    let log = RunLog::create(services, claim, state, row);
+    let log = RunLog::create(services, claim, state, row, thread_rule);
     let mut coordinator = Coordinator::new(services.clone(), Arc::new(envelope), log);
     if let Err(error) = coordinator.open(start).await {
         coordinator.abandon();

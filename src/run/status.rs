@@ -52,9 +52,12 @@ impl RunStatus {
         self.successors().is_empty()
     }
 
+    /// The statuses of a run a coordinator is (or should be) working on.
+    pub const ACTIVE: [RunStatus; 3] = [Pending, Planning, Running];
+
     /// A coordinator is (or should be) working on the run.
     pub fn is_active(self) -> bool {
-        matches!(self, Pending | Planning | Running)
+        Self::ACTIVE.contains(&self)
     }
 
     pub fn as_str(self) -> &'static str {

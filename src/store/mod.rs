@@ -82,6 +82,9 @@ pub enum StoreError {
     /// The run's lease moved on (another node claimed it): this writer may not write it again.
     #[error("run {0} is driven by another node now (its lease moved on)")]
     Fenced(String),
+    /// A run was to start on a thread that has one in progress (see `threads::hold_idle`).
+    #[error("thread {0} has a run in progress")]
+    ThreadBusy(String),
     #[error("unsupported database URL `{0}`: use sqlite://<path> or postgres://…")]
     Url(String),
 }

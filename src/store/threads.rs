@@ -38,6 +38,24 @@ pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
     }
 }
 
+/// Holds the thread's "one active run" rule for a run about to be inserted on it: fails with
+/// [`StoreError::ThreadBusy`] if a run of the thread is in one of the `active` statuses.
+///
+/// Called in the transaction that inserts the run. On PostgreSQL it first locks the thread's row,
+/// so a start on another node waits for this transaction and then sees its run: two nodes
+/// cannot both find the thread idle. On SQLite one writer makes every commit in turn.
+pub fn hold_idle(conn: &mut DbConn, thread_id: &str, active: &[&str]) -> Result<(), StoreError> {
+    #[cfg(feature = "postgres")]
+    if let DbConn::Pg(c) = conn {
+        threads::table.find(thread_id).select(threads::thread_id).for_update().first::<String>(c).optional()?;
+    }
+    let busy = super::on_backend!(conn, |c| diesel::select(diesel::dsl::exists(
+        runs::table.filter(runs::thread_id.eq(thread_id)).filter(runs::status.eq_any(active))
+    ))
+    .get_result::<bool>(c))?;
+    if busy { Err(StoreError::ThreadBusy(thread_id.to_string())) } else { Ok(()) }
+}
+
 /// A thread's metadata key and its value as canonical JSON text (`serde_json` writes an
 /// object's keys sorted), as the `thread_metadata` index holds them.
 #[derive(Debug, Clone, PartialEq, Eq, Insertable)]
