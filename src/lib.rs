@@ -11,6 +11,8 @@
 /// The condition language, a crate of its own (`crates/conditions`).
 pub use flexrun_conditions as condition;
 pub use flexrun_conditions::suggest;
+/// The pure core, a crate of its own (`crates/core`).
+pub use flexrun_core::{contract, elide, excerpt, hash, plan, redact, runtime_policy, validation};
 
 pub mod budget;
 pub mod caller;
@@ -19,23 +21,16 @@ pub mod cli;
 
 pub mod config;
 pub mod console;
-pub mod contract;
-pub mod elide;
 pub mod envelope;
 pub mod events;
-pub mod excerpt;
 pub mod facet;
-pub mod hash;
 pub mod http;
 pub mod langgraph;
 
 pub mod llm;
-pub mod plan;
 pub mod planner;
-pub mod redact;
 pub mod retry;
 pub mod run;
-pub mod runtime_policy;
 pub mod services;
 pub mod slots;
 pub mod timeouts;
@@ -43,7 +38,6 @@ pub mod timeouts;
 pub mod store;
 pub mod telemetry;
 pub mod thread;
-pub mod validation;
 
 /// Every surface served beside the flex API: the console and the LangGraph-compatible API.
 pub fn surfaces(cfg: &mut actix_web::web::ServiceConfig) {

@@ -29,7 +29,7 @@ impl Diagnostic {
     }
 
     /// An error with a stable `code` (e.g. `DUPLICATE_STAGE`) and a message for the planner.
-    pub(crate) fn error(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn error(code: &'static str, message: impl Into<String>) -> Self {
         Self {
             code: Cow::Borrowed(code),
             message: message.into(),
@@ -40,17 +40,17 @@ impl Diagnostic {
         }
     }
     /// About the draft node with this `stage`.
-    pub(crate) fn stage(mut self, stage: &str) -> Self {
+    pub fn stage(mut self, stage: &str) -> Self {
         self.node_stage = Some(stage.to_string());
         self
     }
     /// About this capability.
-    pub(crate) fn capability(mut self, id: &str) -> Self {
+    pub fn capability(mut self, id: &str) -> Self {
         self.capability_id = Some(id.to_string());
         self
     }
     /// About this facet.
-    pub(crate) fn facet(mut self, facet: &str) -> Self {
+    pub fn facet(mut self, facet: &str) -> Self {
         self.facet = Some(facet.to_string());
         self
     }
