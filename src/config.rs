@@ -9,9 +9,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::capability::UrlPrefix;
+use crate::timeouts::Timeouts;
+
+pub use flexrun_core::settings::{FacetDefinition, PlannerResponseFormat, ReplanSettings, RetrySettings};
 
 /// The defaults, kept in one place: the same file documents them for operators.
 const DEFAULTS: &str = include_str!("../config/flexrun.toml");
@@ -132,30 +134,6 @@ pub struct LlmSettings {
     pub max_response_bytes: usize,
     /// Model calls of this node in flight at once; more wait for a free slot.
     pub max_concurrent_calls: usize,
-}
-
-/// How the planner asks the model for JSON; not every OpenAI-compatible server supports every form.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum PlannerResponseFormat {
-    JsonSchema,
-    JsonObject,
-    None,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReplanSettings {
-    pub enabled: bool,
-    pub max_goal_condition_replans: u32,
-    pub max_replans: u32,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RetrySettings {
-    pub max_retries: u32,
-    pub base_delay_secs: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -302,14 +280,6 @@ pub struct HttpCapabilitySettings {
     pub max_concurrent_calls: usize,
 }
 
-/// One entry of the optional facet catalog.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FacetDefinition {
-    pub description: Option<String>,
-    pub schema: Option<Value>,
-}
-
 /// Environment variables that override a setting, in order of preference.
 const ENV_OVERRIDES: &[(&str, &[&str])] = &[
     ("bind", &["FLEXRUN_BIND"]),
@@ -454,6 +424,16 @@ impl Settings {
     /// The listen address.
     pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
         self.bind.parse().map_err(|_| ConfigError::Bind { value: self.bind.clone() })
+    }
+
+    /// The configured timeouts, which an envelope's `timeouts` may override.
+    pub fn timeouts(&self) -> Timeouts {
+        let seconds = |value: u64| std::time::Duration::from_secs(value.max(1));
+        Timeouts {
+            run: seconds(self.limits.run_timeout_secs),
+            model_call: seconds(self.llm.timeout_secs),
+            capability_call: seconds(self.limits.capability_timeout_secs),
+        }
     }
 
     /// The capability registration directory, if one is configured.

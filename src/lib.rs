@@ -12,28 +12,25 @@
 pub use flexrun_conditions as condition;
 pub use flexrun_conditions::suggest;
 /// The pure core, a crate of its own (`crates/core`).
-pub use flexrun_core::{contract, elide, excerpt, hash, plan, redact, runtime_policy, validation};
+pub use flexrun_core::{
+    budget, contract, elide, envelope, excerpt, facet, hash, plan, redact, retry, runtime_policy, timeouts, validation,
+};
 
-pub mod budget;
 pub mod caller;
 pub mod capability;
 pub mod cli;
 
 pub mod config;
 pub mod console;
-pub mod envelope;
 pub mod events;
-pub mod facet;
 pub mod http;
 pub mod langgraph;
 
 pub mod llm;
 pub mod planner;
-pub mod retry;
 pub mod run;
 pub mod services;
 pub mod slots;
-pub mod timeouts;
 
 pub mod store;
 pub mod telemetry;

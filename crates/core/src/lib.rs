@@ -4,17 +4,25 @@
 //!
 //! Its modules, from the bottom: the words shared by every layer ([`hash`],
 //! [`excerpt`], [`elide`], [`redact`]); what a caller sends and a capability answers
-//! ([`contract`], [`validation`], [`runtime_policy`]); and [`plan`], the plan a planner drafts.
+//! ([`envelope`], [`contract`], [`validation`], [`runtime_policy`], [`timeouts`], [`retry`],
+//! [`budget`], [`facet`], and the [`settings`] that give their defaults); and [`plan`], the plan a
+//! planner drafts.
 
 /// The condition language, a crate of its own (`crates/conditions`).
 pub use flexrun_conditions as condition;
 pub use flexrun_conditions::suggest;
 
+pub mod budget;
 pub mod contract;
 pub mod elide;
+pub mod envelope;
 pub mod excerpt;
+pub mod facet;
 pub mod hash;
 pub mod plan;
 pub mod redact;
+pub mod retry;
 pub mod runtime_policy;
+pub mod settings;
+pub mod timeouts;
 pub mod validation;

@@ -108,7 +108,7 @@ impl Coordinator {
     pub(super) fn new(services: Arc<Services>, envelope: Arc<TaskEnvelope>, log: RunLog) -> Box<Self> {
         let replan_limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
         let retry = RetrySchedule::resolve(&envelope.retry, &services.settings.retry);
-        let timeouts = Timeouts::resolve(&envelope.timeouts, &services.settings);
+        let timeouts = Timeouts::resolve(&envelope.timeouts, services.settings.timeouts());
         let state = log.state();
         let now = Utc::now();
         let started = state.started_at.unwrap_or(now);

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::ReplanSettings;
 use crate::envelope::ReplanOverrides;
+use crate::settings::ReplanSettings;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

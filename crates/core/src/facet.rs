@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::config::FacetDefinition;
 use crate::contract::{CompiledSchema, SchemaViolation};
+use crate::settings::FacetDefinition;
 
 #[derive(Debug, Clone, Default)]
 pub struct FacetCatalog {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use serde::Deserialize;
 
-use crate::config::RetrySettings;
+use crate::settings::RetrySettings;
 
 /// The longest wait before a retry, whatever the backoff or the server asks for.
 pub const MAX_DELAY: Duration = Duration::from_secs(60);

@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::Settings;
-
 /// `policies.timeouts` of an envelope (seconds; the schema bounds them to 1..=86400).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -30,12 +28,12 @@ pub struct Timeouts {
 
 impl Timeouts {
     /// The envelope's values where given, the configured ones otherwise.
-    pub fn resolve(overrides: &TimeoutOverrides, settings: &Settings) -> Self {
-        let seconds = |value: Option<u64>, default: u64| Duration::from_secs(value.unwrap_or(default).max(1));
+    pub fn resolve(overrides: &TimeoutOverrides, configured: Timeouts) -> Self {
+        let or = |value: Option<u64>, default: Duration| value.map_or(default, |s| Duration::from_secs(s.max(1)));
         Self {
-            run: seconds(overrides.run_seconds, settings.limits.run_timeout_secs),
-            model_call: seconds(overrides.model_call_seconds, settings.llm.timeout_secs),
-            capability_call: seconds(overrides.capability_call_seconds, settings.limits.capability_timeout_secs),
+            run: or(overrides.run_seconds, configured.run),
+            model_call: or(overrides.model_call_seconds, configured.model_call),
+            capability_call: or(overrides.capability_call_seconds, configured.capability_call),
         }
     }
 }
@@ -46,14 +44,16 @@ mod tests {
 
     #[test]
     fn envelope_overrides_settings() {
-        let settings = Settings::load_from(|_| None).unwrap();
-        let defaults = Timeouts::resolve(&TimeoutOverrides::default(), &settings);
-        assert_eq!(defaults.run, Duration::from_secs(settings.limits.run_timeout_secs));
-        assert_eq!(defaults.model_call, Duration::from_secs(settings.llm.timeout_secs));
+        let configured = Timeouts {
+            run: Duration::from_secs(600),
+            model_call: Duration::from_secs(60),
+            capability_call: Duration::from_secs(30),
+        };
+        assert_eq!(Timeouts::resolve(&TimeoutOverrides::default(), configured), configured);
         let overrides =
             TimeoutOverrides { run_seconds: Some(30), model_call_seconds: None, capability_call_seconds: Some(5) };
-        let resolved = Timeouts::resolve(&overrides, &settings);
+        let resolved = Timeouts::resolve(&overrides, configured);
         assert_eq!((resolved.run, resolved.capability_call), (Duration::from_secs(30), Duration::from_secs(5)));
-        assert_eq!(resolved.model_call, defaults.model_call);
+        assert_eq!(resolved.model_call, configured.model_call);
     }
 }
