@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::capability::UrlPrefix;
+use crate::run::decide::RunLimits;
 use crate::timeouts::Timeouts;
 
 pub use flexrun_core::settings::{FacetDefinition, PlannerResponseFormat, ReplanSettings, RetrySettings};
@@ -306,6 +307,17 @@ const ENV_LIST_OVERRIDES: &[(&str, &str)] = &[
     ("auth.operator_keys", "FLEXRUN_OPERATOR_KEYS"),
     ("http.allowed_hosts", "FLEXRUN_ALLOWED_HOSTS"),
 ];
+
+impl Limits {
+    /// The bounds the run's decisions read.
+    pub fn run_limits(&self) -> RunLimits {
+        RunLimits {
+            max_plan_nodes: self.max_plan_nodes,
+            post_condition_max_retries: self.post_condition_max_retries,
+            max_clarifications_per_run: self.max_clarifications_per_run,
+        }
+    }
+}
 
 impl Settings {
     /// Loads the settings from the defaults, `FLEXRUN_CONFIG` and the process environment.

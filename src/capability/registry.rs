@@ -2,20 +2,16 @@
 //! start, extended by the register endpoint, persisted on every change. Readers take a cheap
 //! snapshot, so a run plans and executes against one consistent set.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
-use super::{Capability, EndpointAllowlist};
+use super::{Capabilities, Capability, EndpointAllowlist, catalog};
 use crate::condition::dsl::Catalog;
 use crate::store::capabilities::{self as rows, CapabilityRow};
 use crate::store::{Store, StoreError};
 use crate::validation::FieldError;
-
-/// The registered capabilities by id.
-pub type Capabilities = BTreeMap<String, Arc<Capability>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -149,16 +145,4 @@ pub fn registration_files(dir: &Path) -> Result<Vec<(PathBuf, Value)>, RegistryE
             Ok((path, value))
         })
         .collect()
-}
-
-/// The variable catalog for conditions: configured facet schemas first, then the facet schemas
-/// capabilities declare through their JSON Schema output contracts (a capability with one output
-/// facet describes that facet with its whole schema; with several, with the schema's properties).
-pub fn catalog(configured: &[(String, Value)], capabilities: &Capabilities) -> Catalog {
-    let mut facets: Vec<(&str, &Value)> = configured.iter().map(|(f, s)| (f.as_str(), s)).collect();
-    for capability in capabilities.values() {
-        facets.extend(super::facet_schemas(&capability.output_contract, &capability.output_facets));
-    }
-    let produced = capabilities.values().flat_map(|c| c.output_facets.iter().map(String::as_str));
-    Catalog::with_facets(facets).produced(produced)
 }

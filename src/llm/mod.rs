@@ -10,7 +10,7 @@
 //!
 //! [`standin`] is a scripted stand-in for such a server (the demo and the tests), not a model.
 
-pub mod prompt;
+pub use flexrun_core::llm::{LlmError, prompt};
 pub mod standin;
 
 use std::time::Duration;
@@ -22,58 +22,6 @@ use tokio::sync::SemaphorePermit;
 
 use crate::config::LlmSettings;
 use crate::slots::Slots;
-
-/// Why a model call failed. [`LlmError::is_transient`] separates failures worth retrying from
-/// ones that will not change on a second try.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum LlmError {
-    #[error("model call timed out after {0:?}")]
-    Timeout(Duration),
-    #[error("could not reach the model endpoint: {0}")]
-    Connection(String),
-    #[error("model endpoint answered {status}: {message}")]
-    Status { status: u16, message: String, retry_after: Option<Duration> },
-    #[error("model endpoint sent a response that is not a chat completion: {0}")]
-    Protocol(String),
-    #[error("model returned no content{0}")]
-    Empty(String),
-    #[error("invalid model request: {0}")]
-    Request(String),
-    #[error("model response is larger than {0} bytes")]
-    TooLarge(usize),
-}
-
-impl LlmError {
-    /// How long the endpoint asked to wait before trying again (`Retry-After`).
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::Status { retry_after, .. } => *retry_after,
-            _ => None,
-        }
-    }
-
-    /// What kind of failure this is, as the metrics label it.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Timeout(_) => "timeout",
-            Self::Connection(_) => "connection",
-            Self::Status { .. } => "status",
-            Self::Protocol(_) => "protocol",
-            Self::Empty(_) => "empty",
-            Self::Request(_) => "request",
-            Self::TooLarge(_) => "too_large",
-        }
-    }
-
-    /// Timeouts, connection errors, 408, 429 and 5xx: the same call may succeed later.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            Self::Timeout(_) | Self::Connection(_) => true,
-            Self::Status { status, .. } => matches!(status, 408 | 429) || *status >= 500,
-            Self::Protocol(_) | Self::Empty(_) | Self::Request(_) | Self::TooLarge(_) => false,
-        }
-    }
-}
 
 /// The shape the answer must have.
 #[derive(Debug, Clone, Copy)]
@@ -279,7 +227,7 @@ impl LlmClient {
         let response: Completion = tokio::time::timeout(request.timeout, self.post(body))
             .await
             .map_err(|_| LlmError::Timeout(request.timeout))?
-            .map_err(|e| e.in_time(request.timeout))?;
+            .map_err(|e| in_time(e, request.timeout))?;
         let choice = response.choices.into_iter().next();
         let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref()).map(|r| format!(" (finish reason {r})"));
         choice
@@ -351,13 +299,11 @@ fn transport(error: reqwest::Error) -> LlmError {
     if error.is_timeout() { LlmError::Timeout(Duration::ZERO) } else { LlmError::Connection(without_url(error)) }
 }
 
-impl LlmError {
-    /// A timeout of the transport reported as the call's own.
-    fn in_time(self, timeout: Duration) -> Self {
-        match self {
-            Self::Timeout(_) => Self::Timeout(timeout),
-            other => other,
-        }
+/// A timeout of the transport reported as the call's own.
+fn in_time(error: LlmError, timeout: Duration) -> LlmError {
+    match error {
+        LlmError::Timeout(_) => LlmError::Timeout(timeout),
+        other => other,
     }
 }
 

@@ -13,21 +13,19 @@
 
 pub mod backlog;
 pub mod claims;
-pub mod context;
 pub mod control;
 mod coordinator;
-pub mod decide;
 pub mod follow;
-pub mod id;
 pub mod identity;
 pub mod inbox;
 pub mod lease;
 pub mod log;
 pub mod notify;
 pub mod projection;
-pub mod state;
-pub mod status;
 pub mod view;
+
+/// The run's pure half — state, status, context, decisions — is the core's.
+pub use flexrun_core::run::{context, decide, id, state, status};
 
 pub use control::{Applied, ControlError, apply};
 pub use decide::operator;

@@ -12,6 +12,7 @@
 use chrono::NaiveDateTime;
 use serde_json::json;
 
+use super::decide::goals::Evaluation;
 use super::state::{At, RunState};
 use crate::events::Event;
 use crate::events::payload::*;
@@ -71,7 +72,7 @@ pub enum RowWrite {
         at: NaiveDateTime,
     },
     Decision(DecisionRow),
-    Evaluation(RunOutputRow),
+    Evaluation(Evaluation),
 }
 
 /// The rows `event` (at `at`) changes, given the run's state before it.
@@ -202,6 +203,18 @@ pub fn stored(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
+/// An evaluation as `run_outputs` keeps it.
+fn output_row(run_id: &str, evaluation: &Evaluation) -> RunOutputRow {
+    RunOutputRow {
+        run_id: run_id.to_string(),
+        plan_version: stored(evaluation.plan_version),
+        status: if evaluation.satisfied { "satisfied" } else { "unsatisfied" }.into(),
+        output: evaluation.output.to_string(),
+        goal_condition_results: to_json(&evaluation.results),
+        recorded_at: evaluation.at.naive_utc(),
+    }
+}
+
 /// A value's JSON text, fields in their declared order.
 fn to_json(value: &impl serde::Serialize) -> String {
     // Serialising fails only for maps with non-string keys, which these types do not have.
@@ -235,7 +248,7 @@ impl RowWrite {
             Self::CloseRequest { request_id, status, at } => hitl::close(conn, request_id, status.as_str(), *at),
             Self::CloseAll { status, at } => hitl::close_all(conn, run_id, status.as_str(), *at),
             Self::Decision(row) => hitl::decide(conn, row),
-            Self::Evaluation(row) => plans::record_output(conn, row),
+            Self::Evaluation(evaluation) => plans::record_output(conn, &output_row(run_id, evaluation)),
         }
     }
 }

@@ -139,7 +139,7 @@ impl Coordinator {
             state: self.log.state(),
             envelope: &self.envelope,
             capabilities: &self.capabilities,
-            limits: &self.services.settings.limits,
+            limits: self.services.settings.limits.run_limits(),
             replan_limits: self.replan_limits,
             facets: &self.services.facets,
             now: Utc::now(),

@@ -10,11 +10,11 @@ use serde_json::Value;
 
 use crate::capability::Capability;
 use crate::condition::GoalConditionResult;
-use crate::config::FacetDefinition;
 use crate::envelope::TaskEnvelope;
 use crate::events::payload::{PolicyInfo, SignalInfo};
 use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
 use crate::plan::{Diagnostic, Plan};
+use crate::settings::FacetDefinition;
 
 /// A node that completed earlier in the run, with what it produced.
 #[derive(Debug, Clone, PartialEq)]

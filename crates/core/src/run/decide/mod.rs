@@ -23,12 +23,23 @@ use super::state::RunState;
 use crate::budget::{ReplanBudget, ReplanLimits};
 use crate::capability::Capabilities;
 use crate::condition::{FacetSource, GoalConditionResult};
-use crate::config::Limits;
 use crate::envelope::TaskEnvelope;
 use crate::events::Event;
 use crate::events::payload::{CompleteStatus, HitlKind, HitlRequestInfo, HitlSubject, ReplanInfo};
 use crate::facet::FacetCatalog;
 use crate::plan::PlanNode;
+
+/// The configured bounds of a run's phases (`[limits]` of the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    /// The most nodes a plan may have.
+    pub max_plan_nodes: usize,
+    /// Retries of a node whose output fails its capability's post-conditions, unless the
+    /// capability says otherwise.
+    pub post_condition_max_retries: u32,
+    /// The most questions (CLARIFY signals) a run may ask operators.
+    pub max_clarifications_per_run: u32,
+}
 
 /// A run as its decisions see it: its state and what it was started with.
 #[derive(Clone, Copy)]
@@ -37,7 +48,7 @@ pub struct Run<'a> {
     pub envelope: &'a TaskEnvelope,
     /// The capabilities as registered when the current phase began.
     pub capabilities: &'a Capabilities,
-    pub limits: &'a Limits,
+    pub limits: RunLimits,
     pub replan_limits: ReplanLimits,
     pub facets: &'a FacetCatalog,
     pub now: DateTime<Utc>,

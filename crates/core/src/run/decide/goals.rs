@@ -10,15 +10,25 @@ use crate::condition::{self, FacetSource, GoalConditionResult};
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::events::Event;
 use crate::events::payload::*;
-use crate::store::plans::RunOutputRow;
 
 /// What the evaluation of a plan's outcome comes to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluated {
     pub events: Vec<Event>,
-    /// The evaluation as `run_outputs` keeps it (none when the output broke its contract).
-    pub record: Option<RunOutputRow>,
+    /// The evaluation, to be kept with the run (none when the output broke its contract).
+    pub record: Option<Evaluation>,
     pub then: Then,
+}
+
+/// A plan version's outcome as evaluated: kept one per plan version, the latest kept
+/// (`run_outputs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub plan_version: u32,
+    pub satisfied: bool,
+    pub output: Value,
+    pub results: Vec<GoalConditionResult>,
+    pub at: chrono::DateTime<chrono::Utc>,
 }
 
 /// How the run goes on after its goals were evaluated.
@@ -124,15 +134,13 @@ fn contract_violations(run: &Run, output: &Value) -> Vec<SchemaViolation> {
     }
 }
 
-/// The evaluation as `run_outputs` keeps it: one per plan version, the latest kept.
-fn record(run: &Run, output: &Value, results: &[GoalConditionResult], satisfied: bool) -> RunOutputRow {
-    RunOutputRow {
-        run_id: run.state.run_id.to_string(),
-        plan_version: crate::run::projection::stored(run.state.plan_version()),
-        status: if satisfied { "satisfied" } else { "unsatisfied" }.into(),
-        output: output.to_string(),
-        goal_condition_results: serde_json::to_string(results).unwrap_or_default(),
-        recorded_at: run.now.naive_utc(),
+fn record(run: &Run, output: &Value, results: &[GoalConditionResult], satisfied: bool) -> Evaluation {
+    Evaluation {
+        plan_version: run.state.plan_version(),
+        satisfied,
+        output: output.clone(),
+        results: results.to_vec(),
+        at: run.now,
     }
 }
 
@@ -170,7 +178,7 @@ mod tests {
         let Event::Complete(complete) = &evaluated.events[0] else { unreachable!() };
         assert_eq!(complete.output, json!({"post_copy": {"text": "t", "quality_score": 0.9}}));
         assert_eq!(complete.goal_condition_results.as_ref().map(|r| r[0].satisfied), Some(true));
-        assert_eq!(evaluated.record.map(|r| r.status), Some("satisfied".to_string()));
+        assert_eq!(evaluated.record.map(|r| r.satisfied), Some(true));
     }
 
     #[test]

@@ -7,16 +7,16 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{Value, json};
 
-use super::Run;
+use super::{Run, RunLimits};
 use crate::budget::ReplanLimits;
 use crate::capability::{Capabilities, Capability, EndpointAllowlist};
-use crate::config::{Limits, Settings};
 use crate::envelope::{self, TaskEnvelope};
 use crate::events::payload::*;
 use crate::events::{Event, Seq};
 use crate::facet::FacetCatalog;
 use crate::plan::{Edge, NodeStatus, Plan, PlanMetadata, PlanNode};
 use crate::run::state::{At, RunState};
+use crate::settings::ReplanSettings;
 
 /// The time every fixture event happens at.
 pub fn t0() -> DateTime<Utc> {
@@ -37,7 +37,7 @@ pub fn seq(n: u64) -> Seq {
 pub struct Fixture {
     pub envelope: TaskEnvelope,
     pub capabilities: Capabilities,
-    pub limits: Limits,
+    pub limits: RunLimits,
     pub replan_limits: ReplanLimits,
     pub facets: FacetCatalog,
 }
@@ -73,12 +73,14 @@ impl Fixture {
         .collect();
         let catalog = crate::capability::catalog(&[], &capabilities);
         let envelope = envelope::from_value(raw, &catalog).expect("fixture envelope is valid");
-        let settings = Settings::load_from(|_| None).expect("default settings");
-        let replan_limits = ReplanLimits::resolve(&envelope.replan, &settings.replan);
+        // The defaults of `config/flexrun.toml`.
+        let replan = ReplanSettings { enabled: true, max_goal_condition_replans: 2, max_replans: 4 };
+        let replan_limits = ReplanLimits::resolve(&envelope.replan, &replan);
+        let limits = RunLimits { max_plan_nodes: 100, post_condition_max_retries: 1, max_clarifications_per_run: 3 };
         Self {
             envelope,
             capabilities,
-            limits: settings.limits,
+            limits,
             replan_limits,
             facets: FacetCatalog::new(BTreeMap::new()).expect("empty facet catalog"),
         }
@@ -90,7 +92,7 @@ impl Fixture {
             state,
             envelope: &self.envelope,
             capabilities: &self.capabilities,
-            limits: &self.limits,
+            limits: self.limits,
             replan_limits: self.replan_limits,
             facets: &self.facets,
             now: t0(),
