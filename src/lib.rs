@@ -15,6 +15,8 @@ pub use flexrun_conditions::suggest;
 pub use flexrun_core::{
     budget, contract, elide, envelope, excerpt, facet, hash, plan, redact, retry, runtime_policy, timeouts, validation,
 };
+/// The store, a crate of its own (`crates/store`).
+pub use flexrun_store as store;
 
 pub mod caller;
 pub mod capability;
@@ -32,7 +34,6 @@ pub mod run;
 pub mod services;
 pub mod slots;
 
-pub mod store;
 pub mod telemetry;
 pub mod thread;
 

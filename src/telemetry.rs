@@ -40,8 +40,8 @@ const CAPABILITY_DURATION: &str = "flexrun_capability_call_duration_seconds";
 const OPEN_STREAMS: &str = "flexrun_open_streams";
 const MODEL_CALLS_WAITING: &str = "flexrun_model_calls_waiting";
 const HTTP_CAPABILITY_CALLS_WAITING: &str = "flexrun_http_capability_calls_waiting";
-const DB_COMMIT_DURATION: &str = "flexrun_db_commit_duration_seconds";
-const DB_WRITES_PER_COMMIT: &str = "flexrun_db_writes_per_commit";
+const DB_COMMIT_DURATION: &str = crate::store::metrics::COMMIT_DURATION;
+const DB_WRITES_PER_COMMIT: &str = crate::store::metrics::WRITES_PER_COMMIT;
 const RUNS_OWNED: &str = "flexrun_runs_owned";
 const NODE_ID_HELD: &str = "flexrun_node_id_held";
 const LEASE_RENEWALS: &str = "flexrun_lease_renewals_total";
@@ -151,12 +151,6 @@ pub fn model_call(purpose: &'static str, outcome: &'static str, elapsed: Duratio
 pub fn capability_call(agent_type: &'static str, outcome: &'static str, elapsed: Duration) {
     counter!(CAPABILITY_CALLS, "agent_type" => agent_type, "outcome" => outcome).increment(1);
     histogram!(CAPABILITY_DURATION, "agent_type" => agent_type).record(elapsed.as_secs_f64());
-}
-
-/// One committed (or failed) batch of `writes` writes.
-pub fn commit(writes: usize, elapsed: Duration) {
-    histogram!(DB_COMMIT_DURATION).record(elapsed.as_secs_f64());
-    histogram!(DB_WRITES_PER_COMMIT).record(f64::from(u32::try_from(writes).unwrap_or(u32::MAX)));
 }
 
 /// The number of runs whose lease this node holds now.

@@ -16,12 +16,14 @@ macro_rules! on_backend {
     ($conn:expr, |$c:ident| $query:expr) => {
         match $conn {
             #[cfg(feature = "postgres")]
-            $crate::store::DbConn::Pg($c) => $query,
-            $crate::store::DbConn::Sqlite($c) => $query,
+            $crate::DbConn::Pg($c) => $query,
+            $crate::DbConn::Sqlite($c) => $query,
         }
     };
 }
 pub(crate) use on_backend;
+
+pub mod metrics;
 
 pub mod capabilities;
 pub mod events;
@@ -319,9 +321,9 @@ mod tests {
 
     #[test]
     fn per_frame_statements_are_prepared_once() {
-        use crate::events::payload::Log;
-        use crate::events::{Event, Frame, FrameHeader};
         use diesel::connection::InstrumentationEvent;
+        use flexrun_core::events::payload::Log;
+        use flexrun_core::events::{Event, Frame, FrameHeader};
         use std::sync::{Arc, Mutex};
         let (dir, store) = temp_store();
         drop(store);
@@ -343,8 +345,9 @@ mod tests {
             runs::save_outcome(&mut conn, "r", None, Some("{}")).unwrap();
             plans::node_started(&mut conn, ("r", 1, "n"), "running", now()).ok();
             let log = Log { severity: "info".into(), message: "m".into(), details: None };
-            let redaction = crate::redact::Redaction::default();
-            let frame = Frame::encode(&header, crate::events::Seq::new(i + 1).unwrap(), &Event::Log(log), &redaction);
+            let redaction = flexrun_core::redact::Redaction::default();
+            let frame =
+                Frame::encode(&header, flexrun_core::events::Seq::new(i + 1).unwrap(), &Event::Log(log), &redaction);
             events::append(&mut conn, "r", &[frame]).unwrap();
             let output = plans::RunOutputRow {
                 run_id: "r".into(),

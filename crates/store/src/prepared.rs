@@ -41,7 +41,7 @@ macro_rules! prepared {
     ($query:expr $(,)?) => {{
         /// This call site, as the statement cache's key for the statement it builds.
         enum Site {}
-        $crate::store::prepared::prepared_at::<Site, _>($query)
+        $crate::prepared::prepared_at::<Site, _>($query)
     }};
 }
 pub(crate) use prepared;
@@ -175,13 +175,13 @@ mod checks {
 mod tests {
     use diesel::prelude::*;
 
-    use crate::store::schema::runs;
-    use crate::store::{DbConn, runs as run_rows, tests::run_row};
+    use crate::schema::runs;
+    use crate::{DbConn, runs as run_rows, tests::run_row};
 
     fn connection(dir: &tempfile::TempDir) -> DbConn {
         use diesel_migrations::MigrationHarness;
         let mut conn = DbConn::establish(dir.path().join("t.db").to_str().unwrap()).unwrap();
-        conn.run_pending_migrations(crate::store::MIGRATIONS).unwrap();
+        conn.run_pending_migrations(crate::MIGRATIONS).unwrap();
         run_rows::insert(&mut conn, &run_row("a")).unwrap();
         conn
     }
@@ -191,7 +191,7 @@ mod tests {
     fn set_thread(conn: &mut DbConn, thread: Option<&str>) -> QueryResult<usize> {
         let values = (runs::status.eq("running"), thread.map(|t| runs::thread_id.eq(t)));
         let statement = prepared!(super::update(runs::table, values, runs::run_id.eq("a")));
-        crate::store::on_backend!(conn, |c| statement.execute(c))
+        crate::on_backend!(conn, |c| statement.execute(c))
     }
 
     #[test]
@@ -221,6 +221,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = connection(&dir);
         let statement = prepared!(diesel::update(runs::table).set(runs::status.eq("running")));
-        let _ = crate::store::on_backend!(&mut conn, |c| statement.execute(c));
+        let _ = crate::on_backend!(&mut conn, |c| statement.execute(c));
     }
 }

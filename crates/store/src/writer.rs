@@ -1,4 +1,4 @@
-//! The group-committing writer (see the module docs of [`crate::store`]).
+//! The group-committing writer (see the crate docs).
 //!
 //! It runs in one of two places. With SQLite, as a task on the runtime that submits most writes
 //! (the run coordinators'): a commit there is a few local file writes, so that runtime's thread
@@ -221,7 +221,7 @@ impl Link {
                 }
                 Outcome::Unsent(error) => {
                     if self.conn.take().is_some() {
-                        tracing::warn!(error = %crate::excerpt::log(&error), "database writer's connection broke");
+                        tracing::warn!(error = %flexrun_core::excerpt::log(&error), "database writer's connection broke");
                     }
                     if Instant::now() + self.backoff >= give_up {
                         return Err(Failure::Unreachable(error));
@@ -236,8 +236,8 @@ impl Link {
     fn conn(&mut self) -> Result<&mut DbConn, String> {
         if self.conn.is_none() {
             self.backoff = (self.backoff * 2).clamp(Duration::from_millis(50), MAX_BACKOFF);
-            let conn =
-                (self.connect)().map_err(|e| format!("the database cannot be reached: {}", crate::excerpt::log(e)))?;
+            let conn = (self.connect)()
+                .map_err(|e| format!("the database cannot be reached: {}", flexrun_core::excerpt::log(e)))?;
             tracing::info!("database writer reconnected");
             self.backoff = Duration::ZERO;
             self.conn = Some(conn);
@@ -297,11 +297,11 @@ fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn Job>]) -> Outcome {
     if matches!(outcome, Attempt::WriteFailed) && batch.len() > 1 {
         outcome = attempt(conn, batch, Isolation::Savepoint);
     }
-    crate::telemetry::commit(batch.len(), started.elapsed());
+    crate::metrics::commit(batch.len(), started.elapsed());
     match outcome {
         Attempt::Committed | Attempt::WriteFailed => Outcome::Answered(Ok(())),
         Attempt::BeginFailed(error) | Attempt::CommitFailed(error) => {
-            tracing::error!(error = %crate::excerpt::log(&error), writes = batch.len(), "database commit failed");
+            tracing::error!(error = %flexrun_core::excerpt::log(&error), writes = batch.len(), "database commit failed");
             Outcome::Answered(Err(error))
         }
     }
@@ -338,12 +338,12 @@ mod tests {
     use diesel_migrations::MigrationHarness;
 
     use super::*;
-    use crate::store::{configure, runs, tests::run_row};
+    use crate::{configure, runs, tests::run_row};
 
     fn connection(dir: &tempfile::TempDir) -> DbConn {
         let mut conn = DbConn::establish(dir.path().join("t.db").to_str().unwrap()).unwrap();
         configure(&mut conn).unwrap();
-        conn.run_pending_migrations(crate::store::MIGRATIONS).unwrap();
+        conn.run_pending_migrations(crate::MIGRATIONS).unwrap();
         conn
     }
 

@@ -8,7 +8,7 @@ use super::prepared::prepared;
 use super::schema::run_events;
 use super::stamp::Stamp;
 use super::{DbConn, StoreError};
-use crate::events::{Frame, Seq};
+use flexrun_core::events::{Frame, Seq};
 
 /// A frame as inserted: borrowed, so a frame's JSON is not copied on its way to SQLite.
 #[derive(Insertable)]
