@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::capability::UrlPrefix;
-use crate::run::decide::RunLimits;
 use crate::timeouts::Timeouts;
+use flexrun_core::run::decide::RunLimits;
 
 pub use flexrun_core::settings::{FacetDefinition, PlannerResponseFormat, ReplanSettings, RetrySettings};
 
@@ -409,7 +409,7 @@ impl Settings {
     }
 
     /// This node's name on a shared PostgreSQL database (leases, health, metrics; held by
-    /// `run::identity`): as configured, or `<host>-<port>` of `bind`.
+    /// `run::lease::identity`): as configured, or `<host>-<port>` of `bind`.
     ///
     /// The default names the node, not the process: a node restarted on its host and port has
     /// the same name, so it takes back the runs it leased before at once instead of after their

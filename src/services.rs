@@ -14,8 +14,8 @@ use crate::llm::LlmClient;
 use crate::planner::Planner;
 use crate::redact::Redaction;
 use crate::run::backlog::Backlogs;
-use crate::run::claims::{Claims, Leasing};
-use crate::run::identity::{Identity, IdentityError};
+use crate::run::lease::claims::{Claims, Leasing};
+use crate::run::lease::identity::{Identity, IdentityError};
 use crate::run::state::RunState;
 use crate::store::{Store, StoreError};
 
@@ -95,7 +95,8 @@ impl Services {
         // Several nodes may share a PostgreSQL database: runs are leased there, by a node id this
         // process proves it alone holds before it serves anything. SQLite has one node.
         #[cfg(feature = "postgres")]
-        let identity = if store.is_postgres() { Some(crate::run::identity::take(&settings).await?) } else { None };
+        let identity =
+            if store.is_postgres() { Some(crate::run::lease::identity::take(&settings).await?) } else { None };
         #[cfg(not(feature = "postgres"))]
         let identity: Option<Identity> = None;
         let leasing = match &identity {

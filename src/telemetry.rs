@@ -168,7 +168,7 @@ pub fn runs_owned(count: usize) {
     gauge!(RUNS_OWNED).set(f64::from(u32::try_from(count).unwrap_or(u32::MAX)));
 }
 
-/// Whether this process holds the lock on its node id (`run::identity`).
+/// Whether this process holds the lock on its node id (`run::lease::identity`).
 pub fn node_id_held(held: bool) {
     gauge!(NODE_ID_HELD).set(if held { 1.0 } else { 0.0 });
 }

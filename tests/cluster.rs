@@ -419,7 +419,7 @@ async fn a_node_whose_id_lock_connection_is_cut_takes_its_id_again_or_stops_if_a
     assert_eq!(health(&cluster.nodes[0]).await["node"]["idHeld"], true);
 
     // Cut, and another session takes the id before a can: a stops rather than share it.
-    let key = flexrun::run::identity::lock_key("node-a");
+    let key = flexrun::run::lease::identity::lock_key("node-a");
     let mut other = cluster.db();
     diesel::connection::SimpleConnection::batch_execute(&mut other, &format!("{cut}; SELECT pg_advisory_lock({key})"))
         .unwrap();

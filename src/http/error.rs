@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::capability::RegistryError;
 use crate::envelope::EnvelopeError;
 use crate::excerpt;
-use crate::run::operator::Refusal;
+use crate::run::decide::operator::Refusal;
 use crate::run::{ControlError, StartError};
 use crate::store::StoreError;
 use crate::thread::ThreadError;

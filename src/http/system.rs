@@ -51,7 +51,7 @@ pub async fn health(services: web::Data<Services>) -> HttpResponse {
             "leaseSeconds": leasing.lease.as_secs(),
             "runsOwned": services.claims.leased().len(),
             "draining": services.claims.is_draining(),
-            "idHeld": services.identity.as_ref().is_some_and(crate::run::identity::Identity::is_held),
+            "idHeld": services.identity.as_ref().is_some_and(crate::run::lease::identity::Identity::is_held),
         });
     }
     if database { HttpResponse::Ok().json(body) } else { HttpResponse::ServiceUnavailable().json(body) }

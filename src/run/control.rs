@@ -10,15 +10,16 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::json;
 
-use super::claims::Claim;
-use super::decide::operator::{self, Actor, Command, Decision, Refusal};
+use super::decide::operator::{self, Decision, Refusal};
 use super::follow::{FollowError, follow};
 use super::id::RunId;
+use super::lease::claims::Claim;
+use super::lease::notify::{STOP, StopNotice};
 use super::log::{LogError, RunLog};
-use super::notify::{STOP, StopNotice};
+use super::operator::{Actor, Command};
 use super::projection::RowWrite;
 use super::status::RunStatus;
-use super::{ResumeError, Stored};
+use super::stored::{ResumeError, Stored};
 use crate::budget::ReplanLimits;
 use crate::capability::check_output;
 use crate::services::Services;
@@ -108,7 +109,7 @@ async fn apply_claimed(
         return Ok(Applied { status, frames });
     }
     match stored.envelope(services) {
-        Ok(envelope) => super::continue_run(services, envelope, log, false),
+        Ok(envelope) => super::lifecycle::continue_run(services, envelope, log, false),
         Err(reason) => {
             tracing::error!(%run_id, reason = %crate::excerpt::log(&reason), "run cannot go on; failing it");
             let events = super::decide::ending::failed(

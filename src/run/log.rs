@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use chrono::{SubsecRound, Utc};
 
-use super::claims::Claim;
 use super::id::RunId;
-use super::notify;
+use super::lease::claims::Claim;
+use super::lease::notify;
 use super::projection::{RowWrite, project, stored};
 use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;

@@ -11,7 +11,7 @@ use super::context::RunContext;
 use super::id::RunId;
 use super::state::RunState;
 use super::status::RunStatus;
-use super::{ResumeError, Stored};
+use super::stored::{ResumeError, Stored};
 use crate::budget::{BudgetView, ReplanCounts, ReplanLimits};
 use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
@@ -295,7 +295,7 @@ pub async fn state_of(
                 let mut page = events::page_after(conn, &lookup, state.last_seq, size)?;
                 page.frames.retain(|frame| frame.seq <= upto);
                 let done = !page.more || page.frames.is_empty();
-                if let Err(error) = super::fold(&mut state, &page.frames, &adapt) {
+                if let Err(error) = super::stored::fold(&mut state, &page.frames, &adapt) {
                     return Ok(Err(error));
                 }
                 if done {

@@ -5,6 +5,7 @@ use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
 use super::ending::node_failed;
+use super::operator;
 use super::{Effect, Failure, Outcome, Run};
 use crate::capability::{Capability, CapabilityError, ContextBundle, Executor, PostConditionFailures};
 use crate::condition::{FacetSource, GoalConditionResult};
@@ -12,7 +13,6 @@ use crate::events::Event;
 use crate::events::payload::*;
 use crate::plan::{NodeStatus, PlanNode};
 use crate::retry::Retry as RetryDelay;
-use crate::run::operator;
 use crate::run::status::RunStatus;
 
 /// Nodes that may start now, at most `capacity`: pending, every predecessor completed.

@@ -10,60 +10,9 @@ use crate::budget::ReplanLimits;
 use crate::contract::SchemaViolation;
 use crate::events::Event;
 use crate::events::payload::*;
+use crate::run::operator::{Actor, Answer, Command};
 use crate::run::state::RunState;
 use crate::run::status::RunStatus;
-
-/// Who acted, and why (recorded with the decision; sent to the node driving the run with a
-/// cancel from another node).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Actor {
-    /// Who, as authenticated: the name of the key the command came with.
-    pub principal: String,
-    /// `{id?, displayName?, email?}` as the operator described themselves.
-    pub operator: Option<Value>,
-    pub note: Option<String>,
-}
-
-/// What an operator asks of a run.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    /// `run.resume`: answer the pending request.
-    Resume { expected_plan_version: Option<u32>, answer: Answer, actor: Actor },
-    /// `runs/{id}/replan`: drop the waiting plan and plan again.
-    Replan { feedback: Option<String>, actor: Actor },
-    /// `runs/{id}/cancel`. `stopped` when this process's coordinator has just stopped the run.
-    Cancel { stopped: bool, actor: Actor },
-}
-
-impl Command {
-    /// Who sends the command.
-    pub fn actor(&self) -> &Actor {
-        match self {
-            Self::Resume { actor, .. } | Self::Replan { actor, .. } | Self::Cancel { actor, .. } => actor,
-        }
-    }
-
-    /// What the command is, for logs.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Resume { .. } => "resume",
-            Self::Replan { .. } => "replan",
-            Self::Cancel { .. } => "cancel",
-        }
-    }
-}
-
-/// An answer to the pending request.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
-    /// Approve (or, with `approved: false`, reject) an approval request. A rejection with
-    /// `feedback` asks for another plan when replans are left.
-    Decide { request_id: Option<String>, approved: bool, feedback: Option<String> },
-    /// A human node's output.
-    Submit { node_id: String, output: Value },
-    /// A human node's task refused.
-    Decline { node_id: String, reason: String, note: Option<String> },
-}
 
 /// The request a run waits on, as an operator answers it.
 #[derive(Debug, Clone, PartialEq)]

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::id::RunId;
-use super::operator::Actor;
 use crate::hash::HashMap;
+use crate::run::id::RunId;
+use crate::run::operator::Actor;
 
 /// The claims held in this process, by run.
 pub struct Claims {

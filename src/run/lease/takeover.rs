@@ -21,11 +21,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::claims::Leasing;
-use super::decide::Failure;
-use super::id::RunId;
-use super::status::RunStatus;
-use super::{Stored, drive_claimed};
 use crate::hash::{HashMap, HashSet};
+use crate::run::decide::Failure;
+use crate::run::id::RunId;
+use crate::run::lifecycle::{drive_claimed, fail_stored};
+use crate::run::status::RunStatus;
+use crate::run::stored::Stored;
 use crate::services::Services;
 use crate::store::{StoreError, leases};
 use crate::telemetry;
@@ -55,7 +56,7 @@ pub async fn join(services: &Arc<Services>) -> Result<usize, StoreError> {
 
 /// Claims at once, a batch at a time, every active run leased under this node id before this
 /// process took the id: the process that leased them is gone — this one holds the id
-/// (`run::identity`) — so their leases need not run out first. Each counts a crash attempt, as a run
+/// (`run::lease::identity`) — so their leases need not run out first. Each counts a crash attempt, as a run
 /// taken over from a node that died does: the leases were not handed back.
 async fn take_back(services: &Arc<Services>, leasing: &Leasing) -> Result<usize, StoreError> {
     let mut picked = 0;
@@ -191,7 +192,7 @@ async fn take_over(services: &Arc<Services>, run_id: RunId, lease: leases::Taken
     };
     tracing::info!(%run_id, epoch = lease.lease_epoch, crashes = lease.crash_attempts, "claimed a run");
     if lease.crash_attempts >= MAX_CRASH_ATTEMPTS {
-        super::fail_stored(services, claim, &stored, crashed(lease.crash_attempts)).await?;
+        fail_stored(services, claim, &stored, crashed(lease.crash_attempts)).await?;
         return Ok(false);
     }
     drive_claimed(services, claim, &stored, true).await
