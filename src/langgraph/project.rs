@@ -32,7 +32,21 @@ pub fn lighten(run_id: &str, seq: Seq, event: &mut Event) {
             lighten_results(complete.goal_condition_results.iter_mut().flatten(), href);
         }
         Event::GoalConditionFailed(failed) => lighten_results(failed.failed_goal_conditions.iter_mut(), href),
-        _ => {}
+        // Bounded already, or carry nothing that grows with a node's output.
+        Event::Start(_)
+        | Event::PlanRequested(_)
+        | Event::PlanRejected(_)
+        | Event::PlanGenerated(_)
+        | Event::PlanUpdated(_)
+        | Event::NodeStart(_)
+        | Event::NodeError(_)
+        | Event::ValidationError(_)
+        | Event::PolicyTriggered(_)
+        | Event::PolicyUpdate(_)
+        | Event::HitlRequest(_)
+        | Event::HitlResolved(_)
+        | Event::Log(_)
+        | Event::Retry(_) => {}
     }
 }
 

@@ -129,7 +129,19 @@ impl Translator {
             Event::HitlRequest(request) => {
                 Some(json!({"__interrupt__": [project::interrupt(&self.state, &request.request)]}))
             }
-            _ => None,
+            // Not a step's result: the `custom` mode carries them.
+            Event::Start(_)
+            | Event::PlanRequested(_)
+            | Event::PlanRejected(_)
+            | Event::PlanUpdated(_)
+            | Event::NodeStart(_)
+            | Event::ValidationError(_)
+            | Event::PolicyTriggered(_)
+            | Event::PolicyUpdate(_)
+            | Event::HitlResolved(_)
+            | Event::Log(_)
+            | Event::Retry(_)
+            | Event::Complete(_) => None,
         }
     }
 

@@ -138,7 +138,16 @@ pub fn project(state: &RunState, at: At, event: &Event) -> Vec<RowWrite> {
             .collect(),
         // Nobody answers a request of a run that ended.
         Event::Complete(_) => close_open(state, RequestStatus::Cancelled, now).into_iter().collect(),
-        _ => Vec::new(),
+        // No row follows them (a human task's invalid output leaves the node waiting).
+        Event::Start(_)
+        | Event::PlanRequested(_)
+        | Event::PlanRejected(_)
+        | Event::PlanUpdated(_)
+        | Event::NodeError(_)
+        | Event::ValidationError(_)
+        | Event::GoalConditionFailed(_)
+        | Event::Log(_)
+        | Event::Retry(_) => Vec::new(),
     }
 }
 

@@ -3,6 +3,9 @@
 
 use serde_json::{Value, json};
 
+use crate::events::FrameKind;
+use crate::run::RunStatus;
+
 pub(super) fn any_object() -> Value {
     json!({"type": "object"})
 }
@@ -86,8 +89,13 @@ pub(super) fn health() -> Value {
 pub(super) fn event() -> Value {
     json!({"type": "object", "required": ["data", "event", "id"],
            "properties": {"data": {"type": "string", "contentMediaType": "application/json"},
-                          "event": {"type": "string", "pattern": "^[a-z_]+$"},
+                          "event": {"enum": FrameKind::ALL.iter().map(|kind| kind.as_str()).collect::<Vec<_>>()},
                           "id": {"type": "string", "pattern": "^[1-9][0-9]*$"}}})
+}
+
+/// A run's status: one of the statuses the state machine has.
+fn run_status() -> Value {
+    json!({"enum": RunStatus::ALL.map(RunStatus::as_str)})
 }
 
 fn nullable(kind: &str) -> Value {
@@ -97,7 +105,7 @@ fn nullable(kind: &str) -> Value {
 pub(super) fn run_list() -> Value {
     let entry = json!({"type": "object",
         "required": ["runId", "status", "objective", "planVersion", "replans", "createdAt", "updatedAt"],
-        "properties": {"runId": {"type": "string"}, "status": {"type": "string"}, "objective": {"type": "string"},
+        "properties": {"runId": {"type": "string"}, "status": run_status(), "objective": {"type": "string"},
                        "threadId": nullable("string"), "planVersion": {"type": "integer"},
                        "replans": {"type": "integer"}, "error": nullable("string"),
                        "maxReplans": nullable("integer"),

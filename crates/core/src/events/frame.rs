@@ -11,97 +11,77 @@ use super::Seq;
 use super::payload::*;
 use crate::redact::Redaction;
 
-/// The frame types flexrun emits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FrameKind {
-    Start,
-    PlanRequested,
-    PlanRejected,
-    PlanGenerated,
-    PlanUpdated,
-    NodeStart,
-    NodeComplete,
-    NodeError,
-    ValidationError,
-    GoalConditionFailed,
-    PolicyTriggered,
-    PolicyUpdate,
-    HitlRequest,
-    HitlResolved,
-    Log,
-    Retry,
-    Complete,
-}
-
-impl FrameKind {
-    /// Every frame type, in declaration order (the console listens for each by name).
-    pub const ALL: [FrameKind; 17] = [
-        Self::Start,
-        Self::PlanRequested,
-        Self::PlanRejected,
-        Self::PlanGenerated,
-        Self::PlanUpdated,
-        Self::NodeStart,
-        Self::NodeComplete,
-        Self::NodeError,
-        Self::ValidationError,
-        Self::GoalConditionFailed,
-        Self::PolicyTriggered,
-        Self::PolicyUpdate,
-        Self::HitlRequest,
-        Self::HitlResolved,
-        Self::Log,
-        Self::Retry,
-        Self::Complete,
-    ];
-
-    /// The SSE `event:` name and the `type` field.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Start => "start",
-            Self::PlanRequested => "plan_requested",
-            Self::PlanRejected => "plan_rejected",
-            Self::PlanGenerated => "plan_generated",
-            Self::PlanUpdated => "plan_updated",
-            Self::NodeStart => "node_start",
-            Self::NodeComplete => "node_complete",
-            Self::NodeError => "node_error",
-            Self::ValidationError => "validation_error",
-            Self::GoalConditionFailed => "goal_condition_failed",
-            Self::PolicyTriggered => "policy_triggered",
-            Self::PolicyUpdate => "policy_update",
-            Self::HitlRequest => "hitl_request",
-            Self::HitlResolved => "hitl_resolved",
-            Self::Log => "log",
-            Self::Retry => "retry",
-            Self::Complete => "complete",
+/// Declares the frame types once: from this one list come [`FrameKind`] (its names, `ALL`),
+/// [`Event`] (a variant per type, carrying the payload of the same name) and the mapping between
+/// them, so a new frame type is one line here and every `match` over either type that does not
+/// handle it fails to compile.
+macro_rules! frame_kinds {
+    ($($kind:ident => $name:literal),+ $(,)?) => {
+        /// The frame types flexrun emits.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum FrameKind {
+            $(#[serde(rename = $name)] $kind),+
         }
-    }
+
+        impl FrameKind {
+            /// Every frame type, in declaration order (the console listens for each by name; the
+            /// OpenAPI document lists them).
+            pub const ALL: &'static [FrameKind] = &[$(Self::$kind),+];
+
+            /// The SSE `event:` name and the `type` field.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$kind => $name),+
+                }
+            }
+        }
+
+        /// An event of a run, before it has a sequence number. Serialises as its payload; a
+        /// stored or received frame decodes back into it ([`Frame::decode`]).
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[serde(untagged)]
+        pub enum Event {
+            $($kind($kind)),+
+        }
+
+        impl Event {
+            pub fn kind(&self) -> FrameKind {
+                match self {
+                    $(Self::$kind(_) => FrameKind::$kind),+
+                }
+            }
+
+            /// The event of a frame of type `kind`: its payload, then the frame's top-level
+            /// `nodeId` where the payload leaves it to the frame ([`Event::set_node_id`]).
+            pub fn decode(kind: FrameKind, payload: &str, node_id: Option<String>) -> Result<Self, serde_json::Error> {
+                let mut event = match kind {
+                    $(FrameKind::$kind => Self::$kind(serde_json::from_str(payload)?)),+
+                };
+                event.set_node_id(node_id);
+                Ok(event)
+            }
+        }
+    };
 }
 
-/// An event of a run, before it has a sequence number. Serialises as its payload; a stored or
-/// received frame decodes back into it ([`Frame::decode`]).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum Event {
-    Start(Start),
-    PlanRequested(PlanRequested),
-    PlanRejected(PlanRejected),
-    PlanGenerated(PlanGenerated),
-    PlanUpdated(PlanUpdated),
-    NodeStart(NodeStart),
-    NodeComplete(NodeComplete),
-    NodeError(NodeError),
-    ValidationError(ValidationError),
-    GoalConditionFailed(GoalConditionFailed),
-    PolicyTriggered(PolicyTriggered),
-    PolicyUpdate(PolicyUpdate),
-    HitlRequest(HitlRequest),
-    HitlResolved(HitlResolved),
-    Log(Log),
-    Retry(Retry),
-    Complete(Complete),
+frame_kinds! {
+    Start => "start",
+    PlanRequested => "plan_requested",
+    PlanRejected => "plan_rejected",
+    PlanGenerated => "plan_generated",
+    PlanUpdated => "plan_updated",
+    NodeStart => "node_start",
+    NodeComplete => "node_complete",
+    NodeError => "node_error",
+    ValidationError => "validation_error",
+    GoalConditionFailed => "goal_condition_failed",
+    PolicyTriggered => "policy_triggered",
+    PolicyUpdate => "policy_update",
+    HitlRequest => "hitl_request",
+    HitlResolved => "hitl_resolved",
+    Log => "log",
+    Retry => "retry",
+    Complete => "complete",
 }
 
 impl Event {
@@ -116,28 +96,6 @@ impl Event {
                 resolved.replan.as_ref().map(|replan| replan.reason)
             }
             _ => None,
-        }
-    }
-
-    pub fn kind(&self) -> FrameKind {
-        match self {
-            Self::Start(_) => FrameKind::Start,
-            Self::PlanRequested(_) => FrameKind::PlanRequested,
-            Self::PlanRejected(_) => FrameKind::PlanRejected,
-            Self::PlanGenerated(_) => FrameKind::PlanGenerated,
-            Self::PlanUpdated(_) => FrameKind::PlanUpdated,
-            Self::NodeStart(_) => FrameKind::NodeStart,
-            Self::NodeComplete(_) => FrameKind::NodeComplete,
-            Self::NodeError(_) => FrameKind::NodeError,
-            Self::ValidationError(_) => FrameKind::ValidationError,
-            Self::GoalConditionFailed(_) => FrameKind::GoalConditionFailed,
-            Self::PolicyTriggered(_) => FrameKind::PolicyTriggered,
-            Self::PolicyUpdate(_) => FrameKind::PolicyUpdate,
-            Self::HitlRequest(_) => FrameKind::HitlRequest,
-            Self::HitlResolved(_) => FrameKind::HitlResolved,
-            Self::Log(_) => FrameKind::Log,
-            Self::Retry(_) => FrameKind::Retry,
-            Self::Complete(_) => FrameKind::Complete,
         }
     }
 
@@ -165,32 +123,28 @@ impl Event {
         }
     }
 
-    /// The event of a frame of type `kind`: its payload, with the frame's top-level `nodeId`
-    /// where the payload leaves it to the frame.
-    pub fn decode(kind: FrameKind, payload: &str, node_id: Option<String>) -> Result<Self, serde_json::Error> {
-        use serde_json::from_str as read;
-        let node = || node_id.clone().unwrap_or_default();
-        Ok(match kind {
-            FrameKind::Start => Self::Start(read(payload)?),
-            FrameKind::PlanRequested => Self::PlanRequested(read(payload)?),
-            FrameKind::PlanRejected => Self::PlanRejected(read(payload)?),
-            FrameKind::PlanGenerated => Self::PlanGenerated(read(payload)?),
-            FrameKind::PlanUpdated => Self::PlanUpdated(read(payload)?),
-            FrameKind::NodeStart => Self::NodeStart(NodeStart { node_id: node(), ..read(payload)? }),
-            FrameKind::NodeComplete => Self::NodeComplete(NodeComplete { node_id: node(), ..read(payload)? }),
-            FrameKind::NodeError => Self::NodeError(NodeError { node_id: node(), ..read(payload)? }),
-            FrameKind::ValidationError => {
-                Self::ValidationError(ValidationError { node_id: node_id.clone(), ..read(payload)? })
+    /// Puts the frame's top-level `nodeId` into the payloads that leave it to the frame.
+    fn set_node_id(&mut self, node_id: Option<String>) {
+        match self {
+            Self::NodeStart(NodeStart { node_id: id, .. })
+            | Self::NodeComplete(NodeComplete { node_id: id, .. })
+            | Self::NodeError(NodeError { node_id: id, .. }) => *id = node_id.unwrap_or_default(),
+            Self::ValidationError(ValidationError { node_id: id, .. }) | Self::Retry(Retry { node_id: id, .. }) => {
+                *id = node_id
             }
-            FrameKind::GoalConditionFailed => Self::GoalConditionFailed(read(payload)?),
-            FrameKind::PolicyTriggered => Self::PolicyTriggered(read(payload)?),
-            FrameKind::PolicyUpdate => Self::PolicyUpdate(read(payload)?),
-            FrameKind::HitlRequest => Self::HitlRequest(read(payload)?),
-            FrameKind::HitlResolved => Self::HitlResolved(read(payload)?),
-            FrameKind::Log => Self::Log(read(payload)?),
-            FrameKind::Retry => Self::Retry(Retry { node_id: node_id.clone(), ..read(payload)? }),
-            FrameKind::Complete => Self::Complete(read(payload)?),
-        })
+            Self::Start(_)
+            | Self::PlanRequested(_)
+            | Self::PlanRejected(_)
+            | Self::PlanGenerated(_)
+            | Self::PlanUpdated(_)
+            | Self::GoalConditionFailed(_)
+            | Self::PolicyTriggered(_)
+            | Self::PolicyUpdate(_)
+            | Self::HitlRequest(_)
+            | Self::HitlResolved(_)
+            | Self::Log(_)
+            | Self::Complete(_) => {}
+        }
     }
 }
 
