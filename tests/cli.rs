@@ -144,7 +144,7 @@ async fn resume_refuses_an_answer_to_an_approval() {
     // Nothing was sent: the plan is neither approved nor run.
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0);
     assert_eq!(server.capability_calls("writer"), 0);
-    assert_eq!(flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status, "awaiting_hitl");
+    assert_eq!(flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status.as_str(), "awaiting_hitl");
 
     let approved = cli(&server, &["resume", &run_id, "--approve", "--operator", "op-7"]).await;
     assert!(approved.status.success(), "{approved:?}");

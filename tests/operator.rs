@@ -280,7 +280,7 @@ async fn human_task_output_is_checked_then_accepted() {
     assert_eq!(status, 200);
     assert_eq!(kinds(&frames), ["validation_error", "node_error"]);
     assert_eq!(frames[1].payload["error"]["code"], "human_output_invalid");
-    assert_eq!(flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status, "awaiting_human");
+    assert_eq!(flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status.as_str(), "awaiting_human");
     assert_eq!(open_tasks(&server).await.len(), 1);
 
     // An approval is not what the run waits for.
@@ -376,7 +376,7 @@ async fn cancelling_a_completed_run_is_a_conflict() {
     let response = post_json(&server, &format!("/api/v1/flex/runs/{run_id}/cancel"), json!({})).await;
     assert_eq!(response.status(), 409);
     assert_eq!(response.json::<Value>().await.unwrap()["error"]["code"], "invalid_run_state");
-    assert_eq!(flexrun::store::runs::get(&mut server.db(), run_id).unwrap().status, "completed");
+    assert_eq!(flexrun::store::runs::get(&mut server.db(), run_id).unwrap().status.as_str(), "completed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,7 +416,7 @@ async fn malformed_resume_bodies_are_400_and_change_nothing() {
     }
     let (status, _, error) = resume(&server, json!({"runId": "nope", "decision": {"approved": true}})).await;
     assert_eq!((status, error["error"]["code"].as_str()), (404, Some("run_not_found")));
-    assert_eq!(flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status, "awaiting_hitl");
+    assert_eq!(flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status.as_str(), "awaiting_hitl");
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0);
 }
 

@@ -146,7 +146,7 @@ async fn check_run(server: &ServerProcess, run_id: &str, request_id: Option<&str
 
     // One consistent end state: the row, the document and the last frame agree.
     let row = flexrun::store::runs::get(&mut db(server), run_id).unwrap();
-    assert_eq!(row.status, status);
+    assert_eq!(row.status.as_str(), status);
     let (_, last, payload) = frames.last().unwrap();
     match status.as_str() {
         "completed" | "cancelled" | "failed" => {

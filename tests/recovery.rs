@@ -234,7 +234,7 @@ async fn a_run_that_cannot_be_resumed_is_failed_not_left_running() {
     let error = &after[0].payload["error"];
     assert_eq!(error["code"], "resume_failed");
     assert!(error["message"].as_str().unwrap().contains("/objective"), "{error}");
-    assert_eq!(flexrun::store::runs::get(&mut conn, &run_id).unwrap().status, "failed");
+    assert_eq!(flexrun::store::runs::get(&mut conn, &run_id).unwrap().status.as_str(), "failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -157,7 +157,7 @@ async fn exhausted_goal_condition_cap_fails_the_run() {
     assert_eq!(complete["goal_condition_results"][0]["satisfied"], false);
     assert_eq!(server.planner_calls().len(), 3);
     let run = flexrun::store::runs::get(&mut server.db(), &frames[0].run_id).unwrap();
-    assert_eq!(run.status, "failed");
+    assert_eq!(run.status.as_str(), "failed");
     assert_eq!(run.goal_condition_replans, 2);
 }
 
@@ -222,7 +222,7 @@ async fn two_invalid_drafts_fail_the_run() {
     assert_eq!(complete["error"]["code"], "plan_rejected");
     assert_eq!(server.planner_calls().len(), 2);
     let run = flexrun::store::runs::get(&mut server.db(), &frames[0].run_id).unwrap();
-    assert_eq!(run.status, "failed");
+    assert_eq!(run.status.as_str(), "failed");
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_versions"), 0);
 }
 

@@ -85,8 +85,10 @@ async fn a_hundred_clients_that_do_not_read_hold_a_bounded_amount_of_memory() {
     eprintln!("100 idle readers of a {log_bytes}-byte log: {} → {} MiB", before >> 20, during >> 20);
     // Unbounded, each replay held a page of 500 frames — the whole 9 MB log here, 900 MiB for
     // these readers. Now each holds a page of the log or the rest of an event, and all of them
-    // together at most `limits.stream_backlog_bytes` (64 MiB).
-    assert!(grown < 160, "100 idle readers grew the server by {grown} MiB");
+    // together at most `limits.stream_backlog_bytes` (64 MiB): 64 MiB, plus a page of at most
+    // 256 KiB per reader read from the database (its text, then its frames: 50 MiB for 100), plus
+    // what the allocator keeps of pages already sent. Measured 120-170 MiB on a loaded machine.
+    assert!(grown < 200, "100 idle readers grew the server by {grown} MiB");
     drop(idle);
 
     // A client that reads gets everything.

@@ -25,7 +25,7 @@ async fn a_run_past_its_time_limit_fails_and_its_running_node_is_recorded_failed
     assert_eq!((error["code"].as_str(), error["limitSeconds"].as_u64()), (Some("run_timeout"), Some(1)));
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE status = 'failed'"), 1);
     let run = flexrun::store::runs::get(&mut server.db(), &frames[0].run_id).unwrap();
-    assert_eq!(run.status, "failed");
+    assert_eq!(run.status.as_str(), "failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

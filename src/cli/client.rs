@@ -13,6 +13,7 @@ use super::terminal::safe;
 use crate::events::payload::Complete;
 use crate::events::{DecodedFrame, Event, Frame, ReceivedFrame};
 use crate::retry::RetrySchedule;
+use crate::run::RunStatus;
 use crate::run::view::RunView;
 
 /// How the client keeps trying to reach a server that is away (restarting, say): 5 more times,
@@ -58,7 +59,7 @@ pub enum Outcome {
     /// The `complete` frame.
     Complete(Complete),
     /// The stream ended without `complete`: the run waits for an operator.
-    Paused { run_id: String, status: String },
+    Paused { run_id: String, status: RunStatus },
 }
 
 impl Client {
@@ -148,7 +149,7 @@ impl Client {
             // The stream ended without `complete`: the run paused, or the connection (or the
             // server) went away.
             match self.status(&run_id).await {
-                Ok(status) if !matches!(status.as_str(), "pending" | "planning" | "running") => {
+                Ok(status) if !status.is_active() => {
                     return Ok(Outcome::Paused { run_id, status });
                 }
                 Ok(_) => tracing::info!(run_id, last_seq, "stream dropped; re-attaching"),
@@ -197,10 +198,10 @@ impl Client {
         check(response).await
     }
 
-    async fn status(&self, run_id: &str) -> anyhow::Result<String> {
+    async fn status(&self, run_id: &str) -> anyhow::Result<RunStatus> {
         let response = self.request(reqwest::Method::GET, &format!("/api/v1/flex/runs/{run_id}")).send().await?;
         let view: RunView = check(response).await?.json().await.context("the server's run is unreadable")?;
-        Ok(view.run.status.to_string())
+        Ok(view.run.status)
     }
 
     /// `GET path`, read as `T`.

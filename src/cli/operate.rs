@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::client::Client;
 use super::progress::Progress;
 use super::terminal::{print_line, safe, safe_json};
-use crate::events::payload::{HitlKind, HitlRequestInfo, HitlSubject};
+use crate::events::payload::{HitlKind, HitlRequestInfo, HitlSubject, RequestStatus};
 use crate::run::RunStatus;
 use crate::run::view::{RunList, RunView};
 
@@ -192,7 +192,7 @@ fn show(view: &RunView) -> Vec<String> {
             request.status
         ));
         // What an operator answering from here needs to read, indented under its request.
-        if request.status == "pending" {
+        if request.status == RequestStatus::Pending {
             lines.extend(info.question.lines().map(|line| format!("    {line}")));
         }
     }
@@ -244,7 +244,11 @@ impl Verdict {
 /// The request a run waits on, as its view shows it: the newest pending one, which is the one
 /// `run.resume` answers.
 fn pending(view: &RunView) -> Option<&HitlRequestInfo> {
-    view.hitl_requests.iter().rev().find(|request| request.status == "pending").map(|request| &request.request)
+    view.hitl_requests
+        .iter()
+        .rev()
+        .find(|request| request.status == RequestStatus::Pending)
+        .map(|request| &request.request)
 }
 
 /// Whether `verdict` is an answer to request `pending` of run `run`; if not, what to use instead.

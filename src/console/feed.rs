@@ -100,7 +100,7 @@ async fn row_event(services: &Services, caller: &Caller, filters: &Filters, run_
             .await
             .then(|| sse::Data::new(json!({"runId": run_id}).to_string()).event("gone").into());
     };
-    let status = run.status.clone();
+    let status = run.status;
     let html = RowHtml { run: Row::of(run, caller), operator: caller.role == Role::Operator }.render().ok()?;
     let data = json!({"runId": run_id, "status": status, "html": html}).to_string();
     Some(sse::Data::new(data).event("run").into())

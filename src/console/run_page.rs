@@ -15,7 +15,7 @@ use super::shown;
 use super::task_form::{self, Field};
 use super::viewer::Viewer;
 use crate::events::Seq;
-use crate::events::payload::HitlKind;
+use crate::events::payload::{HitlKind, RequestStatus};
 use crate::http::{Caller, Role};
 use crate::run::view::{RunView, ViewError};
 use crate::run::{RunId, RunStatus};
@@ -147,7 +147,7 @@ pub async fn show(
 
 /// The request the run waits on, with a human task's form.
 fn pending(services: &Services, view: &RunView) -> Option<Pending> {
-    let request = view.hitl_requests.iter().find(|r| r.status == "pending")?;
+    let request = view.hitl_requests.iter().find(|r| r.status == RequestStatus::Pending)?;
     let node_id = request.request.node_id.clone().unwrap_or_default();
     let kind = match request.request.kind {
         HitlKind::Approval => "approval",
@@ -155,7 +155,7 @@ fn pending(services: &Services, view: &RunView) -> Option<Pending> {
         HitlKind::HumanTask => "human_task",
     };
     let fields = match view.nodes.iter().rev().find(|n| n.node_id == node_id) {
-        Some(node) if kind == "human_task" => task_form::for_capability(&services.registry, &node.capability_id),
+        Some(node) if request.request.kind == HitlKind::HumanTask => task_form::for_capability(&services.registry, &node.capability_id),
         _ => Vec::new(),
     };
     Some(Pending { id: request.request.id.clone(), kind, question: request.request.question.clone(), node_id, fields })

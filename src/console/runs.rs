@@ -98,7 +98,7 @@ pub struct ListQuery {
 /// A run as a row of the list shows it.
 pub struct Row {
     run_id: String,
-    status: String,
+    status: &'static str,
     error: Option<String>,
     objective: String,
     created_at: String,
@@ -114,17 +114,22 @@ pub struct Row {
 
 impl Row {
     pub fn of(run: RunListEntry, caller: &Caller) -> Self {
-        let waiting_for = match run.status.as_str() {
-            "awaiting_hitl" => "an operator",
-            "awaiting_human" => "a human task",
-            _ => "",
+        let waiting_for = match run.status {
+            RunStatus::AwaitingHitl => "an operator",
+            RunStatus::AwaitingHuman => "a human task",
+            RunStatus::Pending
+            | RunStatus::Planning
+            | RunStatus::Running
+            | RunStatus::Completed
+            | RunStatus::Failed
+            | RunStatus::Cancelled => "",
         };
-        let terminal = run.status.parse::<RunStatus>().is_ok_and(RunStatus::is_terminal);
+        let terminal = run.status.is_terminal();
         Self {
             created_at: run.created_at.to_rfc3339(),
             updated_at: run.updated_at.to_rfc3339(),
             run_id: run.run_id,
-            status: run.status,
+            status: run.status.as_str(),
             error: run.error,
             objective: crate::excerpt::excerpt(&run.objective, 300).into_owned(),
             plan_version: run.plan_version,

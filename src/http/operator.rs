@@ -12,6 +12,7 @@ use super::body::Body;
 use super::error::{ApiError, summary};
 use super::paging::PageSize;
 use super::sse::frame_stream;
+use crate::events::payload::{HitlKind, RequestStatus};
 use crate::run::operator::{Actor, Answer, Command};
 use crate::run::{self, RunId, RunStatus};
 use crate::services::Services;
@@ -158,7 +159,8 @@ pub async fn tasks(
 ) -> Result<HttpResponse, ApiError> {
     let limit = PageSize { default: 100, max: 1000 }.of_query(query.limit)?;
     let owner = caller.owner_filter().map(String::from);
-    let rows = services.store.read(move |conn| hitl::open(conn, limit, Some("human_task"), owner.as_deref())).await?;
+    let rows =
+        services.store.read(move |conn| hitl::open(conn, limit, Some(HitlKind::HumanTask), owner.as_deref())).await?;
     let tasks: Vec<Value> = rows
         .iter()
         .map(|row| {
@@ -190,7 +192,7 @@ pub async fn decline(
         StoreError::NotFound(_) => ApiError::NotFound { code: "task_not_found", what: format!("task {task_id}") },
         other => other.into(),
     })?;
-    if task.kind != "human_task" || task.status != "pending" {
+    if task.kind != HitlKind::HumanTask || task.status != RequestStatus::Pending {
         return Err(ApiError::Conflict {
             code: "invalid_task_state",
             message: format!(

@@ -17,7 +17,7 @@ use crate::http::{ApiError, Body, Caller, Role};
 use crate::run::follow::{FollowError, follow};
 use crate::run::operator::{Actor, Command};
 use crate::run::state::RunState;
-use crate::run::{self, RunId, RunStatus};
+use crate::run::{self, RunId};
 use crate::services::Services;
 use crate::store::events::LoggedFrame;
 use crate::store::runs::RunRow;
@@ -141,7 +141,7 @@ async fn resume(
 
 /// LangGraph's `Run`.
 fn run_json(thread_id: &str, row: &RunRow) -> Value {
-    let status = row.status.parse::<RunStatus>().map_or("error", project::run_status);
+    let status = project::run_status(row.status);
     json!({
         "run_id": row.run_id, "thread_id": thread_id, "assistant_id": request::ASSISTANT,
         "created_at": time(row.created_at), "updated_at": time(row.updated_at), "status": status,

@@ -209,7 +209,7 @@ pub async fn search_threads(
                 after = batch.last().map(|t| (t.updated_at, t.thread_id.clone()));
                 for thread in batch {
                     let newest = thread_rows::runs(conn, &thread.thread_id, 1)?.into_iter().next();
-                    let status_now = project::thread_status(newest.as_ref().and_then(|r| r.status.parse().ok()));
+                    let status_now = project::thread_status(newest.as_ref().map(|r| r.status));
                     if status.as_deref().is_none_or(|wanted| wanted == status_now) {
                         found.push((thread, newest));
                     }

@@ -143,7 +143,7 @@ async fn claim(services: &Arc<Services>, run_id: &RunId, command: Command) -> Re
     };
     let epoch = cancel_elsewhere(services, run_id, &actor).await?;
     let stored = read(services, run_id).await?;
-    let stopped = stored.row.status == RunStatus::Cancelled.as_str();
+    let stopped = stored.row.status == RunStatus::Cancelled;
     Ok((claim.leased(epoch), Command::Cancel { stopped, actor }))
 }
 
@@ -241,7 +241,7 @@ fn rows(log: &RunLog, decision: &Decision) -> Vec<RowWrite> {
         rows.push(RowWrite::Decision(DecisionRow {
             request_id: record.request_id.clone(),
             run_id: state.run_id.to_string(),
-            decision: record.decision.as_str().to_string(),
+            decision: record.decision,
             operator: record.actor.operator.as_ref().map(|o| o.to_string()),
             note: record.actor.note.clone(),
             feedback: record.feedback.clone(),

@@ -8,7 +8,6 @@ use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::backlog::Backlog;
-use super::status::RunStatus;
 use crate::events::{BusMessage, Frame, FrameKind, Seq};
 use crate::services::Services;
 use crate::store::events::{self, LoggedFrame, Page};
@@ -179,8 +178,7 @@ impl Follower {
             })
             .await?;
         if let Some(status) = status {
-            // A status flexrun does not know is not one it drives.
-            self.settled = Some(!status.parse().is_ok_and(RunStatus::is_active));
+            self.settled = Some(!status.is_active());
         }
         self.caught_up = !page.more;
         self.replay = page.more;

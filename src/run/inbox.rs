@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::events::payload::HitlKind;
 use crate::hash::HashMap;
 use crate::services::Services;
 use crate::store::{StoreError, hitl, plans, runs};
@@ -16,8 +17,7 @@ pub struct Pending {
     pub request_id: String,
     pub run_id: String,
     pub objective: String,
-    /// `approval`, `clarify` (a question) or `human_task`.
-    pub kind: String,
+    pub kind: HitlKind,
     /// `plan`, `completion`, `policy` or `node`.
     pub subject: String,
     pub question: String,
@@ -39,8 +39,8 @@ pub async fn read(services: &Services, owner: Option<String>) -> Result<Vec<Pend
             let objectives: HashMap<String, String> = runs::objectives(conn, &ids)?.into_iter().collect();
             let mut pending = Vec::with_capacity(requests.len());
             for r in requests {
-                let capability_id = match (&r.node_id, r.kind.as_str()) {
-                    (Some(node), "human_task") => plans::capability_of(conn, (&r.run_id, r.plan_version, node))?,
+                let capability_id = match (&r.node_id, r.kind) {
+                    (Some(node), HitlKind::HumanTask) => plans::capability_of(conn, (&r.run_id, r.plan_version, node))?,
                     _ => None,
                 };
                 pending.push(Pending {

@@ -92,7 +92,7 @@ pub async fn start(
     let row = RunRow {
         run_id: run_id.to_string(),
         // The status and counters are the state's at the first commit (`Coordinator::open`).
-        status: RunStatus::Planning.as_str().to_string(),
+        status: RunStatus::Planning,
         objective: envelope.objective.clone(),
         envelope: envelope.take_raw().to_string(),
         thread_id: envelope.thread_id.clone(),
@@ -227,8 +227,7 @@ pub(super) async fn fail_stored(
 ) -> Result<(), StoreError> {
     let state = stored.state().unwrap_or_else(|_| {
         let last_seq = stored.log.last().map_or(Seq::ZERO, |f| f.seq);
-        let status = stored.row.status.parse().unwrap_or(RunStatus::Running);
-        RunState::unreadable(&stored.id, &stored.row.correlation_id, status, last_seq)
+        RunState::unreadable(&stored.id, &stored.row.correlation_id, stored.row.status, last_seq)
     });
     let mut log = RunLog::resume(services, claim, state, &stored.row);
     let events = decide::ending::failed(log.state(), failure, Vec::new());

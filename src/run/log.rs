@@ -82,7 +82,7 @@ impl RunLog {
 
     /// The log of a stored run, `state` folded from it; `row` is its stored row.
     pub fn resume(services: &Services, claim: Claim, state: RunState, row: &RunRow) -> Self {
-        let status = row.status.parse().unwrap_or(state.status);
+        let status = row.status;
         let committed = RowState { status, progress: stored_progress(row) };
         Self::new(services, claim, state, committed, None)
     }
@@ -250,7 +250,7 @@ impl RunLog {
     fn run_change(&self, created: Option<(RunRow, ThreadRule)>) -> Option<RunChange> {
         let (status, progress) = (self.state.status, progress_of(&self.state));
         if let Some((row, rule)) = created {
-            let row = RunRow { status: status.as_str().to_string(), ..row };
+            let row = RunRow { status, ..row };
             return Some(RunChange::Create(Box::new(progress.stamp(row)), rule));
         }
         let from = self.row.status;
@@ -287,14 +287,12 @@ impl RunChange {
         match self {
             Self::Create(row, rule) => {
                 if let (ThreadRule::OneActiveRun, Some(thread_id)) = (rule, &row.thread_id) {
-                    threads::hold_idle(conn, thread_id, &RunStatus::ACTIVE.map(RunStatus::as_str))?;
+                    threads::hold_idle(conn, thread_id, &RunStatus::ACTIVE)?;
                 }
                 runs::insert(conn, row)
             }
-            Self::Move { from, to, progress } => {
-                runs::transition(conn, run_id, from.as_str(), to.as_str(), progress.as_ref())
-            }
-            Self::End { from, to, outcome } => runs::end(conn, run_id, from.as_str(), to.as_str(), outcome),
+            Self::Move { from, to, progress } => runs::transition(conn, run_id, *from, *to, progress.as_ref()),
+            Self::End { from, to, outcome } => runs::end(conn, run_id, *from, *to, outcome),
             Self::Progress(progress) => runs::save_progress(conn, run_id, progress),
         }
     }

@@ -194,13 +194,13 @@ pub fn request_row(run_id: &str, info: &HitlRequestInfo, now: NaiveDateTime) -> 
     RequestRow {
         request_id: info.id.clone(),
         run_id: run_id.to_string(),
-        kind: info.kind.as_str().into(),
+        kind: info.kind,
         subject: info.subject.as_str().into(),
         plan_version: stored(info.plan_version),
         node_id: info.node_id.clone(),
         question: info.question.clone(),
         details: to_json(info),
-        status: RequestStatus::Pending.as_str().into(),
+        status: RequestStatus::Pending,
         created_at: now,
         closed_at: None,
     }
@@ -254,8 +254,8 @@ impl RowWrite {
             }
             Self::DiscardUnfinished { version } => plans::discard_unfinished(conn, run_id, *version),
             Self::OpenRequest(row) => hitl::insert(conn, row),
-            Self::CloseRequest { request_id, status, at } => hitl::close(conn, request_id, status.as_str(), *at),
-            Self::CloseAll { status, at } => hitl::close_all(conn, run_id, status.as_str(), *at),
+            Self::CloseRequest { request_id, status, at } => hitl::close(conn, request_id, *status, *at),
+            Self::CloseAll { status, at } => hitl::close_all(conn, run_id, *status, *at),
             Self::Decision(row) => hitl::decide(conn, row),
             Self::Evaluation(evaluation) => plans::record_output(conn, &output_row(run_id, evaluation)),
         }

@@ -24,8 +24,7 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
         notify::listen(services);
         return lease::join(services).await;
     }
-    let active: Vec<&str> = RunStatus::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect();
-    let run_ids = services.store.read(move |conn| runs::ids_with_status(conn, &active)).await?;
+    let run_ids = services.store.read(move |conn| runs::ids_with_status(conn, &RunStatus::ACTIVE)).await?;
     let mut resumed = 0;
     for run_id in run_ids {
         let Ok(run_id) = RunId::parse(&run_id) else {

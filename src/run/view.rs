@@ -15,7 +15,7 @@ use super::stored::{ResumeError, Stored};
 use crate::budget::{BudgetView, ReplanCounts, ReplanLimits};
 use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
-use crate::events::payload::{HitlRequestInfo, ReplanInfo};
+use crate::events::payload::{HitlRequestInfo, ReplanInfo, RequestStatus, Verdict};
 use crate::events::{Event, Seq};
 use crate::plan::Plan;
 use crate::services::Services;
@@ -138,8 +138,7 @@ pub struct EvaluationView {
 pub struct RequestView {
     #[serde(flatten)]
     pub request: HitlRequestInfo,
-    /// `pending`, `resolved`, `superseded` or `cancelled`.
-    pub status: String,
+    pub status: RequestStatus,
     pub closed_at: Option<DateTime<Utc>>,
     pub decision: Option<DecisionView>,
 }
@@ -147,7 +146,7 @@ pub struct RequestView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DecisionView {
-    pub decision: String,
+    pub decision: Verdict,
     pub operator: Value,
     pub note: Option<String>,
     pub feedback: Option<String>,
@@ -160,7 +159,7 @@ pub struct DecisionView {
 #[serde(rename_all = "camelCase")]
 pub struct RunListEntry {
     pub run_id: String,
-    pub status: String,
+    pub status: RunStatus,
     pub owner: Option<String>,
     pub objective: String,
     pub thread_id: Option<String>,
@@ -212,7 +211,7 @@ impl RunList {
             .store
             .read(move |conn| {
                 let filter = runs::Filter {
-                    status: query.status.map(RunStatus::as_str),
+                    status: query.status,
                     owner: query.owner.as_deref(),
                     objective_contains: query.objective_contains.as_deref(),
                     created_from: query.created_from.map(|t| t.naive_utc()),
@@ -238,7 +237,7 @@ impl RunListEntry {
         let error = row.error.as_deref().and_then(|e| serde_json::from_str::<Coded>(e).ok()).and_then(|e| e.code);
         Self {
             run_id: row.run_id.clone(),
-            status: row.status.clone(),
+            status: row.status,
             owner: row.owner.clone(),
             objective: row.objective.clone(),
             thread_id: row.thread_id.clone(),
@@ -470,10 +469,10 @@ fn request(row: &RequestRow, decision: Option<&DecisionRow>) -> Option<RequestVi
     let request = serde_json::from_str(&row.details).ok()?;
     Some(RequestView {
         request,
-        status: row.status.clone(),
+        status: row.status,
         closed_at: row.closed_at.map(utc),
         decision: decision.map(|d| DecisionView {
-            decision: d.decision.clone(),
+            decision: d.decision,
             operator: json_or_null(d.operator.as_deref()),
             note: d.note.clone(),
             feedback: d.feedback.clone(),

@@ -155,7 +155,7 @@ impl TestServer {
     pub async fn wait_for_status(&self, run_id: &str, status: &str) {
         for _ in 0..200 {
             let run = flexrun::store::runs::get(&mut self.db(), run_id).unwrap();
-            if run.status == status {
+            if run.status.as_str() == status {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

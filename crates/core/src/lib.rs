@@ -31,3 +31,4 @@ pub mod runtime_policy;
 pub mod settings;
 pub mod timeouts;
 pub mod validation;
+pub mod vocabulary;

@@ -5,6 +5,8 @@
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 
+use flexrun_core::events::payload::{HitlKind, RequestStatus, Verdict};
+
 use super::schema::{hitl_decisions, hitl_requests, runs};
 use super::{DbConn, StoreError};
 
@@ -13,13 +15,13 @@ use super::{DbConn, StoreError};
 pub struct RequestRow {
     pub request_id: String,
     pub run_id: String,
-    pub kind: String,
+    pub kind: HitlKind,
     pub subject: String,
     pub plan_version: i32,
     pub node_id: Option<String>,
     pub question: String,
     pub details: String,
-    pub status: String,
+    pub status: RequestStatus,
     pub created_at: NaiveDateTime,
     pub closed_at: Option<NaiveDateTime>,
 }
@@ -29,7 +31,7 @@ pub struct RequestRow {
 pub struct DecisionRow {
     pub request_id: String,
     pub run_id: String,
-    pub decision: String,
+    pub decision: Verdict,
     pub operator: Option<String>,
     pub note: Option<String>,
     pub feedback: Option<String>,
@@ -47,7 +49,7 @@ pub fn insert(conn: &mut DbConn, row: &RequestRow) -> Result<(), StoreError> {
 /// The run's pending request, if it has one.
 pub fn pending(conn: &mut DbConn, run_id: &str) -> Result<Option<RequestRow>, StoreError> {
     Ok(super::on_backend!(conn, |c| hitl_requests::table
-        .filter(hitl_requests::run_id.eq(run_id).and(hitl_requests::status.eq("pending")))
+        .filter(hitl_requests::run_id.eq(run_id).and(hitl_requests::status.eq(RequestStatus::Pending)))
         .order(hitl_requests::created_at.desc())
         .select(RequestRow::as_select())
         .first(c))
@@ -62,8 +64,8 @@ pub fn get(conn: &mut DbConn, request_id: &str) -> Result<RequestRow, StoreError
 
 /// Moves a pending request to `status` (`resolved`, `superseded` or `cancelled`); a request that
 /// is no longer pending is a conflict.
-pub fn close(conn: &mut DbConn, request_id: &str, status: &str, at: NaiveDateTime) -> Result<(), StoreError> {
-    let pending = hitl_requests::request_id.eq(request_id).and(hitl_requests::status.eq("pending"));
+pub fn close(conn: &mut DbConn, request_id: &str, status: RequestStatus, at: NaiveDateTime) -> Result<(), StoreError> {
+    let pending = hitl_requests::request_id.eq(request_id).and(hitl_requests::status.eq(RequestStatus::Pending));
     let updated = super::on_backend!(conn, |c| diesel::update(hitl_requests::table.filter(pending))
         .set((hitl_requests::status.eq(status), hitl_requests::closed_at.eq(Some(at))))
         .execute(c))?;
@@ -96,12 +98,12 @@ pub fn for_run(conn: &mut DbConn, run_id: &str) -> Result<(Vec<RequestRow>, Vec<
 pub fn open(
     conn: &mut DbConn,
     limit: i64,
-    kind: Option<&str>,
+    kind: Option<HitlKind>,
     owner: Option<&str>,
 ) -> Result<Vec<RequestRow>, StoreError> {
     Ok(super::on_backend!(conn, |c| {
         let mut query = hitl_requests::table
-            .filter(hitl_requests::status.eq("pending"))
+            .filter(hitl_requests::status.eq(RequestStatus::Pending))
             .order(hitl_requests::created_at)
             .limit(limit)
             .select(RequestRow::as_select())
@@ -118,8 +120,8 @@ pub fn open(
 }
 
 /// Moves every pending request of a run to `status` (`superseded` or `cancelled`).
-pub fn close_all(conn: &mut DbConn, run_id: &str, status: &str, at: NaiveDateTime) -> Result<(), StoreError> {
-    let pending = hitl_requests::run_id.eq(run_id).and(hitl_requests::status.eq("pending"));
+pub fn close_all(conn: &mut DbConn, run_id: &str, status: RequestStatus, at: NaiveDateTime) -> Result<(), StoreError> {
+    let pending = hitl_requests::run_id.eq(run_id).and(hitl_requests::status.eq(RequestStatus::Pending));
     super::on_backend!(conn, |c| diesel::update(hitl_requests::table.filter(pending))
         .set((hitl_requests::status.eq(status), hitl_requests::closed_at.eq(Some(at))))
         .execute(c))?;

@@ -12,6 +12,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Double, Integer, Nullable, Text, Timestamp};
 
 use super::{DbConn, StoreError};
+use flexrun_core::run::RunStatus;
 
 /// The database's clock, as stored (UTC, no zone).
 const NOW: &str = "(now() AT TIME ZONE 'UTC')";
@@ -100,7 +101,7 @@ pub fn claim_stale(
     conn: &mut DbConn,
     node: &str,
     seconds: f64,
-    active: &[&str],
+    active: &[RunStatus],
     limit: i64,
 ) -> Result<Vec<Taken>, StoreError> {
     let sql = format!(
@@ -123,7 +124,7 @@ pub fn claim_own(
     node: &str,
     seconds: f64,
     since: NaiveDateTime,
-    active: &[&str],
+    active: &[RunStatus],
     limit: i64,
 ) -> Result<Vec<Taken>, StoreError> {
     let sql = format!(
@@ -211,6 +212,6 @@ fn exactly_one(rows: usize, run_id: &str) -> Result<(), StoreError> {
 }
 
 /// `'a', 'b'`: the caller's status names (flexrun's own words, never a client's) as SQL literals.
-fn quoted(values: &[&str]) -> String {
-    values.iter().map(|v| format!("'{}'", v.replace('\'', "''"))).collect::<Vec<_>>().join(", ")
+fn quoted(statuses: &[RunStatus]) -> String {
+    statuses.iter().map(|status| format!("'{}'", status.as_str())).collect::<Vec<_>>().join(", ")
 }

@@ -242,12 +242,13 @@ pub fn now() -> chrono::NaiveDateTime {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flexrun_core::run::RunStatus;
     use runs::RunRow;
 
     pub(super) fn run_row(id: &str) -> RunRow {
         RunRow {
             run_id: id.into(),
-            status: "pending".into(),
+            status: RunStatus::Pending,
             objective: "o".into(),
             envelope: "{}".into(),
             thread_id: None,
@@ -369,10 +370,10 @@ mod tests {
     async fn of_two_racing_transitions_exactly_one_wins() {
         let (_dir, store) = temp_store();
         store.write(|conn| runs::insert(conn, &run_row("r"))).await.unwrap();
-        let go = |to| store.write(move |conn| runs::transition(conn, "r", "pending", to, None));
-        let (first, second) = tokio::join!(go("planning"), go("cancelled"));
+        let go = |to| store.write(move |conn| runs::transition(conn, "r", RunStatus::Pending, to, None));
+        let (first, second) = tokio::join!(go(RunStatus::Planning), go(RunStatus::Cancelled));
         assert!(first.is_ok() != second.is_ok(), "{first:?} / {second:?}");
-        let stale = store.write(|conn| runs::transition(conn, "r", "pending", "completed", None));
+        let stale = store.write(|conn| runs::transition(conn, "r", RunStatus::Pending, RunStatus::Completed, None));
         assert!(matches!(stale.await, Err(StoreError::Conflict(_))), "the run is no longer pending");
     }
 

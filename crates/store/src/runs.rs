@@ -9,12 +9,13 @@ use super::prepared::{prepared, update};
 use super::schema::runs;
 use super::stamp::Stamp;
 use super::{DbConn, StoreError};
+use flexrun_core::run::RunStatus;
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = runs)]
 pub struct RunRow {
     pub run_id: String,
-    pub status: String,
+    pub status: RunStatus,
     pub objective: String,
     pub envelope: String,
     pub thread_id: Option<String>,
@@ -93,7 +94,7 @@ pub fn by_idempotency_key(conn: &mut DbConn, key: &str) -> Result<Option<(String
 }
 
 /// The ids of runs in one of `statuses`, oldest first.
-pub fn ids_with_status(conn: &mut DbConn, statuses: &[&str]) -> Result<Vec<String>, StoreError> {
+pub fn ids_with_status(conn: &mut DbConn, statuses: &[RunStatus]) -> Result<Vec<String>, StoreError> {
     Ok(super::on_backend!(conn, |c| runs::table
         .filter(runs::status.eq_any(statuses))
         .order(runs::created_at)
@@ -135,8 +136,8 @@ pub enum Outcome {
 pub fn transition(
     conn: &mut DbConn,
     run_id: &str,
-    from: &str,
-    to: &str,
+    from: RunStatus,
+    to: RunStatus,
     progress: Option<&Progress>,
 ) -> Result<(), StoreError> {
     let run = runs::run_id.eq(run_id).and(runs::status.eq(from));
@@ -155,7 +156,13 @@ pub fn transition(
 }
 
 /// [`transition`] to the status a run ends in, storing its `outcome` in the same statement.
-pub fn end(conn: &mut DbConn, run_id: &str, from: &str, to: &str, outcome: &Outcome) -> Result<(), StoreError> {
+pub fn end(
+    conn: &mut DbConn,
+    run_id: &str,
+    from: RunStatus,
+    to: RunStatus,
+    outcome: &Outcome,
+) -> Result<(), StoreError> {
     let (result, error) = match outcome {
         Outcome::Result(result) => (Some(result.as_str()), None),
         Outcome::Error(error) => (None, Some(error.as_str())),
@@ -169,7 +176,7 @@ pub fn end(conn: &mut DbConn, run_id: &str, from: &str, to: &str, outcome: &Outc
 }
 
 /// Whether the compare-and-set update of a run in `from` found it there.
-fn moved(conn: &mut DbConn, run_id: &str, from: &str, updated: usize) -> Result<(), StoreError> {
+fn moved(conn: &mut DbConn, run_id: &str, from: RunStatus, updated: usize) -> Result<(), StoreError> {
     if updated == 1 {
         return Ok(());
     }
@@ -180,7 +187,7 @@ fn moved(conn: &mut DbConn, run_id: &str, from: &str, updated: usize) -> Result<
 /// Which runs a page shows.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Filter<'a> {
-    pub status: Option<&'a str>,
+    pub status: Option<RunStatus>,
     /// Only the runs this principal started.
     pub owner: Option<&'a str>,
     /// Only the runs whose objective contains this text (ASCII letters in any case).

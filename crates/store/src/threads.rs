@@ -10,6 +10,7 @@ use super::runs::RunRow;
 use super::schema::{runs, thread_metadata, threads};
 use super::stamp::Stamp;
 use super::{DbConn, StoreError};
+use flexrun_core::run::RunStatus;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = threads)]
@@ -44,7 +45,7 @@ pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
 /// Called in the transaction that inserts the run. On PostgreSQL it first locks the thread's row,
 /// so a start on another node waits for this transaction and then sees its run: two nodes
 /// cannot both find the thread idle. On SQLite one writer makes every commit in turn.
-pub fn hold_idle(conn: &mut DbConn, thread_id: &str, active: &[&str]) -> Result<(), StoreError> {
+pub fn hold_idle(conn: &mut DbConn, thread_id: &str, active: &[RunStatus]) -> Result<(), StoreError> {
     #[cfg(feature = "postgres")]
     if let DbConn::Pg(c) = conn {
         threads::table.find(thread_id).select(threads::thread_id).for_update().first::<String>(c).optional()?;

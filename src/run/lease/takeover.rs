@@ -64,7 +64,7 @@ async fn take_back(services: &Arc<Services>, leasing: &Leasing) -> Result<usize,
         let (node, seconds, since) = (leasing.node.clone(), leasing.lease.as_secs_f64(), leasing.since);
         let taken = services
             .store
-            .write(move |conn| leases::claim_own(conn, &node, seconds, since, &active(), SWEEP_BATCH))
+            .write(move |conn| leases::claim_own(conn, &node, seconds, since, &RunStatus::ACTIVE, SWEEP_BATCH))
             .await?;
         telemetry::lease_claims("restart", taken.len());
         let more = i64::try_from(taken.len()).is_ok_and(|n| n == SWEEP_BATCH);
@@ -149,15 +149,12 @@ fn stop(services: &Services, runs: &[&RunId], why: &str) {
 async fn sweep(services: &Arc<Services>, leasing: &Leasing) -> Result<usize, StoreError> {
     telemetry::sweep();
     let (node, seconds) = (leasing.node.clone(), leasing.lease.as_secs_f64());
-    let taken =
-        services.store.write(move |conn| leases::claim_stale(conn, &node, seconds, &active(), SWEEP_BATCH)).await?;
+    let taken = services
+        .store
+        .write(move |conn| leases::claim_stale(conn, &node, seconds, &RunStatus::ACTIVE, SWEEP_BATCH))
+        .await?;
     telemetry::lease_claims("stale", taken.len());
     drive(services, taken).await
-}
-
-/// The names of the statuses of runs being driven.
-fn active() -> Vec<&'static str> {
-    RunStatus::ALL.iter().filter(|s| s.is_active()).map(|s| s.as_str()).collect()
 }
 
 /// Drives each run of `taken`, just claimed here; how many it could.

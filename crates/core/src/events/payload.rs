@@ -462,6 +462,8 @@ impl Complete {
 }
 
 /// What an operator request asks for.
+#[cfg_attr(feature = "diesel", derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow))]
+#[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::Text))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HitlKind {
@@ -487,7 +489,11 @@ pub enum HitlSubject {
     Policy,
 }
 
+crate::stored_as_text!(HitlKind, "request kind");
+
 impl HitlKind {
+    pub const ALL: [HitlKind; 3] = [Self::Approval, Self::HumanTask, Self::Clarify];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Approval => "approval",
@@ -606,6 +612,8 @@ pub struct HitlRequest {
 }
 
 /// Where a request went when it left `pending`.
+#[cfg_attr(feature = "diesel", derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow))]
+#[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::Text))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestStatus {
@@ -618,7 +626,11 @@ pub enum RequestStatus {
     Cancelled,
 }
 
+crate::stored_as_text!(RequestStatus, "request status");
+
 impl RequestStatus {
+    pub const ALL: [RequestStatus; 4] = [Self::Pending, Self::Resolved, Self::Superseded, Self::Cancelled];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
@@ -640,6 +652,8 @@ pub struct ClosedRequest {
 }
 
 /// What an operator decided.
+#[cfg_attr(feature = "diesel", derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow))]
+#[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::Text))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
@@ -653,7 +667,11 @@ pub enum Verdict {
     Answered,
 }
 
+crate::stored_as_text!(Verdict, "decision");
+
 impl Verdict {
+    pub const ALL: [Verdict; 5] = [Self::Approved, Self::Rejected, Self::Submitted, Self::Declined, Self::Answered];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Approved => "approved",

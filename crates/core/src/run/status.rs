@@ -2,12 +2,11 @@
 //! The store applies a transition as a conditional update on the expected current status, so two
 //! writers can never both win.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
 /// Where a run is in its life.
+#[cfg_attr(feature = "diesel", derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow))]
+#[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::Text))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
@@ -74,23 +73,10 @@ impl RunStatus {
     }
 }
 
-impl fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A status name that flexrun does not know.
-#[derive(Debug, thiserror::Error)]
-#[error("unknown run status `{0}`")]
-pub struct UnknownStatus(pub String);
+pub type UnknownStatus = crate::vocabulary::UnknownWord;
 
-impl FromStr for RunStatus {
-    type Err = UnknownStatus;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| UnknownStatus(s.to_string()))
-    }
-}
+crate::stored_as_text!(RunStatus, "run status");
 
 #[cfg(test)]
 mod tests {
