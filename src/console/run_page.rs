@@ -155,7 +155,9 @@ fn pending(services: &Services, view: &RunView) -> Option<Pending> {
         HitlKind::HumanTask => "human_task",
     };
     let fields = match view.nodes.iter().rev().find(|n| n.node_id == node_id) {
-        Some(node) if request.request.kind == HitlKind::HumanTask => task_form::for_capability(&services.registry, &node.capability_id),
+        Some(node) if request.request.kind == HitlKind::HumanTask => {
+            task_form::for_capability(&services.registry, &node.capability_id)
+        }
         _ => Vec::new(),
     };
     Some(Pending { id: request.request.id.clone(), kind, question: request.request.question.clone(), node_id, fields })
