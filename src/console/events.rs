@@ -71,7 +71,7 @@ pub async fn retries(services: &Services, run_id: &RunId) -> Result<HashMap<Stri
 
 /// The frame types, for the list's filter and the page's `EventSource`.
 pub fn kinds() -> Vec<&'static str> {
-    FrameKind::ALL.iter().map(|kind| kind.as_str()).collect()
+    FrameKind::names().collect()
 }
 
 #[derive(Template)]

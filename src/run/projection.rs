@@ -72,7 +72,7 @@ pub enum RowWrite {
         at: NaiveDateTime,
     },
     Decision(DecisionRow),
-    Evaluation(Evaluation),
+    Evaluation(RunOutputRow),
 }
 
 /// The rows `event` (at `at`) changes, given the run's state before it.
@@ -212,15 +212,17 @@ pub fn stored(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-/// An evaluation as `run_outputs` keeps it.
-fn output_row(run_id: &str, evaluation: &Evaluation) -> RunOutputRow {
-    RunOutputRow {
-        run_id: run_id.to_string(),
-        plan_version: stored(evaluation.plan_version),
-        status: if evaluation.satisfied { "satisfied" } else { "unsatisfied" }.into(),
-        output: evaluation.output.to_string(),
-        goal_condition_results: to_json(&evaluation.results),
-        recorded_at: evaluation.at.naive_utc(),
+impl RowWrite {
+    /// A goal evaluation of run `run_id`, as `run_outputs` keeps it.
+    pub fn evaluation(run_id: &str, evaluation: Evaluation) -> Self {
+        Self::Evaluation(RunOutputRow {
+            run_id: run_id.to_string(),
+            plan_version: stored(evaluation.plan_version),
+            status: if evaluation.satisfied { "satisfied" } else { "unsatisfied" }.into(),
+            output: evaluation.output_json,
+            goal_condition_results: evaluation.results_json,
+            recorded_at: evaluation.at.naive_utc(),
+        })
     }
 }
 
@@ -257,7 +259,7 @@ impl RowWrite {
             Self::CloseRequest { request_id, status, at } => hitl::close(conn, request_id, *status, *at),
             Self::CloseAll { status, at } => hitl::close_all(conn, run_id, *status, *at),
             Self::Decision(row) => hitl::decide(conn, row),
-            Self::Evaluation(evaluation) => plans::record_output(conn, &output_row(run_id, evaluation)),
+            Self::Evaluation(row) => plans::record_output(conn, row),
         }
     }
 }

@@ -89,7 +89,7 @@ pub(super) fn health() -> Value {
 pub(super) fn event() -> Value {
     json!({"type": "object", "required": ["data", "event", "id"],
            "properties": {"data": {"type": "string", "contentMediaType": "application/json"},
-                          "event": {"enum": FrameKind::ALL.iter().map(|kind| kind.as_str()).collect::<Vec<_>>()},
+                          "event": {"enum": FrameKind::names().collect::<Vec<_>>()},
                           "id": {"type": "string", "pattern": "^[1-9][0-9]*$"}}})
 }
 

@@ -255,7 +255,9 @@ impl Coordinator {
     async fn evaluate_goals(&mut self) -> Result<Step<ReplanInfo>, LogError> {
         let evaluated = goals::evaluate(&self.run());
         self.stage(evaluated.events)?;
-        self.log.stage_rows(evaluated.record.map(RowWrite::Evaluation));
+        let run_id = self.log.run_id().as_str();
+        let record = evaluated.record.map(|evaluation| RowWrite::evaluation(run_id, evaluation));
+        self.log.stage_rows(record);
         match evaluated.then {
             goals::Then::Replan(replan) => Ok(Step::Continue(replan)),
             goals::Then::Stop => {

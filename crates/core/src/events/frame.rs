@@ -28,6 +28,11 @@ macro_rules! frame_kinds {
             /// OpenAPI document lists them).
             pub const ALL: &'static [FrameKind] = &[$(Self::$kind),+];
 
+            /// The names of every frame type, in declaration order.
+            pub fn names() -> impl Iterator<Item = &'static str> {
+                Self::ALL.iter().map(|kind| kind.as_str())
+            }
+
             /// The SSE `event:` name and the `type` field.
             pub fn as_str(self) -> &'static str {
                 match self {

@@ -21,13 +21,14 @@ pub struct Evaluated {
 }
 
 /// A plan version's outcome as evaluated: kept one per plan version, the latest kept
-/// (`run_outputs`).
+/// (`run_outputs`). The output and the results are JSON text, written once here: the values
+/// themselves go on into the run's frames.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation {
     pub plan_version: u32,
     pub satisfied: bool,
-    pub output: Value,
-    pub results: Vec<GoalConditionResult>,
+    pub output_json: String,
+    pub results_json: String,
     pub at: chrono::DateTime<chrono::Utc>,
 }
 
@@ -138,8 +139,8 @@ fn record(run: &Run, output: &Value, results: &[GoalConditionResult], satisfied:
     Evaluation {
         plan_version: run.state.plan_version(),
         satisfied,
-        output: output.clone(),
-        results: results.to_vec(),
+        output_json: output.to_string(),
+        results_json: serde_json::to_string(results).unwrap_or_default(),
         at: run.now,
     }
 }
