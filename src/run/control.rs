@@ -127,21 +127,29 @@ async fn apply_claimed(
 /// Takes the run's claim for `command` — and with leases (several nodes), the run's lease.
 async fn claim(services: &Arc<Services>, run_id: &RunId, command: Command) -> Result<(Claim, Command), ControlError> {
     let (claim, command) = claim_here(services, run_id, command).await?;
-    if services.claims.leasing().is_none() {
+    // A cancel that a coordinator here honoured has nothing left to commit: it needs no lease.
+    if services.claims.leasing().is_none() || matches!(command, Command::Cancel { stopped: true, .. }) {
         return Ok((claim, command));
     }
     if let Some(epoch) = take_lease(services, run_id).await? {
         return Ok((claim.leased(epoch), command));
     }
-    // Another node drives the run. A cancel asks it to stop and waits for the lease to be let go
-    // of (the cancellation ends the run); any other command is refused as while a coordinator
-    // here drives the run.
+    // Another node drives the run — or a command here is just letting go of the lease. A cancel
+    // asks the driver to stop and waits for the lease to be let go of (the cancellation ends the
+    // run); any other command is refused as while a coordinator here drives the run.
     let stored = read(services, run_id).await?;
     let Command::Cancel { actor, .. } = command else {
         decide(services, &stored, &stored.state()?, command)?;
         return Err(Refusal::Busy(run_id.to_string()).into());
     };
+    // A run that already ended is refused now: waiting for the lease of whoever holds it would
+    // take their cancellation for this one's.
+    let not_yet_stopped = Command::Cancel { stopped: false, actor: actor.clone() };
+    decide(services, &stored, &stored.state()?, not_yet_stopped)?;
     let epoch = cancel_elsewhere(services, run_id, &actor).await?;
+    // The run was live when asked, so a cancellation now is the driver's answer to a notice —
+    // this one's, unless a cancel through another node asked at the same moment: which notice
+    // the driver honoured is not recorded, and both are told they stopped it.
     let stored = read(services, run_id).await?;
     let stopped = stored.row.status == RunStatus::Cancelled;
     Ok((claim.leased(epoch), Command::Cancel { stopped, actor }))
