@@ -5,8 +5,9 @@
 //! plan and result approvals, runtime policies, and operators who approve, reject, answer, submit,
 //! decline, replan or cancel — go through the real server and a real SQLite file. A commit observer
 //! records the coordinator's (or operator command's) state after every commit; afterwards each
-//! recorded state is compared with `RunState::replay` of the log as committed up to it. A replayed
-//! run that differed from the live one would resume differently after a crash.
+//! recorded state is compared with `RunState::replay` of the log as committed up to it — the log
+//! alone, with no envelope beside it. A replayed run that differed from the live one would resume
+//! differently after a crash.
 //!
 //! `LIVE_REPLAY_RUNS` sets how many runs are generated (default 3,000).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
@@ -321,11 +322,10 @@ async fn post_and_follow(server: &TestServer, path: &str, body: Value) {
 /// the run's final status and the frame types of its log.
 fn check(server: &TestServer, observed: &[RunState], run_id: &str, scenario: &Scenario) -> (String, Vec<String>) {
     let log: Vec<_> = server.event_log_text(run_id).iter().map(|json| Frame::decode(json).unwrap()).collect();
-    let inputs = envelope()["inputs"].as_object().cloned().unwrap_or_default();
     assert!(!observed.is_empty(), "no commit observed for {run_id}");
     for live in observed {
         let committed = log[..live.last_seq.count()].to_vec();
-        let replayed = RunState::replay(&live.run_id, &live.correlation_id, &inputs, committed)
+        let replayed = RunState::replay(&live.run_id, &live.correlation_id, committed)
             .unwrap_or_else(|e| panic!("the log of {run_id} does not fold: {e}\n{scenario:?}"));
         assert_eq!(&replayed, live, "the live state at seq {} differs from the replay\n{scenario:?}", live.last_seq);
     }

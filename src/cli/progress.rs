@@ -273,7 +273,13 @@ mod tests {
 
     #[test]
     fn milestones_are_lines_and_work_in_flight_is_the_status() {
-        let start = Event::Start(Start { run_id: "r1".into(), thread_id: None, correlation_id: "c".into() });
+        let start = Event::Start(Start {
+            run_id: "r1".into(),
+            thread_id: None,
+            correlation_id: "c".into(),
+            inputs: None,
+            replan_limits: None,
+        });
         assert_eq!(describe(&frame(start)), Shown::line("▶ run r1".into()));
         let started = Event::NodeStart(NodeStart {
             node_id: "draft".into(),

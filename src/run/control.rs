@@ -20,7 +20,6 @@ use super::operator::{Actor, Command};
 use super::projection::RowWrite;
 use super::status::RunStatus;
 use super::stored::{ResumeError, Stored};
-use crate::budget::ReplanLimits;
 use crate::capability::check_output;
 use crate::services::Services;
 use crate::store::events::LoggedFrame;
@@ -96,7 +95,7 @@ async fn apply_claimed(
 ) -> Result<Applied, ControlError> {
     let stored = read(services, run_id).await?;
     let state = stored.state()?;
-    let decision = decide(services, &stored, &state, command)?;
+    let decision = decide(services, &state, command)?;
     let mut log = RunLog::resume(services, claim, state, &stored.row);
     // Subscribed before the commit: the stream starts with the command's first frame.
     let frames = follow(services, run_id.to_string(), log.state().last_seq).boxed();
@@ -139,13 +138,13 @@ async fn claim(services: &Arc<Services>, run_id: &RunId, command: Command) -> Re
     // run); any other command is refused as while a coordinator here drives the run.
     let stored = read(services, run_id).await?;
     let Command::Cancel { actor, .. } = command else {
-        decide(services, &stored, &stored.state()?, command)?;
+        decide(services, &stored.state()?, command)?;
         return Err(Refusal::Busy(run_id.to_string()).into());
     };
     // A run that already ended is refused now: waiting for the lease of whoever holds it would
     // take their cancellation for this one's.
     let not_yet_stopped = Command::Cancel { stopped: false, actor: actor.clone() };
-    decide(services, &stored, &stored.state()?, not_yet_stopped)?;
+    decide(services, &stored.state()?, not_yet_stopped)?;
     let epoch = cancel_elsewhere(services, run_id, &actor).await?;
     // The run was live when asked, so a cancellation now is the driver's answer to a notice —
     // this one's, unless a cancel through another node asked at the same moment: which notice
@@ -200,7 +199,7 @@ async fn claim_here(
     // A coordinator holds the run: what the command would do to the run as committed says
     // whether it could apply at all.
     let stored = read(services, run_id).await?;
-    decide(services, &stored, &stored.state()?, command.clone())?;
+    decide(services, &stored.state()?, command.clone())?;
     let claim = services.claims.claim_within(run_id, HANDOVER_WAIT).await;
     Ok((claim.ok_or_else(|| Refusal::Busy(run_id.to_string()))?, command))
 }
@@ -213,14 +212,8 @@ async fn read(services: &Services, run_id: &RunId) -> Result<Stored, ControlErro
 }
 
 /// What `command` does to the run, a human task's output checked against its capability.
-fn decide(
-    services: &Services,
-    stored: &Stored,
-    state: &super::state::RunState,
-    command: Command,
-) -> Result<Decision, ControlError> {
-    let envelope = serde_json::from_str(&stored.row.envelope).map_err(ResumeError::from)?;
-    let limits = ReplanLimits::of_stored(&envelope, &services.settings.replan).map_err(ResumeError::from)?;
+fn decide(services: &Services, state: &super::state::RunState, command: Command) -> Result<Decision, ControlError> {
+    let limits = state.replan_limits.ok_or(ResumeError::NotStarted)?;
     let capabilities = services.registry.snapshot();
     let decision = operator::decide(state, limits, command, Utc::now(), |capability_id, output| {
         let Some(capability) = capabilities.get(capability_id) else { return Vec::new() };

@@ -18,6 +18,7 @@ use super::log::{self, RunLog};
 use super::state::RunState;
 use super::status::RunStatus;
 use super::stored::Stored;
+use crate::budget::ReplanLimits;
 use crate::envelope::TaskEnvelope;
 use crate::events::payload::Start;
 use crate::events::{Event, Seq};
@@ -83,10 +84,13 @@ pub async fn start(
         // A new run's first lease, taken by its first commit.
         claim = claim.leased(crate::store::leases::FIRST_EPOCH);
     }
+    let replan_limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
     let start = Event::Start(Start {
         run_id: run_id.to_string(),
         thread_id: envelope.thread_id.clone(),
         correlation_id: correlation_id.clone(),
+        inputs: Some(envelope.inputs.clone()),
+        replan_limits: Some(replan_limits),
     });
     let now = crate::store::now();
     let row = RunRow {
@@ -113,10 +117,11 @@ pub async fn start(
         post_condition_replans: 0,
         owner: Some(owner.to_string()),
         parent_run_id: envelope.rerun_of.clone(),
+        max_replans: Some(i32::try_from(replan_limits.max_replans).unwrap_or(i32::MAX)),
     };
     // Subscribed before the first commit: the stream gets every frame, `start` first.
     let live = services.bus.subscribe(run_id.as_str());
-    let state = RunState::new(&run_id, &correlation_id, &envelope.inputs);
+    let state = RunState::new(&run_id, &correlation_id);
     let log = RunLog::create(services, claim, state, row, thread_rule);
     let mut coordinator = Coordinator::new(services.clone(), Arc::new(envelope), log);
     if let Err(error) = coordinator.open(start).await {

@@ -1,10 +1,8 @@
 //! A run as stored — its row and its log — read back: its state is the fold of its log.
 
-use serde::Deserialize;
-use serde_json::{Map, Value};
-
 use super::id::RunId;
 use super::state::{self, ApplyError, RunState};
+use crate::config::ReplanSettings;
 use crate::envelope::{self, EnvelopeError, TaskEnvelope};
 use crate::events::{Event, Frame, Seq};
 use crate::services::Services;
@@ -23,6 +21,9 @@ pub enum ResumeError {
     Frame(#[from] crate::events::DecodeError),
     #[error("its stored data is unreadable: {0}")]
     Json(#[from] serde_json::Error),
+    /// Its log has no `start` (a row whose first commit was not flexrun's).
+    #[error("its event log has no `start` frame")]
+    NotStarted,
 }
 
 impl From<EnvelopeError> for ResumeError {
@@ -42,31 +43,44 @@ pub struct Stored {
     pub id: RunId,
     pub row: RunRow,
     pub log: Vec<LoggedFrame>,
+    legacy: Option<LegacyStart>,
+}
+
+/// How to complete the `start` of a run stored before `start` recorded the run's inputs and
+/// replan caps — a row without `max_replans` — from the run's stored envelope
+/// ([`crate::run::legacy`]). `None` for every run stored since.
+#[derive(Clone)]
+pub struct LegacyStart {
+    envelope: String,
+    settings: ReplanSettings,
+}
+
+impl LegacyStart {
+    pub fn of(row: &RunRow, settings: &ReplanSettings) -> Option<Self> {
+        row.max_replans.is_none().then(|| Self { envelope: row.envelope.clone(), settings: settings.clone() })
+    }
 }
 
 impl Stored {
     /// Reads run `run_id` (`NotFound` if there is none).
     pub async fn read(services: &Services, run_id: &RunId) -> Result<Self, StoreError> {
         let (id, run_id) = (run_id.to_string(), run_id.clone());
+        let settings = services.settings.replan.clone();
         services
             .store
             .read(move |conn| {
-                Ok(Self { id: run_id, row: runs::get(conn, &id)?, log: events::after(conn, &id, Seq::ZERO, i64::MAX)? })
+                let row = runs::get(conn, &id)?;
+                let log = events::after(conn, &id, Seq::ZERO, i64::MAX)?;
+                Ok(Self { id: run_id, legacy: LegacyStart::of(&row, &settings), row, log })
             })
             .await
     }
 
     /// The run's state: the fold of its log.
     pub fn state(&self) -> Result<RunState, ResumeError> {
-        let mut state = Self::initial(&self.id, &self.row)?;
-        fold(&mut state, &self.log, &|_, _| {})?;
+        let mut state = RunState::new(&self.id, &self.row.correlation_id);
+        fold(&mut state, &self.log, self.legacy.as_ref(), &|_, _| {})?;
         Ok(state)
-    }
-
-    /// The state of the run of `row` before its first frame.
-    pub fn initial(id: &RunId, row: &RunRow) -> Result<RunState, ResumeError> {
-        let inputs = serde_json::from_str::<StoredEnvelope>(&row.envelope)?.inputs;
-        Ok(RunState::new(id, &row.correlation_id, &inputs))
     }
 
     /// The run's envelope, validated again (against today's capabilities).
@@ -77,18 +91,20 @@ impl Stored {
 
 /// Applies `frames` of a run's log to its `state`, each event passed through `adapt` (with its
 /// frame's seq) first: a reader that does not need some of what an event carries drops it there.
-pub fn fold(state: &mut RunState, frames: &[LoggedFrame], adapt: &impl Fn(Seq, &mut Event)) -> Result<(), ResumeError> {
+/// The `start` of a run stored before it said all a reader needs is completed by `legacy`.
+pub fn fold(
+    state: &mut RunState,
+    frames: &[LoggedFrame],
+    legacy: Option<&LegacyStart>,
+    adapt: &impl Fn(Seq, &mut Event),
+) -> Result<(), ResumeError> {
     for frame in frames {
         let mut decoded = Frame::decode(&frame.json)?;
+        if let (Event::Start(start), Some(legacy)) = (&mut decoded.event, legacy) {
+            crate::run::legacy::complete_start(start, &legacy.envelope, &legacy.settings)?;
+        }
         adapt(decoded.seq, &mut decoded.event);
         state.apply(state::At { seq: decoded.seq, timestamp: decoded.timestamp }, &decoded.event)?;
     }
     Ok(())
-}
-
-/// What a run's state needs of its stored envelope.
-#[derive(Deserialize)]
-struct StoredEnvelope {
-    #[serde(default)]
-    inputs: Map<String, Value>,
 }

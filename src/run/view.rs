@@ -11,8 +11,8 @@ use super::context::RunContext;
 use super::id::RunId;
 use super::state::RunState;
 use super::status::RunStatus;
-use super::stored::{ResumeError, Stored};
-use crate::budget::{BudgetView, ReplanCounts, ReplanLimits};
+use super::stored::{LegacyStart, ResumeError};
+use crate::budget::{BudgetView, ReplanCounts};
 use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
 use crate::events::payload::{HitlRequestInfo, ReplanInfo, RequestStatus, Verdict};
@@ -244,10 +244,10 @@ impl RunListEntry {
             plan_version: row.plan_version,
             replans: row.replans,
             error,
-            max_replans: serde_json::from_str(&row.envelope)
-                .ok()
-                .and_then(|envelope| ReplanLimits::of_stored(&envelope, settings).ok())
-                .map(|limits| limits.max_replans),
+            max_replans: match row.max_replans {
+                Some(cap) => u32::try_from(cap).ok(),
+                None => super::legacy::max_replans(&row.envelope, settings),
+            },
             created_at: row.created_at.and_utc(),
             updated_at: row.updated_at.and_utc(),
         }
@@ -283,7 +283,8 @@ pub async fn state_of(
     adapt: impl Fn(Seq, &mut Event) + Send + 'static,
 ) -> Result<RunState, ViewError> {
     let id = RunId::parse(&row.run_id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let mut state = Stored::initial(&id, row)?;
+    let mut state = RunState::new(&id, &row.correlation_id);
+    let legacy = LegacyStart::of(row, &services.settings.replan);
     let size = events::Page { frames: 500, bytes: services.settings.limits.stream_page_bytes };
     let upto = upto.unwrap_or(Seq::MAX);
     let lookup = row.run_id.clone();
@@ -294,7 +295,7 @@ pub async fn state_of(
                 let mut page = events::page_after(conn, &lookup, state.last_seq, size)?;
                 page.frames.retain(|frame| frame.seq <= upto);
                 let done = !page.more || page.frames.is_empty();
-                if let Err(error) = super::stored::fold(&mut state, &page.frames, &adapt) {
+                if let Err(error) = super::stored::fold(&mut state, &page.frames, legacy.as_ref(), &adapt) {
                     return Ok(Err(error));
                 }
                 if done {
@@ -330,13 +331,13 @@ impl RunView {
                 })
             })
             .await?;
-        Ok(Self::build(&state, &row, rows, &services.settings.replan))
+        Ok(Self::build(&state, &row, rows))
     }
 
-    fn build(state: &RunState, row: &RunRow, rows: Rows, settings: &ReplanSettings) -> Self {
+    fn build(state: &RunState, row: &RunRow, rows: Rows) -> Self {
+        let replan_budget = state.replan_limits.map(|limits| BudgetView { limits, used: state.replans });
+        // The document shows what the caller sent; nothing of the run is read from it.
         let envelope = json_or_null(Some(&row.envelope));
-        let replan_budget =
-            ReplanLimits::of_stored(&envelope, settings).ok().map(|limits| BudgetView { limits, used: state.replans });
         let end = state.end.as_ref();
         let run = RunSummary {
             run_id: state.run_id.to_string(),

@@ -269,6 +269,7 @@ mod tests {
             post_condition_replans: 0,
             owner: None,
             parent_run_id: None,
+            max_replans: Some(4),
         }
     }
 

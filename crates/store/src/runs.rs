@@ -40,6 +40,9 @@ pub struct RunRow {
     pub owner: Option<String>,
     /// The run this one was started again from (`metadata.rerunOf`).
     pub parent_run_id: Option<String>,
+    /// The replan cap the run was started with (its `start` frame's); `None` for runs stored
+    /// before `start` recorded it.
+    pub max_replans: Option<i32>,
 }
 
 /// The counters and plan version of a run, saved together whenever one of them changes.

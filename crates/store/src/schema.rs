@@ -41,6 +41,7 @@ diesel::table! {
         lease_epoch -> BigInt,
         lease_expires_at -> Nullable<Timestamp>,
         crash_attempts -> Integer,
+        max_replans -> Nullable<Integer>,
     }
 }
 

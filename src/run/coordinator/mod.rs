@@ -106,7 +106,11 @@ impl Coordinator {
     /// takes it so, as an async fn stores its arguments twice (once as passed, once as moved into
     /// its body), and every open run has one.
     pub(super) fn new(services: Arc<Services>, envelope: Arc<TaskEnvelope>, log: RunLog) -> Box<Self> {
-        let replan_limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
+        // The caps the run was started with (its `start` frame), whatever the configuration says now.
+        let replan_limits = log
+            .state()
+            .replan_limits
+            .unwrap_or_else(|| ReplanLimits::resolve(&envelope.replan, &services.settings.replan));
         let retry = RetrySchedule::resolve(&envelope.retry, &services.settings.retry);
         let timeouts = Timeouts::resolve(&envelope.timeouts, services.settings.timeouts());
         let state = log.state();

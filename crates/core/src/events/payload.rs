@@ -8,9 +8,9 @@
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::budget::BudgetView;
+use crate::budget::{BudgetView, ReplanLimits};
 pub use crate::capability::ExecutorType;
 use crate::condition::GoalConditionResult;
 use crate::contract::SchemaViolation;
@@ -19,12 +19,23 @@ pub use crate::plan::Phase;
 use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
 pub use crate::runtime_policy::TriggerKind;
 
+/// A run's first frame. Besides who the run is, it records what a reader of the run needs from
+/// the envelope — the inputs that seed its context and the replan caps it was promised — so that
+/// a run is read (replayed, shown, decided on) from its log alone. Runs written before these
+/// fields existed lack them; [`crate::run::legacy`] completes them from the stored envelope.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Start {
     pub run_id: String,
     pub thread_id: Option<String>,
     pub correlation_id: String,
+    /// The envelope's `inputs`, seeded into the run context at start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Map<String, Value>>,
+    /// The replan caps resolved at start: the envelope's `policies.replan` over the configured
+    /// ones. A run keeps them whatever the configuration says later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replan_limits: Option<ReplanLimits>,
 }
 
 /// What asked for a replan (`replan.reason`, `trigger.reason`).

@@ -1,10 +1,12 @@
 //! A run as pure data and decisions: where it stands ([`state`], folded from its events; its
 //! [`status`] and their transitions), what its conditions read ([`context`]), what operators say to it
-//! ([`operator`]), and what it does next ([`decide`]). The server's coordinator records what these decide and does the I/O.
+//! ([`operator`]), and what it does next ([`decide`]); [`legacy`] reads runs stored before their
+//! `start` frame said all a reader needs. The server's coordinator records what these decide and does the I/O.
 
 pub mod context;
 pub mod decide;
 pub mod id;
+pub mod legacy;
 pub mod operator;
 pub mod state;
 pub mod status;

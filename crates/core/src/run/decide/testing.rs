@@ -101,9 +101,22 @@ impl Fixture {
 
     /// A fresh run of this envelope with `events` applied.
     pub fn fold(&self, events: &[Event]) -> RunState {
-        let mut state = RunState::new(&run_id(), "c", &self.envelope.inputs);
-        apply_all(&mut state, events);
+        let mut state = RunState::new(&run_id(), "c");
+        let events: Vec<Event> = events.iter().cloned().map(|event| self.started(event)).collect();
+        apply_all(&mut state, &events);
         state
+    }
+
+    /// `event`, a `start` given this envelope's inputs and replan caps as a run's first frame has them.
+    fn started(&self, event: Event) -> Event {
+        match event {
+            Event::Start(start) => Event::Start(Start {
+                inputs: Some(self.envelope.inputs.clone()),
+                replan_limits: Some(self.replan_limits),
+                ..start
+            }),
+            other => other,
+        }
     }
 }
 
@@ -128,7 +141,13 @@ fn capability(id: &str, inputs: &[&str], outputs: &[&str], extra: Value) -> Arc<
 }
 
 pub fn run_started() -> Event {
-    Event::Start(Start { run_id: "r".into(), thread_id: None, correlation_id: "c".into() })
+    Event::Start(Start {
+        run_id: "r".into(),
+        thread_id: None,
+        correlation_id: "c".into(),
+        inputs: None,
+        replan_limits: None,
+    })
 }
 
 pub fn requested(attempt: u32, replan: Option<ReplanInfo>) -> Event {

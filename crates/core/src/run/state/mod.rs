@@ -13,12 +13,12 @@ use crate::hash::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::context::{NodeOutput, RunContext};
 use super::id::RunId;
 use super::status::{RunStatus, UnknownStatus};
-use crate::budget::ReplanCounts;
+use crate::budget::{ReplanCounts, ReplanLimits};
 use crate::capability::Clarification;
 use crate::condition::GoalConditionResult;
 use crate::events::payload::*;
@@ -107,8 +107,8 @@ pub struct RunState {
     pub context: RunContext,
     /// How the run ended (its `complete` frame).
     pub end: Option<Complete>,
-    /// The envelope's inputs, until `start` seeds the context with them.
-    inputs: Option<Map<String, Value>>,
+    /// The replan caps the run was started with (its `start` frame).
+    pub replan_limits: Option<ReplanLimits>,
 }
 
 /// Why an event cannot be applied: the log is not one flexrun wrote (or a bug wrote it).
@@ -127,8 +127,8 @@ pub enum ApplyError {
 }
 
 impl RunState {
-    /// A run that has not started yet: its identity and the envelope's inputs.
-    pub fn new(run_id: &RunId, correlation_id: &str, inputs: &Map<String, Value>) -> Self {
+    /// A run that has not started yet: its identity. Its `start` frame brings the rest.
+    pub fn new(run_id: &RunId, correlation_id: &str) -> Self {
         Self {
             run_id: run_id.clone(),
             correlation_id: correlation_id.to_string(),
@@ -153,30 +153,23 @@ impl RunState {
             policy_follow_up: None,
             context: RunContext::default(),
             end: None,
-            inputs: Some(inputs.clone()),
+            replan_limits: None,
         }
     }
 
     /// A run whose log cannot be folded (or whose envelope no longer validates): it knows only
     /// where its log ends and the status its row holds, enough to record how it ends.
     pub fn unreadable(run_id: &RunId, correlation_id: &str, status: RunStatus, last_seq: Seq) -> Self {
-        Self {
-            status,
-            last_seq,
-            started_at: Some(Utc::now()),
-            inputs: None,
-            ..Self::new(run_id, correlation_id, &Map::new())
-        }
+        Self { status, last_seq, started_at: Some(Utc::now()), ..Self::new(run_id, correlation_id) }
     }
 
     /// Folds a run's committed log (frames in `seq` order, as stored) into its state.
     pub fn replay(
         run_id: &RunId,
         correlation_id: &str,
-        inputs: &Map<String, Value>,
         frames: impl IntoIterator<Item = DecodedFrame>,
     ) -> Result<Self, ApplyError> {
-        let mut state = Self::new(run_id, correlation_id, inputs);
+        let mut state = Self::new(run_id, correlation_id);
         for frame in frames {
             state.apply(At { seq: frame.seq, timestamp: frame.timestamp }, &frame.event)?;
         }
@@ -233,7 +226,7 @@ impl RunState {
             count(&mut self.replans, reason);
         }
         match event {
-            Event::Start(_) => self.start(at),
+            Event::Start(start) => self.start(at, start),
             Event::PlanRequested(request) => {
                 self.planner_attempts = request.attempt;
                 self.replan = request.replan.clone();
@@ -306,9 +299,10 @@ impl RunState {
         Ok(())
     }
 
-    fn start(&mut self, at: At) {
+    fn start(&mut self, at: At, start: &Start) {
         self.started_at = Some(at.timestamp);
-        let inputs = self.inputs.take().unwrap_or_default();
+        self.replan_limits = start.replan_limits;
+        let inputs = start.inputs.clone().unwrap_or_default();
         self.context = RunContext::seeded(inputs, &rfc3339(at.timestamp));
     }
 

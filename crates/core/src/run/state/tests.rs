@@ -270,7 +270,7 @@ fn operator_replans_and_cancels_move_a_waiting_run() {
 
 #[test]
 fn logs_flexrun_did_not_write_are_refused() {
-    let mut state = RunState::new(&run_id(), "c", &Map::new());
+    let mut state = RunState::new(&run_id(), "c");
     let early = state.apply(At { seq: seq(1), timestamp: t0() }, &requested(1, None));
     assert_eq!(early, Err(ApplyError::NotStarted { seq: seq(1), kind: "plan_requested" }));
     state.apply(At { seq: seq(1), timestamp: t0() }, &run_started()).unwrap();
