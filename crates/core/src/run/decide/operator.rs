@@ -473,7 +473,7 @@ fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Decision, Refus
 
 /// The error a cancelled run ends with.
 pub fn cancelled_error(actor: &Actor) -> Value {
-    json!({"code": "cancelled", "message": "An operator cancelled the run", "operator": actor.operator, "note": actor.note})
+    json!({"code": CANCELLED, "message": "An operator cancelled the run", "operator": actor.operator, "note": actor.note})
 }
 
 /// The question a pending request asks, by subject.
