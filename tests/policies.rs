@@ -158,7 +158,7 @@ async fn goto_runs_the_step_again_at_most_max_attempts_times() {
     assert_eq!(frames.last().unwrap().payload["status"], "completed");
     let run_id = &frames[0].run_id;
     let nodes = flexrun::store::plans::nodes(&mut server.db(), run_id).unwrap();
-    assert!(nodes.iter().all(|n| n.status == "completed"), "{nodes:?}");
+    assert!(nodes.iter().all(|n| n.status.as_str() == "completed"), "{nodes:?}");
     server.stop().await;
 }
 

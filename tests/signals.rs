@@ -39,7 +39,7 @@ async fn server_with(endpoint: &HttpCapability, config: Option<&str>) -> TestSer
 
 fn node_status(server: &TestServer, run_id: &str, node_id: &str) -> String {
     let nodes = flexrun::store::plans::nodes(&mut server.db(), run_id).unwrap();
-    nodes.into_iter().rfind(|n| n.node_id == node_id).map(|n| n.status).unwrap()
+    nodes.into_iter().rfind(|n| n.node_id == node_id).map(|n| n.status.to_string()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,7 +232,7 @@ async fn a_replan_signal_replans_around_the_completed_work() {
     assert_eq!(frames[7].payload["budget"]["used"]["capabilitySignal"], 1);
     let nodes = flexrun::store::plans::nodes(&mut server.db(), run_id).unwrap();
     let first_publish = nodes.iter().find(|n| n.plan_version == 1 && n.node_id == "publish").unwrap();
-    assert_eq!(first_publish.status, "discarded");
+    assert_eq!(first_publish.status.as_str(), "discarded");
     server.stop().await;
 }
 

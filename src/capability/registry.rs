@@ -97,8 +97,8 @@ impl Registry {
         let row = CapabilityRow {
             capability_id: capability.id.clone(),
             version: capability.version.clone(),
-            agent_type: capability.executor.agent_type().to_string(),
-            kind: capability.kind.as_str().to_string(),
+            agent_type: capability.executor.executor_type(),
+            kind: capability.kind,
             registration: capability.registration.to_string(),
             source: source.to_string(),
             registered_at: now,

@@ -3,6 +3,8 @@
 //! Pure: positions from the plan's nodes and edges, no I/O; the template draws them as SVG.
 
 use crate::hash::HashMap;
+use crate::plan::StoredNodeStatus;
+
 /// Size of a node's box and the gaps between boxes, in SVG units.
 pub const BOX_WIDTH: u32 = 180;
 pub const BOX_HEIGHT: u32 = 48;
@@ -16,7 +18,7 @@ pub struct Node {
     pub label: String,
     pub capability: String,
     /// Its status in the version drawn (a CSS class: `status-<status>`).
-    pub status: String,
+    pub status: StoredNodeStatus,
 }
 
 /// A node with its box's top-left corner.
@@ -107,7 +109,12 @@ mod tests {
     use super::*;
 
     fn node(id: &str) -> Node {
-        Node { id: id.into(), label: id.into(), capability: "c".into(), status: "pending".into() }
+        Node {
+            id: id.into(),
+            label: id.into(),
+            capability: "c".into(),
+            status: crate::plan::NodeStatus::Pending.into(),
+        }
     }
 
     fn edge(from: &str, to: &str) -> (String, String) {

@@ -9,7 +9,7 @@ use super::checks::Check;
 use super::shown;
 use crate::condition::{FacetSource, GoalConditionResult};
 use crate::hash::HashMap;
-use crate::plan::Plan;
+use crate::plan::{Plan, StoredNodeStatus};
 use crate::redact::Redaction;
 use crate::run::view::{NodeView, RunView};
 
@@ -18,7 +18,7 @@ pub struct NodePanel {
     pub id: String,
     pub label: String,
     pub capability: String,
-    pub status: String,
+    pub status: StoredNodeStatus,
     pub instructions: Vec<String>,
     /// `(facet, its current value)` for each input facet, `—` when none was written yet.
     pub inputs: Vec<(String, String)>,
@@ -52,7 +52,7 @@ pub fn panels(view: &RunView, plan: &Plan, retries: &HashMap<String, u32>, redac
             NodePanel {
                 label: node.label.clone(),
                 capability: node.capability_id.clone(),
-                status: row.map_or_else(|| node.status.as_str().to_string(), |r| r.status.clone()),
+                status: row.map_or(node.status.into(), |r| r.status),
                 instructions: node.instructions.clone(),
                 inputs,
                 depends_on: plan.edges.iter().filter(|e| e.to == node.id).map(|e| e.from.to_string()).collect(),

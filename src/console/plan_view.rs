@@ -52,7 +52,7 @@ impl PlanSection {
             view.nodes
                 .iter()
                 .find(|n| u32::try_from(n.plan_version) == Ok(shown.version) && n.node_id == id)
-                .map(|n| n.status.clone())
+                .map(|n| n.status)
         };
         let nodes = shown
             .plan
@@ -62,7 +62,7 @@ impl PlanSection {
                 id: n.id.to_string(),
                 label: crate::excerpt::excerpt(&n.label, 40).into_owned(),
                 capability: n.capability_id.clone(),
-                status: status(n.id.as_str()).unwrap_or_else(|| n.status.as_str().to_string()),
+                status: status(n.id.as_str()).unwrap_or(n.status.into()),
             })
             .collect();
         let edges: Vec<(String, String)> =

@@ -26,6 +26,7 @@ use tokio::sync::Semaphore;
 
 use super::error::ApiError;
 use crate::config::Limits;
+use crate::error_code::ErrorCode;
 use crate::excerpt;
 use crate::validation;
 
@@ -66,7 +67,7 @@ async fn read_limited(mut payload: Payload, limit: usize, expected: usize) -> Re
     let mut body = web::BytesMut::with_capacity(expected);
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| {
-            ApiError::bad_request("invalid_body", format!("could not read the request body: {}", excerpt::log(e)))
+            ApiError::new(ErrorCode::InvalidBody, format!("could not read the request body: {}", excerpt::log(e)))
         })?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError::PayloadTooLarge { limit });
@@ -122,10 +123,10 @@ impl Body {
     /// ([`validation::refuse_nul`]).
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
         let value: Value = serde_json::from_slice(self.json_bytes()?)
-            .map_err(|e| ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")))?;
+            .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("request body is not valid JSON: {e}")))?;
         validation::refuse_nul(&value).map_err(|e| ApiError::invalid_request(vec![e]))?;
         serde_json::from_value(value)
-            .map_err(|e| ApiError::bad_request("invalid_request", format!("invalid request body: {e}")))
+            .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("invalid request body: {e}")))
     }
 
     /// The fields of a form (`application/x-www-form-urlencoded`): 415 for another type.

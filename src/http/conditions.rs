@@ -9,6 +9,7 @@ use super::auth::Caller;
 use super::body::Body;
 use super::error::ApiError;
 use crate::condition::dsl::{self, Scope};
+use crate::error_code::ErrorCode;
 use crate::services::Services;
 use crate::validation::FieldError;
 
@@ -38,7 +39,7 @@ pub async fn compile_condition(
             let details: Vec<FieldError> = errors.into_iter().map(|e| FieldError::from_dsl("/dsl", e)).collect();
             let first = details.first().map_or("", |d| d.message.as_str());
             let message = format!("invalid condition expression: {first}");
-            Err(ApiError::BadRequest { code: "invalid_condition_dsl", message, details })
+            Err(ApiError::Refused { code: ErrorCode::InvalidConditionDsl, message, details })
         }
     }
 }

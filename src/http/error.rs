@@ -1,22 +1,27 @@
 //! The one place errors become HTTP responses: `{"error": {"code", "message", "details"}}`.
 
-use actix_web::http::StatusCode;
+use actix_web::http::{StatusCode, header};
 use actix_web::{HttpResponse, ResponseError};
 use serde_json::{Value, json};
 
 use crate::capability::RegistryError;
 use crate::envelope::EnvelopeError;
+use crate::error_code::ErrorCode;
 use crate::excerpt;
-use crate::run::decide::operator::Refusal;
 use crate::run::{ControlError, StartError};
 use crate::store::StoreError;
 use crate::thread::ThreadError;
 use crate::validation::FieldError;
 
+/// An error as a client is told it. Its [`ErrorCode`] decides the response's status; a variant
+/// of its own is kept only where it carries something a coded message does not: a header, a
+/// closed connection, a fixed message, a reference to the log.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// A refusal whose message says, for this request, what `code` means; `details` list the
+    /// problems of a body, each with its JSON Pointer, when there are several.
     #[error("{message}")]
-    BadRequest { code: &'static str, message: String, details: Vec<FieldError> },
+    Refused { code: ErrorCode, message: String, details: Vec<FieldError> },
     #[error("missing credentials: send `Authorization: Bearer <key>`")]
     Unauthenticated,
     #[error("the API key is not valid")]
@@ -26,8 +31,9 @@ pub enum ApiError {
     /// A browser session's request that changes something, from another site's page.
     #[error("this request did not come from flexrun's own pages")]
     CrossSite,
-    #[error("{what} not found")]
-    NotFound { code: &'static str, what: String },
+    /// A path some endpoint has, with a method none of them takes; `allow` lists those they do.
+    #[error("this endpoint does not take {method}: use {allow}")]
+    MethodNotAllowed { method: String, allow: String },
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
     #[error("the request body did not arrive within {secs} s")]
@@ -40,12 +46,6 @@ pub enum ApiError {
     /// name missing from `http.allowed_hosts`).
     #[error("this server does not answer to the host {host:?}; list it in `http.allowed_hosts` to allow it")]
     MisdirectedHost { host: String },
-    /// The resource is not in a state that allows the request.
-    #[error("{message}")]
-    Conflict { code: &'static str, message: String },
-    /// Well-formed, but it contradicts what the server already holds.
-    #[error("{message}")]
-    Unprocessable { code: &'static str, message: String },
     /// The database could not be reached in time (it restarts, say): nothing was done.
     #[error("the database cannot be reached right now; try again shortly")]
     Unavailable,
@@ -54,8 +54,19 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::BadRequest { code, message: message.into(), details: Vec::new() }
+    /// A refusal with `code`, told as `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::Refused { code, message: message.into(), details: Vec::new() }
+    }
+
+    /// "{what} not found", with `code` (a 404 one) saying what kind of thing is missing.
+    pub fn not_found(code: ErrorCode, what: impl std::fmt::Display) -> Self {
+        Self::new(code, format!("{what} not found"))
+    }
+
+    /// A refusal of `what` for these problems, the first of them in the message.
+    fn listed(code: ErrorCode, what: &str, details: Vec<FieldError>) -> Self {
+        Self::Refused { code, message: summary(what, &details), details }
     }
 
     /// 400 `invalid_envelope` for an envelope with these problems beyond its schema's.
@@ -65,33 +76,31 @@ impl ApiError {
 
     /// 400 `invalid_request` for a body with these field problems.
     pub fn invalid_request(details: Vec<FieldError>) -> Self {
-        Self::BadRequest { code: "invalid_request", message: summary("invalid request body", &details), details }
+        Self::listed(ErrorCode::InvalidRequest, "invalid request body", details)
     }
 
-    fn code(&self) -> &'static str {
+    fn code(&self) -> ErrorCode {
         match self {
-            Self::BadRequest { code, .. }
-            | Self::NotFound { code, .. }
-            | Self::Conflict { code, .. }
-            | Self::Unprocessable { code, .. } => code,
-            Self::Unauthenticated => "unauthenticated",
-            Self::InvalidKey => "invalid_api_key",
-            Self::Forbidden => "forbidden",
-            Self::CrossSite => "cross_site_request",
-            Self::PayloadTooLarge { .. } => "payload_too_large",
-            Self::BodyTimeout { .. } => "body_timeout",
-            Self::TooManyBodies => "too_many_uploads",
-            Self::UnsupportedMediaType { .. } => "unsupported_media_type",
-            Self::MisdirectedHost { .. } => "host_not_allowed",
-            Self::Unavailable => "database_unavailable",
-            Self::Internal { .. } => "internal_error",
+            Self::Refused { code, .. } => *code,
+            Self::Unauthenticated => ErrorCode::Unauthenticated,
+            Self::InvalidKey => ErrorCode::InvalidApiKey,
+            Self::Forbidden => ErrorCode::Forbidden,
+            Self::CrossSite => ErrorCode::CrossSiteRequest,
+            Self::MethodNotAllowed { .. } => ErrorCode::MethodNotAllowed,
+            Self::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+            Self::BodyTimeout { .. } => ErrorCode::BodyTimeout,
+            Self::TooManyBodies => ErrorCode::TooManyUploads,
+            Self::UnsupportedMediaType { .. } => ErrorCode::UnsupportedMediaType,
+            Self::MisdirectedHost { .. } => ErrorCode::HostNotAllowed,
+            Self::Unavailable => ErrorCode::DatabaseUnavailable,
+            Self::Internal { .. } => ErrorCode::InternalError,
         }
     }
 
     /// The first [`MAX_DETAILS`] problems, each bounded, then one saying how many more there
     /// are: a body of a million mistakes gets an answer of a few KiB.
     fn details(&self) -> Value {
-        let Self::BadRequest { details, .. } = self else { return json!([]) };
+        let Self::Refused { details, .. } = self else { return json!([]) };
         let mut shown: Vec<Value> = details.iter().take(MAX_DETAILS).map(bounded_detail).collect();
         if details.len() > MAX_DETAILS {
             let more = details.len() - MAX_DETAILS;
@@ -110,29 +119,19 @@ impl ApiError {
 }
 
 impl ResponseError for ApiError {
+    /// The code's status ([`ErrorCode::status`]); every code has a valid one (a core test says
+    /// so), so the fallback is never taken.
     fn status_code(&self) -> StatusCode {
-        match self {
-            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            Self::Unauthenticated | Self::InvalidKey => StatusCode::UNAUTHORIZED,
-            Self::Forbidden | Self::CrossSite => StatusCode::FORBIDDEN,
-            Self::NotFound { .. } => StatusCode::NOT_FOUND,
-            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::MisdirectedHost { .. } => StatusCode::MISDIRECTED_REQUEST,
-            Self::TooManyBodies | Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Conflict { .. } => StatusCode::CONFLICT,
-            Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        StatusCode::from_u16(self.code().status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     fn error_response(&self) -> HttpResponse {
         let message = excerpt::Excerpt(self, excerpt::MESSAGE).to_string();
         let mut response = HttpResponse::build(self.status_code());
         match self {
-            Self::TooManyBodies => response.insert_header((actix_web::http::header::RETRY_AFTER, "1")),
-            Self::Unavailable => response.insert_header((actix_web::http::header::RETRY_AFTER, "5")),
+            Self::TooManyBodies => response.insert_header((header::RETRY_AFTER, "1")),
+            Self::Unavailable => response.insert_header((header::RETRY_AFTER, "5")),
+            Self::MethodNotAllowed { allow, .. } => response.insert_header((header::ALLOW, allow.as_str())),
             _ => &mut response,
         };
         // A body left unread: the connection is closed rather than kept to drain it.
@@ -140,7 +139,7 @@ impl ResponseError for ApiError {
             response.force_close();
         }
         response.json(json!({
-            "error": {"code": self.code(), "message": message, "details": self.details()}
+            "error": {"code": self.code().as_str(), "message": message, "details": self.details()}
         }))
     }
 }
@@ -149,18 +148,14 @@ impl From<EnvelopeError> for ApiError {
     fn from(error: EnvelopeError) -> Self {
         match error {
             EnvelopeError::NotJson(message) => {
-                Self::bad_request("invalid_json", format!("request body is not valid JSON: {message}"))
+                Self::new(ErrorCode::InvalidJson, format!("request body is not valid JSON: {message}"))
             }
-            EnvelopeError::Invalid(details) => Self::BadRequest {
-                code: "invalid_envelope",
-                message: summary("invalid task envelope", &details),
-                details,
-            },
-            EnvelopeError::InvalidConditionDsl(details) => Self::BadRequest {
-                code: "invalid_condition_dsl",
-                message: summary("invalid condition expression", &details),
-                details,
-            },
+            EnvelopeError::Invalid(details) => {
+                Self::listed(ErrorCode::InvalidEnvelope, "invalid task envelope", details)
+            }
+            EnvelopeError::InvalidConditionDsl(details) => {
+                Self::listed(ErrorCode::InvalidConditionDsl, "invalid condition expression", details)
+            }
         }
     }
 }
@@ -168,11 +163,9 @@ impl From<EnvelopeError> for ApiError {
 impl From<RegistryError> for ApiError {
     fn from(error: RegistryError) -> Self {
         match error {
-            RegistryError::Invalid(details) => Self::BadRequest {
-                code: "invalid_capability",
-                message: summary("invalid capability registration", &details),
-                details,
-            },
+            RegistryError::Invalid(details) => {
+                Self::listed(ErrorCode::InvalidCapability, "invalid capability registration", details)
+            }
             other => Self::internal(other),
         }
     }
@@ -181,9 +174,7 @@ impl From<RegistryError> for ApiError {
 impl From<StartError> for ApiError {
     fn from(error: StartError) -> Self {
         match error {
-            StartError::KeyReused { .. } => {
-                Self::Unprocessable { code: "idempotency_key_reused", message: error.to_string() }
-            }
+            StartError::KeyReused { .. } => Self::new(ErrorCode::IdempotencyKeyReused, error.to_string()),
             StartError::Store(error) => error.into(),
         }
     }
@@ -191,26 +182,12 @@ impl From<StartError> for ApiError {
 
 impl From<ControlError> for ApiError {
     fn from(error: ControlError) -> Self {
-        let refusal = match error {
-            ControlError::Refused(refusal) => refusal,
-            ControlError::Store(StoreError::Conflict(message)) => return Self::Conflict { code: "conflict", message },
-            ControlError::Store(error @ StoreError::Fenced(_)) => {
-                return Self::Conflict { code: "run_busy", message: error.to_string() };
-            }
-            ControlError::Store(error) => return error.into(),
-            ControlError::Unreadable(error) => return Self::internal(error),
-        };
-        let message = refusal.to_string();
-        match refusal {
-            Refusal::NotFound(run_id) => Self::NotFound { code: "run_not_found", what: format!("run {run_id}") },
-            Refusal::InvalidState { .. } => Self::Conflict { code: "invalid_run_state", message },
-            Refusal::StalePlanVersion { .. } => Self::Conflict { code: "stale_plan_version", message },
-            Refusal::StaleRequest { .. } => Self::Conflict { code: "stale_request", message },
-            Refusal::PlanningInProgress => Self::Conflict { code: "replan_in_progress", message },
-            Refusal::Mismatch { code, .. } => Self::bad_request(code, message),
-            Refusal::ReplanLimit { .. } => Self::Unprocessable { code: "replan_limit", message },
-            Refusal::NotWaiting { .. } => Self::Unprocessable { code: "invalid_run_state", message },
-            Refusal::Busy(_) => Self::Conflict { code: "run_busy", message },
+        match error {
+            ControlError::Refused(refusal) => Self::new(refusal.code(), refusal.to_string()),
+            ControlError::Store(StoreError::Conflict(message)) => Self::new(ErrorCode::Conflict, message),
+            ControlError::Store(error @ StoreError::Fenced(_)) => Self::new(ErrorCode::RunBusy, error.to_string()),
+            ControlError::Store(error) => error.into(),
+            ControlError::Unreadable(error) => Self::internal(error),
         }
     }
 }
@@ -219,12 +196,11 @@ impl From<ThreadError> for ApiError {
     fn from(error: ThreadError) -> Self {
         match error {
             ThreadError::NotFound(id) => {
-                Self::NotFound { code: "thread_not_found", what: format!("thread {}", excerpt::excerpt(&id, 80)) }
+                Self::not_found(ErrorCode::ThreadNotFound, format!("thread {}", excerpt::excerpt(&id, 80)))
             }
-            ThreadError::InUse(id) => Self::Conflict {
-                code: "thread_exists",
-                message: format!("thread {} already exists", excerpt::excerpt(&id, 80)),
-            },
+            ThreadError::InUse(id) => {
+                Self::new(ErrorCode::ThreadExists, format!("thread {} already exists", excerpt::excerpt(&id, 80)))
+            }
             ThreadError::Store(error) => error.into(),
         }
     }
@@ -233,13 +209,13 @@ impl From<ThreadError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::ThreadBusy(id) => Self::Conflict {
-                code: "thread_busy",
-                message: format!(
+            StoreError::ThreadBusy(id) => Self::new(
+                ErrorCode::ThreadBusy,
+                format!(
                     "thread {} has a run in progress; wait for it, or join it (multitask_strategy: reject)",
                     excerpt::excerpt(&id, 80)
                 ),
-            },
+            ),
             StoreError::Connection(error) => {
                 tracing::warn!(error = %excerpt::log(error), "request refused: the database cannot be reached");
                 Self::Unavailable
@@ -266,7 +242,7 @@ fn bounded_detail(detail: &FieldError) -> Value {
 }
 
 /// "invalid task envelope: /objective: `objective` is required (and 2 more)".
-pub(super) fn summary(what: &str, details: &[FieldError]) -> String {
+fn summary(what: &str, details: &[FieldError]) -> String {
     match details {
         [] => what.to_string(),
         [only] => format!("{what}: {}: {}", display_path(&only.path), only.message),

@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::auth::Caller;
 use super::error::ApiError;
+use crate::error_code::ErrorCode;
 use crate::run::Idempotency;
 
 /// The longest accepted key.
@@ -21,8 +22,8 @@ pub fn from_request(req: &HttpRequest, caller: &Caller, body: &[u8]) -> Result<O
         .ok()
         .filter(|key| !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| b.is_ascii_graphic()))
         .ok_or_else(|| {
-            ApiError::bad_request(
-                "invalid_idempotency_key",
+            ApiError::new(
+                ErrorCode::InvalidIdempotencyKey,
                 format!("Idempotency-Key must be 1 to {MAX_KEY_LEN} visible ASCII characters"),
             )
         })?;

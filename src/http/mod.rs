@@ -31,12 +31,12 @@ use std::sync::{Arc, LazyLock};
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ResourceDef, Server, ServiceRequest, ServiceResponse};
-use actix_web::http::{Method, header};
+use actix_web::http::Method;
 use actix_web::middleware::{Next, from_fn};
-use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
-use serde_json::json;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, ResponseError, web};
 use tracing_actix_web::TracingLogger;
 
+use crate::error_code::ErrorCode;
 use crate::services::Services;
 use openapi::ENDPOINTS;
 #[cfg(test)]
@@ -81,20 +81,17 @@ fn allowed_methods(path: &str) -> Vec<&'static Method> {
     methods
 }
 
-/// A request no handler took: 405 with `Allow` if its path is an endpoint's, else 404.
+/// A request no handler took: 405 with `Allow` if its path is an endpoint's, else 404. Answered
+/// as a response, not returned as an error: a probe of made-up paths is not worth a log line.
 async fn no_route(request: HttpRequest) -> HttpResponse {
     let allowed = allowed_methods(request.path());
-    if allowed.is_empty() {
-        return HttpResponse::NotFound()
-            .json(json!({"error": {"code": "not_found", "message": "no such endpoint", "details": []}}));
-    }
-    let allow: Vec<&str> = allowed.iter().map(|method| method.as_str()).collect();
-    let allow = allow.join(", ");
-    HttpResponse::MethodNotAllowed().insert_header((header::ALLOW, allow.as_str())).json(json!({"error": {
-        "code": "method_not_allowed",
-        "message": format!("this endpoint does not take {}: use {allow}", request.method()),
-        "details": [],
-    }}))
+    let error = if allowed.is_empty() {
+        ApiError::new(ErrorCode::NotFound, "no such endpoint")
+    } else {
+        let allow: Vec<&str> = allowed.iter().map(|method| method.as_str()).collect();
+        ApiError::MethodNotAllowed { method: request.method().to_string(), allow: allow.join(", ") }
+    };
+    error.error_response()
 }
 
 /// Refuses a URL that decodes to U+0000 (`%00`), before any route reads it: path segments and
@@ -106,7 +103,7 @@ async fn refuse_nul_url(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let target = request.uri().path_and_query().map_or("", |p| p.as_str());
     if target.contains("%00") {
-        return Err(ApiError::bad_request("invalid_url", "the URL must not contain the NUL character (%00)").into());
+        return Err(ApiError::new(ErrorCode::InvalidUrl, "the URL must not contain the NUL character (%00)").into());
     }
     next.call(request).await
 }
@@ -122,11 +119,11 @@ pub fn serve(
     system::install_metrics();
     let data = web::Data::from(services);
     let query_errors = web::QueryConfig::default().error_handler(|error, _| {
-        ApiError::bad_request("invalid_query", format!("invalid query string: {error}")).into()
+        ApiError::new(ErrorCode::InvalidQuery, format!("invalid query string: {error}")).into()
     });
     let bodies = web::Data::new(body::BodyReads::new(&data.settings.limits));
     let path_errors = web::PathConfig::default()
-        .error_handler(|error, _| ApiError::bad_request("invalid_path", format!("invalid path: {error}")).into());
+        .error_handler(|error, _| ApiError::new(ErrorCode::InvalidPath, format!("invalid path: {error}")).into());
     let sessions = web::Data::new(session::Sessions::new(&data.settings.sessions));
     Ok(HttpServer::new(move || {
         App::new()
@@ -158,6 +155,7 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use actix_web::dev::ServiceResponse;
+    use actix_web::http::header;
     use actix_web::test::{TestRequest, call_service, init_service, read_body};
     use serde_json::Value;
 

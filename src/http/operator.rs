@@ -9,9 +9,10 @@ use serde_json::{Value, json};
 
 use super::auth::{Caller, Operator};
 use super::body::Body;
-use super::error::{ApiError, summary};
+use super::error::ApiError;
 use super::paging::PageSize;
 use super::sse::frame_stream;
+use crate::error_code::ErrorCode;
 use crate::events::payload::{HitlKind, RequestStatus};
 use crate::run::operator::{Actor, Answer, Command};
 use crate::run::{self, RunId, RunStatus};
@@ -46,7 +47,7 @@ fn json_body(body: &Body, schema: &BodySchema) -> Result<Value, ApiError> {
     if details.is_empty() {
         return Ok(value);
     }
-    Err(ApiError::BadRequest { code: "invalid_request", message: summary("invalid request body", &details), details })
+    Err(ApiError::invalid_request(details))
 }
 
 fn text(body: &Value, pointer: &str) -> Option<String> {
@@ -63,8 +64,8 @@ fn actor(operator: &Operator, body: &Value) -> Actor {
 
 /// The answer a `run.resume` body carries: a `decision` or a human task's `payload`, not both.
 pub fn answer(body: &Value) -> Result<Answer, ApiError> {
-    let one_of = |message: &str| ApiError::BadRequest {
-        code: "invalid_request",
+    let one_of = |message: &str| ApiError::Refused {
+        code: ErrorCode::InvalidRequest,
         message: format!("invalid request body: {message}"),
         details: vec![FieldError::new("", "one_of", message)],
     };
@@ -97,8 +98,8 @@ pub fn answer(body: &Value) -> Result<Answer, ApiError> {
 pub async fn resume(operator: Operator, body: Body, services: web::Data<Services>) -> Result<impl Responder, ApiError> {
     let body = json_body(&body, &RESUME)?;
     let run_id = text(&body, "/runId").unwrap_or_default();
-    let run_id = RunId::parse(&run_id)
-        .map_err(|_| ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") })?;
+    let run_id =
+        RunId::parse(&run_id).map_err(|_| ApiError::not_found(ErrorCode::RunNotFound, format!("run {run_id}")))?;
     let expected_plan_version = body
         .get("expectedPlanVersion")
         .and_then(Value::as_u64)
@@ -189,17 +190,17 @@ pub async fn decline(
     let task_id = id.into_inner();
     let lookup = task_id.clone();
     let task = services.store.read(move |conn| hitl::get(conn, &lookup)).await.map_err(|e| match e {
-        StoreError::NotFound(_) => ApiError::NotFound { code: "task_not_found", what: format!("task {task_id}") },
+        StoreError::NotFound(_) => ApiError::not_found(ErrorCode::TaskNotFound, format!("task {task_id}")),
         other => other.into(),
     })?;
     if task.kind != HitlKind::HumanTask || task.status != RequestStatus::Pending {
-        return Err(ApiError::Conflict {
-            code: "invalid_task_state",
-            message: format!(
+        return Err(ApiError::new(
+            ErrorCode::InvalidTaskState,
+            format!(
                 "task {} is a {} request that is {}, not an open human task",
                 task.request_id, task.kind, task.status
             ),
-        });
+        ));
     }
     let node_id = task.node_id.clone().unwrap_or_default();
     let answer = Answer::Decline {

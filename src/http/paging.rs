@@ -3,6 +3,7 @@
 //! items and silently getting 500 pages wrongly).
 
 use super::error::ApiError;
+use crate::error_code::ErrorCode;
 use crate::run::RunId;
 
 /// The size of a list's pages: `default` when the request names none, at most `max`.
@@ -15,21 +16,19 @@ pub struct PageSize {
 impl PageSize {
     /// The `limit` of a query string (400 `invalid_query` out of range).
     pub fn of_query(self, limit: Option<i64>) -> Result<i64, ApiError> {
-        self.check(limit, "invalid_query")
+        self.check(limit, ErrorCode::InvalidQuery)
     }
 
     /// The `limit` of a request body (400 `invalid_request` out of range).
     pub fn of_body(self, limit: Option<i64>) -> Result<i64, ApiError> {
-        self.check(limit, "invalid_request")
+        self.check(limit, ErrorCode::InvalidRequest)
     }
 
-    fn check(self, limit: Option<i64>, code: &'static str) -> Result<i64, ApiError> {
+    fn check(self, limit: Option<i64>, code: ErrorCode) -> Result<i64, ApiError> {
         match limit {
             None => Ok(self.default),
             Some(limit) if (1..=self.max).contains(&limit) => Ok(limit),
-            Some(limit) => {
-                Err(ApiError::bad_request(code, format!("limit must be from 1 to {} (was {limit})", self.max)))
-            }
+            Some(limit) => Err(ApiError::new(code, format!("limit must be from 1 to {} (was {limit})", self.max))),
         }
     }
 }
@@ -39,7 +38,7 @@ pub fn run_cursor(cursor: Option<&str>) -> Result<Option<RunId>, ApiError> {
     cursor
         .map(|cursor| {
             RunId::parse(cursor)
-                .map_err(|_| ApiError::bad_request("invalid_query", "cursor must be the nextCursor of the page before"))
+                .map_err(|_| ApiError::new(ErrorCode::InvalidQuery, "cursor must be the nextCursor of the page before"))
         })
         .transpose()
 }

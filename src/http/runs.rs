@@ -15,6 +15,7 @@ use super::idempotency;
 use super::paging::{self, PageSize};
 use super::sse::frame_stream;
 use crate::envelope;
+use crate::error_code::ErrorCode;
 use crate::events::Seq;
 use crate::run::follow::follow;
 use crate::run::view::{RunList, RunQuery, RunView, ViewError};
@@ -75,15 +76,15 @@ fn correlation_id(req: &HttpRequest) -> Result<Option<String>, ApiError> {
         Ok(id) if !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic()) => {
             Ok(Some(id.to_string()))
         }
-        _ => Err(ApiError::bad_request(
-            "invalid_correlation_id",
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidCorrelationId,
             "X-Correlation-Id must be 1 to 200 visible ASCII characters",
         )),
     }
 }
 
 fn not_found(run_id: &RunId) -> ApiError {
-    ApiError::NotFound { code: "run_not_found", what: format!("run {run_id}") }
+    ApiError::not_found(ErrorCode::RunNotFound, format!("run {run_id}"))
 }
 
 /// The run's row, if `caller` may see the run; 404 (as for a run that does not exist) if not.
@@ -122,7 +123,7 @@ pub async fn list_runs(
         .status
         .map(|s| s.parse::<RunStatus>())
         .transpose()
-        .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {e}")))?;
+        .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, format!("invalid query string: {e}")))?;
     let owner = caller.owner_filter().map(String::from);
     let runs = RunQuery { status, owner, ..RunQuery::default() };
     let limit = PageSize { default: 50, max: 500 }.of_query(query.limit)?;
@@ -178,10 +179,10 @@ pub async fn get_value(
         ViewError::Unreadable(error) => ApiError::internal(error),
     })?;
     let Some(value) = view.value(&query.pointer).map_err(ApiError::internal)? else {
-        return Err(ApiError::NotFound {
-            code: "value_not_found",
-            what: format!("a value at {:?} of run {run_id}", crate::excerpt::excerpt(&query.pointer, 100)),
-        });
+        return Err(ApiError::not_found(
+            ErrorCode::ValueNotFound,
+            format!("a value at {:?} of run {run_id}", crate::excerpt::excerpt(&query.pointer, 100)),
+        ));
     };
     Ok(HttpResponse::Ok()
         .json(services.redaction.value(json!({"runId": run_id, "pointer": query.pointer, "value": value}))))
@@ -241,12 +242,13 @@ pub async fn follow_run(
     services: web::Data<Services>,
 ) -> Result<impl Responder, ApiError> {
     let run_id = id.into_inner();
-    let after = match req.headers().get("last-event-id") {
-        Some(value) => value.to_str().ok().and_then(|v| Seq::parse(v).ok()).ok_or_else(|| {
-            ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be a frame seq number")
-        })?,
-        None => query.after.unwrap_or(Seq::ZERO),
-    };
+    let after =
+        match req.headers().get("last-event-id") {
+            Some(value) => value.to_str().ok().and_then(|v| Seq::parse(v).ok()).ok_or_else(|| {
+                ApiError::new(ErrorCode::InvalidLastEventId, "Last-Event-ID must be a frame seq number")
+            })?,
+            None => query.after.unwrap_or(Seq::ZERO),
+        };
     visible(&services, &caller, &run_id).await?;
     let frames = follow(&services, run_id.to_string(), after);
     Ok(frame_stream(frames.boxed(), &services.redaction, &services.backlogs))

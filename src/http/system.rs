@@ -3,11 +3,13 @@
 use std::sync::{LazyLock, OnceLock};
 use std::time::Instant;
 
-use actix_web::{HttpResponse, get, web};
+use actix_web::{HttpResponse, ResponseError, get, web};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 
 use super::auth::Caller;
+use super::error::ApiError;
+use crate::error_code::ErrorCode;
 use crate::services::Services;
 
 static STARTED: OnceLock<Instant> = OnceLock::new();
@@ -77,10 +79,10 @@ pub async fn schema(_caller: Caller, name: web::Path<String>) -> HttpResponse {
     match name.as_str() {
         "task-envelope" => HttpResponse::Ok().json(crate::envelope::schema()),
         "capability-registration" => HttpResponse::Ok().json(crate::capability::schema()),
-        other => HttpResponse::NotFound().json(json!({"error": {
-            "code": "schema_not_found",
-            "message": format!("no schema named `{other}`; try task-envelope or capability-registration"),
-            "details": [],
-        }})),
+        other => ApiError::new(
+            ErrorCode::SchemaNotFound,
+            format!("no schema named `{other}`; try task-envelope or capability-registration"),
+        )
+        .error_response(),
     }
 }

@@ -22,6 +22,7 @@ use actix_web::web;
 use chrono::NaiveDateTime;
 use serde_json::Value;
 
+use crate::error_code::ErrorCode;
 use crate::events::Seq;
 use crate::http::{ApiError, Caller};
 use crate::run::RunId;
@@ -61,7 +62,7 @@ fn time(at: NaiveDateTime) -> String {
 }
 
 fn run_not_found(run_id: &str) -> ApiError {
-    ApiError::NotFound { code: "run_not_found", what: format!("run {}", crate::excerpt::excerpt(run_id, 80)) }
+    ApiError::not_found(ErrorCode::RunNotFound, format!("run {}", crate::excerpt::excerpt(run_id, 80)))
 }
 
 /// The thread, if `caller` may see it (404, as for one that does not exist, if not).

@@ -12,6 +12,7 @@ use super::request::{self, Action, Input, RunRequest, StreamMode};
 use super::stream::{self, Translator};
 use super::threads::newest_run;
 use super::{chat_of, project, run_not_found, run_of_thread, state_at, time, visible_thread};
+use crate::error_code::ErrorCode;
 use crate::events::Seq;
 use crate::http::{ApiError, Body, Caller, Role};
 use crate::run::follow::{FollowError, follow};
@@ -33,7 +34,7 @@ struct Began {
 }
 
 fn refused(error: request::RequestError) -> ApiError {
-    ApiError::bad_request("invalid_request", error.0)
+    ApiError::new(ErrorCode::InvalidRequest, error.0)
 }
 
 /// Reads the request and starts its run (or answers the thread's interrupt) on `thread_id`, or
@@ -46,13 +47,13 @@ async fn begin(
 ) -> Result<Began, ApiError> {
     let body: Value = body.json()?;
     if let Some(assistant) = request::unknown_assistant(&body) {
-        return Err(ApiError::NotFound { code: "assistant_not_found", what: format!("assistant {assistant}") });
+        return Err(ApiError::not_found(ErrorCode::AssistantNotFound, format!("assistant {assistant}")));
     }
     let request = RunRequest::parse(&body).map_err(refused)?;
     let thread = match thread_id {
         None => thread::create(&services.store, caller, None, Map::new()).await?,
         Some(id) if request.create_thread => {
-            let id = ThreadId::parse(id).map_err(|e| ApiError::bad_request("invalid_thread_id", e.to_string()))?;
+            let id = ThreadId::parse(id).map_err(|e| ApiError::new(ErrorCode::InvalidThreadId, e.to_string()))?;
             thread::enter(&services.store, caller, &id).await?
         }
         Some(id) => visible_thread(services, caller, id).await?,
@@ -123,9 +124,11 @@ async fn resume(
     if caller.role != Role::Operator {
         return Err(ApiError::Forbidden);
     }
-    let no_interrupt = || ApiError::Conflict {
-        code: "no_interrupt",
-        message: "the thread has no interrupt to resume: its newest run does not wait for an answer".into(),
+    let no_interrupt = || {
+        ApiError::new(
+            ErrorCode::NoInterrupt,
+            "the thread has no interrupt to resume: its newest run does not wait for an answer",
+        )
     };
     let row = newest.ok_or_else(no_interrupt)?;
     let state = state_at(services, row, None).await?;
@@ -302,7 +305,7 @@ pub async fn get_run(
 /// The modes of a join: `stream_mode` query parameters (repeatable), else `values`.
 fn join_modes(query: &str) -> Result<Vec<StreamMode>, ApiError> {
     let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query)
-        .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query string: {e}")))?;
+        .map_err(|e| ApiError::new(ErrorCode::InvalidQuery, format!("invalid query string: {e}")))?;
     let mut modes: Vec<StreamMode> = pairs
         .iter()
         .filter(|(key, _)| key == "stream_mode")
@@ -329,7 +332,7 @@ pub async fn join_stream(
     let after = match req.headers().get("last-event-id").map(|v| v.to_str().map(str::trim)) {
         None | Some(Ok("" | "-1")) => Seq::ZERO,
         Some(value) => value.ok().and_then(|v| Seq::parse(v).ok()).ok_or_else(|| {
-            ApiError::bad_request("invalid_last_event_id", "Last-Event-ID must be an event id this stream sent")
+            ApiError::new(ErrorCode::InvalidLastEventId, "Last-Event-ID must be an event id this stream sent")
         })?,
     };
     let row = run_of_thread(&services, &caller, &tid, &rid).await?;

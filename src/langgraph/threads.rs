@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::request::ASSISTANT;
 use super::{chat_of, project, state_at, time, visible_thread};
+use crate::error_code::ErrorCode;
 use crate::http::paging::PageSize;
 use crate::http::{ApiError, Body, Caller};
 use crate::services::Services;
@@ -46,10 +47,10 @@ pub async fn search_assistants(_caller: Caller) -> HttpResponse {
 #[get("/assistants/{id}")]
 pub async fn get_assistant(_caller: Caller, id: web::Path<String>) -> Result<HttpResponse, ApiError> {
     if id.as_str() != ASSISTANT {
-        return Err(ApiError::NotFound {
-            code: "assistant_not_found",
-            what: format!("assistant {}", crate::excerpt::excerpt(&id, 60)),
-        });
+        return Err(ApiError::not_found(
+            ErrorCode::AssistantNotFound,
+            format!("assistant {}", crate::excerpt::excerpt(&id, 60)),
+        ));
     }
     Ok(HttpResponse::Ok().json(assistant()))
 }
@@ -101,12 +102,12 @@ pub async fn create_thread(
         .as_deref()
         .map(ThreadId::parse)
         .transpose()
-        .map_err(|error| ApiError::bad_request("invalid_thread_id", format!("thread_id: {error}")))?;
+        .map_err(|error| ApiError::new(ErrorCode::InvalidThreadId, format!("thread_id: {error}")))?;
     let keep_existing = match body.if_exists.as_deref() {
         None | Some("raise") => false,
         Some("do_nothing") => true,
         Some(_) => {
-            return Err(ApiError::bad_request("invalid_request", "if_exists must be \"raise\" or \"do_nothing\""));
+            return Err(ApiError::new(ErrorCode::InvalidRequest, "if_exists must be \"raise\" or \"do_nothing\""));
         }
     };
     let metadata = body.metadata.unwrap_or_default();
@@ -179,12 +180,12 @@ pub async fn search_threads(
     if query.sort_by.as_deref().is_some_and(|s| s != "updated_at")
         || query.sort_order.as_deref().is_some_and(|s| s != "desc")
     {
-        return Err(ApiError::bad_request("invalid_request", "threads are sorted by updated_at, desc, only"));
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "threads are sorted by updated_at, desc, only"));
     }
     if let Some(status) = &query.status
         && !["idle", "busy", "interrupted", "error"].contains(&status.as_str())
     {
-        return Err(ApiError::bad_request("invalid_request", "status must be idle, busy, interrupted or error"));
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "status must be idle, busy, interrupted or error"));
     }
     let wanted =
         usize::try_from(limit).unwrap_or_default() + usize::try_from(query.offset.unwrap_or(0)).unwrap_or_default();

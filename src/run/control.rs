@@ -21,6 +21,7 @@ use super::projection::RowWrite;
 use super::status::RunStatus;
 use super::stored::{ResumeError, Stored};
 use crate::capability::check_output;
+use crate::plan::NodeStatus;
 use crate::services::Services;
 use crate::store::events::LoggedFrame;
 use crate::store::hitl::DecisionRow;
@@ -236,7 +237,8 @@ fn rows(log: &RunLog, decision: &Decision) -> Vec<RowWrite> {
     if let Some((node_id, error)) = &decision.node_error {
         let version = super::projection::stored(state.plan_version());
         let error = error.to_string();
-        rows.push(RowWrite::NodeEnded { version, node_id: node_id.clone(), status: "failed", error, at: now });
+        let status = NodeStatus::Failed.into();
+        rows.push(RowWrite::NodeEnded { version, node_id: node_id.clone(), status, error, at: now });
     }
     if let Some(record) = &decision.record {
         rows.push(RowWrite::Decision(DecisionRow {

@@ -16,7 +16,7 @@ use super::decide::goals::Evaluation;
 use super::state::{At, RunState};
 use crate::events::Event;
 use crate::events::payload::*;
-use crate::plan::{NodeStatus, Plan};
+use crate::plan::{NodeStatus, Plan, StoredNodeStatus};
 use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::plans::{self, PlanNodeRow, PlanVersionRow, RunOutputRow};
 use crate::store::{DbConn, StoreError};
@@ -52,7 +52,7 @@ pub enum RowWrite {
     NodeEnded {
         version: i32,
         node_id: String,
-        status: &'static str,
+        status: StoredNodeStatus,
         error: String,
         at: NaiveDateTime,
     },
@@ -99,7 +99,7 @@ pub fn project(state: &RunState, at: At, event: &Event) -> Vec<RowWrite> {
         Event::NodeError(error) if error.error.code != HUMAN_OUTPUT_INVALID => vec![RowWrite::NodeEnded {
             version,
             node_id: error.node_id.clone(),
-            status: if error.error.code == "cancelled" { "cancelled" } else { "failed" },
+            status: if error.error.code == CANCELLED { StoredNodeStatus::Cancelled } else { NodeStatus::Failed.into() },
             error: json!({"code": error.error.code, "message": error.error.message}).to_string(),
             at: now,
         }],
@@ -177,7 +177,7 @@ fn plan_rows(state: &RunState, plan: &Plan, now: NaiveDateTime) -> RowWrite {
                 node_id: node.id.to_string(),
                 position: i32::try_from(position).unwrap_or(i32::MAX),
                 capability_id: node.capability_id.clone(),
-                status: node.status.as_str().to_string(),
+                status: node.status.into(),
                 output: carried.map(|output| output.to_string()),
                 error: None,
                 started_at: None,
@@ -218,7 +218,7 @@ impl RowWrite {
         Self::Evaluation(RunOutputRow {
             run_id: run_id.to_string(),
             plan_version: stored(evaluation.plan_version),
-            status: if evaluation.satisfied { "satisfied" } else { "unsatisfied" }.into(),
+            status: evaluation.status,
             output: evaluation.output_json,
             goal_condition_results: evaluation.results_json,
             recorded_at: evaluation.at.naive_utc(),
@@ -238,21 +238,21 @@ impl RowWrite {
         match self {
             Self::Plan { version, nodes } => plans::insert_version(conn, version, nodes),
             Self::NodeStarted { version, node_id, status, at } => {
-                plans::node_started(conn, (run_id, *version, node_id), status.as_str(), *at)
+                plans::node_started(conn, (run_id, *version, node_id), (*status).into(), *at)
             }
             Self::NodeWaiting { version, node_id, status } => {
-                plans::node_waiting(conn, (run_id, *version, node_id), status.as_str())
+                plans::node_waiting(conn, (run_id, *version, node_id), (*status).into())
             }
             Self::NodeCompleted { version, node_id, output, post_conditions, at } => {
                 let key = (run_id, *version, node_id.as_str());
-                plans::node_finished(conn, key, "completed", Some(output), None, *at)?;
+                plans::node_finished(conn, key, NodeStatus::Completed.into(), Some(output), None, *at)?;
                 match post_conditions {
                     Some(results) => plans::node_post_conditions(conn, key, results),
                     None => Ok(()),
                 }
             }
             Self::NodeEnded { version, node_id, status, error, at } => {
-                plans::node_finished(conn, (run_id, *version, node_id), status, None, Some(error), *at)
+                plans::node_finished(conn, (run_id, *version, node_id), *status, None, Some(error), *at)
             }
             Self::DiscardUnfinished { version } => plans::discard_unfinished(conn, run_id, *version),
             Self::OpenRequest(row) => hitl::insert(conn, row),

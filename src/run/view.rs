@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::context::RunContext;
+use super::decide::goals::EvaluationStatus;
 use super::id::RunId;
 use super::state::RunState;
 use super::status::RunStatus;
@@ -17,7 +18,7 @@ use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
 use crate::events::payload::{HitlRequestInfo, ReplanInfo, RequestStatus, Verdict};
 use crate::events::{Event, Seq};
-use crate::plan::Plan;
+use crate::plan::{Plan, StoredNodeStatus};
 use crate::services::Services;
 use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::plans::{self, PlanNodeRow, RunOutputRow};
@@ -112,8 +113,7 @@ pub struct NodeView {
     pub node_id: String,
     pub position: i32,
     pub capability_id: String,
-    /// A node status, or `discarded` (a replan dropped it) or `cancelled`.
-    pub status: String,
+    pub status: StoredNodeStatus,
     pub output: Value,
     pub error: Value,
     pub started_at: Option<DateTime<Utc>>,
@@ -125,8 +125,7 @@ pub struct NodeView {
 #[serde(rename_all = "camelCase")]
 pub struct EvaluationView {
     pub plan_version: i32,
-    /// `satisfied` or `unsatisfied`.
-    pub status: String,
+    pub status: EvaluationStatus,
     pub output: Value,
     pub goal_condition_results: Vec<GoalConditionResult>,
     pub recorded_at: DateTime<Utc>,
@@ -446,7 +445,7 @@ fn node(row: &PlanNodeRow) -> NodeView {
         node_id: row.node_id.clone(),
         position: row.position,
         capability_id: row.capability_id.clone(),
-        status: row.status.clone(),
+        status: row.status,
         output: json_or_null(row.output.as_deref()),
         error: json_or_null(row.error.as_deref()),
         started_at: row.started_at.map(utc),
@@ -458,7 +457,7 @@ fn node(row: &PlanNodeRow) -> NodeView {
 fn evaluation(row: &RunOutputRow) -> EvaluationView {
     EvaluationView {
         plan_version: row.plan_version,
-        status: row.status.clone(),
+        status: row.status,
         output: json_or_null(Some(&row.output)),
         goal_condition_results: serde_json::from_str(&row.goal_condition_results).unwrap_or_default(),
         recorded_at: row.recorded_at.and_utc(),

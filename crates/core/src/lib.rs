@@ -3,7 +3,7 @@
 //! this crate describes and executes what it decides.
 //!
 //! Its modules, from the bottom: the words shared by every layer ([`hash`],
-//! [`excerpt`], [`elide`], [`redact`]); what a caller sends and a capability answers
+//! [`excerpt`], [`elide`], [`redact`], the HTTP API's [`error_code`]s); what a caller sends and a capability answers
 //! ([`envelope`], [`contract`], [`validation`], [`runtime_policy`], [`timeouts`], [`retry`],
 //! [`budget`], [`facet`], and the [`settings`] that give their defaults); and [`plan`], the plan a
 //! planner drafts.
@@ -17,6 +17,7 @@ pub mod capability;
 pub mod contract;
 pub mod elide;
 pub mod envelope;
+pub mod error_code;
 pub mod events;
 pub mod excerpt;
 pub mod facet;

@@ -60,3 +60,48 @@ macro_rules! stored_as_text {
         }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::{Debug, Display};
+    use std::str::FromStr;
+
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+
+    use crate::capability::{CapabilityKind, ExecutorType};
+    use crate::events::payload::{HitlKind, RequestStatus, Verdict};
+    use crate::plan::StoredNodeStatus;
+    use crate::run::RunStatus;
+    use crate::run::decide::goals::EvaluationStatus;
+
+    /// Every word of `all` is unique, reads back as itself, and is its name in JSON too (frames
+    /// and documents show the words the columns hold).
+    fn round_trips<T>(all: &[T])
+    where
+        T: Copy + Debug + PartialEq + Display + FromStr + Serialize + DeserializeOwned,
+        T::Err: Debug,
+    {
+        let mut names = crate::hash::HashSet::default();
+        for &word in all {
+            let name = word.to_string();
+            assert!(names.insert(name.clone()), "{name} twice");
+            assert_eq!(name.parse::<T>().unwrap(), word);
+            assert_eq!(serde_json::to_value(word).unwrap(), name.as_str());
+            assert_eq!(serde_json::from_value::<T>(name.as_str().into()).unwrap(), word);
+        }
+    }
+
+    #[test]
+    fn every_stored_word_reads_back_and_is_its_json_name() {
+        round_trips(&RunStatus::ALL);
+        round_trips(&HitlKind::ALL);
+        round_trips(&RequestStatus::ALL);
+        round_trips(&Verdict::ALL);
+        round_trips(&StoredNodeStatus::ALL);
+        round_trips(&EvaluationStatus::ALL);
+        round_trips(&CapabilityKind::ALL);
+        round_trips(&ExecutorType::ALL);
+        assert!("paused".parse::<StoredNodeStatus>().is_err());
+    }
+}

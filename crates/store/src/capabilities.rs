@@ -2,6 +2,7 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
+use flexrun_core::capability::{CapabilityKind, ExecutorType};
 
 use super::schema::capabilities;
 use super::{DbConn, StoreError};
@@ -11,8 +12,8 @@ use super::{DbConn, StoreError};
 pub struct CapabilityRow {
     pub capability_id: String,
     pub version: String,
-    pub agent_type: String,
-    pub kind: String,
+    pub agent_type: ExecutorType,
+    pub kind: CapabilityKind,
     pub registration: String,
     pub source: String,
     pub registered_at: NaiveDateTime,

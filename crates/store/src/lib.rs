@@ -326,6 +326,8 @@ mod tests {
         use diesel::connection::InstrumentationEvent;
         use flexrun_core::events::payload::Log;
         use flexrun_core::events::{Event, Frame, FrameHeader};
+        use flexrun_core::plan::NodeStatus;
+        use flexrun_core::run::decide::goals::EvaluationStatus;
         use std::sync::{Arc, Mutex};
         let (dir, store) = temp_store();
         drop(store);
@@ -345,7 +347,7 @@ mod tests {
         let header = FrameHeader { run_id: "r".into(), correlation_id: "c".into(), plan_version: None };
         for i in 0..3 {
             runs::save_outcome(&mut conn, "r", None, Some("{}")).unwrap();
-            plans::node_started(&mut conn, ("r", 1, "n"), "running", now()).ok();
+            plans::node_started(&mut conn, ("r", 1, "n"), NodeStatus::Running.into(), now()).ok();
             let log = Log { severity: "info".into(), message: "m".into(), details: None };
             let redaction = flexrun_core::redact::Redaction::default();
             let frame =
@@ -354,7 +356,7 @@ mod tests {
             let output = plans::RunOutputRow {
                 run_id: "r".into(),
                 plan_version: 1,
-                status: format!("evaluation {i}"),
+                status: if i == 2 { EvaluationStatus::Satisfied } else { EvaluationStatus::Unsatisfied },
                 output: "{}".into(),
                 goal_condition_results: "[]".into(),
                 recorded_at: now(),
@@ -364,7 +366,7 @@ mod tests {
         assert_eq!(*cached.lock().unwrap() - inserts, 4, "four statements, each prepared once");
         let outputs = plans::outputs(&mut conn, "r").unwrap();
         assert_eq!(outputs.len(), 1, "one evaluation per plan version, replaced");
-        assert_eq!(outputs[0].status, "evaluation 2");
+        assert_eq!(outputs[0].status, EvaluationStatus::Satisfied, "the last evaluation");
     }
 
     #[tokio::test]

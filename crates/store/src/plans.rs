@@ -2,6 +2,8 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
+use flexrun_core::plan::StoredNodeStatus;
+use flexrun_core::run::decide::goals::EvaluationStatus;
 
 use super::prepared::{prepared, update, upsert};
 use super::schema::{plan_nodes, plan_versions, run_outputs};
@@ -26,7 +28,7 @@ pub struct PlanNodeRow {
     pub node_id: String,
     pub position: i32,
     pub capability_id: String,
-    pub status: String,
+    pub status: StoredNodeStatus,
     pub output: Option<String>,
     pub error: Option<String>,
     pub started_at: Option<NaiveDateTime>,
@@ -40,7 +42,7 @@ pub struct PlanNodeRow {
 pub struct RunOutputRow {
     pub run_id: String,
     pub plan_version: i32,
-    pub status: String,
+    pub status: EvaluationStatus,
     pub output: String,
     pub goal_condition_results: String,
     pub recorded_at: NaiveDateTime,
@@ -59,7 +61,7 @@ pub fn insert_version(conn: &mut DbConn, version: &PlanVersionRow, nodes: &[Plan
 pub fn node_started(
     conn: &mut DbConn,
     (run_id, plan_version, node_id): (&str, i32, &str),
-    status: &str,
+    status: StoredNodeStatus,
     at: NaiveDateTime,
 ) -> Result<(), StoreError> {
     let values = (plan_nodes::status.eq(status), plan_nodes::started_at.eq(Some(Stamp(at))));
@@ -72,7 +74,7 @@ pub fn node_started(
 pub fn node_waiting(
     conn: &mut DbConn,
     (run_id, plan_version, node_id): (&str, i32, &str),
-    status: &str,
+    status: StoredNodeStatus,
 ) -> Result<(), StoreError> {
     let statement =
         prepared!(update(plan_nodes::table, plan_nodes::status.eq(status), node(run_id, plan_version, node_id)));
@@ -95,11 +97,12 @@ pub fn node_post_conditions(
     found(updated, node_id, plan_version)
 }
 
-/// Records how a node ended: `completed` with its output, or `failed` with its error (JSON).
+/// Records how a node ended: `completed` with its output, or `failed` (or `cancelled`) with its
+/// error (JSON).
 pub fn node_finished(
     conn: &mut DbConn,
     (run_id, plan_version, node_id): (&str, i32, &str),
-    status: &str,
+    status: StoredNodeStatus,
     output: Option<&str>,
     error: Option<&str>,
     at: NaiveDateTime,
@@ -159,7 +162,7 @@ pub fn capability_of(
 /// Records one goal evaluation (replacing an earlier one of the same plan version).
 pub fn record_output(conn: &mut DbConn, row: &RunOutputRow) -> Result<(), StoreError> {
     let evaluation = (
-        run_outputs::status.eq(&row.status),
+        run_outputs::status.eq(row.status),
         run_outputs::output.eq(&row.output),
         run_outputs::goal_condition_results.eq(&row.goal_condition_results),
         run_outputs::recorded_at.eq(Stamp(row.recorded_at)),
@@ -185,9 +188,9 @@ pub fn discard_unfinished(conn: &mut DbConn, run_id: &str, plan_version: i32) ->
     let unfinished = plan_nodes::run_id
         .eq(run_id)
         .and(plan_nodes::plan_version.eq(plan_version))
-        .and(plan_nodes::status.eq_any(["pending", "running", "awaiting_human", "awaiting_hitl"]));
+        .and(plan_nodes::status.eq_any(StoredNodeStatus::UNFINISHED));
     super::on_backend!(conn, |c| diesel::update(plan_nodes::table.filter(unfinished))
-        .set(plan_nodes::status.eq("discarded"))
+        .set(plan_nodes::status.eq(StoredNodeStatus::Discarded))
         .execute(c))?;
     Ok(())
 }

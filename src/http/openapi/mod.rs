@@ -29,7 +29,7 @@ pub fn document() -> Value {
             "title": "flexrun",
             "version": env!("CARGO_PKG_VERSION"),
             "description": "Runs LLM-planned agent runs and replans until the caller's goal conditions hold. \
-                            Errors are {error: {code, message, details}}; docs/api.md has every code.",
+                            Errors are {error: {code, message, details}}; the Error schema lists every code.",
         },
         "paths": paths,
         "components": {
@@ -165,5 +165,17 @@ mod tests {
         assert_eq!(cancel["requestBody"]["required"], false);
         let codes: Vec<&String> = cancel["responses"].as_object().unwrap().keys().collect();
         assert_eq!(codes, ["200", "400", "401", "403", "404", "408", "409", "413", "415", "421", "503"]);
+    }
+
+    #[test]
+    fn the_error_schema_lists_every_code_with_its_status() {
+        let code = &document()["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"];
+        let listed: Vec<&str> = code["enum"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        for known in crate::error_code::ErrorCode::ALL {
+            assert!(listed.contains(&known.as_str()), "{known:?} is not listed");
+            let described = code["x-enumDescriptions"][known.as_str()].as_str().unwrap();
+            assert!(described.contains(&format!("{}: {}", known.status(), known.description())), "{described}");
+        }
+        assert_eq!(listed.len(), code["x-enumDescriptions"].as_object().unwrap().len());
     }
 }

@@ -1,8 +1,9 @@
 //! The JSON Schemas the document shows: request bodies as the handlers check them, and every
 //! response body.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
+use crate::error_code::ErrorCode;
 use crate::events::FrameKind;
 use crate::run::RunStatus;
 
@@ -74,8 +75,24 @@ pub(super) fn error() -> Value {
                                        "message": {"type": "string"}, "range": {"type": "object"}}});
     json!({"type": "object", "required": ["error"], "properties": {"error": {
         "type": "object", "required": ["code", "message", "details"],
-        "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+        "properties": {"code": error_code(), "message": {"type": "string"},
                        "details": {"type": "array", "items": detail}}}}})
+}
+
+/// An error's `code`: one of [`ErrorCode::ALL`], each described with the status it comes with
+/// (`x-enumDescriptions`, as documentation tools read it); the name answered with two statuses
+/// is listed once, with both.
+fn error_code() -> Value {
+    let mut described = Map::new();
+    for code in ErrorCode::ALL {
+        let line = format!("{}: {}", code.status(), code.description());
+        let text = match described.get(code.as_str()).and_then(Value::as_str) {
+            Some(earlier) => format!("{earlier} {line}"),
+            None => line,
+        };
+        described.insert(code.as_str().to_string(), Value::String(text));
+    }
+    json!({"type": "string", "enum": described.keys().collect::<Vec<_>>(), "x-enumDescriptions": described})
 }
 
 pub(super) fn health() -> Value {

@@ -36,7 +36,9 @@ pub fn schema() -> &'static Value {
     SCHEMA.document()
 }
 
-/// The role a capability plays in a plan (shown to the planner).
+/// The role a capability plays in a plan (shown to the planner; `capabilities.kind`).
+#[cfg_attr(feature = "diesel", derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow))]
+#[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::Text))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CapabilityKind {
@@ -48,6 +50,9 @@ pub enum CapabilityKind {
 }
 
 impl CapabilityKind {
+    pub const ALL: [CapabilityKind; 5] =
+        [Self::Structuring, Self::Execution, Self::Validation, Self::Transformation, Self::Routing];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Structuring => "structuring",
@@ -58,6 +63,8 @@ impl CapabilityKind {
         }
     }
 }
+
+crate::stored_as_text!(CapabilityKind, "capability kind");
 
 /// How a capability is executed.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,8 +93,11 @@ impl Executor {
     }
 }
 
-/// How a capability runs: one model call, one HTTP call, or a person's work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+/// How a capability runs: one model call, one HTTP call, or a person's work (a registration's
+/// `agentType`; `capabilities.agent_type`).
+#[cfg_attr(feature = "diesel", derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow))]
+#[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::Text))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutorType {
     Ai,
@@ -96,6 +106,8 @@ pub enum ExecutorType {
 }
 
 impl ExecutorType {
+    pub const ALL: [ExecutorType; 3] = [Self::Ai, Self::Http, Self::Human];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ai => "ai",
@@ -104,6 +116,8 @@ impl ExecutorType {
         }
     }
 }
+
+crate::stored_as_text!(ExecutorType, "agent type");
 
 /// A validated capability.
 #[derive(Debug, Clone)]
@@ -153,8 +167,9 @@ struct RawRegistration {
     display_name: String,
     summary: String,
     kind: CapabilityKind,
+    /// `ai` when left out.
     #[serde(default)]
-    agent_type: Option<String>,
+    agent_type: Option<ExecutorType>,
     endpoint: Option<String>,
     instructions: Option<String>,
     #[serde(default)]
@@ -221,15 +236,17 @@ impl Capability {
 }
 
 fn executor(raw: &RawRegistration, policy: &EndpointAllowlist) -> Result<Executor, FieldError> {
-    match raw.agent_type.as_deref().unwrap_or("ai") {
-        "ai" => Ok(Executor::Ai { instructions: raw.instructions.clone().unwrap_or_else(|| raw.summary.clone()) }),
-        "http" => {
+    match raw.agent_type.unwrap_or(ExecutorType::Ai) {
+        ExecutorType::Ai => {
+            Ok(Executor::Ai { instructions: raw.instructions.clone().unwrap_or_else(|| raw.summary.clone()) })
+        }
+        ExecutorType::Http => {
             let endpoint = raw.endpoint.as_deref().ok_or_else(|| {
                 FieldError::new("/endpoint", "required", "an `http` capability needs an `endpoint` URL")
             })?;
             http_endpoint(endpoint, policy).map(|endpoint| Executor::Http { endpoint })
         }
-        _ => Ok(Executor::Human { instructions: raw.instructions.clone() }),
+        ExecutorType::Human => Ok(Executor::Human { instructions: raw.instructions.clone() }),
     }
 }
 

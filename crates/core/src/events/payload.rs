@@ -304,6 +304,10 @@ impl ErrorInfo {
     }
 }
 
+/// The code of the error a run an operator cancelled ends with, and of the `node_error` of each
+/// node it stopped (whose row then ends `cancelled`, not `failed`).
+pub const CANCELLED: &str = "cancelled";
+
 /// The `node_error` code of a human submission that broke its contract: the run keeps waiting,
 /// and the node has not failed.
 pub const HUMAN_OUTPUT_INVALID: &str = "human_output_invalid";

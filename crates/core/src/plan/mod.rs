@@ -4,11 +4,13 @@
 
 mod diagnostic;
 mod graph;
+mod stored;
 
 use serde::{Deserialize, Serialize};
 
 pub use diagnostic::Diagnostic;
 pub use graph::{IndexedPlan, blocked_by_cycles};
+pub use stored::StoredNodeStatus;
 
 /// The state of one node within a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

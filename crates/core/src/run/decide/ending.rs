@@ -7,7 +7,9 @@ use super::Failure;
 use crate::capability::CapabilityError;
 use crate::condition::GoalConditionResult;
 use crate::events::Event;
-use crate::events::payload::{Complete, CompleteStatus, ErrorInfo, NodeError, ValidationError, ValidationScope};
+use crate::events::payload::{
+    CANCELLED, Complete, CompleteStatus, ErrorInfo, NodeError, ValidationError, ValidationScope,
+};
 use crate::plan::{NodeStatus, PlanNode};
 use crate::run::operator::Actor;
 use crate::run::state::RunState;
@@ -97,7 +99,7 @@ pub fn node_failure(node_id: &str, capability_id: &str, code: &str, message: &st
 /// How a run ends that an operator cancelled.
 pub fn cancelled(actor: &Actor) -> Failure {
     let error = super::operator::cancelled_error(actor);
-    let mut failure = Failure::new("cancelled", error["message"].as_str().unwrap_or_default());
+    let mut failure = Failure::new(CANCELLED, error["message"].as_str().unwrap_or_default());
     failure.ending = CompleteStatus::Cancelled;
     if let Value::Object(fields) = error {
         failure.details = fields.into_iter().filter(|(k, _)| k != "code" && k != "message").collect();

@@ -1,6 +1,7 @@
 //! The end of a plan: the composed output, the output contract and the goal conditions — the
 //! run completes, waits for its result's approval, replans to repair, or fails.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::ending::{completed, failed};
@@ -26,11 +27,34 @@ pub struct Evaluated {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evaluation {
     pub plan_version: u32,
-    pub satisfied: bool,
+    pub status: EvaluationStatus,
     pub output_json: String,
     pub results_json: String,
     pub at: chrono::DateTime<chrono::Utc>,
 }
+
+/// Whether a plan version's outcome met every goal condition (`run_outputs.status`).
+#[cfg_attr(feature = "diesel", derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow))]
+#[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::Text))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvaluationStatus {
+    Satisfied,
+    Unsatisfied,
+}
+
+impl EvaluationStatus {
+    pub const ALL: [EvaluationStatus; 2] = [Self::Satisfied, Self::Unsatisfied];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Satisfied => "satisfied",
+            Self::Unsatisfied => "unsatisfied",
+        }
+    }
+}
+
+crate::stored_as_text!(EvaluationStatus, "evaluation status");
 
 /// How the run goes on after its goals were evaluated.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +162,7 @@ fn contract_violations(run: &Run, output: &Value) -> Vec<SchemaViolation> {
 fn record(run: &Run, output: &Value, results: &[GoalConditionResult], satisfied: bool) -> Evaluation {
     Evaluation {
         plan_version: run.state.plan_version(),
-        satisfied,
+        status: if satisfied { EvaluationStatus::Satisfied } else { EvaluationStatus::Unsatisfied },
         output_json: output.to_string(),
         results_json: serde_json::to_string(results).unwrap_or_default(),
         at: run.now,
@@ -179,7 +203,7 @@ mod tests {
         let Event::Complete(complete) = &evaluated.events[0] else { unreachable!() };
         assert_eq!(complete.output, json!({"post_copy": {"text": "t", "quality_score": 0.9}}));
         assert_eq!(complete.goal_condition_results.as_ref().map(|r| r[0].satisfied), Some(true));
-        assert_eq!(evaluated.record.map(|r| r.satisfied), Some(true));
+        assert_eq!(evaluated.record.map(|r| r.status), Some(EvaluationStatus::Satisfied));
     }
 
     #[test]

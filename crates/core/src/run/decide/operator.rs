@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::budget::ReplanLimits;
 use crate::contract::SchemaViolation;
+use crate::error_code::ErrorCode;
 use crate::events::Event;
 use crate::events::payload::*;
 use crate::run::operator::{Actor, Answer, Command};
@@ -54,35 +55,53 @@ pub struct Record {
     pub actor: Actor,
 }
 
-/// Why a command cannot be applied.
+/// Why a command cannot be applied; [`Refusal::code`] says it to a client (and so decides the
+/// status of the answer).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Refusal {
     #[error("run {0} not found")]
     NotFound(String),
-    /// 409: the run is not in a status the command applies to.
+    /// The run is not in a status the command applies to.
     #[error("{message}")]
     InvalidState { status: RunStatus, message: String },
-    /// 409: the caller saw another plan version.
+    /// The caller saw another plan version.
     #[error("stale plan version: the run is at plan version {actual}, not {expected}")]
     StalePlanVersion { expected: u32, actual: u32 },
-    /// 409: the request answered is not the pending one.
+    /// The request answered is not the pending one.
     #[error("request {request_id} is not pending; the run waits on {pending}")]
     StaleRequest { request_id: String, pending: String },
-    /// 400: the body does not fit what the run waits for.
+    /// The body does not fit what the run waits for; `code` says what it waits for.
     #[error("{message}")]
-    Mismatch { code: &'static str, message: String },
-    /// 422: no replan is left.
+    Mismatch { code: ErrorCode, message: String },
+    /// No replan is left.
     #[error("the run used all {limit} replans it is allowed")]
     ReplanLimit { limit: u32 },
-    /// 409: the run is already planning.
+    /// The run is already planning.
     #[error("a planning task is already running for this run")]
     PlanningInProgress,
-    /// 422 for replan: the status does not wait on an operator.
+    /// A replan of a run whose status does not wait on an operator.
     #[error("{message}")]
     NotWaiting { status: RunStatus, message: String },
-    /// 409: another command or the run's coordinator is changing the run right now.
+    /// Another command or the run's coordinator is changing the run right now.
     #[error("run {0} is being changed by another command; try again")]
     Busy(String),
+}
+
+impl Refusal {
+    /// The error code a client is answered with.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::NotFound(_) => ErrorCode::RunNotFound,
+            Self::InvalidState { .. } => ErrorCode::InvalidRunState,
+            Self::StalePlanVersion { .. } => ErrorCode::StalePlanVersion,
+            Self::StaleRequest { .. } => ErrorCode::StaleRequest,
+            Self::Mismatch { code, .. } => *code,
+            Self::ReplanLimit { .. } => ErrorCode::ReplanLimit,
+            Self::PlanningInProgress => ErrorCode::ReplanInProgress,
+            Self::NotWaiting { .. } => ErrorCode::NotWaiting,
+            Self::Busy(_) => ErrorCode::RunBusy,
+        }
+    }
 }
 
 /// Works out what `command` does to the run in `state`, whose replan caps are `limits`.
@@ -163,11 +182,11 @@ fn resume(
             clarification(pending, approved, feedback, actor)
         }
         (HitlKind::Approval | HitlKind::Clarify, _) => Err(Refusal::Mismatch {
-            code: "decision_required",
+            code: ErrorCode::DecisionRequired,
             message: format!("the run waits for a decision on request {}: send `decision`", pending.info.id),
         }),
         (HitlKind::HumanTask, _) => Err(Refusal::Mismatch {
-            code: "human_payload_required",
+            code: ErrorCode::HumanPayloadRequired,
             message: format!(
                 "the run waits for the output of human node \"{}\": send `payload` with `output` or `decline`",
                 pending.info.node_id.as_deref().unwrap_or_default()
@@ -187,7 +206,7 @@ fn same_node(pending: &Pending, node_id: &str) -> Result<(), Refusal> {
     match pending.info.node_id.as_deref() {
         Some(waiting) if waiting == node_id => Ok(()),
         waiting => Err(Refusal::Mismatch {
-            code: "wrong_node",
+            code: ErrorCode::WrongNode,
             message: format!("the run waits for human node \"{}\", not \"{node_id}\"", waiting.unwrap_or_default()),
         }),
     }
@@ -344,7 +363,7 @@ fn clarification(pending: &Pending, approved: bool, text: Option<String>, actor:
         return Ok(refuse_node(pending, "clarification_declined", message, json!({"reason": text}), actor));
     }
     let answer = text.ok_or_else(|| Refusal::Mismatch {
-        code: "answer_required",
+        code: ErrorCode::AnswerRequired,
         message: format!(
             "request {} asks a question: send the answer as `decision.freeformText` (or `approved: false` to decline)",
             pending.info.id
@@ -454,7 +473,7 @@ fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Decision, Refus
 
 /// The error a cancelled run ends with.
 pub fn cancelled_error(actor: &Actor) -> Value {
-    json!({"code": "cancelled", "message": "An operator cancelled the run", "operator": actor.operator, "note": actor.note})
+    json!({"code": CANCELLED, "message": "An operator cancelled the run", "operator": actor.operator, "note": actor.note})
 }
 
 /// The question a pending request asks, by subject.
@@ -592,7 +611,10 @@ mod tests {
         let other = Answer::Decide { request_id: Some("q0".into()), approved: true, feedback: None };
         assert!(matches!(decide_now(&state, resume(other)), Err(Refusal::StaleRequest { .. })));
         let output = Answer::Submit { node_id: "review".into(), output: json!({}) };
-        assert!(matches!(decide_now(&state, resume(output)), Err(Refusal::Mismatch { code: "decision_required", .. })));
+        assert!(matches!(
+            decide_now(&state, resume(output)),
+            Err(Refusal::Mismatch { code: ErrorCode::DecisionRequired, .. })
+        ));
     }
 
     #[test]
@@ -613,9 +635,9 @@ mod tests {
         assert_eq!(done.output_of("review"), Some(&ok));
 
         let wrong = Answer::Submit { node_id: "other".into(), output: json!({"ok": 1}) };
-        assert!(matches!(decide_now(&state, resume(wrong)), Err(Refusal::Mismatch { code: "wrong_node", .. })));
+        assert!(matches!(decide_now(&state, resume(wrong)), Err(Refusal::Mismatch { code: ErrorCode::WrongNode, .. })));
         let approve = decide_now(&state, resume(decide_answer(true, None)));
-        assert!(matches!(approve, Err(Refusal::Mismatch { code: "human_payload_required", .. })));
+        assert!(matches!(approve, Err(Refusal::Mismatch { code: ErrorCode::HumanPayloadRequired, .. })));
     }
 
     #[test]
@@ -630,9 +652,12 @@ mod tests {
         assert_eq!(answered.nodes["review"], crate::plan::NodeStatus::Pending, "it runs again with the answer");
 
         let empty = decide_now(&state, resume(decide_answer(true, Some("  "))));
-        assert!(matches!(empty, Err(Refusal::Mismatch { code: "answer_required", .. })));
+        assert!(matches!(empty, Err(Refusal::Mismatch { code: ErrorCode::AnswerRequired, .. })));
         let submit = Answer::Submit { node_id: "review".into(), output: json!({"ok": 1}) };
-        assert!(matches!(decide_now(&state, resume(submit)), Err(Refusal::Mismatch { code: "decision_required", .. })));
+        assert!(matches!(
+            decide_now(&state, resume(submit)),
+            Err(Refusal::Mismatch { code: ErrorCode::DecisionRequired, .. })
+        ));
 
         let d = decide_now(&state, resume(decide_answer(false, Some("out of scope")))).unwrap();
         assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::NodeError, FrameKind::Complete]);
