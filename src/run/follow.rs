@@ -3,18 +3,25 @@
 //! `complete`, or once the run is no longer active and every frame has been delivered.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::backlog::Backlog;
 use crate::events::{BusMessage, Frame, FrameKind, Seq};
+use crate::run::status::RunStatus;
 use crate::services::Services;
-use crate::store::events::{self, LoggedFrame, Page};
+use crate::store::events::{self, LogPage, LoggedFrame, Page};
 use crate::store::{Store, StoreError, runs};
 
 /// Frames read from the log per query, at most (and at most `limits.stream_page_bytes` of them).
 const PAGE_FRAMES: i64 = 500;
+
+/// How long a stream waits for a database it cannot reach (PostgreSQL restarting, say) before it
+/// ends with the error: a restart only delays the frames, and after a longer outage the client
+/// re-attaches with `Last-Event-ID` and loses nothing either.
+const OUTAGE_PATIENCE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum FollowError {
@@ -166,17 +173,20 @@ impl Follower {
         self.caught_up = false;
     }
 
-    /// One read: the run's status (the first time) and the next page of its log.
+    /// One read: the run's status (the first time) and the next page of its log. While the
+    /// database cannot be reached it tries again, for up to [`OUTAGE_PATIENCE`].
     async fn read_log(&mut self) -> Result<(), FollowError> {
-        let (store, id, last, check_status) =
-            (self.store.clone(), self.run_id.clone(), self.last, self.settled.is_none());
-        let size = self.page;
-        let (status, page) = store
-            .read(move |conn| {
-                let status = if check_status { Some(runs::get(conn, &id)?.status) } else { None };
-                Ok((status, events::page_after(conn, &id, last, size)?))
-            })
-            .await?;
+        let deadline = tokio::time::Instant::now() + OUTAGE_PATIENCE;
+        let mut pause = Duration::from_millis(250);
+        let (status, page) = loop {
+            match self.read_page().await {
+                Err(error) if error.is_unreachable() && tokio::time::Instant::now() + pause < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                read => break read?,
+            }
+        };
         if let Some(status) = status {
             self.settled = Some(!status.is_active());
         }
@@ -184,5 +194,17 @@ impl Follower {
         self.replay = page.more;
         self.backlog.hold(page.frames);
         Ok(())
+    }
+
+    async fn read_page(&self) -> Result<(Option<RunStatus>, LogPage), StoreError> {
+        let (store, id, last, check_status) =
+            (self.store.clone(), self.run_id.clone(), self.last, self.settled.is_none());
+        let size = self.page;
+        store
+            .read(move |conn| {
+                let status = if check_status { Some(runs::get(conn, &id)?.status) } else { None };
+                Ok((status, events::page_after(conn, &id, last, size)?))
+            })
+            .await
     }
 }

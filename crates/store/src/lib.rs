@@ -97,6 +97,13 @@ impl StoreError {
         use diesel::result::{DatabaseErrorKind, Error};
         matches!(self, Self::Db(Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _)))
     }
+
+    /// The database could not be reached — no connection within the pool's wait, or the
+    /// connection closed under the query (a restart) — so the same read may succeed later.
+    pub fn is_unreachable(&self) -> bool {
+        use diesel::result::{DatabaseErrorKind, Error};
+        matches!(self, Self::Connection(_) | Self::Db(Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _)))
+    }
 }
 
 type DbPool = Pool<ConnectionManager<DbConn>>;
