@@ -13,14 +13,32 @@ use crate::caller::Caller;
 use crate::store::threads::{self as rows, ThreadRow};
 use crate::store::{DbConn, Store, StoreError};
 
-/// Whether a run may start on a thread that has one in progress.
+/// Whether a run may start on a thread that has one in progress, and what its start does to the
+/// thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThreadRule {
     /// It may (the flex API: runs on a thread share its history, nothing more).
     Shared,
     /// It may not: one active run per thread (LangGraph's `multitask_strategy: reject`). The
     /// run's first commit checks it under a lock on the thread's row, so it holds across nodes.
-    OneActiveRun,
+    /// The same commit sets `metadata` (keys and canonical JSON values) in the thread's metadata
+    /// and marks the thread updated: LangGraph's threads name the graph their runs ran, and a
+    /// commit of its own for that would cost every start a second round to the database.
+    OneActiveRun { metadata: &'static [(&'static str, &'static str)] },
+}
+
+impl ThreadRule {
+    /// What the rule does in the first commit of a run on `thread_id`, before the run is
+    /// inserted: [`StoreError::ThreadBusy`] if the thread has a run in progress and may not.
+    pub fn hold(self, conn: &mut DbConn, thread_id: &str) -> Result<(), StoreError> {
+        match self {
+            Self::Shared => Ok(()),
+            Self::OneActiveRun { metadata } => {
+                rows::hold_idle(conn, thread_id, &crate::run::RunStatus::ACTIVE)?;
+                rows::mark(conn, thread_id, metadata, crate::store::now())
+            }
+        }
+    }
 }
 
 /// The longest thread id.

@@ -25,12 +25,33 @@ use crate::store::runs::RunRow;
 use crate::store::threads as thread_rows;
 use crate::thread::{self, ThreadId, ThreadRule};
 
-/// A run begun by a request: where its frames come from and how they are translated.
+/// What a run on a thread adds to the thread's metadata, as LangGraph does (Agent Chat UI's
+/// thread list finds threads by it): `graph_id` and `assistant_id`, the one assistant.
+const GRAPH_METADATA: &[(&str, &str)] = &[("graph_id", "\"flex\""), ("assistant_id", "\"flex\"")];
+
+/// A run begun by a request: its frames, and what a stream of them starts from.
 struct Began {
     thread_id: String,
-    run: RunRow,
-    translator: Translator,
-    frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
+    run_id: RunId,
+    modes: Vec<StreamMode>,
+    started: Started,
+}
+
+impl Began {
+    /// The stream's translator, from the state the frames follow.
+    fn translator(
+        self,
+        services: &Services,
+    ) -> (Translator, String, BoxStream<'static, Result<LoggedFrame, FollowError>>) {
+        let Started { state, objective, chat, frames, .. } = self.started;
+        (Translator::new(state, self.modes, objective, chat, services.redaction.clone()), self.thread_id, frames)
+    }
+
+    /// The run's row, read once the run began.
+    async fn row(&self, services: &Services) -> Result<RunRow, ApiError> {
+        let lookup = self.run_id.to_string();
+        Ok(services.store.read(move |conn| crate::store::runs::get(conn, &lookup)).await?)
+    }
 }
 
 fn refused(error: request::RequestError) -> ApiError {
@@ -50,47 +71,50 @@ async fn begin(
         return Err(ApiError::not_found(ErrorCode::AssistantNotFound, format!("assistant {assistant}")));
     }
     let request = RunRequest::parse(&body).map_err(refused)?;
-    let thread = match thread_id {
-        None => thread::create(&services.store, caller, None, Map::new()).await?,
+    let (thread, made) = match thread_id {
+        None => (thread::create(&services.store, caller, None, Map::new()).await?, true),
         Some(id) if request.create_thread => {
             let id = ThreadId::parse(id).map_err(|e| ApiError::new(ErrorCode::InvalidThreadId, e.to_string()))?;
-            thread::enter(&services.store, caller, &id).await?
+            (thread::enter(&services.store, caller, &id).await?, false)
         }
-        Some(id) => visible_thread(services, caller, id).await?,
+        Some(id) => (visible_thread(services, caller, id).await?, false),
     };
-    let newest = newest_run(services, &thread.thread_id).await?;
+    // The thread's newest run, read only when it matters: a chat goes on from its conversation,
+    // and a resume answers it. A thread this request made has none.
+    let newest = || async { if made { Ok(None) } else { newest_run(services, &thread.thread_id).await } };
     let started = match &request.action {
         Action::Start(input) => {
             let owner = thread::run_owner(&thread, caller);
+            let newest = if matches!(input, Input::Chat(_)) { newest().await? } else { None };
             start(services, &owner, &thread.thread_id, input, newest.as_ref()).await?
         }
-        Action::Resume(value) => resume(services, caller, newest, value).await?,
+        Action::Resume(value) => {
+            let resumed = resume(services, caller, newest().await?, value).await?;
+            // No run is created, so no first commit names the graph: a commit of its own does.
+            let id = thread.thread_id.clone();
+            services.store.write(move |conn| thread_rows::mark(conn, &id, GRAPH_METADATA, crate::store::now())).await?;
+            resumed
+        }
     };
-    let mut metadata: Map<String, Value> = serde_json::from_str(&thread.metadata).unwrap_or_default();
-    metadata.insert("graph_id".into(), json!(request::ASSISTANT));
-    metadata.insert("assistant_id".into(), json!(request::ASSISTANT));
-    let (id, metadata) = (thread.thread_id.clone(), Value::Object(metadata).to_string());
-    services.store.write(move |conn| thread_rows::touch(conn, &id, &metadata, crate::store::now())).await?;
-    let lookup = started.run_id.to_string();
-    let run = services.store.read(move |conn| crate::store::runs::get(conn, &lookup)).await?;
-    let state = match started.state {
-        Some(state) => state,
-        None => state_at(services, run.clone(), Some(Seq::ZERO)).await?,
-    };
-    let (objective, chat) = (run.objective.clone(), chat_of(&run));
-    let translator = Translator::new(state, request.modes, objective, chat, services.redaction.clone());
-    Ok(Began { thread_id: thread.thread_id, run, translator, frames: started.frames })
+    Ok(Began { thread_id: thread.thread_id, run_id: started.run_id.clone(), modes: request.modes, started })
 }
 
-/// A run a request started or resumed.
+/// A run a request started or resumed, and what a stream of its frames starts from.
 struct Started {
     run_id: RunId,
-    /// The state its `frames` follow: a resumed run's before the answer (`None`: a new run).
-    state: Option<RunState>,
+    /// The state its `frames` follow: a new run's before its first frame, a resumed run's
+    /// before the answer.
+    state: RunState,
+    objective: String,
+    /// The chat messages the run was started with, if it was started from a chat input.
+    chat: Option<Vec<Value>>,
     frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
 }
 
 /// A new flex run on the thread, from a TaskEnvelope or chat messages.
+///
+/// What its stream starts from is known here — the objective, the chat, the state before the
+/// first frame (the run's id, correlation id and inputs) — so nothing is read back.
 async fn start(
     services: &Arc<Services>,
     owner: &str,
@@ -107,11 +131,19 @@ async fn start(
         history.extend(project::answer(&state_at(services, row.clone(), None).await?));
     }
     let envelope = request::envelope(input, thread_id, &history).map_err(refused)?;
+    let chat = request::stored_messages(&envelope);
     let envelope = crate::envelope::from_value(envelope, &services.registry.catalog())?;
+    let objective = envelope.objective.clone();
+    // Chosen here as `run::start` would choose it, so the state below has it.
+    let correlation_id = envelope.correlation_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     // One active run per thread: the run's first commit refuses it if the thread is busy
-    // (`thread_busy`, 409), on this node or any other.
-    let started = run::start(services, envelope, None, None, owner, ThreadRule::OneActiveRun).await?;
-    Ok(Started { run_id: started.run_id, state: None, frames: started.frames })
+    // (`thread_busy`, 409), on this node or any other; else it names the graph in the thread's
+    // metadata.
+    let rule = ThreadRule::OneActiveRun { metadata: GRAPH_METADATA };
+    let started = run::start(services, envelope, Some(correlation_id.clone()), None, owner, rule).await?;
+    // Before `start`: the stream's first frame brings the inputs and caps.
+    let state = RunState::new(&started.run_id, &correlation_id);
+    Ok(Started { run_id: started.run_id, state, objective, chat, frames: started.frames })
 }
 
 /// Answers the open request of the thread's newest run with `command.resume`; the run goes on.
@@ -131,6 +163,7 @@ async fn resume(
         )
     };
     let row = newest.ok_or_else(no_interrupt)?;
+    let (objective, chat) = (row.objective.clone(), chat_of(&row));
     let state = state_at(services, row, None).await?;
     let pending = state.pending_request().ok_or_else(no_interrupt)?;
     let answer =
@@ -139,7 +172,7 @@ async fn resume(
     let run_id = state.run_id.clone();
     let command = Command::Resume { expected_plan_version: None, answer, actor };
     let applied = run::apply(services, &run_id, command).await?;
-    Ok(Started { run_id, state: Some(state), frames: applied.frames })
+    Ok(Started { run_id, state, objective, chat, frames: applied.frames })
 }
 
 /// LangGraph's `Run`.
@@ -160,8 +193,8 @@ async fn stream_run(
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let services = services.into_inner();
-    let began = begin(&services, &caller, thread_id, &body).await?;
-    Ok(stream::respond(&req, began.translator, began.frames, &began.thread_id, &services.backlogs))
+    let (translator, thread_id, frames) = begin(&services, &caller, thread_id, &body).await?.translator(&services);
+    Ok(stream::respond(&req, translator, frames, &thread_id, &services.backlogs))
 }
 
 /// `POST /threads/{tid}/runs/stream`: starts a run (or resumes) and streams it.
@@ -195,10 +228,11 @@ async fn create_run(
 ) -> Result<HttpResponse, ApiError> {
     let services = services.into_inner();
     let began = begin(&services, &caller, thread_id, &body).await?;
+    let run = began.row(&services).await?;
     // The run goes on without a reader; its frames are in the log for anyone who joins.
-    drop(began.frames);
-    let location = format!("/threads/{}/runs/{}", began.thread_id, began.run.run_id);
-    Ok(HttpResponse::Ok().insert_header(("content-location", location)).json(run_json(&began.thread_id, &began.run)))
+    drop(began.started.frames);
+    let location = format!("/threads/{}/runs/{}", began.thread_id, run.run_id);
+    Ok(HttpResponse::Ok().insert_header(("content-location", location)).json(run_json(&began.thread_id, &run)))
 }
 
 /// `POST /threads/{tid}/runs`: starts a run in the background.
@@ -252,7 +286,8 @@ async fn wait_run(
 ) -> Result<HttpResponse, ApiError> {
     let services = services.into_inner();
     let began = begin(&services, &caller, thread_id, &body).await?;
-    settled_values(&services, &began.thread_id, began.run, began.frames).await
+    let run = began.row(&services).await?;
+    settled_values(&services, &began.thread_id, run, began.started.frames).await
 }
 
 /// `POST /threads/{tid}/runs/wait`: starts a run and answers with its values once it ends or
@@ -374,4 +409,15 @@ pub async fn cancel(
     let actor = Actor { principal: caller.principal.clone(), operator: None, note: None };
     run::apply(&services.into_inner(), &run_id, Command::Cancel { stopped: false, actor }).await?;
     Ok(HttpResponse::Accepted().finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_graph_metadata_names_the_one_assistant() {
+        let flex = json!(request::ASSISTANT).to_string();
+        assert_eq!(GRAPH_METADATA, [("graph_id", flex.as_str()), ("assistant_id", flex.as_str())]);
+    }
 }

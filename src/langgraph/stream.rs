@@ -12,6 +12,7 @@ use actix_web::{HttpRequest, HttpResponse, Responder};
 use actix_web_lab::sse::{self, Sse};
 use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::project;
@@ -41,6 +42,21 @@ pub struct Part {
 impl Part {
     fn new(event: &'static str, data: &Value) -> Self {
         Self { event, data: data.to_string(), id: None }
+    }
+
+    /// An event whose data is `value` with every secret replaced, as `redaction.value` would
+    /// replace them. The keys are judged as the text is written (`Redaction::watch`), so a value
+    /// without a secret key (every one, but for a run whose data has one) is written once and
+    /// not rebuilt: `values` is the whole projection, sent after every step.
+    fn redacted(event: &'static str, value: Value, redaction: &Redaction) -> Self {
+        let mut watch = redaction.watch();
+        let mut text = Vec::with_capacity(1024);
+        let written = value.serialize(&mut serde_json::Serializer::with_formatter(&mut text, &mut watch));
+        let data = match (written, watch.found()) {
+            (Ok(()), false) => String::from_utf8(text).ok(),
+            _ => None,
+        };
+        Self { event, data: data.unwrap_or_else(|| redaction.value(value).to_string()), id: None }
     }
 }
 
@@ -93,17 +109,17 @@ impl Translator {
                 tracing::warn!(error = %error, "a frame could not be applied for a LangGraph stream");
             }
             if let Some(update) = update {
-                parts.push(Part::new("updates", &self.redaction.value(update)));
+                parts.push(Part::redacted("updates", update, &self.redaction));
             }
             if self.wants(StreamMode::Values) && changes_values(&decoded.event) {
-                parts.push(Part::new("values", &self.redaction.value(self.values_with_interrupts())));
+                parts.push(Part::redacted("values", self.values_with_interrupts(), &self.redaction));
             }
             if self.wants(StreamMode::MessagesTuple)
                 && matches!(&decoded.event, Event::Complete(c) if c.status == CompleteStatus::Completed)
                 && let Some(message) = project::answer(&self.state)
             {
                 let metadata = json!({"run_id": self.state.run_id, "langgraph_node": "flex"});
-                parts.push(Part::new("messages", &self.redaction.value(json!([message, metadata]))));
+                parts.push(Part::redacted("messages", json!([message, metadata]), &self.redaction));
             }
         }
         if self.wants(StreamMode::Custom) {
@@ -162,7 +178,7 @@ impl Translator {
             let error = self.state.end.as_ref().and_then(|end| end.error.clone()).unwrap_or(Value::Null);
             let code = error.get("code").and_then(Value::as_str).unwrap_or("run_failed");
             let message = error.get("message").and_then(Value::as_str).unwrap_or("the run failed");
-            parts.push(Part::new("error", &self.redaction.value(json!({"error": code, "message": message}))));
+            parts.push(Part::redacted("error", json!({"error": code, "message": message}), &self.redaction));
         }
         let status = project::run_status(self.state.status);
         parts.push(Part::new("end", &json!({"run_id": self.state.run_id, "status": status})));
@@ -247,4 +263,21 @@ fn event(part: Part) -> sse::Event {
         Some(id) => data.id(id.to_string()),
         None => data,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacted_data_is_the_redacted_value_written_once() {
+        let redaction = Redaction::default();
+        let plain = json!({"runId": "r", "outputs": {"draft": {"text": "x", "quality_score": 0.9}}, "plan": null});
+        let part = Part::redacted("values", plain.clone(), &redaction);
+        assert_eq!(part.data, plain.to_string());
+        let secret = json!({"outputs": {"call": {"api_key": "sk-1", "headers": {"Authorization": "Bearer t"}}}});
+        let part = Part::redacted("values", secret.clone(), &redaction);
+        assert_eq!(part.data, redaction.value(secret).to_string());
+        assert!(!part.data.contains("sk-1") && !part.data.contains("Bearer t"), "{}", part.data);
+    }
 }

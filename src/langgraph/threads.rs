@@ -111,16 +111,18 @@ pub async fn create_thread(
         }
     };
     let metadata = body.metadata.unwrap_or_default();
-    let thread = match thread::create(&services.store, &caller, thread_id, metadata).await {
-        Ok(thread) => thread,
+    let (thread, newest) = match thread::create(&services.store, &caller, thread_id, metadata).await {
+        // A thread this request made has no run yet: its answer needs no read.
+        Ok(thread) => (thread, None),
         // `do_nothing` answers with the caller's own thread; anyone else's is in use, as with
         // `raise`, so an answer never tells whose a thread is.
         Err(ThreadError::InUse(id)) if keep_existing => {
-            visible_thread(&services, &caller, &id).await.map_err(|_| ThreadError::InUse(id))?
+            let thread = visible_thread(&services, &caller, &id).await.map_err(|_| ThreadError::InUse(id))?;
+            let newest = newest_run(&services, &thread.thread_id).await?;
+            (thread, newest)
         }
         Err(error) => return Err(error.into()),
     };
-    let newest = newest_run(&services, &thread.thread_id).await?;
     Ok(HttpResponse::Ok().json(thread_json(&services, &thread, newest).await?))
 }
 

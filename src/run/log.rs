@@ -29,7 +29,7 @@ use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
 use crate::redact::Redaction;
 use crate::services::{CommitObserver, Services};
 use crate::store::runs::{self, Outcome, Progress, RunRow};
-use crate::store::{Store, StoreError, events, leases, threads};
+use crate::store::{Store, StoreError, events, leases};
 use crate::telemetry;
 use crate::thread::ThreadRule;
 
@@ -286,8 +286,8 @@ impl RunChange {
     fn execute(&self, conn: &mut crate::store::DbConn, run_id: &str) -> Result<(), StoreError> {
         match self {
             Self::Create(row, rule) => {
-                if let (ThreadRule::OneActiveRun, Some(thread_id)) = (rule, &row.thread_id) {
-                    threads::hold_idle(conn, thread_id, &RunStatus::ACTIVE)?;
+                if let Some(thread_id) = &row.thread_id {
+                    rule.hold(conn, thread_id)?;
                 }
                 runs::insert(conn, row)
             }

@@ -421,4 +421,51 @@ mod tests {
         assert!(connection_url("sqlite://:memory:").is_err());
         assert!(connection_url("mysql://x").is_err());
     }
+
+    #[tokio::test]
+    async fn marking_a_thread_sets_its_keys_and_indexes_only_the_changed_ones() {
+        let (_dir, store) = temp_store();
+        let at = now();
+        let row = threads::ThreadRow {
+            thread_id: "t".into(),
+            owner: None,
+            metadata: r#"{"graph_id":"old","team":"a"}"#.into(),
+            created_at: at,
+            updated_at: at,
+        };
+        store.write(move |conn| threads::insert(conn, &row)).await.unwrap();
+        let later = at + chrono::Duration::seconds(5);
+        let entries: &'static [(&str, &str)] = &[("graph_id", "\"flex\""), ("assistant_id", "\"flex\"")];
+        store.write(move |conn| threads::mark(conn, "t", entries, later)).await.unwrap();
+        let found = |key: &'static str, value: &'static str| {
+            let metadata = vec![(key.to_string(), value.to_string())];
+            let store = store.clone();
+            async move {
+                store
+                    .read(move |conn| {
+                        let search = threads::Search { owner: None, ids: None, metadata: &metadata };
+                        threads::search(conn, &search, None, 10)
+                    })
+                    .await
+                    .unwrap()
+                    .len()
+            }
+        };
+        assert_eq!(found("graph_id", "\"flex\"").await, 1);
+        assert_eq!(found("graph_id", "\"old\"").await, 0, "the old value is out of the index");
+        assert_eq!(found("assistant_id", "\"flex\"").await, 1);
+        assert_eq!(found("team", "\"a\"").await, 1, "keys not named stay");
+        let thread = store.read(|conn| threads::get(conn, "t")).await.unwrap();
+        assert_eq!(thread.metadata, r#"{"assistant_id":"flex","graph_id":"flex","team":"a"}"#);
+        assert_eq!(thread.updated_at, later);
+        // Nothing to change: only the time moves.
+        let latest = later + chrono::Duration::seconds(5);
+        store.write(move |conn| threads::mark(conn, "t", entries, latest)).await.unwrap();
+        let thread = store.read(|conn| threads::get(conn, "t")).await.unwrap();
+        assert_eq!((thread.metadata.len(), thread.updated_at), (52, latest));
+        assert!(matches!(
+            store.write(move |conn| threads::mark(conn, "none", entries, latest)).await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
 }

@@ -158,13 +158,46 @@ pub fn get(conn: &mut DbConn, thread_id: &str) -> Result<ThreadRow, StoreError> 
         .ok_or_else(|| StoreError::NotFound(format!("thread {thread_id}")))
 }
 
-/// Replaces a thread's metadata and marks it updated now.
-pub fn touch(conn: &mut DbConn, thread_id: &str, metadata: &str, at: NaiveDateTime) -> Result<(), StoreError> {
-    let values = (threads::metadata.eq(metadata), threads::updated_at.eq(Stamp(at)));
+/// Sets `entries` (keys and their values as canonical JSON text, [`metadata_entry`]) in a
+/// thread's metadata and marks it updated at `at`. Meant for a transaction that also does
+/// something else (a run's first commit): the metadata is read and written in it, so a change
+/// made meanwhile is not lost, and only the keys whose value changes are written to the index.
+pub fn mark(conn: &mut DbConn, thread_id: &str, entries: &[(&str, &str)], at: NaiveDateTime) -> Result<(), StoreError> {
+    let stored: String =
+        super::on_backend!(conn, |c| threads::table.find(thread_id).select(threads::metadata).first(c))
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound(format!("thread {thread_id}")))?;
+    // Metadata flexrun did not write as an object is replaced, as it never was indexed.
+    let mut metadata: serde_json::Map<String, Value> = serde_json::from_str(&stored).unwrap_or_default();
+    let mut changed = Vec::new();
+    for &(key, text) in entries {
+        let value: Value = serde_json::from_str(text)?;
+        if metadata.get(key) != Some(&value) {
+            changed.push((
+                metadata.contains_key(key),
+                Entry { thread_id: thread_id.into(), key: key.into(), value: text.into() },
+            ));
+            metadata.insert(key.into(), value);
+        }
+    }
+    if changed.is_empty() {
+        let at = threads::updated_at.eq(Stamp(at));
+        super::on_backend!(conn, |c| diesel::update(threads::table.find(thread_id)).set(at).execute(c))?;
+        return Ok(());
+    }
+    let values = (threads::metadata.eq(Value::Object(metadata).to_string()), threads::updated_at.eq(Stamp(at)));
     super::on_backend!(conn, |c| diesel::update(threads::table.find(thread_id)).set(values).execute(c))?;
-    let stale = thread_metadata::table.filter(thread_metadata::thread_id.eq(thread_id));
-    super::on_backend!(conn, |c| diesel::delete(stale).execute(c))?;
-    index(conn, thread_id, metadata)
+    for (indexed, entry) in &changed {
+        if *indexed {
+            let stale = thread_metadata::table.find((thread_id, entry.key.as_str()));
+            super::on_backend!(conn, |c| diesel::delete(stale).execute(c))?;
+        }
+        super::on_backend!(conn, |c| diesel::insert_into(thread_metadata::table)
+            .values(entry)
+            .on_conflict_do_nothing()
+            .execute(c))?;
+    }
+    Ok(())
 }
 
 /// The runs of `thread_id`, newest first (at most `limit`).
