@@ -16,8 +16,9 @@ mod support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use flexrun::events::Frame;
+use flexrun::events::{Frame, ReceivedFrame};
 use flexrun::llm::standin::{ChatCall, Reply as StandInReply};
 use flexrun::run::state::RunState;
 use proptest::prelude::*;
@@ -243,8 +244,13 @@ fn envelope_of(id: u64, scenario: &Scenario) -> Value {
 }
 
 /// Drives one scenario to its end: the run, then an operator act at every pause.
-async fn play(server: &TestServer, id: u64, scenario: &Scenario) -> String {
-    let frames = server.run(&envelope_of(id, scenario)).await;
+async fn play(server: &TestServer, stage: &Mutex<Stage>, id: u64, scenario: &Scenario) -> String {
+    let response = server.post_run(&envelope_of(id, scenario)).await;
+    assert_eq!(response.status(), 200, "run.stream failed: {:?}", response.text().await);
+    let frames = match try_read_frames_within(response, usize::MAX, Duration::from_secs(30)).await {
+        Ok(frames) => frames,
+        Err(frames) => stalled(server, stage, id, &frames),
+    };
     let run_id = frames[0].run_id.clone();
     let mut acts = scenario.acts.iter().copied();
     for _ in 0..12 {
@@ -272,6 +278,23 @@ async fn play(server: &TestServer, id: u64, scenario: &Scenario) -> String {
         operate(server, &run_id, &pending, act).await;
     }
     run_id
+}
+
+/// A run's stream that did not end in time: what the model was asked, what the log holds and
+/// the run's status, to tell a stalled run from a stalled stream.
+fn stalled(server: &TestServer, stage: &Mutex<Stage>, id: u64, frames: &[ReceivedFrame]) -> ! {
+    let marker = format!("scenario {id}:");
+    let received = server.llm_calls().iter().filter(|call| call.user.contains(&marker)).count();
+    let answered: Vec<_> =
+        stage.lock().unwrap().calls.iter().filter(|((of, _), _)| *of == id).map(|(k, n)| (k.1.clone(), *n)).collect();
+    let Some(run_id) = frames.first().map(|f| f.run_id.clone()) else { panic!("scenario {id}: no frame within 30s") };
+    let status = flexrun::store::runs::get(&mut server.db(), &run_id).map(|run| run.status.to_string());
+    let logged: Vec<String> = server.event_log(&run_id).into_iter().map(|(_, kind, _)| kind).collect();
+    panic!(
+        "scenario {id}: the stream of run {run_id} did not end within 30s; streamed {:?}; logged {logged:?}; \
+         status {status:?}; the model received {received} calls and answered {answered:?}",
+        kinds(frames)
+    )
 }
 
 async fn operate(server: &TestServer, run_id: &str, pending: &Value, act: Act) {
@@ -375,7 +398,7 @@ fn the_live_state_equals_the_fold_of_the_committed_log_at_every_step() {
                 }
             }
             let run_ids = runtime.block_on(futures::future::join_all(
-                ids.iter().zip(&batch).map(|(id, scenario)| play(&server, *id, scenario)),
+                ids.iter().zip(&batch).map(|(id, scenario)| play(&server, &stage, *id, scenario)),
             ));
             for (run_id, scenario) in run_ids.iter().zip(&batch) {
                 let states = observed.lock().unwrap().remove(run_id).unwrap_or_default();

@@ -227,6 +227,18 @@ pub async fn read_frames(response: reqwest::Response, max: usize) -> Vec<Receive
 
 /// Reads up to `max` frames of an SSE response (until it ends), within `patience`.
 pub async fn read_frames_within(response: reqwest::Response, max: usize, patience: Duration) -> Vec<ReceivedFrame> {
+    try_read_frames_within(response, max, patience)
+        .await
+        .unwrap_or_else(|frames| panic!("stream did not end within {patience:?}; got {:?}", kinds(&frames)))
+}
+
+/// Reads up to `max` frames of an SSE response (until it ends); the frames read so far as the
+/// error when `patience` runs out first.
+pub async fn try_read_frames_within(
+    response: reqwest::Response,
+    max: usize,
+    patience: Duration,
+) -> Result<Vec<ReceivedFrame>, Vec<ReceivedFrame>> {
     let mut frames = Vec::new();
     let mut events = response.bytes_stream().eventsource();
     let deadline = tokio::time::sleep(patience);
@@ -243,10 +255,10 @@ pub async fn read_frames_within(response: reqwest::Response, max: usize, patienc
                 Some(Err(error)) => panic!("SSE error: {error}"),
                 None => break,
             },
-            _ = &mut deadline => panic!("stream did not end within {patience:?}; got {:?}", kinds(&frames)),
+            _ = &mut deadline => return Err(frames),
         }
     }
-    frames
+    Ok(frames)
 }
 
 pub fn kinds(frames: &[ReceivedFrame]) -> Vec<&str> {
