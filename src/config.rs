@@ -13,6 +13,7 @@ use serde::Deserialize;
 use crate::capability::UrlPrefix;
 use crate::timeouts::Timeouts;
 use flexrun_core::run::decide::RunLimits;
+use flexrun_core::usage::{Micros, Price, Prices};
 
 pub use flexrun_core::settings::{FacetDefinition, PlannerResponseFormat, ReplanSettings, RetrySettings};
 
@@ -43,6 +44,10 @@ pub enum ConfigError {
     /// A value of the right type that flexrun cannot work with.
     #[error("configuration: `{key}` {problem}")]
     Invalid { key: &'static str, problem: String },
+    #[error(
+        "configuration: `llm.prices.{model:?}.{field}` = {value} is not a price (US dollars per million tokens, 0 or more)"
+    )]
+    Price { model: String, field: &'static str, value: f64 },
 }
 
 impl From<config::ConfigError> for ConfigError {
@@ -135,6 +140,20 @@ pub struct LlmSettings {
     pub max_response_bytes: usize,
     /// Model calls of this node in flight at once; more wait for a free slot.
     pub max_concurrent_calls: usize,
+    /// US dollars per million tokens, by model name (`[llm.prices."<model>"]`): read through
+    /// [`Settings::prices`].
+    #[serde(default)]
+    prices: BTreeMap<String, PriceSettings>,
+}
+
+/// One model's prices as configured, in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceSettings {
+    input_per_mtok: f64,
+    output_per_mtok: f64,
+    /// Input tokens read from the provider's prompt cache; the input price when not set.
+    cached_input_per_mtok: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -350,6 +369,7 @@ impl Settings {
 
     fn check(&self) -> Result<(), ConfigError> {
         self.check_values()?;
+        self.prices()?;
         self.auth.check()?;
         let bind = self.bind_addr()?;
         if !self.auth.enabled() && !self.auth.allow_anonymous && !bind.ip().is_loopback() {
@@ -448,6 +468,25 @@ impl Settings {
         }
     }
 
+    /// The model prices (`[llm.prices]`), each checked: a negative or unrepresentable price is
+    /// refused with its key.
+    pub fn prices(&self) -> Result<Prices, ConfigError> {
+        let mut prices = BTreeMap::new();
+        for (model, configured) in &self.llm.prices {
+            let micros = |field: &'static str, value: f64| {
+                Micros::from_dollars(value).ok_or_else(|| ConfigError::Price { model: model.clone(), field, value })
+            };
+            let input = micros("input_per_mtok", configured.input_per_mtok)?;
+            let output = micros("output_per_mtok", configured.output_per_mtok)?;
+            let cached_input = match configured.cached_input_per_mtok {
+                Some(value) => micros("cached_input_per_mtok", value)?,
+                None => input,
+            };
+            prices.insert(model.clone(), Price { input, output, cached_input });
+        }
+        Ok(Prices::new(prices))
+    }
+
     /// The capability registration directory, if one is configured.
     pub fn capabilities_dir(&self) -> Option<PathBuf> {
         (!self.capabilities_dir.is_empty()).then(|| PathBuf::from(&self.capabilities_dir))
@@ -504,6 +543,28 @@ mod tests {
         let path = dir.path().join("flexrun.toml");
         std::fs::write(&path, toml).unwrap();
         load(&[("FLEXRUN_CONFIG", path.to_str().unwrap())])
+    }
+
+    #[test]
+    fn prices_are_read_per_model_and_a_bad_one_names_its_key() {
+        let s = load_file(
+            "[llm.prices.\"gpt-4.1-mini\"]\ninput_per_mtok = 0.4\noutput_per_mtok = 1.6\ncached_input_per_mtok = 0.1\n\
+             [llm.prices.local]\ninput_per_mtok = 0\noutput_per_mtok = 0\n",
+        )
+        .unwrap();
+        let prices = s.prices().unwrap();
+        let mini = prices.of(None, "gpt-4.1-mini").expect("a model name with dots is one key");
+        assert_eq!((mini.input, mini.output, mini.cached_input), (Micros(400_000), Micros(1_600_000), Micros(100_000)));
+        let local = prices.of(Some("local"), "other").unwrap();
+        assert_eq!(local.cached_input, local.input, "the cached price defaults to the input price");
+        assert!(load(&[]).unwrap().prices().unwrap().of(None, "gpt-4o-mini").is_none(), "no prices by default");
+
+        let negative = shown(load_file("[llm.prices.m]\ninput_per_mtok = -1\noutput_per_mtok = 1\n").unwrap_err());
+        assert!(negative.contains("`llm.prices.\"m\".input_per_mtok` = -1 is not a price"), "{negative}");
+        let text = shown(load_file("[llm.prices.m]\ninput_per_mtok = \"cheap\"\noutput_per_mtok = 1\n").unwrap_err());
+        assert!(text.contains("input_per_mtok"), "{text}");
+        let unknown = shown(load_file("[llm.prices.m]\ninput = 1\noutput_per_mtok = 1\n").unwrap_err());
+        assert!(unknown.contains("unknown field `input`"), "{unknown}");
     }
 
     #[test]

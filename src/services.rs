@@ -52,6 +52,8 @@ pub enum SetupError {
     ModelClient(#[from] crate::llm::ClientError),
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
 }
 
 pub struct Services {
@@ -116,7 +118,7 @@ impl Services {
         let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
         let registry =
             Registry::load(store.clone(), policy, configured, settings.capabilities_dir().as_deref()).await?;
-        let llm = LlmClient::new(&settings.llm)?;
+        let llm = LlmClient::new(&settings.llm, settings.prices()?)?;
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
         let limits = HttpLimits {
             max_response_bytes: settings.limits.max_capability_response_bytes,

@@ -368,7 +368,10 @@ fn the_live_state_equals_the_fold_of_the_committed_log_at_every_step() {
     let server = runtime.block_on(async {
         let dir = Arc::new(tempfile::tempdir().unwrap());
         let config = dir.path().join("fast-retries.toml");
-        std::fs::write(&config, "[retry]\nbase_delay_secs = 0.001\nmax_retries = 1\n").unwrap();
+        // A model call that gets no answer times out (and is retried) well within the 30 s a
+        // stream is given to end: twice in CI a run waited after `plan_requested` until then.
+        let settings = "[retry]\nbase_delay_secs = 0.001\nmax_retries = 1\n[llm]\ntimeout_secs = 10\n";
+        std::fs::write(&config, settings).unwrap();
         let sink = observed.clone();
         let observer: flexrun::services::CommitObserver = Arc::new(move |state: &RunState| {
             sink.lock().unwrap().entry(state.run_id.to_string()).or_default().push(state.clone());

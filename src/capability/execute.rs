@@ -16,6 +16,7 @@ use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, 
 use crate::llm::{ChatRequest, LlmClient, Purpose, ResponseShape, parse_json_content};
 use crate::slots::Slots;
 use crate::timeouts::Timeouts;
+use flexrun_core::usage::Metered;
 
 /// What bounds `http` capability calls.
 #[derive(Debug, Clone, Copy)]
@@ -66,22 +67,22 @@ impl Executors {
     }
 
     /// Runs `capability` for one node and returns its signal, or its output checked against its
-    /// contract.
+    /// contract, with the usage of its model call (an `ai` capability's).
     pub async fn run(
         &self,
         capability: &Capability,
         bundle: &ContextBundle,
         timeouts: &Timeouts,
-    ) -> Result<Reply, CapabilityError> {
+    ) -> Metered<Result<Reply, CapabilityError>> {
         let started = std::time::Instant::now();
-        let result = self.call(capability, bundle, timeouts).await;
-        let outcome = match &result {
+        let called = self.call(capability, bundle, timeouts).await;
+        let outcome = match &called.result {
             Ok(Reply::Output(_)) => "ok",
             Ok(Reply::Signal(_)) => "signal",
             Err(error) => error.code(),
         };
         crate::telemetry::capability_call(capability.executor.agent_type(), outcome, started.elapsed());
-        result
+        called
     }
 
     async fn call(
@@ -89,17 +90,23 @@ impl Executors {
         capability: &Capability,
         bundle: &ContextBundle,
         timeouts: &Timeouts,
-    ) -> Result<Reply, CapabilityError> {
+    ) -> Metered<Result<Reply, CapabilityError>> {
         let answer = match &capability.executor {
-            Executor::Ai { instructions } => self.run_ai(capability, instructions, bundle, timeouts.model_call).await?,
-            Executor::Http { endpoint } => self.run_http(endpoint, bundle, timeouts.capability_call).await?,
-            Executor::Human { .. } => return Err(CapabilityError::HumanTask(capability.id.clone())),
+            Executor::Ai { instructions } => self.run_ai(capability, instructions, bundle, timeouts.model_call).await,
+            Executor::Http { endpoint } => {
+                Metered::unmetered(self.run_http(endpoint, bundle, timeouts.capability_call).await)
+            }
+            Executor::Human { .. } => {
+                return Metered::unmetered(Err(CapabilityError::HumanTask(capability.id.clone())));
+            }
         };
-        let reply = signal::read(answer)?;
-        if let Reply::Output(output) = &reply {
-            check_output(&capability.output_contract, output)?;
-        }
-        Ok(reply)
+        answer.map(|answer| {
+            let reply = signal::read(answer?)?;
+            if let Reply::Output(output) = &reply {
+                check_output(&capability.output_contract, output)?;
+            }
+            Ok(reply)
+        })
     }
 
     async fn run_ai(
@@ -108,7 +115,7 @@ impl Executors {
         instructions: &str,
         bundle: &ContextBundle,
         timeout: Duration,
-    ) -> Result<Value, CapabilityError> {
+    ) -> Metered<Result<Value, CapabilityError>> {
         let slot = self.llm.slot().await;
         let (system, user) = ai_prompt(capability, instructions, bundle);
         let name = schema_name(&capability.id);
@@ -120,11 +127,14 @@ impl Executors {
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
         };
-        let content = slot.complete(ChatRequest { purpose: Purpose::Capability, system, user, shape, timeout }).await?;
-        match capability.output_contract {
-            OutputContract::Freeform { .. } => Ok(parse_json_content(&content).unwrap_or(Value::String(content))),
-            _ => parse_json_content(&content).map_err(CapabilityError::NotJson),
-        }
+        let called = slot.complete(ChatRequest { purpose: Purpose::Capability, system, user, shape, timeout }).await;
+        called.map(|content| {
+            let content = content?;
+            match capability.output_contract {
+                OutputContract::Freeform { .. } => Ok(parse_json_content(&content).unwrap_or(Value::String(content))),
+                _ => parse_json_content(&content).map_err(CapabilityError::NotJson),
+            }
+        })
     }
 
     async fn run_http(

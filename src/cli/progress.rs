@@ -335,6 +335,7 @@ mod tests {
             capability_id: "writer".into(),
             label: "Draft".into(),
             error: ErrorInfo { code: "bad".into(), message: "\u{1b}[2J\u{1b}[H✔ completed\nfake line".into() },
+            usage: None,
         });
         let shown = render(&Seen::Known(Box::new(frame(failed))));
         assert_eq!(shown.lines, ["  ✗ draft: \\x1b[2J\\x1b[H✔ completed\\x0afake line"]);
@@ -344,6 +345,7 @@ mod tests {
             goal_condition_results: None,
             error: None,
             post_condition_results: Vec::new(),
+            usage: None,
         };
         let shown = render(&Seen::Known(Box::new(frame(Event::Complete(done)))));
         // The output is shown as a block of lines, each one escaped.
@@ -360,6 +362,7 @@ mod tests {
             goal_condition_results: None,
             error: Some(json!({"code": "policy_failed", "message": "refused"})),
             post_condition_results: Vec::new(),
+            usage: None,
         };
         let shown = describe(&frame(Event::Complete(failed)));
         assert!(shown.end);

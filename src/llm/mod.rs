@@ -13,8 +13,10 @@
 pub use flexrun_core::llm::{LlmError, prompt};
 pub mod standin;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use flexrun_core::usage::{CallUsage, Counts, Metered, Prices};
 use reqwest::header::{self, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -131,6 +133,33 @@ impl<'a> ResponseShape<'a> {
 #[derive(Deserialize)]
 struct Completion {
     choices: Vec<Choice>,
+    /// The model that answered, as the server names it.
+    #[serde(default)]
+    model: Option<String>,
+    /// Read leniently ([`counts`]): a server whose usage block is odd still answered.
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+/// The token counts of a Chat Completions `usage` block; a count that is missing (or not a
+/// number) is unknown.
+fn counts(usage: Option<&Value>) -> Counts {
+    let Some(usage) = usage else { return Counts::default() };
+    let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
+    Counts {
+        input_tokens: count("/prompt_tokens"),
+        output_tokens: count("/completion_tokens"),
+        cached_input_tokens: count("/prompt_tokens_details/cached_tokens"),
+        reasoning_tokens: count("/completion_tokens_details/reasoning_tokens"),
+    }
+}
+
+/// What a posted request came to, once the endpoint answered with a success.
+enum Answered {
+    Completion(Completion),
+    /// A success whose body could not be read as a completion: the call was made (and likely
+    /// paid for), its usage is unknown.
+    Unreadable(LlmError),
 }
 
 #[derive(Deserialize)]
@@ -166,6 +195,8 @@ pub struct LlmClient {
     /// `Bearer <key>`, marked sensitive; none without a key (local servers need none).
     authorization: Option<HeaderValue>,
     model: String,
+    /// What each model's tokens cost (`llm.prices`).
+    prices: Arc<Prices>,
     /// The largest body read from the model endpoint.
     limit: usize,
     /// One permit per call in flight (`llm.max_concurrent_calls`), shared by every run: each
@@ -175,8 +206,8 @@ pub struct LlmClient {
 }
 
 impl LlmClient {
-    /// A client for the configured endpoint.
-    pub fn new(settings: &LlmSettings) -> Result<Self, ClientError> {
+    /// A client for the configured endpoint, its calls priced with `prices`.
+    pub fn new(settings: &LlmSettings, prices: Prices) -> Result<Self, ClientError> {
         let url = format!("{}/chat/completions", settings.base_url.trim_end_matches('/'));
         let url = reqwest::Url::parse(&url).map_err(|_| ClientError::BaseUrl)?;
         let key = settings.api_key.expose();
@@ -190,7 +221,9 @@ impl LlmClient {
         // Not even the protocol-level retries reqwest makes by default: every attempt is flexrun's.
         let http = reqwest::Client::builder().retry(reqwest::retry::never()).build()?;
         let slots = Slots::new(settings.max_concurrent_calls, crate::telemetry::model_call_waiting);
-        Ok(Self { http, url, authorization, model: settings.model.clone(), limit: settings.max_response_bytes, slots })
+        let model = settings.model.clone();
+        let (prices, limit) = (Arc::new(prices), settings.max_response_bytes);
+        Ok(Self { http, url, authorization, model, prices, limit, slots })
     }
 
     /// The model name sent with every request.
@@ -205,16 +238,16 @@ impl LlmClient {
         Slot { client: self, _permit: self.slots.take().await }
     }
 
-    /// Sends one request and returns the assistant message content.
-    async fn complete(&self, request: ChatRequest<'_>) -> Result<String, LlmError> {
+    /// Sends one request and returns the assistant message content, with the call's usage.
+    async fn complete(&self, request: ChatRequest<'_>) -> Metered<Result<String, LlmError>> {
         let (purpose, started) = (request.purpose, std::time::Instant::now());
-        let result = self.call(request).await;
-        let outcome = result.as_ref().map_or_else(LlmError::kind, |_| "ok");
+        let called = self.call(request).await;
+        let outcome = called.result.as_ref().map_or_else(LlmError::kind, |_| "ok");
         crate::telemetry::model_call(purpose.as_str(), outcome, started.elapsed());
-        result
+        called
     }
 
-    async fn call(&self, request: ChatRequest<'_>) -> Result<String, LlmError> {
+    async fn call(&self, request: ChatRequest<'_>) -> Metered<Result<String, LlmError>> {
         let body = Body {
             model: &self.model,
             messages: [
@@ -223,22 +256,38 @@ impl LlmClient {
             ],
             response_format: request.shape.format(),
         };
-        let body = serde_json::to_vec(&body).map_err(|e| LlmError::Request(e.to_string()))?;
-        let response: Completion = tokio::time::timeout(request.timeout, self.post(body))
-            .await
-            .map_err(|_| LlmError::Timeout(request.timeout))?
-            .map_err(|e| in_time(e, request.timeout))?;
+        let body = match serde_json::to_vec(&body) {
+            Ok(body) => body,
+            Err(e) => return Metered::unmetered(Err(LlmError::Request(e.to_string()))),
+        };
+        let answered = match tokio::time::timeout(request.timeout, self.post(body)).await {
+            Ok(Ok(answered)) => answered,
+            Ok(Err(error)) => return Metered::unmetered(Err(in_time(error, request.timeout))),
+            Err(_) => return Metered::unmetered(Err(LlmError::Timeout(request.timeout))),
+        };
+        let response = match answered {
+            Answered::Completion(response) => response,
+            Answered::Unreadable(error) => return self.metered(None, Counts::default(), Err(error)),
+        };
+        let counts = counts(response.usage.as_ref());
         let choice = response.choices.into_iter().next();
         let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref()).map(|r| format!(" (finish reason {r})"));
-        choice
+        let content = choice
             .and_then(|c| c.message.content)
             .filter(|content| !content.trim().is_empty())
-            .ok_or_else(|| LlmError::Empty(finish.unwrap_or_default()))
+            .ok_or_else(|| LlmError::Empty(finish.unwrap_or_default()));
+        self.metered(response.model.as_deref(), counts, content)
+    }
+
+    /// `result` of a call the endpoint answered, with its usage priced.
+    fn metered<T>(&self, reported: Option<&str>, counts: Counts, result: T) -> Metered<T> {
+        let usage = CallUsage::priced(&self.prices, &self.model, reported, counts);
+        Metered { result, usage: Some(usage) }
     }
 
     /// Posts `body` once and reads the completion, bounded; a non-success answer keeps its
     /// status, message and `Retry-After`.
-    async fn post(&self, body: Vec<u8>) -> Result<Completion, LlmError> {
+    async fn post(&self, body: Vec<u8>) -> Result<Answered, LlmError> {
         let mut post = self.http.post(self.url.clone()).header(header::CONTENT_TYPE, "application/json");
         if let Some(authorization) = &self.authorization {
             post = post.header(header::AUTHORIZATION, authorization.clone());
@@ -246,8 +295,10 @@ impl LlmClient {
         let response = post.body(body).send().await.map_err(transport)?;
         let status = response.status();
         if status.is_success() {
-            let body = read_limited(response, self.limit).await?;
-            return serde_json::from_slice(&body).map_err(|e| LlmError::Protocol(e.to_string()));
+            let completion = read_limited(response, self.limit)
+                .await
+                .and_then(|body| serde_json::from_slice(&body).map_err(|e| LlmError::Protocol(e.to_string())));
+            return Ok(completion.map_or_else(Answered::Unreadable, Answered::Completion));
         }
         let retry_after = response
             .headers()
@@ -271,10 +322,11 @@ pub struct Slot<'a> {
 }
 
 impl Slot<'_> {
-    /// Sends one request and returns the assistant message content. The call's state (request,
-    /// connection, response) is boxed: it exists only while the call is in flight, not in the
-    /// future of every node that waits for a slot.
-    pub async fn complete(self, request: ChatRequest<'_>) -> Result<String, LlmError> {
+    /// Sends one request and returns the assistant message content, with the call's usage when
+    /// the endpoint answered. The call's state (request, connection, response) is boxed: it
+    /// exists only while the call is in flight, not in the future of every node that waits for a
+    /// slot.
+    pub async fn complete(self, request: ChatRequest<'_>) -> Metered<Result<String, LlmError>> {
         Box::pin(self.client.complete(request)).await
     }
 }

@@ -54,6 +54,22 @@ impl ChatCall {
 pub struct Reply {
     pub answer: Answer,
     pub delay: Duration,
+    /// What a completion reports it used.
+    pub usage: Reported,
+    /// The model a completion names; the one asked for when not set.
+    pub model: Option<String>,
+}
+
+/// The `usage` block of a completion.
+#[derive(Debug, Clone)]
+pub enum Reported {
+    /// Counted as a rough tokenizer would: a token per four characters of the prompt (input) and
+    /// of the answer (output), none cached, none for reasoning.
+    Estimate,
+    /// This block as it is.
+    Block(Value),
+    /// No `usage` at all, as some servers answer.
+    Nothing,
 }
 
 #[derive(Debug, Clone)]
@@ -70,7 +86,11 @@ pub enum Answer {
 impl Reply {
     /// A completion with this content.
     pub fn content(text: impl Into<String>) -> Self {
-        Self { answer: Answer::Content(text.into()), delay: Duration::ZERO }
+        Self::answering(Answer::Content(text.into()))
+    }
+
+    fn answering(answer: Answer) -> Self {
+        Self { answer, delay: Duration::ZERO, usage: Reported::Estimate, model: None }
     }
 
     /// A completion whose content is `value` as JSON text.
@@ -80,23 +100,41 @@ impl Reply {
 
     /// An HTTP error.
     pub fn error(status: u16, message: impl Into<String>) -> Self {
-        Self { answer: Answer::Error { status, message: message.into(), retry_after: None }, delay: Duration::ZERO }
+        Self::answering(Answer::Error { status, message: message.into(), retry_after: None })
     }
 
     /// An HTTP error asking the client to wait `seconds` (`Retry-After`).
     pub fn error_retry_after(status: u16, message: impl Into<String>, seconds: &str) -> Self {
-        let answer = Answer::Error { status, message: message.into(), retry_after: Some(seconds.to_string()) };
-        Self { answer, delay: Duration::ZERO }
+        Self::answering(Answer::Error { status, message: message.into(), retry_after: Some(seconds.to_string()) })
     }
 
     /// A connection that breaks off after the response headers.
     pub fn reset() -> Self {
-        Self { answer: Answer::Reset, delay: Duration::ZERO }
+        Self::answering(Answer::Reset)
     }
 
     /// The same reply, sent after `delay`.
     pub fn after(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// The same reply reporting `usage` (a Chat Completions `usage` block) instead of the
+    /// estimate.
+    pub fn usage(mut self, usage: Value) -> Self {
+        self.usage = Reported::Block(usage);
+        self
+    }
+
+    /// The same reply with no `usage` block.
+    pub fn without_usage(mut self) -> Self {
+        self.usage = Reported::Nothing;
+        self
+    }
+
+    /// The same reply naming `model` as the model that answered.
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
         self
     }
 }
@@ -157,19 +195,32 @@ type State = web::Data<(Script, Arc<Mutex<Vec<ChatCall>>>)>;
 async fn complete(state: State, body: web::Json<Value>) -> HttpResponse {
     let call = ChatCall::from_body(body.into_inner());
     state.1.lock().unwrap_or_else(|p| p.into_inner()).push(call.clone());
+    let prompt_chars = call.system.chars().count() + call.user.chars().count();
+    let asked = call.body["model"].as_str().unwrap_or("flexrun-stand-in").to_string();
     let reply = (state.0)(call).await;
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
     match reply.answer {
-        Answer::Content(content) => HttpResponse::Ok().json(json!({
-            "id": "chatcmpl-standin",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "flexrun-stand-in",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content}}],
-        })),
+        Answer::Content(content) => {
+            let mut completion = json!({
+                "id": "chatcmpl-standin",
+                "object": "chat.completion",
+                "created": 0,
+                "model": reply.model.unwrap_or(asked),
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": content}}],
+            });
+            let usage = match reply.usage {
+                Reported::Estimate => Some(estimate(prompt_chars, content.chars().count())),
+                Reported::Block(usage) => Some(usage),
+                Reported::Nothing => None,
+            };
+            if let Some(usage) = usage {
+                completion["usage"] = usage;
+            }
+            HttpResponse::Ok().json(completion)
+        }
         Answer::Error { status, message, retry_after } => {
             let status = actix_web::http::StatusCode::from_u16(status)
                 .unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
@@ -187,6 +238,16 @@ async fn complete(state: State, body: web::Json<Value>) -> HttpResponse {
             HttpResponse::Ok().content_type("application/json").streaming(broken)
         }
     }
+}
+
+/// A `usage` block for a prompt and an answer of these lengths: a token per four characters.
+fn estimate(prompt_chars: usize, answer_chars: usize) -> Value {
+    let (prompt, completion) = (prompt_chars.div_ceil(4), answer_chars.div_ceil(4));
+    json!({
+        "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    })
 }
 
 #[cfg(test)]

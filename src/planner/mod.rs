@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::config::PlannerResponseFormat;
 use crate::llm::{ChatRequest, LlmClient, LlmError, Purpose, ResponseShape, parse_json_content};
 use crate::plan::Diagnostic;
+use flexrun_core::usage::Metered;
 
 pub use flexrun_core::planner::*;
 
@@ -27,13 +28,13 @@ impl Planner {
         self.llm.model()
     }
 
-    /// Asks for one draft. The outer error is a failed call; the inner one a reply that is not JSON
-    /// (a content problem, handled like any other rejected draft).
+    /// Asks for one draft, with the call's usage. The outer error is a failed call; the inner one
+    /// a reply that is not JSON (a content problem, handled like any other rejected draft).
     pub async fn draft(
         &self,
         input: &PromptInput<'_>,
         timeout: Duration,
-    ) -> Result<Result<Value, Diagnostic>, LlmError> {
+    ) -> Metered<Result<Result<Value, Diagnostic>, LlmError>> {
         let slot = self.llm.slot().await;
         let (system, user) = prompt::build(input);
         let shape = match self.format {
@@ -43,7 +44,7 @@ impl Planner {
             PlannerResponseFormat::JsonObject => ResponseShape::JsonObject,
             PlannerResponseFormat::None => ResponseShape::Text,
         };
-        let content = slot.complete(ChatRequest { purpose: Purpose::Planner, system, user, shape, timeout }).await?;
-        Ok(parse_json_content(&content).map_err(|problem| Diagnostic::not_json(&problem)))
+        let called = slot.complete(ChatRequest { purpose: Purpose::Planner, system, user, shape, timeout }).await;
+        called.map(|content| Ok(parse_json_content(&content?).map_err(|problem| Diagnostic::not_json(&problem))))
     }
 }

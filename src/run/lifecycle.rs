@@ -118,6 +118,7 @@ pub async fn start(
         owner: Some(owner.to_string()),
         parent_run_id: envelope.rerun_of.clone(),
         max_replans: Some(i32::try_from(replan_limits.max_replans).unwrap_or(i32::MAX)),
+        usage: None,
     };
     // Subscribed before the first commit: the stream gets every frame, `start` first.
     let live = services.bus.subscribe(run_id.as_str());

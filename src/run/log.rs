@@ -24,6 +24,7 @@ use super::lease::notify;
 use super::projection::{RowWrite, project, stored};
 use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;
+use super::usage::{Caller, Unrecorded};
 use crate::events::payload::ReplanReason;
 use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
 use crate::redact::Redaction;
@@ -32,6 +33,7 @@ use crate::store::runs::{self, Outcome, Progress, RunRow};
 use crate::store::{Store, StoreError, events, leases};
 use crate::telemetry;
 use crate::thread::ThreadRule;
+use flexrun_core::usage::{CallUsage, Usage};
 
 /// Why an event was not recorded.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +72,11 @@ pub struct RunLog {
     created: Option<(RunRow, ThreadRule)>,
     /// The replans the staged events grant, counted in the metrics once committed.
     granted: Vec<ReplanReason>,
+    /// Model calls made whose outcome is not staged yet: their usage goes on the frame that
+    /// records it (`flexrun_core::run::usage`).
+    unrecorded: Unrecorded,
+    /// A staged frame recorded usage: the next commit saves the run's total to its row.
+    usage_changed: bool,
 }
 
 impl RunLog {
@@ -111,6 +118,8 @@ impl RunLog {
             row,
             created,
             granted: Vec::new(),
+            unrecorded: Unrecorded::default(),
+            usage_changed: false,
             state,
         }
     }
@@ -131,11 +140,13 @@ impl RunLog {
     /// by the next [`Self::commit`]. Only for events a commit follows at once, with no call to
     /// wait on in between: a frame is sent only after it is committed.
     pub fn stage(&mut self, events: Vec<Event>) -> Result<(), ApplyError> {
-        for event in events {
+        for mut event in events {
+            self.unrecorded.attach(&mut event, &self.state.usage);
             // The frame shows milliseconds: the state applies the time the frame shows.
             let at = At { seq: self.state.last_seq.next(), timestamp: Utc::now().trunc_subsecs(3) };
             let rows = project(&self.state, at, &event);
             self.state.apply(at, &event)?;
+            self.usage_changed |= event.usage().is_some();
             self.granted.extend(event.granted_replan());
             self.header.plan_version = Some(self.state.plan_version()).filter(|v| *v > 0);
             let frame = Frame::encode_at(&self.header, at.seq, at.timestamp, &event, &self.redaction);
@@ -144,6 +155,14 @@ impl RunLog {
             self.staged.push(frame);
         }
         Ok(())
+    }
+
+    /// A model call `caller` made that got an answer: its usage is recorded on the frame that
+    /// records the call's outcome, when that is staged.
+    pub fn called(&mut self, caller: Caller, usage: Option<CallUsage>) {
+        if let Some(usage) = usage {
+            self.unrecorded.add(caller, usage);
+        }
     }
 
     /// Writes that no frame carries (a goal evaluation, an operator's decision record), made by
@@ -168,6 +187,11 @@ impl RunLog {
     }
 
     async fn write(&mut self) -> Result<(), LogError> {
+        if std::mem::take(&mut self.usage_changed) {
+            // Lists show the total; the breakdown by model is the run document's.
+            let total = Usage { by_model: None, ..self.state.usage.total.clone() };
+            self.rows.push(RowWrite::Usage(serde_json::to_string(&total).unwrap_or_default()));
+        }
         let created = self.created.take();
         let change = self.run_change(created);
         let row_changed = change.is_some();

@@ -24,6 +24,7 @@ use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::plans::{self, PlanNodeRow, RunOutputRow};
 use crate::store::runs::{self, RunRow};
 use crate::store::{StoreError, events, leases};
+use flexrun_core::usage::Usage;
 
 /// A run with its plan versions, nodes, goal evaluations and operator requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +95,9 @@ pub struct RunSummary {
     /// The run this one was started again from (`metadata.rerunOf`).
     #[serde(default)]
     pub parent_run_id: Option<String>,
+    /// What its model calls used and cost, with a breakdown by model.
+    #[serde(default)]
+    pub usage: Option<Usage>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -104,6 +108,9 @@ pub struct PlanVersionView {
     /// Why this version replaced the one before (`null` for the first plan).
     pub trigger: Option<ReplanInfo>,
     pub created_at: DateTime<Utc>,
+    /// What producing this version (its drafts) and running its steps used.
+    #[serde(default)]
+    pub usage: Option<Usage>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -119,6 +126,9 @@ pub struct NodeView {
     pub started_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
     pub post_condition_results: Value,
+    /// What this node's model calls in this plan version used (none: it made none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -168,6 +178,10 @@ pub struct RunListEntry {
     pub error: Option<String>,
     /// The run's cap on replans (`policies.replan.maxReplans`, else the configured one).
     pub max_replans: Option<u32>,
+    /// What its model calls used and cost, in all (none for runs stored before usage was
+    /// recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -247,6 +261,7 @@ impl RunListEntry {
                 Some(cap) => u32::try_from(cap).ok(),
                 None => super::legacy::max_replans(&row.envelope, settings),
             },
+            usage: row.usage.as_deref().and_then(|usage| serde_json::from_str(usage).ok()),
             created_at: row.created_at.and_utc(),
             updated_at: row.updated_at.and_utc(),
         }
@@ -355,6 +370,7 @@ impl RunView {
             updated_at: row.updated_at.and_utc(),
             last_seq: state.last_seq.get(),
             parent_run_id: row.parent_run_id.clone(),
+            usage: Some(state.usage.total.clone()),
         };
         let plan_versions = state
             .plans
@@ -364,6 +380,7 @@ impl RunView {
                 plan: Plan::clone(&v.plan),
                 trigger: v.replan.clone(),
                 created_at: v.at,
+                usage: Some(state.usage.versions.get(&v.plan.version).cloned().unwrap_or_default()),
             })
             .collect();
         let decisions = &rows.decisions;
@@ -372,7 +389,7 @@ impl RunView {
             envelope,
             context: state.context.clone(),
             plan_versions,
-            nodes: rows.nodes.iter().map(node).collect(),
+            nodes: rows.nodes.iter().map(|row| node(row, state)).collect(),
             outputs: rows.outputs.iter().map(evaluation).collect(),
             hitl_requests: rows
                 .requests
@@ -439,8 +456,10 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-fn node(row: &PlanNodeRow) -> NodeView {
+fn node(row: &PlanNodeRow, state: &RunState) -> NodeView {
+    let version = u32::try_from(row.plan_version).unwrap_or_default();
     NodeView {
+        usage: state.usage.nodes.get(&(version, row.node_id.clone())).cloned(),
         plan_version: row.plan_version,
         node_id: row.node_id.clone(),
         position: row.position,

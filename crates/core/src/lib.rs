@@ -31,5 +31,6 @@ pub mod run;
 pub mod runtime_policy;
 pub mod settings;
 pub mod timeouts;
+pub mod usage;
 pub mod validation;
 pub mod vocabulary;

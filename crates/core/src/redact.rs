@@ -8,12 +8,17 @@
 //!
 //! - a run of its words spells one of the marker words, or its plural: `apiKey`, `X-Api-Key`,
 //!   `client_secret`, `refresh_token`, `Auth-Token`, `sessionId`, `clientId`, `jwt` and
-//!   `credentials` do (plurals count, so `maxTokens` does too: hiding a harmless value is the
+//!   `credentials` do (plurals count, so `accessTokens` does too: hiding a harmless value is the
 //!   safer mistake); `author`, `tokenizer` and `clientIdentifier` do not;
 //! - or its words end with a last-word marker (`key`), or its plural: `key`, `keys`, `signingKey`,
 //!   `ssh_key`, `primaryKey` do. `key` only counts as the last word, because a key that begins
 //!   with it names what is key, not a key: `keyPoints`, `key_findings` and `keyId` are shown, and
 //!   so are `keyword`, `keyboard` and `monkey`, where it is not a word of its own.
+//!
+//! Except the keys that count tokens ([`TOKEN_COUNTS`]: `inputTokens`, `max_tokens`, …): they
+//! spell `tokens`, but name a number of them — a model call's usage, a budget — which the
+//! usage and budget views exist to show. Only these exact keys are exempt: `accessTokens` or
+//! `refresh_tokens` still name secrets.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -45,6 +50,24 @@ pub const DEFAULT_MARKERS: [&str; 18] = [
     "passphrase",
     "jwt",
     "clientid",
+];
+
+/// Keys that count tokens, shown whatever their words spell: the usage of model calls as flexrun
+/// and Chat Completions write it, LangChain's `usage_metadata`, and token budgets.
+pub const TOKEN_COUNTS: [&str; 13] = [
+    "inputTokens",
+    "outputTokens",
+    "cachedInputTokens",
+    "reasoningTokens",
+    "maxTokens",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "max_tokens",
 ];
 
 /// The marker words flexrun redacts when a key's words end with them (or their plural): see the
@@ -117,7 +140,7 @@ impl Redaction {
         // bit of `m - 1` is set exactly when none is missing.
         let absent = !present;
         let spellable = self.letters.iter().fold(0u32, |any, letters| any | ((letters & absent).wrapping_sub(1) >> 31));
-        if spellable == 0 {
+        if spellable == 0 || TOKEN_COUNTS.iter().any(|count| count.as_bytes() == key) {
             return false;
         }
         // A marker is spelled from the start of a word: look only there, and only where the word
@@ -399,7 +422,9 @@ mod tests {
             "AWS_SECRET_ACCESS_KEY",
             "api.key",
             "APIKey",
-            "maxTokens",
+            "accessTokens",
+            "refresh_tokens",
+            "MaxTokens",
             "tokenId",
             "refresh_token",
             "jwt",
@@ -437,6 +462,11 @@ mod tests {
             "clientIdentifier",
             "client",
             "",
+            "inputTokens",
+            "cachedInputTokens",
+            "maxTokens",
+            "prompt_tokens",
+            "total_tokens",
         ] {
             assert!(!r.is_secret(plain), "{plain}");
         }

@@ -277,6 +277,7 @@ mod tests {
             owner: None,
             parent_run_id: None,
             max_replans: Some(4),
+            usage: None,
         }
     }
 

@@ -43,6 +43,8 @@ pub struct RunRow {
     /// The replan cap the run was started with (its `start` frame's); `None` for runs stored
     /// before `start` recorded it.
     pub max_replans: Option<i32>,
+    /// The run's model usage in all (JSON); `None` for runs stored before it was recorded.
+    pub usage: Option<String>,
 }
 
 /// The counters and plan version of a run, saved together whenever one of them changes.
@@ -110,6 +112,13 @@ pub fn ids_with_status(conn: &mut DbConn, statuses: &[RunStatus]) -> Result<Vec<
 pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {
     let statement =
         prepared!(update(runs::table, (progress, runs::updated_at.eq(Stamp::now())), runs::run_id.eq(run_id)));
+    super::on_backend!(conn, |c| statement.execute(c))?;
+    Ok(())
+}
+
+/// Stores a run's model usage in all (JSON).
+pub fn save_usage(conn: &mut DbConn, run_id: &str, usage: &str) -> Result<(), StoreError> {
+    let statement = prepared!(update(runs::table, runs::usage.eq(usage), runs::run_id.eq(run_id)));
     super::on_backend!(conn, |c| statement.execute(c))?;
     Ok(())
 }

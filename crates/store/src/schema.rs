@@ -42,6 +42,7 @@ diesel::table! {
         lease_expires_at -> Nullable<Timestamp>,
         crash_attempts -> Integer,
         max_replans -> Nullable<Integer>,
+        usage -> Nullable<Text>,
     }
 }
 

@@ -119,13 +119,32 @@ fn nullable(kind: &str) -> Value {
     json!({"type": [kind, "null"]})
 }
 
+/// What model calls used and cost (`flexrun_core::usage`): a count a call did not report, or a
+/// cost of a model without a price, is `null`.
+fn usage() -> Value {
+    let count = nullable("integer");
+    let tally = json!({"calls": {"type": "integer", "minimum": 0}, "inputTokens": count, "outputTokens": count,
+                       "cachedInputTokens": count, "reasoningTokens": count,
+                       "costUsd": {"type": ["number", "null"], "minimum": 0,
+                                   "description": "US dollars, rounded to 1e-6"}});
+    let mut properties = tally.as_object().cloned().unwrap_or_default();
+    properties.insert("models".into(), json!({"type": "array", "items": {"type": "string"}}));
+    properties.insert(
+        "byModel".into(),
+        json!({"type": "object", "additionalProperties": {"type": "object", "properties": tally}}),
+    );
+    json!({"type": "object", "required": ["calls", "inputTokens", "outputTokens", "cachedInputTokens",
+                                          "reasoningTokens", "costUsd", "models"],
+           "properties": properties})
+}
+
 pub(super) fn run_list() -> Value {
     let entry = json!({"type": "object",
         "required": ["runId", "status", "objective", "planVersion", "replans", "createdAt", "updatedAt"],
         "properties": {"runId": {"type": "string"}, "status": run_status(), "objective": {"type": "string"},
                        "threadId": nullable("string"), "planVersion": {"type": "integer"},
                        "replans": {"type": "integer"}, "error": nullable("string"),
-                       "maxReplans": nullable("integer"),
+                       "maxReplans": nullable("integer"), "usage": usage(),
                        "createdAt": {"type": "string"}, "updatedAt": {"type": "string"}}});
     json!({"type": "object", "required": ["runs", "nextCursor"],
            "properties": {"runs": {"type": "array", "items": entry}, "nextCursor": nullable("string")}})
@@ -137,7 +156,8 @@ pub(super) fn run_document() -> Value {
            "properties": {
                "run": {"type": "object", "required": ["runId", "status", "objective", "planVersion"],
                        "properties": {"runId": {"type": "string"}, "status": {"type": "string"},
-                                      "objective": {"type": "string"}, "planVersion": {"type": "integer"}}},
+                                      "objective": {"type": "string"}, "planVersion": {"type": "integer"},
+                                      "usage": usage()}},
                "envelope": {"type": "object"}, "planVersions": array, "nodes": array,
                "outputs": array, "hitlRequests": array,
                "lease": {"type": "object", "description": "Several nodes on PostgreSQL only: which node drives the run",

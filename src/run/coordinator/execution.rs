@@ -14,9 +14,12 @@ use crate::plan::{NodeId, NodeStatus, PlanNode};
 use crate::run::decide::post_conditions::{self, Failed as PostConditionsFailed};
 use crate::run::decide::{Effect, Failure, Outcome, ending, execution, policies, signals};
 use crate::run::log::LogError;
+use crate::run::usage::Caller;
+use flexrun_core::usage::Metered;
 
-/// A node's capability call in flight: it returns the node's id with the reply.
-type NodeRun = BoxFuture<'static, (NodeId, Result<Reply, CapabilityError>)>;
+/// A node's capability call in flight: it returns the node's id with the reply (and the usage
+/// of its model call).
+type NodeRun = BoxFuture<'static, (NodeId, Metered<Result<Reply, CapabilityError>>)>;
 
 impl Coordinator {
     /// Runs every pending node of the current plan, independent ones concurrently. After a node
@@ -56,7 +59,7 @@ impl Coordinator {
                 break;
             }
             let waits = self.before_waiting().await?;
-            let (node_id, result) = match waits.until(running.next()).await {
+            let (node_id, called) = match waits.until(running.next()).await {
                 Ok(Some(next)) => next,
                 Ok(None) => break,
                 Err(interrupt) => {
@@ -71,11 +74,12 @@ impl Coordinator {
                     return Ok(Step::Ended);
                 }
             };
+            self.log.called(Caller::Node(node_id.to_string()), called.usage);
             let Some(node) = plan.node(&node_id).cloned() else { continue };
             // While a replan is on its way, the plan is being replaced: no policy is looked at and
             // a further REPLAN signal asks for nothing more.
             let replacing = replan_asked.is_some();
-            match self.on_reply(&node, result, replacing, first_failure.is_none(), &mut running)? {
+            match self.on_reply(&node, called.result, replacing, first_failure.is_none(), &mut running)? {
                 Effect::Continue => {}
                 Effect::Replan(replan) => {
                     replan_asked.get_or_insert(replan);
@@ -212,7 +216,7 @@ impl Coordinator {
             }
             let result = match capability {
                 Some(capability) => executors.run(&capability, &bundle, &timeouts).await,
-                None => Err(CapabilityError::NotRegistered(bundle.capability_id.clone())),
+                None => Metered::unmetered(Err(CapabilityError::NotRegistered(bundle.capability_id.clone()))),
             };
             (node_id, result)
         })

@@ -11,6 +11,8 @@ use crate::planner::{self, PromptInput};
 use crate::run::decide::execution::{approval, retry};
 use crate::run::decide::{Failure, planning};
 use crate::run::log::LogError;
+use crate::run::usage::Caller;
+use flexrun_core::usage::Metered;
 
 /// What one planner call came to: a draft (or a reply that is no draft at all), or the failure
 /// that ends the run.
@@ -80,10 +82,14 @@ impl Coordinator {
             let waits = self.before_waiting().await?;
             // Boxed: the call is kilobytes of state, which the coordinator's own future would
             // otherwise hold for the whole run (and every open run has one).
-            let error = match waits.until(Box::pin(self.ask_planner(replan, rejected))).await {
-                Ok(Ok(draft)) => return Ok(Ok(draft)),
-                Ok(Err(error)) => error,
+            let called = match waits.until(Box::pin(self.ask_planner(replan, rejected))).await {
+                Ok(called) => called,
                 Err(interrupt) => return Ok(Err(self.interrupted(interrupt))),
+            };
+            self.log.called(Caller::Planner, called.usage);
+            let error = match called.result {
+                Ok(draft) => return Ok(Ok(draft)),
+                Err(error) => error,
             };
             let transient = error.is_transient();
             let next = if transient { backoff.next_retry(error.retry_after()) } else { None };
@@ -102,7 +108,7 @@ impl Coordinator {
         &self,
         replan: &Option<ReplanInfo>,
         rejected: &[Diagnostic],
-    ) -> Result<Result<Value, Diagnostic>, LlmError> {
+    ) -> Metered<Result<Result<Value, Diagnostic>, LlmError>> {
         let capabilities: Vec<_> = self.capabilities.values().cloned().collect();
         let run = self.run();
         let input = PromptInput {

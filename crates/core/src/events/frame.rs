@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::Seq;
 use super::payload::*;
 use crate::redact::Redaction;
+use crate::usage::Usage;
 
 /// Declares the frame types once: from this one list come [`FrameKind`] (its names, `ALL`),
 /// [`Event`] (a variant per type, carrying the payload of the same name) and the mapping between
@@ -101,6 +102,30 @@ impl Event {
                 resolved.replan.as_ref().map(|replan| replan.reason)
             }
             _ => None,
+        }
+    }
+
+    /// The model usage this frame records (`crate::run::usage`): its calls', or the run's total
+    /// on `complete`.
+    pub fn usage(&self) -> Option<&Usage> {
+        match self {
+            Self::PlanRejected(p) => p.usage.as_deref(),
+            Self::PlanGenerated(p) => p.usage.as_deref(),
+            Self::NodeComplete(n) => n.usage.as_deref(),
+            Self::NodeError(n) => n.usage.as_deref(),
+            Self::ValidationError(v) => v.usage.as_deref(),
+            Self::HitlRequest(h) => h.usage.as_deref(),
+            Self::PolicyTriggered(p) => p.usage.as_deref(),
+            Self::Complete(c) => c.usage.as_deref(),
+            Self::Start(_)
+            | Self::PlanRequested(_)
+            | Self::PlanUpdated(_)
+            | Self::NodeStart(_)
+            | Self::GoalConditionFailed(_)
+            | Self::PolicyUpdate(_)
+            | Self::HitlResolved(_)
+            | Self::Log(_)
+            | Self::Retry(_) => None,
         }
     }
 

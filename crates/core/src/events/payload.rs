@@ -18,6 +18,7 @@ use crate::excerpt;
 pub use crate::plan::Phase;
 use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
 pub use crate::runtime_policy::TriggerKind;
+use crate::usage::Usage;
 
 /// A run's first frame. Besides who the run is, it records what a reader of the run needs from
 /// the envelope — the inputs that seed its context and the replan caps it was promised — so that
@@ -203,6 +204,10 @@ pub struct PlanRejected {
     pub attempt: u32,
     pub phase: Phase,
     pub diagnostics: Vec<Diagnostic>,
+    /// What the model calls whose outcome this frame records used (`crate::usage`); none
+    /// without model calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<Usage>>,
 }
 
 /// The plan as frames show it.
@@ -220,6 +225,10 @@ pub struct PlanGenerated {
     pub plan: PlanView,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replan: Option<ReplanInfo>,
+    /// What the model calls whose outcome this frame records used (`crate::usage`); none
+    /// without model calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<Usage>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -279,6 +288,10 @@ pub struct NodeComplete {
     /// The capability's post-conditions on this output (all hold).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub post_condition_results: Vec<GoalConditionResult>,
+    /// What the model calls whose outcome this frame records used (`crate::usage`); none
+    /// without model calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<Usage>>,
 }
 
 /// The post-condition results of a completed node, as `complete` summarises them.
@@ -320,6 +333,10 @@ pub struct NodeError {
     pub capability_id: String,
     pub label: String,
     pub error: ErrorInfo,
+    /// What the model calls whose outcome this frame records used (`crate::usage`); none
+    /// without model calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<Usage>>,
 }
 
 /// Which output broke its contract.
@@ -348,6 +365,10 @@ pub struct ValidationError {
     pub node_id: Option<String>,
     pub scope: ValidationScope,
     pub errors: Vec<SchemaViolation>,
+    /// What the model calls whose outcome this frame records used (`crate::usage`); none
+    /// without model calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<Usage>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -465,6 +486,9 @@ pub struct Complete {
     /// The latest post-condition results of every node whose capability has post-conditions.
     #[serde(rename = "post_condition_results", default, skip_serializing_if = "Vec::is_empty")]
     pub post_condition_results: Vec<PostConditionSummary>,
+    /// The run's usage: every model call it made, with a breakdown by model (`byModel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<Usage>>,
 }
 
 impl Complete {
@@ -624,6 +648,9 @@ struct TaskIdentity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HitlRequest {
     pub request: HitlRequestInfo,
+    /// A node's question: the usage of the calls that asked it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<Usage>>,
 }
 
 /// Where a request went when it left `pending`.
@@ -773,4 +800,8 @@ pub struct PolicyTriggered {
     pub run_id: String,
     pub trigger: Trigger,
     pub replan: ReplanInfo,
+    /// The usage of the calls of nodes whose attempt the replan supersedes (the signal that
+    /// asked for it, replies that came while it was on its way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<Usage>>,
 }

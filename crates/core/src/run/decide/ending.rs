@@ -22,6 +22,7 @@ pub fn completed(state: &RunState, output: Value, results: Vec<GoalConditionResu
         goal_condition_results: (!results.is_empty()).then_some(results),
         error: None,
         post_condition_results: state.post_conditions.passed.clone(),
+        usage: None,
     })]
 }
 
@@ -38,6 +39,7 @@ pub fn failed(state: &RunState, failure: Failure, mut prelude: Vec<Event>) -> Ve
         goal_condition_results: failure.goal_condition_results,
         error: Some(error),
         post_condition_results: state.post_conditions.passed.clone(),
+        usage: None,
     }));
     prelude
 }
@@ -56,6 +58,7 @@ pub fn stopped(state: &RunState, failure: Failure) -> Vec<Event> {
                 capability_id: node.capability_id.clone(),
                 label: node.label.clone(),
                 error: error.clone(),
+                usage: None,
             })
         })
         .collect();
@@ -71,6 +74,7 @@ pub fn node_failed(node: &PlanNode, error: &CapabilityError) -> (Vec<Event>, Fai
             node_id: Some(node.id.to_string()),
             scope: ValidationScope::CapabilityOutput,
             errors: violations.clone(),
+            usage: None,
         }));
     }
     node_error(node, error.code(), error.to_string(), prelude)
@@ -84,6 +88,7 @@ pub fn node_error(node: &PlanNode, code: &str, message: String, mut events: Vec<
         capability_id: node.capability_id.clone(),
         label: node.label.clone(),
         error: ErrorInfo::new(code, &message),
+        usage: None,
     }));
     (events, failure)
 }

@@ -132,6 +132,7 @@ pub fn completed(
         output,
         executor_type: None,
         post_condition_results,
+        usage: None,
     })])
 }
 
@@ -205,7 +206,10 @@ pub fn resumed(status: RunStatus, interrupted: &[String]) -> Event {
 /// An approval request of the run about `subject`: the plan, or its result.
 pub fn approval(run: &Run, subject: HitlSubject, context: Value) -> Event {
     let question = operator::question(subject, run.state.plan_version());
-    Event::HitlRequest(HitlRequest { request: run.request(HitlKind::Approval, subject, question, None, context) })
+    Event::HitlRequest(HitlRequest {
+        request: run.request(HitlKind::Approval, subject, question, None, context),
+        usage: None,
+    })
 }
 
 #[cfg(test)]

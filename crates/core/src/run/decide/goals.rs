@@ -74,6 +74,7 @@ pub fn evaluate(run: &Run) -> Evaluated {
             node_id: None,
             scope: ValidationScope::FinalOutput,
             errors: violations,
+            usage: None,
         })];
         let mut failure =
             Failure::new("final_output_invalid", "The composed output does not match the output contract");

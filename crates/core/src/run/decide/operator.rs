@@ -258,6 +258,7 @@ fn failed(code: &str, message: String, extra: Value) -> Event {
         goal_condition_results: None,
         error: Some(error),
         post_condition_results: Vec::new(),
+        usage: None,
     })
 }
 
@@ -302,6 +303,7 @@ fn accept_candidate(pending: &Pending, now: DateTime<Utc>, decision: &mut Decisi
         output,
         executor_type: None,
         post_condition_results: request.post_condition_results,
+        usage: None,
     }));
 }
 
@@ -323,12 +325,14 @@ fn submission(
                 node_id: Some(node_id.clone()),
                 scope: ValidationScope::CapabilityOutput,
                 errors: problems,
+                usage: None,
             }),
             Event::NodeError(NodeError {
                 node_id,
                 capability_id: pending.capability_id.clone(),
                 label: pending.label.clone(),
                 error: ErrorInfo::new(HUMAN_OUTPUT_INVALID, &message),
+                usage: None,
             }),
         ]);
     }
@@ -342,6 +346,7 @@ fn submission(
             output: output.clone(),
             executor_type: Some(ExecutorType::Human),
             post_condition_results: Vec::new(),
+            usage: None,
         }),
     ]);
     decision.record = Some(record(pending, Verdict::Submitted, None, Some(output), &actor));
@@ -394,6 +399,7 @@ fn refuse_node(pending: &Pending, code: &'static str, message: String, details: 
             capability_id: pending.capability_id.clone(),
             label: pending.label.clone(),
             error: ErrorInfo::new(code, &message),
+            usage: None,
         }),
         complete,
     ]);
@@ -437,6 +443,7 @@ fn replan(run: &Operated, feedback: Option<String>, actor: Actor) -> Result<Deci
             details: json!({"feedback": feedback, "operator": actor.operator, "note": actor.note}),
         },
         replan: info,
+        usage: None,
     }));
     Ok(Decision::of(events))
 }
@@ -467,6 +474,7 @@ fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Decision, Refus
         goal_condition_results: None,
         error: Some(cancelled_error(&actor)),
         post_condition_results: Vec::new(),
+        usage: None,
     }));
     Ok(Decision::of(events))
 }

@@ -98,6 +98,7 @@ pub fn install(run: &Run, plan: Plan, replan: Option<ReplanInfo>) -> Vec<Event> 
     events.push(Event::PlanGenerated(PlanGenerated {
         plan: PlanView { run_id: run.state.run_id.to_string(), plan },
         replan,
+        usage: None,
     }));
     events.extend(updated);
     events
@@ -105,7 +106,7 @@ pub fn install(run: &Run, plan: Plan, replan: Option<ReplanInfo>) -> Vec<Event> 
 
 /// The frame of a draft that failed validation; another draft follows (or the round fails).
 pub fn rejected(attempt: u32, phase: Phase, diagnostics: Vec<Diagnostic>) -> Event {
-    Event::PlanRejected(PlanRejected { attempt, phase, diagnostics })
+    Event::PlanRejected(PlanRejected { attempt, phase, diagnostics, usage: None })
 }
 
 /// How a round fails whose drafts were all rejected (the last with `diagnostics`).

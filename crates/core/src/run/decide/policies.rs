@@ -156,7 +156,7 @@ pub fn ask_operator(
         context.extend(follow_ups.clone());
     }
     let request = run.request(HitlKind::Approval, HitlSubject::Policy, question, node, context);
-    Event::HitlRequest(HitlRequest { request })
+    Event::HitlRequest(HitlRequest { request, usage: None })
 }
 
 /// What a frame says about a policy that acted.

@@ -33,7 +33,7 @@ fn clarification(run: &Run, node: &PlanNode, question: String, context: Option<V
     }
     let details = json!({"capabilityId": node.capability_id, "label": node.label, "context": context});
     let request = run.request(HitlKind::Clarify, HitlSubject::Node, question, Some(node), details);
-    Outcome::go_on(vec![Event::HitlRequest(HitlRequest { request })])
+    Outcome::go_on(vec![Event::HitlRequest(HitlRequest { request, usage: None })])
 }
 
 /// A capability found the remaining plan invalid. A granted replan is announced when it starts
@@ -67,6 +67,7 @@ pub fn announce(run: &Run, replan: &ReplanInfo) -> Event {
         run_id: run.state.run_id.to_string(),
         trigger: Trigger { reason: replan.reason, details: replan.details() },
         replan: replan.clone(),
+        usage: None,
     })
 }
 

@@ -206,7 +206,7 @@ pub fn two_nodes() -> Plan {
 }
 
 pub fn generated(plan: Plan, replan: Option<ReplanInfo>) -> Event {
-    Event::PlanGenerated(PlanGenerated { plan: PlanView { run_id: "r".into(), plan }, replan })
+    Event::PlanGenerated(PlanGenerated { plan: PlanView { run_id: "r".into(), plan }, replan, usage: None })
 }
 
 pub fn node_start(id: &str, capability: &str) -> Event {
@@ -231,6 +231,7 @@ pub fn node_complete(id: &str, capability: &str, output: Value) -> Event {
         output,
         executor_type: None,
         post_condition_results: Vec::new(),
+        usage: None,
     })
 }
 
@@ -240,6 +241,7 @@ pub fn node_error(id: &str, capability: &str, code: &str) -> Event {
         capability_id: capability.into(),
         label: id.into(),
         error: ErrorInfo { code: code.into(), message: "it broke".into() },
+        usage: None,
     })
 }
 
@@ -256,6 +258,7 @@ pub fn request(id: &str, kind: HitlKind, subject: HitlSubject, node: Option<&str
             node_id: node.map(String::from),
             context,
         },
+        usage: None,
     })
 }
 

@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::context::{NodeOutput, RunContext};
 use super::id::RunId;
 use super::status::{RunStatus, UnknownStatus};
+use super::usage::RunUsage;
 use crate::budget::{ReplanCounts, ReplanLimits};
 use crate::capability::Clarification;
 use crate::condition::GoalConditionResult;
@@ -109,6 +110,8 @@ pub struct RunState {
     pub end: Option<Complete>,
     /// The replan caps the run was started with (its `start` frame).
     pub replan_limits: Option<ReplanLimits>,
+    /// What the run's model calls used, as its frames record it.
+    pub usage: RunUsage,
 }
 
 /// Why an event cannot be applied: the log is not one flexrun wrote (or a bug wrote it).
@@ -154,6 +157,7 @@ impl RunState {
             context: RunContext::default(),
             end: None,
             replan_limits: None,
+            usage: RunUsage::default(),
         }
     }
 
@@ -225,6 +229,7 @@ impl RunState {
         if let Some(reason) = event.granted_replan() {
             count(&mut self.replans, reason);
         }
+        self.usage.apply(event, self.plan_version());
         match event {
             Event::Start(start) => self.start(at, start),
             Event::PlanRequested(request) => {

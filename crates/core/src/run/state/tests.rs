@@ -117,6 +117,7 @@ fn a_signal_replan_counts_but_does_not_restart_the_clock_of_the_time_limit() {
             run_id: "r".into(),
             trigger: Trigger { reason: ReplanReason::CapabilitySignal, details: json!({}) },
             replan: replan.clone(),
+            usage: None,
         }),
         requested(2, Some(replan)),
     ]);
@@ -246,6 +247,7 @@ fn operator_replans_and_cancels_move_a_waiting_run() {
                 run_id: "r".into(),
                 trigger: Trigger { reason: ReplanReason::OperatorReplan, details: json!({}) },
                 replan: replan.clone(),
+                usage: None,
             }),
         ],
     );
@@ -261,6 +263,7 @@ fn operator_replans_and_cancels_move_a_waiting_run() {
         goal_condition_results: None,
         error: Some(json!({"code": "cancelled"})),
         post_condition_results: Vec::new(),
+        usage: None,
     };
     apply_all(&mut state, &[Event::Complete(cancelled.clone())]);
     assert_eq!(state.status, RunStatus::Cancelled);
@@ -285,6 +288,7 @@ fn logs_flexrun_did_not_write_are_refused() {
         goal_condition_results: None,
         error: Some(json!({"code": "planner_error"})),
         post_condition_results: Vec::new(),
+        usage: None,
     };
     apply_all(&mut ended, &[Event::Complete(done)]);
     let after_end = ended.apply(At { seq: seq(4), timestamp: t0() }, &requested(2, None));
