@@ -35,6 +35,8 @@ const RUNS_ENDED: &str = "flexrun_runs_ended_total";
 const REPLANS: &str = "flexrun_replans_total";
 const MODEL_CALLS: &str = "flexrun_model_calls_total";
 const MODEL_DURATION: &str = "flexrun_model_call_duration_seconds";
+const MODEL_TOKENS: &str = "flexrun_model_tokens_total";
+const MODEL_COST: &str = "flexrun_model_cost_usd_total";
 const CAPABILITY_CALLS: &str = "flexrun_capability_calls_total";
 const CAPABILITY_DURATION: &str = "flexrun_capability_call_duration_seconds";
 const OPEN_STREAMS: &str = "flexrun_open_streams";
@@ -63,6 +65,16 @@ pub fn describe() {
     describe_counter!(REPLANS, "Replans granted, by reason (the reason the replan frames carry)");
     describe_counter!(MODEL_CALLS, "Model calls, by purpose (planner, capability) and outcome (ok or the error kind)");
     describe_histogram!(MODEL_DURATION, Unit::Seconds, "Model call latency, by purpose");
+    describe_counter!(
+        MODEL_TOKENS,
+        "Tokens model calls reported, by model and type (input, output, cached_input, reasoning); a model not \
+         configured is counted as `other`"
+    );
+    describe_gauge!(
+        MODEL_COST,
+        "US dollars model calls cost (priced by llm.prices), by model; only ever grows (a gauge, as the \
+         exporter's counters hold whole numbers)"
+    );
     describe_counter!(CAPABILITY_CALLS, "Capability calls, by agent type and outcome (ok, signal or the error code)");
     describe_histogram!(CAPABILITY_DURATION, Unit::Seconds, "Capability call latency, by agent type");
     describe_gauge!(OPEN_STREAMS, "SSE streams open now (run.stream, run.resume and runs/{id}/stream)");
@@ -145,6 +157,26 @@ pub fn replan(reason: &'static str) {
 pub fn model_call(purpose: &'static str, outcome: &'static str, elapsed: Duration) {
     counter!(MODEL_CALLS, "purpose" => purpose, "outcome" => outcome).increment(1);
     histogram!(MODEL_DURATION, "purpose" => purpose).record(elapsed.as_secs_f64());
+}
+
+/// What one answered model call used. `model` is a label from a fixed set: the caller passes a
+/// configured model's name, or `other`.
+pub fn model_usage(model: &str, usage: &flexrun_core::usage::CallUsage) {
+    let counts = &usage.counts;
+    let types = [
+        ("input", counts.input_tokens),
+        ("output", counts.output_tokens),
+        ("cached_input", counts.cached_input_tokens),
+        ("reasoning", counts.reasoning_tokens),
+    ];
+    for (kind, tokens) in types {
+        if let Some(tokens) = tokens.filter(|n| *n > 0) {
+            counter!(MODEL_TOKENS, "model" => model.to_string(), "type" => kind).increment(tokens);
+        }
+    }
+    if let Some(cost) = usage.cost {
+        gauge!(MODEL_COST, "model" => model.to_string()).increment(cost.dollars());
+    }
 }
 
 /// One capability call: `outcome` is `ok`, `signal` or the error's code.

@@ -33,6 +33,15 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     let second = rows[1].text().await.unwrap();
     assert!(second.contains("completed") && second.contains("v2"), "{second}");
     assert!(second.contains("1 of 4"), "replans made of the run's cap: {second}");
+    // What the run's model calls used: the cost (unknown: no prices are configured), the whole
+    // usage as the cell's title.
+    let usage: flexrun::usage::Usage =
+        serde_json::from_value(repaired.last().unwrap().payload["usage"].clone()).unwrap();
+    let calls = server.llm_calls().len();
+    assert_eq!(usage.tally.calls as usize, calls - 1, "every model call but the paused run's planner call");
+    let cost = rows[1].find(Locator::Css("[data-testid=cost]")).await.unwrap();
+    assert_eq!(cost.text().await.unwrap(), "$?");
+    assert_eq!(cost.attr("title").await.unwrap(), Some(usage.to_string()));
     browser.screenshot("runs").await;
 
     // Filters live in the URL.
@@ -58,6 +67,7 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     let shown = client.find_all(Locator::Css("[data-testid=events] li")).await.unwrap();
     assert_eq!(shown.len(), repaired.len(), "every frame once");
     assert_eq!(browser.text("[data-testid=status]").await, "completed");
+    assert_eq!(browser.text("[data-testid=usage]").await, usage.to_string());
 
     // The plan as a graph, its versions, and why v2 replaced v1.
     let versions = client.find_all(Locator::Css("nav.versions a")).await.unwrap();

@@ -257,12 +257,17 @@ async fn chat_server() -> TestServer {
     let answer = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}});
     capabilities.push(ai_capability("responder", &["messages"], &["answer"], answer));
     let options = Options { capabilities, ..Options::default() };
-    let script = script(|call| {
+    let usage = |prompt: u64, completion: u64, cached: u64, reasoning: u64| {
+        json!({"prompt_tokens": prompt, "completion_tokens": completion,
+               "prompt_tokens_details": {"cached_tokens": cached},
+               "completion_tokens_details": {"reasoning_tokens": reasoning}})
+    };
+    let script = script(move |call| {
         if call.is_planner() {
-            return plan(&[("reply", "responder")]);
+            return plan(&[("reply", "responder")]).usage(usage(100, 10, 0, 0));
         }
         let humans = call.user.matches("\"type\":\"human\"").count();
-        Reply::json(json!({"text": format!("answered after {humans} messages")}))
+        Reply::json(json!({"text": format!("answered after {humans} messages")})).usage(usage(50, 5, 20, 2))
     });
     TestServer::start_with(script, options).await
 }
@@ -278,11 +283,18 @@ async fn a_chat_input_is_answered_with_an_ai_message() {
     let message = message.unwrap_or_else(|| panic!("no messages event: {}", seen["parts"]));
     assert_eq!(message["data"][0]["type"], "ai");
     assert!(message["data"][0]["content"].as_str().unwrap().contains("answered after 1 messages"), "{message}");
+    // The run's two model calls, as LangChain's `usage_metadata`.
+    let usage = json!({"input_tokens": 150, "output_tokens": 15, "total_tokens": 165,
+                       "input_token_details": {"cache_read": 20}, "output_token_details": {"reasoning": 2}});
+    assert_eq!(message["data"][0]["usage_metadata"], usage, "{message}");
     assert!(server.planner_calls()[0].user.contains("Write a post about flexrun"), "the message is the objective");
     let messages = seen["state"]["values"]["messages"].as_array().unwrap();
     let kinds: Vec<&str> = messages.iter().map(|m| m["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["human", "ai", "human", "ai"], "the conversation so far");
     assert_eq!(messages[2]["content"], "And again?");
+    assert_eq!(messages[3]["usage_metadata"], usage, "each answer carries its own run's usage");
+    assert_eq!(seen["state"]["values"]["usage"]["calls"], 2, "values carry the run's usage");
+    assert_eq!(seen["state"]["values"]["usage"]["inputTokens"], 150);
     assert!(
         messages[3]["content"].as_str().unwrap().contains("answered after 2 messages"),
         "the history reached the model"

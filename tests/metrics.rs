@@ -115,3 +115,53 @@ async fn metrics_count_runs_replans_calls_streams_and_commits() {
     assert!(sample(&after, "flexrun_db_writes_per_commit_count") >= 10.0, "{after}");
     assert!(after.contains("# HELP flexrun_runs_ended_total"), "metrics are described");
 }
+
+/// Every answered call's tokens by model and type, and its cost; a model the configuration does
+/// not name is counted as `other` (a response names its model: labels stay a fixed set).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_tokens_and_cost_by_model() {
+    let usage = |prompt: u64, completion: u64| {
+        json!({"prompt_tokens": prompt, "completion_tokens": completion,
+               "prompt_tokens_details": {"cached_tokens": 100}, "completion_tokens_details": {"reasoning_tokens": 5}})
+    };
+    let model = StandIn::start(script(move |call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer")]).usage(usage(1_000, 200));
+        }
+        post(0.9).usage(usage(500, 40)).model("someone-elses-model")
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prices.toml");
+    std::fs::write(&config, "[llm.prices.\"test-model\"]\ninput_per_mtok = 1.0\noutput_per_mtok = 10.0\n").unwrap();
+    let config = config.display().to_string();
+    let env = [("FLEXRUN_CONFIG", config.as_str())];
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await;
+    let (_, response) = server.post_run(&envelope()).await;
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+
+    let after = metrics(&server).await;
+    let expect = |series: &str, value: f64| assert_eq!(sample(&after, series), value, "{series}\n{after}");
+    expect(r#"flexrun_model_tokens_total{model="test-model",type="input"}"#, 1_000.0);
+    expect(r#"flexrun_model_tokens_total{model="test-model",type="output"}"#, 200.0);
+    expect(r#"flexrun_model_tokens_total{model="test-model",type="cached_input"}"#, 100.0);
+    expect(r#"flexrun_model_tokens_total{model="test-model",type="reasoning"}"#, 5.0);
+    expect(r#"flexrun_model_tokens_total{model="other",type="input"}"#, 500.0);
+    // 1,000 × $1 + 200 × $10 per million; the writer's answer is priced as `test-model` (asked for).
+    expect(r#"flexrun_model_cost_usd_total{model="test-model"}"#, 0.003);
+    expect(r#"flexrun_model_cost_usd_total{model="other"}"#, 0.0009);
+}
+
+/// A price that is no price stops the server at start, naming the key.
+#[tokio::test]
+async fn a_negative_price_stops_the_server_naming_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prices.toml");
+    std::fs::write(&config, "[llm.prices.\"gpt-x\"]\ninput_per_mtok = 1.0\noutput_per_mtok = -3\n").unwrap();
+    let config = config.display().to_string();
+    let env = [("FLEXRUN_CONFIG", config.as_str())];
+    let (status, log) = ServerProcess::refused(dir.path(), "http://127.0.0.1:9/v1", &[], &env).await;
+    assert!(!status.success());
+    assert!(log.contains(r#"`llm.prices."gpt-x".output_per_mtok` = -3 is not a price"#), "{log}");
+}

@@ -173,12 +173,19 @@ fn show(view: &RunView) -> Vec<String> {
     .collect();
     let by_reason = if by_reason.is_empty() { String::new() } else { format!(" ({})", by_reason.join(", ")) };
     lines.push(format!("  plan version {}, replans {}{by_reason}", run.plan_version, counts.total));
+    if let Some(usage) = &run.usage {
+        lines.push(format!("  usage: {usage}"));
+    }
     if let Some(error) = run.error.as_object() {
         let field = |key: &str| error.get(key).map(text).unwrap_or_default();
         lines.push(format!("  error: {} — {}", field("code"), field("message")));
     }
     for node in &view.nodes {
-        lines.push(format!("  v{} {:<20} {:<16} {}", node.plan_version, node.node_id, node.status, node.capability_id));
+        let usage = node.usage.as_ref().map(|usage| format!("  {usage}")).unwrap_or_default();
+        lines.push(format!(
+            "  v{} {:<20} {:<16} {}{usage}",
+            node.plan_version, node.node_id, node.status, node.capability_id
+        ));
     }
     for request in &view.hitl_requests {
         let info = &request.request;

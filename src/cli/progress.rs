@@ -12,6 +12,7 @@ use crate::condition::GoalConditionResult;
 use crate::events::payload::*;
 use crate::events::{DecodedFrame, Event};
 use crate::plan::{NodeStatus, Plan};
+use flexrun_core::usage::Usage;
 
 pub struct Progress {
     json: bool,
@@ -117,7 +118,9 @@ fn describe(frame: &DecodedFrame) -> Shown {
             p.trigger.reason.as_str()
         )),
         Event::NodeStart(p) => Shown::status(format!("running {node} ({})", p.capability_id)),
-        Event::NodeComplete(p) => Shown::line(format!("  ✓ {node} — {}", short(&p.output))),
+        Event::NodeComplete(p) => {
+            Shown::line(format!("  ✓ {node} — {}{}", short(&p.output), spent(p.usage.as_deref())))
+        }
         Event::NodeError(p) => Shown::line(format!("  ✗ {node}: {}", p.error.message)),
         Event::ValidationError(p) => {
             let scope = p.scope.as_str();
@@ -181,6 +184,11 @@ fn policy_line(p: &PolicyUpdate) -> String {
 }
 
 /// The end of a run: its status, its goal results and its output.
+/// What a frame's model calls used, after its line: ` (1 call, 500 in + 50 out tokens, $0.0014)`.
+fn spent(usage: Option<&Usage>) -> String {
+    usage.map(|usage| format!(" ({usage})")).unwrap_or_default()
+}
+
 fn complete_lines(p: &Complete) -> Vec<String> {
     let mut lines = vec![match p.status {
         CompleteStatus::Completed => "✔ completed".to_string(),
@@ -191,6 +199,9 @@ fn complete_lines(p: &Complete) -> Vec<String> {
         }
     }];
     lines.extend(p.goal_condition_results.iter().flatten().map(|r| format!("    {}", goal_line(r))));
+    if let Some(usage) = &p.usage {
+        lines.push(format!("  usage: {usage}"));
+    }
     if !p.output.is_null() {
         lines.push("output:".to_string());
         lines.extend(serde_json::to_string_pretty(&p.output).unwrap_or_default().lines().map(String::from));

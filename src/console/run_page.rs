@@ -41,6 +41,8 @@ struct RunPage {
     plan_version: u32,
     /// Replans made of each kind, and of the budget: "1 of 4 (goal conditions 1 of 2)".
     replans: String,
+    /// What the run's model calls used and cost (`1 call, … tokens, $…`).
+    usage: String,
     /// The last frame the page was rendered with: later ones are live.
     last_seq: u64,
     plan: Option<PlanSection>,
@@ -130,6 +132,7 @@ pub async fn show(
         correlation_id: view.run.correlation_id.clone(),
         plan_version: view.run.plan_version,
         replans: replans(&view),
+        usage: view.run.usage.as_ref().map(ToString::to_string).unwrap_or_default(),
         last_seq: view.run.last_seq,
         plan: PlanSection::of(&view, query.version, &retries, redaction),
         result,

@@ -106,6 +106,10 @@ pub struct Row {
     plan_version: i32,
     replans: i32,
     max_replans: Option<u32>,
+    /// What its model calls cost (`$0.0039`, `$?` when a model has no price; empty for runs
+    /// stored before usage was recorded), and the whole usage as its title.
+    cost: String,
+    usage: String,
     /// Who the run waits for, if it waits.
     waiting_for: &'static str,
     /// An operator may select it to cancel it.
@@ -135,6 +139,10 @@ impl Row {
             plan_version: run.plan_version,
             replans: run.replans,
             max_replans: run.max_replans,
+            cost: run.usage.as_ref().map_or_else(String::new, |usage| {
+                usage.tally.cost_usd.map_or_else(|| "$?".to_string(), |cost| cost.to_string())
+            }),
+            usage: run.usage.as_ref().map(ToString::to_string).unwrap_or_default(),
             waiting_for,
             can_cancel: caller.role == Role::Operator && !terminal,
         }

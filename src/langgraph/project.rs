@@ -11,6 +11,7 @@ use crate::events::{Event, Seq};
 use crate::plan::NodeStatus;
 use crate::run::RunStatus;
 use crate::run::state::RunState;
+use flexrun_core::usage::Usage;
 
 /// Outputs and observed values larger than this (bytes) are left out of what LangGraph readers
 /// keep: a stream's state holds at most a plan's nodes of them.
@@ -101,6 +102,7 @@ pub fn values(state: &RunState, objective: &str, chat: Option<&[Value]>) -> Valu
         None => json!(state.repair),
     };
     values.insert("goalConditionResults".into(), goal_results);
+    values.insert("usage".into(), json!(state.usage.total));
     if let Some(end) = &state.end {
         values.insert("output".into(), end.output.clone());
         if let Some(error) = &end.error {
@@ -184,10 +186,30 @@ pub fn answer(state: &RunState) -> Option<Value> {
         Value::String(text) => text.clone(),
         other => other.to_string(),
     };
-    Some(json!({
+    let mut message = json!({
         "type": "ai", "id": format!("run-{}", state.run_id), "content": content, "name": null,
         "additional_kwargs": {}, "response_metadata": {}, "tool_calls": [], "invalid_tool_calls": [],
-    }))
+    });
+    if let Some(usage) = usage_metadata(&state.usage.total) {
+        message["usage_metadata"] = usage;
+    }
+    Some(message)
+}
+
+/// The run's usage as LangChain's `usage_metadata` (every model call of the run went into the
+/// answer); none while its input or output tokens are unknown, as LangChain's counts are numbers.
+fn usage_metadata(usage: &Usage) -> Option<Value> {
+    let counts = &usage.tally.counts;
+    let (input, output) = (counts.input_tokens?, counts.output_tokens?);
+    let mut metadata =
+        json!({"input_tokens": input, "output_tokens": output, "total_tokens": input.saturating_add(output)});
+    if let Some(cached) = counts.cached_input_tokens {
+        metadata["input_token_details"] = json!({"cache_read": cached});
+    }
+    if let Some(reasoning) = counts.reasoning_tokens {
+        metadata["output_token_details"] = json!({"reasoning": reasoning});
+    }
+    Some(metadata)
 }
 
 #[cfg(test)]

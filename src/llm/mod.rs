@@ -244,6 +244,9 @@ impl LlmClient {
         let called = self.call(request).await;
         let outcome = called.result.as_ref().map_or_else(LlmError::kind, |_| "ok");
         crate::telemetry::model_call(purpose.as_str(), outcome, started.elapsed());
+        if let Some(usage) = &called.usage {
+            crate::telemetry::model_usage(self.label(&usage.model), usage);
+        }
         called
     }
 
@@ -277,6 +280,12 @@ impl LlmClient {
             .filter(|content| !content.trim().is_empty())
             .ok_or_else(|| LlmError::Empty(finish.unwrap_or_default()));
         self.metered(response.model.as_deref(), counts, content)
+    }
+
+    /// A model's name as a metric label: the configured model or a priced one, else `other` —
+    /// a response names its model, and labels must come from a fixed set.
+    fn label<'m>(&self, model: &'m str) -> &'m str {
+        if model == self.model || self.prices.of(Some(model), "").is_some() { model } else { "other" }
     }
 
     /// `result` of a call the endpoint answered, with its usage priced.

@@ -53,8 +53,9 @@ pub const DEFAULT_MARKERS: [&str; 18] = [
 ];
 
 /// Keys that count tokens, shown whatever their words spell: the usage of model calls as flexrun
-/// and Chat Completions write it, LangChain's `usage_metadata`, and token budgets.
-pub const TOKEN_COUNTS: [&str; 13] = [
+/// and Chat Completions write it (with its breakdowns of counts), LangChain's `usage_metadata`,
+/// and token budgets.
+pub const TOKEN_COUNTS: [&str; 17] = [
     "inputTokens",
     "outputTokens",
     "cachedInputTokens",
@@ -68,6 +69,10 @@ pub const TOKEN_COUNTS: [&str; 13] = [
     "cached_tokens",
     "reasoning_tokens",
     "max_tokens",
+    "prompt_tokens_details",
+    "completion_tokens_details",
+    "input_token_details",
+    "output_token_details",
 ];
 
 /// The marker words flexrun redacts when a key's words end with them (or their plural): see the

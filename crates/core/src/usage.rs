@@ -42,6 +42,16 @@ impl Micros {
     }
 }
 
+/// `$0.0039`: dollars with the digits that are not trailing zeros, to the micro-dollar.
+impl std::fmt::Display for Micros {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (whole, micros) = (self.0 / 1_000_000, self.0 % 1_000_000);
+        let fraction = format!("{micros:06}");
+        let fraction = fraction.trim_end_matches('0');
+        if fraction.is_empty() { write!(f, "${whole}") } else { write!(f, "${whole}.{fraction}") }
+    }
+}
+
 impl Serialize for Micros {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_f64(self.dollars())
@@ -259,6 +269,19 @@ impl Usage {
     }
 }
 
+/// `2 calls, 1500 in + 150 out tokens, $0.0039` for people (the command line, the console); an
+/// unknown count or cost is `?`.
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = |n: Option<u64>| n.map_or_else(|| "?".to_string(), |n| n.to_string());
+        let tally = &self.tally;
+        let calls = if tally.calls == 1 { "call" } else { "calls" };
+        let (input, output) = (count(tally.counts.input_tokens), count(tally.counts.output_tokens));
+        let cost = tally.cost_usd.map_or_else(|| "$?".to_string(), |cost| cost.to_string());
+        write!(f, "{} {calls}, {input} in + {output} out tokens, {cost}", tally.calls)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -345,6 +368,17 @@ mod tests {
         assert_eq!(wire["costUsd"], json!(0.0017), "1,000×1 + 200×0.5 + 300×2 µ$");
         let back: Usage = serde_json::from_value(wire).unwrap();
         assert_eq!(Some(back), single);
+    }
+
+    #[test]
+    fn people_read_usage_in_one_line() {
+        let prices = Prices::new(BTreeMap::from([("m".to_string(), price(2.0, 8.0, 0.5))]));
+        let usage = Usage::of_calls(&[CallUsage::priced(&prices, "m", None, counts(1_500, 150, None, None))]).unwrap();
+        assert_eq!(usage.to_string(), "1 call, 1500 in + 150 out tokens, $0.0042");
+        let unknown = Usage::of_calls(&[CallUsage::priced(&prices, "x", None, Counts::default())]).unwrap();
+        assert_eq!(unknown.to_string(), "1 call, ? in + ? out tokens, $?");
+        assert_eq!(Micros(12_000_000).to_string(), "$12");
+        assert_eq!(Micros(1).to_string(), "$0.000001");
     }
 
     #[test]
