@@ -127,6 +127,18 @@ async fn killed_mid_node_the_run_finishes_without_repeating_committed_nodes() {
     assert_eq!(run.calls_of("writer"), 1, "the committed draft is not run again");
     assert_eq!(run.calls_of("editor"), 2, "the interrupted polish is");
     assert_eq!(run.planner_calls().len(), 1);
+    // Usage is as durable as the frames: the committed calls counted once across the restart, the
+    // call cut off by the kill not at all (its outcome was never committed).
+    let log = run.event_log();
+    let (frames, complete) = log.split_at(log.len() - 1);
+    let sum = |key: &str| frames.iter().filter_map(|(_, _, frame)| frame["payload"]["usage"][key].as_u64()).sum::<u64>();
+    let total = &complete[0].2["payload"]["usage"];
+    assert_eq!(total["calls"], 3, "the plan, the draft and the polish asked again: {total}");
+    assert_eq!((total["calls"].as_u64(), total["inputTokens"].as_u64()), (Some(sum("calls")), Some(sum("inputTokens"))));
+    let mut conn = support::database::connect(&run.server.dir);
+    let stored = flexrun::store::runs::get(&mut conn, &run.run_id).unwrap();
+    let listed: Value = serde_json::from_str(stored.usage.as_deref().unwrap()).unwrap();
+    assert_eq!((&listed["calls"], &listed["inputTokens"]), (&total["calls"], &total["inputTokens"]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
