@@ -160,22 +160,53 @@ pub fn model_call(purpose: &'static str, outcome: &'static str, elapsed: Duratio
 }
 
 /// What one answered model call used. `model` is a label from a fixed set: the caller passes a
-/// configured model's name, or `other`.
+/// configured model's name, or `other`. The handles of each model's series are kept: every
+/// answered call updates five of them, and building a series' key each time would cost more than
+/// the update.
 pub fn model_usage(model: &str, usage: &flexrun_core::usage::CallUsage) {
+    static METERS: std::sync::OnceLock<std::sync::Mutex<crate::hash::HashMap<String, Meters>>> =
+        std::sync::OnceLock::new();
+    let mut meters = METERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if !meters.contains_key(model) {
+        meters.insert(model.to_string(), Meters::of(model));
+    }
+    let Some(meters) = meters.get(model) else { return };
     let counts = &usage.counts;
     let types = [
-        ("input", counts.input_tokens),
-        ("output", counts.output_tokens),
-        ("cached_input", counts.cached_input_tokens),
-        ("reasoning", counts.reasoning_tokens),
+        (&meters.input, counts.input_tokens),
+        (&meters.output, counts.output_tokens),
+        (&meters.cached_input, counts.cached_input_tokens),
+        (&meters.reasoning, counts.reasoning_tokens),
     ];
-    for (kind, tokens) in types {
+    for (counter, tokens) in types {
         if let Some(tokens) = tokens.filter(|n| *n > 0) {
-            counter!(MODEL_TOKENS, "model" => model.to_string(), "type" => kind).increment(tokens);
+            counter.increment(tokens);
         }
     }
     if let Some(cost) = usage.cost {
-        gauge!(MODEL_COST, "model" => model.to_string()).increment(cost.dollars());
+        meters.cost.increment(cost.dollars());
+    }
+}
+
+/// One model's usage series.
+struct Meters {
+    input: metrics::Counter,
+    output: metrics::Counter,
+    cached_input: metrics::Counter,
+    reasoning: metrics::Counter,
+    cost: metrics::Gauge,
+}
+
+impl Meters {
+    fn of(model: &str) -> Self {
+        let tokens = |kind: &'static str| counter!(MODEL_TOKENS, "model" => model.to_string(), "type" => kind);
+        Self {
+            input: tokens("input"),
+            output: tokens("output"),
+            cached_input: tokens("cached_input"),
+            reasoning: tokens("reasoning"),
+            cost: gauge!(MODEL_COST, "model" => model.to_string()),
+        }
     }
 }
 

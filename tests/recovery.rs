@@ -131,10 +131,14 @@ async fn killed_mid_node_the_run_finishes_without_repeating_committed_nodes() {
     // call cut off by the kill not at all (its outcome was never committed).
     let log = run.event_log();
     let (frames, complete) = log.split_at(log.len() - 1);
-    let sum = |key: &str| frames.iter().filter_map(|(_, _, frame)| frame["payload"]["usage"][key].as_u64()).sum::<u64>();
+    let sum =
+        |key: &str| frames.iter().filter_map(|(_, _, frame)| frame["payload"]["usage"][key].as_u64()).sum::<u64>();
     let total = &complete[0].2["payload"]["usage"];
     assert_eq!(total["calls"], 3, "the plan, the draft and the polish asked again: {total}");
-    assert_eq!((total["calls"].as_u64(), total["inputTokens"].as_u64()), (Some(sum("calls")), Some(sum("inputTokens"))));
+    assert_eq!(
+        (total["calls"].as_u64(), total["inputTokens"].as_u64()),
+        (Some(sum("calls")), Some(sum("inputTokens")))
+    );
     let mut conn = support::database::connect(&run.server.dir);
     let stored = flexrun::store::runs::get(&mut conn, &run.run_id).unwrap();
     let listed: Value = serde_json::from_str(stored.usage.as_deref().unwrap()).unwrap();

@@ -138,19 +138,52 @@ struct Completion {
     model: Option<String>,
     /// Read leniently ([`counts`]): a server whose usage block is odd still answered.
     #[serde(default)]
-    usage: Option<Value>,
+    usage: Option<Box<serde_json::value::RawValue>>,
 }
 
-/// The token counts of a Chat Completions `usage` block; a count that is missing (or not a
-/// number) is unknown.
-fn counts(usage: Option<&Value>) -> Counts {
-    let Some(usage) = usage else { return Counts::default() };
-    let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64);
+/// The counts of a Chat Completions `usage` block flexrun reads; a count that is missing or not
+/// a number is unknown.
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default, deserialize_with = "count")]
+    prompt_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "count")]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default, deserialize_with = "count")]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct CompletionDetails {
+    #[serde(default, deserialize_with = "count")]
+    reasoning_tokens: Option<u64>,
+}
+
+/// A count, or unknown for anything that is not a whole number (a number in JSON allocates
+/// nothing).
+fn count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    Ok(Value::deserialize(deserializer)?.as_u64())
+}
+
+/// The token counts of a response's `usage` block; unknown where it does not say, or when the
+/// block is not one flexrun can read (the response is still an answer).
+fn counts(usage: Option<&serde_json::value::RawValue>) -> Counts {
+    let Some(usage) = usage.and_then(|raw| serde_json::from_str::<WireUsage>(raw.get()).ok()) else {
+        return Counts::default();
+    };
     Counts {
-        input_tokens: count("/prompt_tokens"),
-        output_tokens: count("/completion_tokens"),
-        cached_input_tokens: count("/prompt_tokens_details/cached_tokens"),
-        reasoning_tokens: count("/completion_tokens_details/reasoning_tokens"),
+        input_tokens: usage.prompt_tokens,
+        output_tokens: usage.completion_tokens,
+        cached_input_tokens: usage.prompt_tokens_details.and_then(|d| d.cached_tokens),
+        reasoning_tokens: usage.completion_tokens_details.and_then(|d| d.reasoning_tokens),
     }
 }
 
@@ -272,7 +305,7 @@ impl LlmClient {
             Answered::Completion(response) => response,
             Answered::Unreadable(error) => return self.metered(None, Counts::default(), Err(error)),
         };
-        let counts = counts(response.usage.as_ref());
+        let counts = counts(response.usage.as_deref());
         let choice = response.choices.into_iter().next();
         let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref()).map(|r| format!(" (finish reason {r})"));
         let content = choice
@@ -435,16 +468,39 @@ mod tests {
 
     #[test]
     fn a_completion_needs_only_its_choices() {
-        let minimal: Completion = serde_json::from_value(json!({"choices": [{"message": {"content": "x"}}]})).unwrap();
+        let read = |value: Value| serde_json::from_str::<Completion>(&value.to_string());
+        let minimal = read(json!({"choices": [{"message": {"content": "x"}}]})).unwrap();
         assert_eq!(minimal.choices[0].message.content.as_deref(), Some("x"));
-        let full: Completion = serde_json::from_value(json!({
+        assert_eq!(counts(minimal.usage.as_deref()), Counts::default(), "no usage: every count unknown");
+        let full = read(json!({
             "id": "c", "object": "chat.completion", "created": 0, "model": "m", "usage": {"total_tokens": 3},
             "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": null}}]
         }))
         .unwrap();
         assert_eq!(full.choices[0].finish_reason.as_deref(), Some("length"));
         assert!(full.choices[0].message.content.is_none());
-        assert!(serde_json::from_value::<Completion>(json!({"id": "c"})).is_err());
+        assert!(read(json!({"id": "c"})).is_err());
+    }
+
+    #[test]
+    fn usage_is_read_leniently() {
+        let read = |usage: Value| {
+            let completion = serde_json::from_str::<Completion>(&json!({"choices": [], "usage": usage}).to_string());
+            counts(completion.unwrap().usage.as_deref())
+        };
+        let full = read(json!({"prompt_tokens": 10, "completion_tokens": 2,
+                               "prompt_tokens_details": {"cached_tokens": 4},
+                               "completion_tokens_details": {"reasoning_tokens": 1, "audio_tokens": 0}}));
+        let expected = Counts {
+            input_tokens: Some(10),
+            output_tokens: Some(2),
+            cached_input_tokens: Some(4),
+            reasoning_tokens: Some(1),
+        };
+        assert_eq!(full, expected);
+        let odd = read(json!({"prompt_tokens": "ten", "completion_tokens": 2.5, "prompt_tokens_details": null}));
+        assert_eq!(odd, Counts::default(), "what is not a whole number is unknown");
+        assert_eq!(read(json!("lots")), Counts::default(), "a block that is no object: the answer still counts");
     }
 
     #[test]

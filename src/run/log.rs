@@ -75,8 +75,6 @@ pub struct RunLog {
     /// Model calls made whose outcome is not staged yet: their usage goes on the frame that
     /// records it (`flexrun_core::run::usage`).
     unrecorded: Unrecorded,
-    /// A staged frame recorded usage: the next commit saves the run's total to its row.
-    usage_changed: bool,
 }
 
 impl RunLog {
@@ -119,7 +117,6 @@ impl RunLog {
             created,
             granted: Vec::new(),
             unrecorded: Unrecorded::default(),
-            usage_changed: false,
             state,
         }
     }
@@ -146,7 +143,6 @@ impl RunLog {
             let at = At { seq: self.state.last_seq.next(), timestamp: Utc::now().trunc_subsecs(3) };
             let rows = project(&self.state, at, &event);
             self.state.apply(at, &event)?;
-            self.usage_changed |= event.usage().is_some();
             self.granted.extend(event.granted_replan());
             self.header.plan_version = Some(self.state.plan_version()).filter(|v| *v > 0);
             let frame = Frame::encode_at(&self.header, at.seq, at.timestamp, &event, &self.redaction);
@@ -187,11 +183,6 @@ impl RunLog {
     }
 
     async fn write(&mut self) -> Result<(), LogError> {
-        if std::mem::take(&mut self.usage_changed) {
-            // Lists show the total; the breakdown by model is the run document's.
-            let total = Usage { by_model: None, ..self.state.usage.total.clone() };
-            self.rows.push(RowWrite::Usage(serde_json::to_string(&total).unwrap_or_default()));
-        }
         let created = self.created.take();
         let change = self.run_change(created);
         let row_changed = change.is_some();
@@ -271,20 +262,33 @@ impl RunLog {
     }
 
     /// What the next commit changes on the run row (`created`: a new run's row, inserted by it).
+    ///
+    /// Every change also saves the run's usage in all, for lists: a run's row changes with its
+    /// status, plan version and replans, not with each step, so a list shows a running run's
+    /// usage as of its last such change and an ended run's exactly (the run document is always
+    /// exact). An extra statement per step would cost every run for a column only lists read.
     fn run_change(&self, created: Option<(RunRow, ThreadRule)>) -> Option<RunChange> {
         let (status, progress) = (self.state.status, progress_of(&self.state));
         if let Some((row, rule)) = created {
-            let row = RunRow { status, ..row };
+            let row = RunRow { status, usage: Some(self.usage_text()), ..row };
             return Some(RunChange::Create(Box::new(progress.stamp(row)), rule));
         }
         let from = self.row.status;
         if status == from {
-            return (progress != self.row.progress).then_some(RunChange::Progress(progress));
+            return (progress != self.row.progress).then(|| RunChange::Progress(progress, self.usage_text()));
         }
+        let usage = self.usage_text();
         if status.is_terminal() {
-            return Some(RunChange::End { from, to: status, outcome: outcome_of(&self.state) });
+            return Some(RunChange::End { from, to: status, outcome: outcome_of(&self.state), usage });
         }
-        Some(RunChange::Move { from, to: status, progress: (progress != self.row.progress).then_some(progress) })
+        let progress = (progress != self.row.progress).then_some(progress);
+        Some(RunChange::Move { from, to: status, progress, usage })
+    }
+
+    /// The run's usage in all as its row keeps it: without the breakdown by model.
+    fn usage_text(&self) -> String {
+        let total = Usage { by_model: None, ..self.state.usage.total.clone() };
+        serde_json::to_string(&total).unwrap_or_default()
     }
 }
 
@@ -297,13 +301,15 @@ enum RunChange {
         from: RunStatus,
         to: RunStatus,
         progress: Option<Progress>,
+        usage: String,
     },
     End {
         from: RunStatus,
         to: RunStatus,
         outcome: Outcome,
+        usage: String,
     },
-    Progress(Progress),
+    Progress(Progress, String),
 }
 
 impl RunChange {
@@ -315,9 +321,11 @@ impl RunChange {
                 }
                 runs::insert(conn, row)
             }
-            Self::Move { from, to, progress } => runs::transition(conn, run_id, *from, *to, progress.as_ref()),
-            Self::End { from, to, outcome } => runs::end(conn, run_id, *from, *to, outcome),
-            Self::Progress(progress) => runs::save_progress(conn, run_id, progress),
+            Self::Move { from, to, progress, usage } => {
+                runs::transition(conn, run_id, *from, *to, progress.as_ref(), usage)
+            }
+            Self::End { from, to, outcome, usage } => runs::end(conn, run_id, *from, *to, outcome, usage),
+            Self::Progress(progress, usage) => runs::save_progress(conn, run_id, progress, usage),
         }
     }
 }

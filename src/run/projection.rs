@@ -19,7 +19,7 @@ use crate::events::payload::*;
 use crate::plan::{NodeStatus, Plan, StoredNodeStatus};
 use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::plans::{self, PlanNodeRow, PlanVersionRow, RunOutputRow};
-use crate::store::{DbConn, StoreError, runs};
+use crate::store::{DbConn, StoreError};
 
 /// One change to a run's rows.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,8 +73,6 @@ pub enum RowWrite {
     },
     Decision(DecisionRow),
     Evaluation(RunOutputRow),
-    /// The run's model usage in all (JSON), after frames that record usage.
-    Usage(String),
 }
 
 /// The rows `event` (at `at`) changes, given the run's state before it.
@@ -262,7 +260,6 @@ impl RowWrite {
             Self::CloseAll { status, at } => hitl::close_all(conn, run_id, *status, *at),
             Self::Decision(row) => hitl::decide(conn, row),
             Self::Evaluation(row) => plans::record_output(conn, row),
-            Self::Usage(usage) => runs::save_usage(conn, run_id, usage),
         }
     }
 }

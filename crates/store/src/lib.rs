@@ -381,10 +381,11 @@ mod tests {
     async fn of_two_racing_transitions_exactly_one_wins() {
         let (_dir, store) = temp_store();
         store.write(|conn| runs::insert(conn, &run_row("r"))).await.unwrap();
-        let go = |to| store.write(move |conn| runs::transition(conn, "r", RunStatus::Pending, to, None));
+        let go = |to| store.write(move |conn| runs::transition(conn, "r", RunStatus::Pending, to, None, "{}"));
         let (first, second) = tokio::join!(go(RunStatus::Planning), go(RunStatus::Cancelled));
         assert!(first.is_ok() != second.is_ok(), "{first:?} / {second:?}");
-        let stale = store.write(|conn| runs::transition(conn, "r", RunStatus::Pending, RunStatus::Completed, None));
+        let stale =
+            store.write(|conn| runs::transition(conn, "r", RunStatus::Pending, RunStatus::Completed, None, "{}"));
         assert!(matches!(stale.await, Err(StoreError::Conflict(_))), "the run is no longer pending");
     }
 

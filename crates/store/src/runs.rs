@@ -109,16 +109,9 @@ pub fn ids_with_status(conn: &mut DbConn, statuses: &[RunStatus]) -> Result<Vec<
 
 // Every update below has a fixed shape, so SQLite prepares it once per connection.
 
-pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress) -> Result<(), StoreError> {
-    let statement =
-        prepared!(update(runs::table, (progress, runs::updated_at.eq(Stamp::now())), runs::run_id.eq(run_id)));
-    super::on_backend!(conn, |c| statement.execute(c))?;
-    Ok(())
-}
-
-/// Stores a run's model usage in all (JSON).
-pub fn save_usage(conn: &mut DbConn, run_id: &str, usage: &str) -> Result<(), StoreError> {
-    let statement = prepared!(update(runs::table, runs::usage.eq(usage), runs::run_id.eq(run_id)));
+pub fn save_progress(conn: &mut DbConn, run_id: &str, progress: &Progress, usage: &str) -> Result<(), StoreError> {
+    let values = (progress, runs::usage.eq(usage), runs::updated_at.eq(Stamp::now()));
+    let statement = prepared!(update(runs::table, values, runs::run_id.eq(run_id)));
     super::on_backend!(conn, |c| statement.execute(c))?;
     Ok(())
 }
@@ -143,17 +136,19 @@ pub enum Outcome {
     Error(String),
 }
 
-/// Moves a run from status `from` to `to` (saving `progress` in the same statement, if given)
-/// if it is still in `from`; otherwise nothing changes and the error says where it is.
+/// Moves a run from status `from` to `to` (saving `progress` in the same statement, if given,
+/// and its `usage` in all) if it is still in `from`; otherwise nothing changes and the error says
+/// where it is.
 pub fn transition(
     conn: &mut DbConn,
     run_id: &str,
     from: RunStatus,
     to: RunStatus,
     progress: Option<&Progress>,
+    usage: &str,
 ) -> Result<(), StoreError> {
     let run = runs::run_id.eq(run_id).and(runs::status.eq(from));
-    let status = (runs::status.eq(to), runs::updated_at.eq(Stamp::now()));
+    let status = (runs::status.eq(to), runs::usage.eq(usage), runs::updated_at.eq(Stamp::now()));
     let updated = match progress {
         Some(progress) => {
             let statement = prepared!(update(runs::table, (status, progress), run));
@@ -167,21 +162,28 @@ pub fn transition(
     moved(conn, run_id, from, updated)
 }
 
-/// [`transition`] to the status a run ends in, storing its `outcome` in the same statement.
+/// [`transition`] to the status a run ends in, storing its `outcome` and its final `usage` in the
+/// same statement.
 pub fn end(
     conn: &mut DbConn,
     run_id: &str,
     from: RunStatus,
     to: RunStatus,
     outcome: &Outcome,
+    usage: &str,
 ) -> Result<(), StoreError> {
     let (result, error) = match outcome {
         Outcome::Result(result) => (Some(result.as_str()), None),
         Outcome::Error(error) => (None, Some(error.as_str())),
     };
     let run = runs::run_id.eq(run_id).and(runs::status.eq(from));
-    let values =
-        (runs::status.eq(to), runs::updated_at.eq(Stamp::now()), runs::result.eq(result), runs::error.eq(error));
+    let values = (
+        runs::status.eq(to),
+        runs::updated_at.eq(Stamp::now()),
+        runs::result.eq(result),
+        runs::error.eq(error),
+        runs::usage.eq(usage),
+    );
     let statement = prepared!(update(runs::table, values, run));
     let updated = super::on_backend!(conn, |c| statement.execute(c))?;
     moved(conn, run_id, from, updated)
