@@ -84,6 +84,34 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     assert_eq!(client.find_all(Locator::Css("svg.graph line.edge")).await.unwrap().len(), 1);
     let round = browser.text("[data-testid=checks] tbody").await;
     assert!(round.contains("0.9") && round.contains("pass"), "{round}");
+    // What v2 cost (the repair's drafts and steps), and each of its steps, as the document says.
+    let doc: serde_json::Value = server
+        .http
+        .get(server.url(&format!("/api/v1/flex/runs/{run_id}")))
+        .bearer_auth(OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let read = |value: &serde_json::Value| serde_json::from_value::<flexrun::usage::Usage>(value.clone()).ok();
+    let v2 = read(&doc["planVersions"][1]["usage"]).unwrap();
+    assert_eq!(browser.text("[data-testid=version-usage]").await, format!("This version (its drafts and steps): {v2}"));
+    let steps: Vec<String> = doc["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|node| node["planVersion"] == 2)
+        .filter_map(|node| read(&node["usage"]))
+        .map(|usage| usage.to_string())
+        .collect();
+    let mut shown = Vec::new();
+    for usage in client.find_all(Locator::Css("[data-testid=node-usage]")).await.unwrap() {
+        shown.push(usage.prop("textContent").await.unwrap().unwrap_or_default());
+    }
+    assert!(!steps.is_empty(), "v2 ran a step that called the model");
+    assert_eq!(shown, steps, "each step's panel shows its calls");
     browser.screenshot("run").await;
     // v1's round shows the condition that failed, with the value observed.
     versions[0].click().await.unwrap();

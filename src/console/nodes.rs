@@ -1,7 +1,7 @@
 //! The node panel of a run page: for each step of the plan version shown, what it was given
 //! (its instructions, the input facets it reads with their current values, the steps it waits
-//! for), what it produced or why it failed, its retries, its post-condition results and its
-//! timings. The graph's boxes link to these panels.
+//! for), what it produced or why it failed, its retries, its post-condition results, its
+//! timings and what its model calls used. The graph's boxes link to these panels.
 
 use serde_json::Value;
 
@@ -32,6 +32,8 @@ pub struct NodePanel {
     pub completed_at: Option<String>,
     /// How long the step took, in words (`1.2 s`), once it ended.
     pub took: Option<String>,
+    /// What its model calls in this version used, if it made any.
+    pub usage: Option<String>,
 }
 
 /// The panels of `plan`'s steps in plan order; `retries` counts retry frames by node id.
@@ -63,6 +65,7 @@ pub fn panels(view: &RunView, plan: &Plan, retries: &HashMap<String, u32>, redac
                 started_at: row.and_then(|r| r.started_at).map(|t| t.to_rfc3339()),
                 completed_at: row.and_then(|r| r.completed_at).map(|t| t.to_rfc3339()),
                 took: row.and_then(took),
+                usage: row.and_then(|r| r.usage.as_ref()).map(ToString::to_string),
                 id,
             }
         })

@@ -21,6 +21,9 @@ pub struct PlanSection {
     pub version: u32,
     /// Why this version replaced the one before (empty for the first plan).
     pub why: String,
+    /// What producing this version and running its steps used (empty for runs stored before
+    /// usage was recorded).
+    pub usage: String,
     pub kept: Vec<String>,
     pub added: Vec<String>,
     pub dropped: Vec<String>,
@@ -71,6 +74,7 @@ impl PlanSection {
             tabs: versions.iter().map(|v| Tab { number: v.version, current: v.version == shown.version }).collect(),
             version: shown.version,
             why: shown.trigger.as_ref().map(why).unwrap_or_default(),
+            usage: shown.usage.as_ref().map(ToString::to_string).unwrap_or_default(),
             kept: now.iter().filter(|id| was.contains(id)).cloned().collect(),
             added: now.iter().filter(|id| !was.contains(id)).cloned().collect(),
             dropped: before.iter().filter(|id| !is.contains(id)).cloned().collect(),
