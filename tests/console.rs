@@ -85,16 +85,7 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     let round = browser.text("[data-testid=checks] tbody").await;
     assert!(round.contains("0.9") && round.contains("pass"), "{round}");
     // What v2 cost (the repair's drafts and steps), and each of its steps, as the document says.
-    let doc: serde_json::Value = server
-        .http
-        .get(server.url(&format!("/api/v1/flex/runs/{run_id}")))
-        .bearer_auth(OPERATOR_KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = server.get_json(&format!("/api/v1/flex/runs/{run_id}")).await;
     let read = |value: &serde_json::Value| serde_json::from_value::<flexrun::usage::Usage>(value.clone()).ok();
     let v2 = read(&doc["planVersions"][1]["usage"]).unwrap();
     assert_eq!(browser.text("[data-testid=version-usage]").await, format!("This version (its drafts and steps): {v2}"));

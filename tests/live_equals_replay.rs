@@ -254,16 +254,7 @@ async fn play(server: &TestServer, stage: &Mutex<Stage>, id: u64, scenario: &Sce
     let run_id = frames[0].run_id.clone();
     let mut acts = scenario.acts.iter().copied();
     for _ in 0..12 {
-        let run: Value = server
-            .http
-            .get(server.url(&format!("/api/v1/flex/runs/{run_id}")))
-            .bearer_auth(OPERATOR_KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let run = server.get_json(&format!("/api/v1/flex/runs/{run_id}")).await;
         let status = run["run"]["status"].as_str().unwrap_or_default().to_string();
         if !status.starts_with("awaiting") {
             if ["completed", "failed", "cancelled"].contains(&status.as_str()) {

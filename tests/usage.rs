@@ -41,22 +41,11 @@ fn frame<'a>(frames: &'a [ReceivedFrame], kind: &str) -> &'a ReceivedFrame {
 }
 
 async fn document(server: &TestServer, run_id: &str) -> Value {
-    let response =
-        server.http.get(server.url(&format!("/api/v1/flex/runs/{run_id}"))).bearer_auth(OPERATOR_KEY).send().await;
-    response.unwrap().json().await.unwrap()
+    server.get_json(&format!("/api/v1/flex/runs/{run_id}")).await
 }
 
 async fn listed(server: &TestServer, run_id: &str) -> Value {
-    let list: Value = server
-        .http
-        .get(server.url("/api/v1/flex/runs"))
-        .bearer_auth(OPERATOR_KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = server.get_json("/api/v1/flex/runs").await;
     list["runs"].as_array().unwrap().iter().find(|r| r["runId"] == run_id).cloned().expect("the run is listed")
 }
 

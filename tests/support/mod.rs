@@ -125,6 +125,12 @@ impl TestServer {
         read_frames(response, usize::MAX).await
     }
 
+    /// `GET path` with the operator key, its body as JSON.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let response = self.http.get(self.url(path)).bearer_auth(OPERATOR_KEY).send().await.expect("GET request");
+        response.json().await.expect("a JSON body")
+    }
+
     pub fn llm_calls(&self) -> Vec<ChatCall> {
         self.llm.calls()
     }
