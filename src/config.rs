@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::capability::UrlPrefix;
 use crate::timeouts::Timeouts;
+use flexrun_core::budget::BudgetDefaults;
 use flexrun_core::run::decide::RunLimits;
 use flexrun_core::usage::{Micros, Price, Prices};
 
@@ -98,6 +99,8 @@ pub struct Settings {
     pub capabilities_dir: String,
     pub llm: LlmSettings,
     pub replan: ReplanSettings,
+    #[serde(default)]
+    budget: BudgetSettings,
     pub retry: RetrySettings,
     pub limits: Limits,
     pub auth: AuthSettings,
@@ -154,6 +157,16 @@ struct PriceSettings {
     output_per_mtok: f64,
     /// Input tokens read from the provider's prompt cache; the input price when not set.
     cached_input_per_mtok: Option<f64>,
+}
+
+/// `[budget]` as configured: read through [`Settings::budget`].
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BudgetSettings {
+    default_max_cost_usd: Option<f64>,
+    default_max_tokens: Option<u64>,
+    default_max_model_calls: Option<u64>,
+    ceiling_max_cost_usd: Option<f64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -370,6 +383,7 @@ impl Settings {
     fn check(&self) -> Result<(), ConfigError> {
         self.check_values()?;
         self.prices()?;
+        self.budget()?;
         self.auth.check()?;
         let bind = self.bind_addr()?;
         if !self.auth.enabled() && !self.auth.allow_anonymous && !bind.ip().is_loopback() {
@@ -487,6 +501,40 @@ impl Settings {
         Ok(Prices::new(prices))
     }
 
+    /// The budget defaults and ceiling (`[budget]`), checked: an amount must be above 0 (a
+    /// limit of 0 would stop every run before its first call), and the default cost within the
+    /// ceiling.
+    pub fn budget(&self) -> Result<BudgetDefaults, ConfigError> {
+        let configured = &self.budget;
+        let dollars = |key: &'static str, value: Option<f64>| {
+            value
+                .map(|v| match Micros::from_dollars(v).filter(|m| m.0 > 0) {
+                    Some(micros) => Ok(micros),
+                    None => {
+                        Err(ConfigError::Invalid { key, problem: format!("= {v} is not an amount of dollars above 0") })
+                    }
+                })
+                .transpose()
+        };
+        let count = |key: &'static str, value: Option<u64>| match value {
+            Some(0) => Err(ConfigError::Invalid { key, problem: "must be at least 1".into() }),
+            other => Ok(other),
+        };
+        let defaults = BudgetDefaults {
+            max_cost_usd: dollars("budget.default_max_cost_usd", configured.default_max_cost_usd)?,
+            max_tokens: count("budget.default_max_tokens", configured.default_max_tokens)?,
+            max_model_calls: count("budget.default_max_model_calls", configured.default_max_model_calls)?,
+            ceiling_max_cost_usd: dollars("budget.ceiling_max_cost_usd", configured.ceiling_max_cost_usd)?,
+        };
+        if let (Some(default), Some(ceiling)) = (defaults.max_cost_usd, defaults.ceiling_max_cost_usd)
+            && default > ceiling
+        {
+            let problem = format!("= {default} is above `budget.ceiling_max_cost_usd` ({ceiling})");
+            return Err(ConfigError::Invalid { key: "budget.default_max_cost_usd", problem });
+        }
+        Ok(defaults)
+    }
+
     /// The capability registration directory, if one is configured.
     pub fn capabilities_dir(&self) -> Option<PathBuf> {
         (!self.capabilities_dir.is_empty()).then(|| PathBuf::from(&self.capabilities_dir))
@@ -543,6 +591,26 @@ mod tests {
         let path = dir.path().join("flexrun.toml");
         std::fs::write(&path, toml).unwrap();
         load(&[("FLEXRUN_CONFIG", path.to_str().unwrap())])
+    }
+
+    #[test]
+    fn budget_defaults_are_read_and_bad_ones_name_their_key() {
+        assert_eq!(load(&[]).unwrap().budget().unwrap(), BudgetDefaults::default(), "no budget by default");
+        let s =
+            load_file("[budget]\ndefault_max_cost_usd = 0.5\ndefault_max_model_calls = 20\nceiling_max_cost_usd = 2\n")
+                .unwrap();
+        let budget = s.budget().unwrap();
+        assert_eq!((budget.max_cost_usd, budget.max_model_calls), (Some(Micros(500_000)), Some(20)));
+        assert_eq!(budget.ceiling_max_cost_usd, Some(Micros(2_000_000)));
+        for (file, key) in [
+            ("[budget]\ndefault_max_cost_usd = -1\n", "budget.default_max_cost_usd"),
+            ("[budget]\nceiling_max_cost_usd = 0\n", "budget.ceiling_max_cost_usd"),
+            ("[budget]\ndefault_max_tokens = 0\n", "budget.default_max_tokens"),
+            ("[budget]\ndefault_max_cost_usd = 3\nceiling_max_cost_usd = 2\n", "budget.default_max_cost_usd"),
+        ] {
+            let error = shown(load_file(file).unwrap_err());
+            assert!(error.contains(&format!("`{key}`")), "{file}: {error}");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::budget::BudgetDefaults;
 use crate::capability::{
     AddressGuard, EndpointAllowlist, Executors, GuardedResolver, HttpLimits, Registry, RegistryError,
 };
@@ -64,6 +65,8 @@ pub struct Services {
     pub planner: Planner,
     pub executors: Executors,
     pub facets: FacetCatalog,
+    /// The configured budget defaults and ceiling (`[budget]`).
+    pub budget: BudgetDefaults,
     /// What no read path shows (`crate::redact`).
     pub redaction: Redaction,
     /// What streams hold of run logs their clients have not taken yet, bounded per node.
@@ -130,6 +133,7 @@ impl Services {
         };
         let redaction = Redaction::new(&settings.redaction.extra_keys);
         let backlogs = Backlogs::new(settings.limits.stream_backlog_bytes);
+        let budget = settings.budget()?;
         Ok(Arc::new(Self {
             settings,
             store,
@@ -138,6 +142,7 @@ impl Services {
             planner,
             executors,
             facets,
+            budget,
             redaction,
             backlogs,
             run_reads: tokio::sync::Semaphore::new(RUN_READS),

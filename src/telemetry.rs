@@ -37,6 +37,7 @@ const MODEL_CALLS: &str = "flexrun_model_calls_total";
 const MODEL_DURATION: &str = "flexrun_model_call_duration_seconds";
 const MODEL_TOKENS: &str = "flexrun_model_tokens_total";
 const MODEL_COST: &str = "flexrun_model_cost_usd_total";
+const BUDGET_EXCEEDED: &str = "flexrun_budget_exceeded_total";
 const CAPABILITY_CALLS: &str = "flexrun_capability_calls_total";
 const CAPABILITY_DURATION: &str = "flexrun_capability_call_duration_seconds";
 const OPEN_STREAMS: &str = "flexrun_open_streams";
@@ -74,6 +75,10 @@ pub fn describe() {
         MODEL_COST,
         "US dollars model calls cost (priced by llm.prices), by model; only ever grows (a gauge, as the \
          exporter's counters hold whole numbers)"
+    );
+    describe_counter!(
+        BUDGET_EXCEEDED,
+        "Runs that reached a limit of their budget, by limit (tokens, costUsd, modelCalls) and action (pause, fail)"
     );
     describe_counter!(CAPABILITY_CALLS, "Capability calls, by agent type and outcome (ok, signal or the error code)");
     describe_histogram!(CAPABILITY_DURATION, Unit::Seconds, "Capability call latency, by agent type");
@@ -151,6 +156,11 @@ pub fn run_ended(status: &'static str, code: &str) {
 /// A replan granted, for `reason`.
 pub fn replan(reason: &'static str) {
     counter!(REPLANS, "reason" => reason).increment(1);
+}
+
+/// A run reached a limit of its budget (`tokens`, `costUsd`, `modelCalls`) and paused or failed.
+pub fn budget_exceeded(limit: &'static str, action: &'static str) {
+    counter!(BUDGET_EXCEEDED, "limit" => limit, "action" => action).increment(1);
 }
 
 /// One model call: `outcome` is `ok` or the error's kind.

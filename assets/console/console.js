@@ -140,8 +140,12 @@ function request(form, runId) {
   const feedback = form.querySelector("[name=feedback]")?.value.trim() || undefined;
   const nodeId = form.dataset.nodeId;
   switch (form.dataset.action) {
-    case "resume":
-      return ["/api/v1/flex/run.resume", { runId, decision: { requestId: form.dataset.requestId, approved: form.dataset.approved === "true", freeformText: feedback } }];
+    case "resume": {
+      const decision = { requestId: form.dataset.requestId, approved: form.dataset.approved === "true", freeformText: feedback };
+      const budget = raisedBudget(form);
+      if (budget) decision.budget = budget;
+      return ["/api/v1/flex/run.resume", { runId, decision }];
+    }
     case "submit":
       return ["/api/v1/flex/run.resume", { runId, payload: { nodeId, output: taskOutput(form) } }];
     case "decline":
@@ -151,6 +155,16 @@ function request(form, runId) {
     default:
       return [`/api/v1/flex/runs/${runId}/cancel`, {}];
   }
+}
+
+// The limits a budget form raises: each filled field as a number (none filled: no budget sent,
+// and the server says what is missing).
+function raisedBudget(form) {
+  const budget = {};
+  for (const input of form.querySelectorAll("[data-budget]")) {
+    if (input.value.trim() !== "") budget[input.name] = Number(input.value);
+  }
+  return Object.keys(budget).length ? budget : undefined;
 }
 
 // A human task's output from its form: one value per field, typed as the schema asks; an empty

@@ -281,7 +281,11 @@ fn check_verdict(run: &str, pending: &HitlRequestInfo, verdict: &Verdict) -> Res
              POST /api/v1/flex/tasks/{id}/decline",
             pending.node_id.as_deref().unwrap_or_default()
         )),
-        (HitlKind::Approval, Verdict::Approve | Verdict::Reject { .. })
+        (HitlKind::Budget, Verdict::Approve | Verdict::Answer(_)) => Err(format!(
+            "run {run} reached its budget (request {id}): raise it with `run.resume` and `decision.budget` (for \
+             example {{\"approved\": true, \"budget\": {{\"maxCostUsd\": 2}}}}), or end the run with --reject"
+        )),
+        (HitlKind::Approval | HitlKind::Budget, Verdict::Approve | Verdict::Reject { .. })
         | (HitlKind::Clarify, Verdict::Answer(_) | Verdict::Reject { .. }) => Ok(()),
     }
 }
@@ -293,6 +297,7 @@ fn approval_of(subject: HitlSubject) -> &'static str {
         HitlSubject::Completion => "of its result",
         HitlSubject::Policy => "asked by a runtime policy",
         HitlSubject::Node => "of a node",
+        HitlSubject::Budget => "of a higher budget",
     }
 }
 

@@ -133,6 +133,13 @@ fn describe(frame: &DecodedFrame) -> Shown {
         }
         Event::Complete(p) => Shown { lines: complete_lines(p), end: true, status: None },
         Event::Log(p) => Shown::line(format!("  · {}", p.message)),
+        Event::BudgetExceeded(p) => Shown::line(format!(
+            "⚠ budget reached — {}: {} spent of {} ({})",
+            p.limit.as_str(),
+            p.spent,
+            p.max,
+            p.action.as_str()
+        )),
         Event::Retry(p) => Shown::line(format!(
             "  ↻ {} retry {} of {} in {} ms: {}",
             frame.node_id.as_deref().unwrap_or("planner"),
@@ -290,6 +297,7 @@ mod tests {
             correlation_id: "c".into(),
             inputs: None,
             replan_limits: None,
+            budget: None,
         });
         assert_eq!(describe(&frame(start)), Shown::line("▶ run r1".into()));
         let started = Event::NodeStart(NodeStart {
@@ -319,6 +327,7 @@ mod tests {
                 principal: None,
             }),
             replan: None,
+            budget: None,
         });
         assert_eq!(describe(&frame(answered)).lines, ["  ✎ request q1 answered: EU"]);
     }

@@ -18,7 +18,7 @@ struct Item {
     objective: String,
     /// What is asked, in words: "Plan approval", "Question", …
     what: &'static str,
-    /// `approval`, `question` or `human_task`: which answers the item offers.
+    /// `approval`, `budget`, `question` or `human_task`: which answers the item offers.
     answer: &'static str,
     question: String,
     /// The node a human task is for, and its form.
@@ -34,6 +34,7 @@ impl Item {
             ("approval", "completion") => ("Result approval", "approval"),
             ("approval", _) => ("Runtime policy", "approval"),
             ("clarify", _) => ("Question", "question"),
+            ("budget", _) => ("Budget reached", "budget"),
             _ => ("Human task", "human_task"),
         };
         let fields = match &pending.capability_id {

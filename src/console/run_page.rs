@@ -69,7 +69,7 @@ pub struct RunQuery {
 /// A pending request, as the run page offers to answer it.
 struct Pending {
     id: String,
-    /// `approval`, `question` or `human_task`.
+    /// `approval`, `budget`, `question` or `human_task`.
     kind: &'static str,
     question: String,
     node_id: String,
@@ -156,6 +156,7 @@ fn pending(services: &Services, view: &RunView) -> Option<Pending> {
         HitlKind::Approval => "approval",
         HitlKind::Clarify => "question",
         HitlKind::HumanTask => "human_task",
+        HitlKind::Budget => "budget",
     };
     let fields = match view.nodes.iter().rev().find(|n| n.node_id == node_id) {
         Some(node) if request.request.kind == HitlKind::HumanTask => {

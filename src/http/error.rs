@@ -176,6 +176,7 @@ impl From<StartError> for ApiError {
         match error {
             StartError::KeyReused { .. } => Self::new(ErrorCode::IdempotencyKeyReused, error.to_string()),
             StartError::Store(error) => error.into(),
+            StartError::Envelope(error) => error.into(),
         }
     }
 }

@@ -12,6 +12,7 @@ use super::body::Body;
 use super::error::ApiError;
 use super::paging::PageSize;
 use super::sse::frame_stream;
+use crate::budget::BudgetRaise;
 use crate::error_code::ErrorCode;
 use crate::events::payload::{HitlKind, RequestStatus};
 use crate::run::operator::{Actor, Answer, Command};
@@ -19,7 +20,7 @@ use crate::run::{self, RunId, RunStatus};
 use crate::services::Services;
 use crate::store::StoreError;
 use crate::store::hitl;
-use crate::validation::{BodySchema, FieldError};
+use crate::validation::{self, BodySchema, FieldError};
 
 pub(super) static RESUME: LazyLock<BodySchema> =
     LazyLock::new(|| BodySchema::builtin(include_str!("schemas/resume.schema.json")));
@@ -74,6 +75,7 @@ pub fn answer(body: &Value) -> Result<Answer, ApiError> {
             request_id: text(decision, "/requestId"),
             approved: decision["approved"].as_bool().unwrap_or_default(),
             feedback: text(decision, "/freeformText"),
+            budget: raise(decision.get("budget"))?,
         }),
         (None, Some(payload)) => {
             let node_id = text(payload, "/nodeId").unwrap_or_default();
@@ -90,6 +92,14 @@ pub fn answer(body: &Value) -> Result<Answer, ApiError> {
         (Some(_), Some(_)) => Err(one_of("send either `decision` (an approval) or `payload` (a human task), not both")),
         (None, None) => Err(one_of("send `decision` (to answer an approval) or `payload` (for a human task)")),
     }
+}
+
+/// A decision's `budget` (the schema checked its shape): the raised limits.
+pub fn raise(budget: Option<&Value>) -> Result<Option<BudgetRaise>, ApiError> {
+    budget
+        .map(|b| validation::decode(b, "/decision/budget"))
+        .transpose()
+        .map_err(|e| ApiError::invalid_request(vec![e]))
 }
 
 /// `POST /api/v1/flex/run.resume`: answers the request a paused run waits on and streams what
@@ -232,7 +242,10 @@ mod tests {
     #[test]
     fn answers() {
         let decide = answer(&json!({"decision": {"approved": false, "freeformText": "shorter"}})).unwrap();
-        assert_eq!(decide, Answer::Decide { request_id: None, approved: false, feedback: Some("shorter".into()) });
+        assert_eq!(
+            decide,
+            Answer::Decide { request_id: None, approved: false, feedback: Some("shorter".into()), budget: None }
+        );
         assert!(answer(&json!({})).is_err());
         assert!(answer(&json!({"decision": {"approved": true}, "payload": {"nodeId": "n", "output": {}}})).is_err());
         assert!(answer(&json!({"payload": {"nodeId": "n"}})).is_err());

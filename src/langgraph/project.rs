@@ -47,7 +47,8 @@ pub fn lighten(run_id: &str, seq: Seq, event: &mut Event) {
         | Event::HitlRequest(_)
         | Event::HitlResolved(_)
         | Event::Log(_)
-        | Event::Retry(_) => {}
+        | Event::Retry(_)
+        | Event::BudgetExceeded(_) => {}
     }
 }
 
@@ -159,6 +160,8 @@ pub fn interrupt(state: &RunState, request: &HitlRequestInfo) -> Value {
         HitlKind::Approval => ("approve", [true, true, false, true]),
         HitlKind::Clarify => ("answer_question", [false, true, false, false]),
         HitlKind::HumanTask => ("submit_task", [true, false, true, false]),
+        // Edit with `{budget: {...}}` raises the budget; ignore ends the run.
+        HitlKind::Budget => ("raise_budget", [true, false, true, false]),
     };
     let args = json!({
         "question": request.question, "planVersion": request.plan_version, "nodeId": request.node_id,

@@ -350,16 +350,24 @@ pub fn resume_answer(
     request: &HitlRequestInfo,
     flex_answer: impl Fn(&Value) -> Option<Answer>,
 ) -> Result<Answer, RequestError> {
+    let decide_raising = |approved: bool, feedback: Option<String>, budget: Option<&Value>| {
+        let budget = budget
+            .map(|b| crate::validation::decode(b, "/budget"))
+            .transpose()
+            .map_err(|e| RequestError(format!("`budget` is invalid: {}", e.message)))?;
+        Ok(Answer::Decide { request_id: Some(request.id.clone()), approved, feedback, budget })
+    };
     let decide = |approved: bool, feedback: Option<String>| Answer::Decide {
         request_id: Some(request.id.clone()),
         approved,
         feedback,
+        budget: None,
     };
     let node = || request.node_id.clone().unwrap_or_default();
     let kind = request.kind;
     let wrong = |what: &str| RequestError(format!("{what} does not answer a {} request", kind.as_str()));
     match resume {
-        Value::Bool(approved) if kind == HitlKind::Approval => Ok(decide(*approved, None)),
+        Value::Bool(approved) if matches!(kind, HitlKind::Approval | HitlKind::Budget) => Ok(decide(*approved, None)),
         Value::String(text) if kind == HitlKind::Clarify => Ok(decide(true, Some(text.clone()))),
         Value::Object(object) if object.contains_key("decision") || object.contains_key("payload") => {
             flex_answer(resume).ok_or_else(|| RequestError("the run.resume body in `command.resume` is invalid".into()))
@@ -367,7 +375,7 @@ pub fn resume_answer(
         Value::Object(object) if object.get("approved").is_some_and(Value::is_boolean) => {
             let approved = object["approved"].as_bool().unwrap_or_default();
             let feedback = object.get("freeformText").and_then(Value::as_str).map(String::from);
-            Ok(decide(approved, feedback))
+            decide_raising(approved, feedback, object.get("budget"))
         }
         Value::Array(responses) => {
             let response = responses.first().ok_or_else(|| RequestError("the list of responses is empty".into()))?;
@@ -376,7 +384,8 @@ pub fn resume_answer(
             match (response.get("type").and_then(Value::as_str).unwrap_or_default(), kind) {
                 ("accept", HitlKind::Approval) => Ok(decide(true, None)),
                 ("response", HitlKind::Approval) => Ok(decide(false, text)),
-                ("ignore", HitlKind::Approval) => Ok(decide(false, None)),
+                ("ignore", HitlKind::Approval | HitlKind::Budget) => Ok(decide(false, None)),
+                ("edit", HitlKind::Budget) => decide_raising(true, None, args.get("budget").or(Some(&args))),
                 ("response", HitlKind::Clarify) => Ok(decide(true, text)),
                 ("edit", HitlKind::HumanTask) => {
                     let output = args.get("args").cloned().unwrap_or(args);
@@ -467,6 +476,7 @@ mod tests {
             request_id: Some("r".into()),
             approved,
             feedback: feedback.map(String::from),
+            budget: None,
         };
         assert_eq!(answer(json!(true), HitlKind::Approval).unwrap(), decide(true, None));
         assert_eq!(

@@ -157,6 +157,7 @@ impl Translator {
             | Event::HitlResolved(_)
             | Event::Log(_)
             | Event::Retry(_)
+            | Event::BudgetExceeded(_)
             | Event::Complete(_) => None,
         }
     }

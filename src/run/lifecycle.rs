@@ -18,10 +18,11 @@ use super::log::{self, RunLog};
 use super::state::RunState;
 use super::status::RunStatus;
 use super::stored::Stored;
-use crate::budget::ReplanLimits;
-use crate::envelope::TaskEnvelope;
+use crate::budget::BudgetLimits;
+use crate::envelope::{EnvelopeError, TaskEnvelope};
 use crate::events::payload::Start;
 use crate::events::{Event, Seq};
+use crate::replan_budget::ReplanLimits;
 use crate::services::Services;
 use crate::store::StoreError;
 use crate::store::events::LoggedFrame;
@@ -52,6 +53,9 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("this Idempotency-Key was already used, for run {run_id}, with a different request body")]
     KeyReused { run_id: String },
+    /// The envelope asks for what this server does not allow (a budget above its ceiling).
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
 }
 
 /// Creates a run for a validated envelope and starts its coordinator in the background.
@@ -85,12 +89,15 @@ pub async fn start(
         claim = claim.leased(crate::store::leases::FIRST_EPOCH);
     }
     let replan_limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
+    let budget = BudgetLimits::resolve(&envelope.budget, &services.budget)
+        .map_err(|problem| StartError::Envelope(EnvelopeError::Invalid(vec![problem])))?;
     let start = Event::Start(Start {
         run_id: run_id.to_string(),
         thread_id: envelope.thread_id.clone(),
         correlation_id: correlation_id.clone(),
         inputs: Some(envelope.inputs.clone()),
         replan_limits: Some(replan_limits),
+        budget,
     });
     let now = crate::store::now();
     let row = RunRow {

@@ -25,6 +25,7 @@ use super::projection::{RowWrite, project, stored};
 use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;
 use super::usage::{Caller, Unrecorded};
+use crate::budget::Spent;
 use crate::events::payload::ReplanReason;
 use crate::events::{Bus, BusMessage, Event, Frame, FrameHeader};
 use crate::redact::Redaction;
@@ -159,6 +160,14 @@ impl RunLog {
         if let Some(usage) = usage {
             self.unrecorded.add(caller, usage);
         }
+    }
+
+    /// What the run has spent as its budget counts it: what its frames recorded and the calls
+    /// made since, whose outcome is not staged yet.
+    pub fn spent(&self) -> Spent {
+        let mut spent = self.state.usage.spent;
+        self.unrecorded.add_to(&mut spent);
+        spent
     }
 
     /// Writes that no frame carries (a goal evaluation, an operator's decision record), made by

@@ -136,6 +136,11 @@ pub fn project(state: &RunState, at: At, event: &Event) -> Vec<RowWrite> {
             .iter()
             .map(|node_id| RowWrite::NodeWaiting { version, node_id: node_id.clone(), status: NodeStatus::Pending })
             .collect(),
+        Event::BudgetExceeded(exceeded) => exceeded
+            .held_nodes
+            .iter()
+            .map(|node_id| RowWrite::NodeWaiting { version, node_id: node_id.clone(), status: NodeStatus::Pending })
+            .collect(),
         // Nobody answers a request of a run that ended.
         Event::Complete(_) => close_open(state, RequestStatus::Cancelled, now).into_iter().collect(),
         // No row follows them (a human task's invalid output leaves the node waiting).

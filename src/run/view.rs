@@ -13,17 +13,18 @@ use super::id::RunId;
 use super::state::RunState;
 use super::status::RunStatus;
 use super::stored::{LegacyStart, ResumeError};
-use crate::budget::{BudgetView, ReplanCounts};
 use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
 use crate::events::payload::{HitlRequestInfo, ReplanInfo, RequestStatus, Verdict};
 use crate::events::{Event, Seq};
 use crate::plan::{Plan, StoredNodeStatus};
+use crate::replan_budget::{BudgetView, ReplanCounts};
 use crate::services::Services;
 use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::plans::{self, PlanNodeRow, RunOutputRow};
 use crate::store::runs::{self, RunRow};
 use crate::store::{StoreError, events, leases};
+use flexrun_core::budget::{BudgetLimits, Spent};
 use flexrun_core::usage::Usage;
 
 /// A run with its plan versions, nodes, goal evaluations and operator requests.
@@ -98,6 +99,19 @@ pub struct RunSummary {
     /// What its model calls used and cost, with a breakdown by model.
     #[serde(default)]
     pub usage: Option<Usage>,
+    /// The run's spending budget and what it has spent against it (a run's own view only; none:
+    /// the run has no budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<SpendingView>,
+}
+
+/// A run's budget limits (as started with, or as last raised) and what counts against them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpendingView {
+    #[serde(flatten)]
+    pub limits: BudgetLimits,
+    pub spent: Spent,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -371,6 +385,7 @@ impl RunView {
             last_seq: state.last_seq.get(),
             parent_run_id: row.parent_run_id.clone(),
             usage: Some(state.usage.total.clone()),
+            budget: state.budget.map(|limits| SpendingView { limits, spent: state.usage.spent }),
         };
         let plan_versions = state
             .plans

@@ -1,186 +1,387 @@
-//! The replan budget of a run: its caps (envelope `policies.replan`, else configuration) and its
-//! persisted counters. Every replan is granted or refused here and nowhere else.
+//! A run's spending budget: limits on its model calls, tokens and cost (envelope
+//! `policies.budget` over the configured defaults, capped by the configured ceiling), what the
+//! run has spent against them ([`Spent`]), and the one rule that says when a limit is reached.
+//!
+//! The limits are resolved once, when the run starts, and recorded on its `start` frame; an
+//! operator who raises them records the new ones on the `hitl_resolved` that answers the budget
+//! request. So a run's budget is read from its log alone, whatever the configuration says later.
+//!
+//! Spending is counted from what calls reported: a call that reported no token counts adds
+//! nothing to the token count, and a call whose model has no price adds nothing to the cost
+//! (`docs/usage.md` says so to operators). A limit is reached when what was spent is at or above
+//! it; no model call starts then (calls already in flight finish: the overshoot is theirs).
 
 use serde::{Deserialize, Serialize};
 
-use crate::envelope::ReplanOverrides;
-use crate::settings::ReplanSettings;
+use crate::usage::{CallUsage, Micros, Usage};
+use crate::validation::FieldError;
 
+/// `policies.budget` as an envelope sets it (the schema checked its shape and ranges).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetPolicy {
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+    pub max_model_calls: Option<u64>,
+    pub on_exceeded: Option<OnExceeded>,
+}
+
+/// New limits an operator sets when approving a paused run (`run.resume` `decision.budget`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetRaise {
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+    pub max_model_calls: Option<u64>,
+}
+
+/// The configured `[budget]`: defaults for runs whose envelope sets no limit of a kind, and the
+/// most an envelope may ask to spend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BudgetDefaults {
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<Micros>,
+    pub max_model_calls: Option<u64>,
+    pub ceiling_max_cost_usd: Option<Micros>,
+}
+
+/// What a run does when it reaches a limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExceeded {
+    /// Wait for an operator to raise the limit (or reject, which fails the run).
+    #[default]
+    Pause,
+    /// Fail with `budget_exceeded`.
+    Fail,
+}
+
+impl OnExceeded {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Fail => "fail",
+        }
+    }
+}
+
+/// Which limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplanLimits {
-    pub enabled: bool,
-    pub max_goal_condition_replans: u32,
-    pub max_replans: u32,
+pub enum Limit {
+    Tokens,
+    CostUsd,
+    ModelCalls,
 }
 
-impl ReplanLimits {
-    /// The limits of a stored run: its envelope's `policies.replan` (as stored, already
-    /// validated) over the configured ones.
-    pub fn of_stored(envelope: &serde_json::Value, settings: &ReplanSettings) -> Result<Self, serde_json::Error> {
-        let policy: ReplanOverrides = envelope
-            .pointer("/policies/replan")
-            .map(|p| serde_json::from_value(p.clone()))
-            .transpose()?
-            .unwrap_or_default();
-        Ok(Self::resolve(&policy, settings))
-    }
+impl Limit {
+    pub const ALL: [Limit; 3] = [Self::CostUsd, Self::Tokens, Self::ModelCalls];
 
-    /// The envelope's values where given, the configured ones otherwise.
-    pub fn resolve(policy: &ReplanOverrides, settings: &ReplanSettings) -> Self {
-        Self {
-            enabled: policy.enabled.unwrap_or(settings.enabled),
-            max_goal_condition_replans: policy
-                .max_goal_condition_replans
-                .unwrap_or(settings.max_goal_condition_replans),
-            max_replans: policy.max_replans.unwrap_or(settings.max_replans),
-        }
-    }
-}
-
-/// Why a replan was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    Disabled,
-    GoalConditionLimit { limit: u32 },
-    TotalLimit { limit: u32 },
-}
-
-impl Refused {
-    pub fn code(self) -> &'static str {
+    /// The name on the wire (`budget_exceeded.limit`) and in metrics.
+    pub fn as_str(self) -> &'static str {
         match self {
-            Self::Disabled | Self::GoalConditionLimit { .. } => "goal_condition_replan_limit",
-            Self::TotalLimit { .. } => "replan_limit",
+            Self::Tokens => "tokens",
+            Self::CostUsd => "costUsd",
+            Self::ModelCalls => "modelCalls",
         }
     }
 
-    pub fn message(self) -> String {
+    /// The field of `policies.budget` (and of a raise) that sets this limit.
+    pub fn field(self) -> &'static str {
         match self {
-            Self::Disabled => "Replanning is disabled for this run".into(),
-            Self::GoalConditionLimit { limit } => {
-                format!("Automatic goal condition replans exceeded the configured limit ({limit})")
-            }
-            Self::TotalLimit { limit } => format!("The run used all {limit} replans it is allowed"),
+            Self::Tokens => "maxTokens",
+            Self::CostUsd => "maxCostUsd",
+            Self::ModelCalls => "maxModelCalls",
         }
     }
 }
 
-/// How many replans a run made, in total and by what asked for them. Counted by the frames that
-/// grant them (`run::state`); the run row keeps a copy for lists.
+/// An amount a limit counts: tokens or calls, or dollars (a JSON number of dollars).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Amount {
+    Count(u64),
+    Usd(Micros),
+}
+
+impl std::fmt::Display for Amount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Count(n) => write!(f, "{n}"),
+            Self::Usd(micros) => write!(f, "{micros}"),
+        }
+    }
+}
+
+/// A run's limits as resolved at its start (or raised since). At least one is set: a run
+/// without any has no budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<Micros>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_calls: Option<u64>,
+    #[serde(default)]
+    pub on_exceeded: OnExceeded,
+}
+
+/// What a run has spent, as budgets count it: known counts and costs only.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplanCounts {
-    /// Every replan of the run, whatever asked for it.
-    pub total: u32,
-    pub goal_condition: u32,
-    pub capability_signal: u32,
-    pub runtime_policy: u32,
-    pub operator: u32,
-    pub post_condition: u32,
+pub struct Spent {
+    pub model_calls: u64,
+    pub tokens: u64,
+    pub cost_usd: Micros,
 }
 
-/// A run's caps and what it used of them: whether one more replan is granted.
+impl Spent {
+    /// Adds what a frame's (or a run's) usage records.
+    pub fn add_usage(&mut self, usage: &Usage) {
+        let counts = &usage.tally.counts;
+        self.model_calls = self.model_calls.saturating_add(u64::from(usage.tally.calls));
+        self.add(counts.input_tokens, counts.output_tokens, usage.tally.cost_usd);
+    }
+
+    /// Adds one call not yet recorded on a frame.
+    pub fn add_call(&mut self, call: &CallUsage) {
+        self.model_calls = self.model_calls.saturating_add(1);
+        self.add(call.counts.input_tokens, call.counts.output_tokens, call.cost);
+    }
+
+    fn add(&mut self, input: Option<u64>, output: Option<u64>, cost: Option<Micros>) {
+        let tokens = input.unwrap_or_default().saturating_add(output.unwrap_or_default());
+        self.tokens = self.tokens.saturating_add(tokens);
+        self.cost_usd = self.cost_usd.saturating_add(cost.unwrap_or_default());
+    }
+
+    /// What was spent against `limit`.
+    pub fn on(&self, limit: Limit) -> Amount {
+        match limit {
+            Limit::Tokens => Amount::Count(self.tokens),
+            Limit::CostUsd => Amount::Usd(self.cost_usd),
+            Limit::ModelCalls => Amount::Count(self.model_calls),
+        }
+    }
+}
+
+/// A limit the run has reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReplanBudget {
-    pub limits: ReplanLimits,
-    pub counts: ReplanCounts,
+pub struct Reached {
+    pub limit: Limit,
+    pub max: Amount,
+    pub spent: Amount,
 }
 
-/// A run's replan budget as `GET /runs/{id}` and `plan_requested` show it: the caps and what was
-/// used of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BudgetView {
-    #[serde(flatten)]
-    pub limits: ReplanLimits,
-    pub used: ReplanCounts,
+impl Reached {
+    /// `costUsd: $0.05 spent of $0.05`.
+    pub fn describe(&self) -> String {
+        format!("{}: {} spent of {}", self.limit.as_str(), self.spent, self.max)
+    }
 }
 
-impl ReplanBudget {
-    pub fn new(limits: ReplanLimits, counts: ReplanCounts) -> Self {
-        Self { limits, counts }
-    }
+/// Why an operator's raise was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NotRaised {
+    #[error("the run reached its {} limit ({}): send `budget.{}` above what it has spent", .0.limit.as_str(), .0.describe(), .0.limit.field())]
+    StillReached(Reached),
+    #[error("`budget.{field}` = {value} is not an amount of dollars")]
+    NotAnAmount { field: &'static str, value: f64 },
+}
 
-    pub fn view(&self) -> BudgetView {
-        BudgetView { limits: self.limits, used: self.counts }
-    }
-
-    /// Whether one more replan (asked for by anything but failed goal conditions) is granted; if
-    /// so, the run's replan number it would be. It is counted when the frame that asks for it is
-    /// recorded (`run::state`).
-    pub fn grant_replan(&self) -> Result<u32, Refused> {
-        self.check_total()?;
-        Ok(self.counts.total + 1)
-    }
-
-    /// Whether one more replan for failed goal conditions is granted; if so, its number among
-    /// goal-condition replans.
-    pub fn grant_goal_condition_replan(&self) -> Result<u32, Refused> {
-        if self.limits.enabled && self.counts.goal_condition >= self.limits.max_goal_condition_replans {
-            return Err(Refused::GoalConditionLimit { limit: self.limits.max_goal_condition_replans });
+impl BudgetLimits {
+    /// The limits of a new run: the envelope's where it sets them, else the configured
+    /// defaults; a cost limit above the configured ceiling is refused (with its pointer), and a
+    /// run that sets no cost limit gets the ceiling. `None`: the run has no budget.
+    pub fn resolve(policy: &BudgetPolicy, defaults: &BudgetDefaults) -> Result<Option<Self>, FieldError> {
+        let at = "/policies/budget/maxCostUsd";
+        let asked = policy
+            .max_cost_usd
+            .map(|dollars| Micros::from_dollars(dollars).ok_or_else(|| not_dollars(at, dollars)))
+            .transpose()?;
+        if let (Some(asked), Some(ceiling)) = (asked, defaults.ceiling_max_cost_usd)
+            && asked > ceiling
+        {
+            let message = format!("maxCostUsd {asked} is above this server's ceiling of {ceiling} per run");
+            return Err(FieldError::new(at, "above_ceiling", message));
         }
-        self.check_total()?;
-        Ok(self.counts.goal_condition + 1)
+        let limits = Self {
+            max_tokens: policy.max_tokens.or(defaults.max_tokens),
+            max_cost_usd: asked.or(defaults.max_cost_usd).or(defaults.ceiling_max_cost_usd),
+            max_model_calls: policy.max_model_calls.or(defaults.max_model_calls),
+            on_exceeded: policy.on_exceeded.unwrap_or_default(),
+        };
+        let any = limits.max_tokens.is_some() || limits.max_cost_usd.is_some() || limits.max_model_calls.is_some();
+        Ok(any.then_some(limits))
     }
 
-    fn check_total(&self) -> Result<(), Refused> {
-        if !self.limits.enabled {
-            return Err(Refused::Disabled);
+    /// The limit `limit` is set to, if it is.
+    pub fn max(&self, limit: Limit) -> Option<Amount> {
+        match limit {
+            Limit::Tokens => self.max_tokens.map(Amount::Count),
+            Limit::CostUsd => self.max_cost_usd.map(Amount::Usd),
+            Limit::ModelCalls => self.max_model_calls.map(Amount::Count),
         }
-        if self.counts.total >= self.limits.max_replans {
-            return Err(Refused::TotalLimit { limit: self.limits.max_replans });
-        }
-        Ok(())
     }
+
+    /// The first limit `spent` has reached (cost, then tokens, then calls), if any.
+    pub fn reached(&self, spent: &Spent) -> Option<Reached> {
+        Limit::ALL.into_iter().find_map(|limit| {
+            let max = self.max(limit)?;
+            let spent = spent.on(limit);
+            (spent >= max).then_some(Reached { limit, max, spent })
+        })
+    }
+
+    /// These limits with an operator's `raise` applied; refused unless the run can go on under
+    /// them (no limit reached by what it has spent).
+    pub fn raised(&self, raise: &BudgetRaise, spent: &Spent) -> Result<Self, NotRaised> {
+        let cost = raise
+            .max_cost_usd
+            .map(|value| Micros::from_dollars(value).ok_or(NotRaised::NotAnAmount { field: "maxCostUsd", value }))
+            .transpose()?;
+        let raised = Self {
+            max_tokens: raise.max_tokens.or(self.max_tokens),
+            max_cost_usd: cost.or(self.max_cost_usd),
+            max_model_calls: raise.max_model_calls.or(self.max_model_calls),
+            on_exceeded: self.on_exceeded,
+        };
+        match raised.reached(spent) {
+            Some(reached) => Err(NotRaised::StillReached(reached)),
+            None => Ok(raised),
+        }
+    }
+
+    /// The planner prompt's `BUDGET` lines: per limit, what was spent and what is left.
+    pub fn prompt_lines(&self, spent: &Spent) -> Vec<String> {
+        Limit::ALL
+            .into_iter()
+            .filter_map(|limit| {
+                let max = self.max(limit)?;
+                let spent = spent.on(limit);
+                let left = match (max, spent) {
+                    (Amount::Count(max), Amount::Count(spent)) => Amount::Count(max.saturating_sub(spent)),
+                    (Amount::Usd(max), Amount::Usd(spent)) => Amount::Usd(Micros(max.0.saturating_sub(spent.0))),
+                    (max, _) => max,
+                };
+                Some(format!("- {}: {spent} spent of {max}, {left} left", limit.as_str()))
+            })
+            .collect()
+    }
+}
+
+fn not_dollars(at: &str, dollars: f64) -> FieldError {
+    FieldError::new(at, "invalid_amount", format!("{dollars} is not an amount of dollars"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::usage::Counts;
 
-    fn limits(enabled: bool, goal: u32, total: u32) -> ReplanLimits {
-        ReplanLimits { enabled, max_goal_condition_replans: goal, max_replans: total }
+    fn call(input: Option<u64>, output: Option<u64>, cost: Option<u64>) -> CallUsage {
+        let counts = Counts { input_tokens: input, output_tokens: output, ..Counts::default() };
+        CallUsage { model: "m".into(), counts, cost: cost.map(Micros) }
     }
 
-    fn budget(enabled: bool, goal: u32, total: u32, used: (u32, u32)) -> ReplanBudget {
-        let counts = ReplanCounts { goal_condition: used.0, total: used.1, ..ReplanCounts::default() };
-        ReplanBudget::new(limits(enabled, goal, total), counts)
+    fn defaults() -> BudgetDefaults {
+        BudgetDefaults::default()
     }
 
     #[test]
-    fn grants_up_to_the_goal_condition_cap() {
-        assert_eq!(budget(true, 2, 4, (0, 0)).grant_goal_condition_replan(), Ok(1));
-        assert_eq!(budget(true, 2, 4, (1, 1)).grant_goal_condition_replan(), Ok(2));
+    fn no_limit_anywhere_is_no_budget() {
+        assert_eq!(BudgetLimits::resolve(&BudgetPolicy::default(), &defaults()), Ok(None));
+    }
+
+    #[test]
+    fn the_envelope_wins_over_the_defaults_limit_by_limit() {
+        let configured = BudgetDefaults { max_tokens: Some(10), max_model_calls: Some(5), ..defaults() };
+        let policy = BudgetPolicy { max_tokens: Some(100), on_exceeded: Some(OnExceeded::Fail), ..Default::default() };
+        let limits = BudgetLimits::resolve(&policy, &configured).unwrap().unwrap();
+        assert_eq!((limits.max_tokens, limits.max_model_calls, limits.max_cost_usd), (Some(100), Some(5), None));
+        assert_eq!(limits.on_exceeded, OnExceeded::Fail);
+    }
+
+    #[test]
+    fn the_ceiling_refuses_more_and_bounds_a_run_that_sets_no_cost() {
+        let configured = BudgetDefaults { ceiling_max_cost_usd: Some(Micros(2_000_000)), ..defaults() };
+        let above = BudgetPolicy { max_cost_usd: Some(2.5), ..Default::default() };
+        let error = BudgetLimits::resolve(&above, &configured).unwrap_err();
+        assert_eq!((error.path.as_str(), error.code.as_str()), ("/policies/budget/maxCostUsd", "above_ceiling"));
+        let none = BudgetLimits::resolve(&BudgetPolicy::default(), &configured).unwrap().unwrap();
+        assert_eq!(none.max_cost_usd, Some(Micros(2_000_000)));
+        let at = BudgetPolicy { max_cost_usd: Some(2.0), ..Default::default() };
+        assert!(BudgetLimits::resolve(&at, &configured).is_ok());
+    }
+
+    #[test]
+    fn a_limit_is_reached_at_its_value_and_unknown_counts_add_nothing() {
+        let limits = BudgetLimits {
+            max_tokens: Some(100),
+            max_cost_usd: Some(Micros(50)),
+            max_model_calls: Some(3),
+            on_exceeded: OnExceeded::Pause,
+        };
+        let mut spent = Spent::default();
+        spent.add_call(&call(Some(60), Some(30), Some(20)));
+        assert_eq!(limits.reached(&spent), None);
+        spent.add_call(&call(None, Some(10), None));
+        assert_eq!((spent.tokens, spent.cost_usd, spent.model_calls), (100, Micros(20), 2));
+        let reached = limits.reached(&spent).unwrap();
         assert_eq!(
-            budget(true, 2, 4, (2, 2)).grant_goal_condition_replan(),
-            Err(Refused::GoalConditionLimit { limit: 2 })
+            (reached.limit, reached.max, reached.spent),
+            (Limit::Tokens, Amount::Count(100), Amount::Count(100))
         );
+        spent.add_call(&call(Some(1), Some(1), Some(40)));
+        assert_eq!(limits.reached(&spent).unwrap().limit, Limit::CostUsd, "cost is looked at first");
     }
 
     #[test]
-    fn total_cap_and_disabled() {
-        assert_eq!(budget(true, 5, 1, (0, 0)).grant_goal_condition_replan(), Ok(1));
-        assert_eq!(budget(true, 5, 1, (1, 1)).grant_goal_condition_replan(), Err(Refused::TotalLimit { limit: 1 }));
-        assert_eq!(budget(false, 5, 5, (0, 0)).grant_goal_condition_replan(), Err(Refused::Disabled));
-        let refused = budget(true, 0, 5, (0, 0)).grant_goal_condition_replan().unwrap_err();
-        assert_eq!(refused.code(), "goal_condition_replan_limit");
+    fn a_raise_must_leave_every_limit_above_what_was_spent() {
+        let limits = BudgetLimits {
+            max_tokens: Some(100),
+            max_cost_usd: None,
+            max_model_calls: Some(2),
+            on_exceeded: OnExceeded::Pause,
+        };
+        let spent = Spent { model_calls: 2, tokens: 150, cost_usd: Micros(0) };
+        let only_calls = BudgetRaise { max_model_calls: Some(5), ..Default::default() };
+        let refused = limits.raised(&only_calls, &spent).unwrap_err();
+        assert!(matches!(refused, NotRaised::StillReached(Reached { limit: Limit::Tokens, .. })), "{refused}");
+        let same = BudgetRaise { max_tokens: Some(150), max_model_calls: Some(5), ..Default::default() };
+        assert!(limits.raised(&same, &spent).is_err(), "a limit at what was spent is still reached");
+        let both = BudgetRaise { max_tokens: Some(500), max_model_calls: Some(5), ..Default::default() };
+        let raised = limits.raised(&both, &spent).unwrap();
+        assert_eq!((raised.max_tokens, raised.max_model_calls), (Some(500), Some(5)));
     }
 
     #[test]
-    fn every_reason_shares_the_total() {
-        assert_eq!(budget(true, 1, 3, (1, 2)).grant_replan(), Ok(3));
-        assert_eq!(budget(true, 1, 3, (1, 3)).grant_replan(), Err(Refused::TotalLimit { limit: 3 }));
+    fn limits_read_back_as_written_on_the_start_frame() {
+        let limits = BudgetLimits {
+            max_tokens: None,
+            max_cost_usd: Some(Micros(1_250_000)),
+            max_model_calls: Some(4),
+            on_exceeded: OnExceeded::Fail,
+        };
+        let json = serde_json::to_value(limits).unwrap();
+        assert_eq!(json, serde_json::json!({"maxCostUsd": 1.25, "maxModelCalls": 4, "onExceeded": "fail"}));
+        assert_eq!(serde_json::from_value::<BudgetLimits>(json).unwrap(), limits);
+    }
+
+    #[test]
+    fn the_prompt_says_what_is_left_of_each_limit() {
+        let limits = BudgetLimits {
+            max_tokens: Some(1000),
+            max_cost_usd: Some(Micros(100_000)),
+            max_model_calls: None,
+            on_exceeded: OnExceeded::Pause,
+        };
+        let spent = Spent { model_calls: 3, tokens: 400, cost_usd: Micros(25_000) };
         assert_eq!(
-            budget(true, 1, 3, (1, 2)).grant_goal_condition_replan(),
-            Err(Refused::GoalConditionLimit { limit: 1 })
+            limits.prompt_lines(&spent),
+            ["- costUsd: $0.025 spent of $0.1, $0.075 left", "- tokens: 400 spent of 1000, 600 left"]
         );
-        assert_eq!(budget(false, 1, 2, (0, 0)).grant_replan(), Err(Refused::Disabled));
-    }
-
-    #[test]
-    fn envelope_overrides_settings() {
-        let settings = ReplanSettings { enabled: true, max_goal_condition_replans: 2, max_replans: 4 };
-        let policy = ReplanOverrides { enabled: None, max_goal_condition_replans: Some(1), max_replans: None };
-        assert_eq!(ReplanLimits::resolve(&policy, &settings), limits(true, 1, 4));
     }
 }

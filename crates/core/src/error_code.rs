@@ -137,6 +137,8 @@ error_codes! {
         "The thread's newest run does not wait for an answer.";
     NotWaiting => "invalid_run_state", 422,
         "A replan of a run that neither waits on an operator nor plans (the one code with two statuses).";
+    BudgetNotRaised => "budget_not_raised", 422,
+        "A budget request was approved without limits that leave the run room to go on.";
     ReplanLimit => "replan_limit", 422,
         "The run has used every replan it is allowed.";
     IdempotencyKeyReused => "idempotency_key_reused", 422,

@@ -26,6 +26,7 @@ pub mod llm;
 pub mod plan;
 pub mod planner;
 pub mod redact;
+pub mod replan_budget;
 pub mod retry;
 pub mod run;
 pub mod runtime_policy;

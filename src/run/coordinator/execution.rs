@@ -6,10 +6,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use super::{Coordinator, Interrupt, Step};
+use super::{Coordinator, Held, Interrupt, Step};
 use crate::capability::{CapabilityError, Reply, Signal};
 use crate::condition;
-use crate::events::payload::{ReplanInfo, RetryScope};
+use crate::events::payload::{BudgetPhase, ExecutorType, ReplanInfo, RetryScope};
 use crate::plan::{NodeId, NodeStatus, PlanNode};
 use crate::run::decide::post_conditions::{self, Failed as PostConditionsFailed};
 use crate::run::decide::{Effect, Failure, Outcome, ending, execution, policies, signals};
@@ -41,13 +41,15 @@ impl Coordinator {
             Effect::Failed(failure) => return self.fail(failure, Vec::new()).await.map(|_| Step::Ended),
         }
         let max_running = self.services.settings.limits.max_concurrent_nodes.max(1);
+        self.held = Held::default();
         let mut running: FuturesUnordered<NodeRun> = FuturesUnordered::new();
         let mut first_failure: Option<Failure> = None;
         let mut replan_asked: Option<ReplanInfo> = None;
         loop {
             let stopping = first_failure.is_some() || replan_asked.is_some() || self.log.claim().stop_requested();
             if !stopping && !self.log.state().awaiting_policy() {
-                let ready = execution::ready(&self.run(), max_running - running.len());
+                let mut ready = self.within_budget(execution::ready(&self.run(), usize::MAX));
+                ready.truncate(max_running - running.len());
                 if !ready.is_empty() {
                     running.extend(self.start_nodes(&ready)?);
                 }
@@ -95,6 +97,11 @@ impl Coordinator {
         if let Some(replan) = replan_asked {
             return self.replan(replan);
         }
+        if let Some(reached) = self.held.reached {
+            let held = std::mem::take(&mut self.held.nodes);
+            let reached = self.budget_reached().unwrap_or(reached);
+            return self.over_budget(reached, BudgetPhase::Execution, held).await.map(|_| Step::Ended);
+        }
         match execution::settled(&self.run()) {
             execution::Settled::Done => Ok(Step::Continue(None)),
             execution::Settled::Pause(event) => {
@@ -129,6 +136,9 @@ impl Coordinator {
             let policy = self.retry;
             let backoff = self.node_retries.entry(node.id.clone()).or_insert_with(|| policy.backoff());
             if let Some(delay) = backoff.next_retry(error.retry_after()) {
+                if self.hold(node) {
+                    return Ok(Effect::Continue);
+                }
                 self.stage(vec![execution::retry(RetryScope::Capability, Some(node.id.to_string()), delay, &error)])?;
                 running.push(self.run_node(node, delay.delay));
                 return Ok(Effect::Continue);
@@ -158,7 +168,9 @@ impl Coordinator {
             return match post_conditions::failed(&self.run(), node, &output, results) {
                 PostConditionsFailed::Retry(events) => {
                     self.stage(events)?;
-                    running.push(self.run_node(node, Duration::ZERO));
+                    if !self.hold(node) {
+                        running.push(self.run_node(node, Duration::ZERO));
+                    }
                     Ok(Effect::Continue)
                 }
                 PostConditionsFailed::Decided(outcome) => {
@@ -190,6 +202,30 @@ impl Coordinator {
         let event = signals::announce(&self.run(), &replan);
         self.stage(vec![event])?;
         Ok(Step::Continue(Some(replan)))
+    }
+
+    /// `ready` without the nodes whose capability calls a model, once the budget is reached:
+    /// those wait (pending) for an operator to raise it.
+    fn within_budget(&mut self, ready: Vec<PlanNode>) -> Vec<PlanNode> {
+        let Some(reached) = self.budget_reached() else { return ready };
+        let (held, go): (Vec<PlanNode>, Vec<PlanNode>) = ready.into_iter().partition(|node| self.calls_a_model(node));
+        if !held.is_empty() {
+            self.held.reached.get_or_insert(reached);
+        }
+        go
+    }
+
+    /// Holds back `node`'s next attempt if it would call a model and the budget is reached: it
+    /// runs again once the budget allows (`budget_exceeded.heldNodes`).
+    fn hold(&mut self, node: &PlanNode) -> bool {
+        let Some(reached) = self.budget_reached().filter(|_| self.calls_a_model(node)) else { return false };
+        self.held.reached.get_or_insert(reached);
+        self.held.nodes.push(node.id.to_string());
+        true
+    }
+
+    fn calls_a_model(&self, node: &PlanNode) -> bool {
+        self.capabilities.get(&node.capability_id).is_some_and(|c| c.executor.executor_type() == ExecutorType::Ai)
     }
 
     /// Stages the `node_start` frames of `nodes` and returns the calls of their capabilities

@@ -23,14 +23,16 @@ use super::log::{LogError, RunLog};
 use super::operator::Actor;
 use super::projection::RowWrite;
 use super::state::NodeFailure;
-use crate::budget::ReplanLimits;
+use crate::budget::{OnExceeded, Reached};
 use crate::capability::Capabilities;
 use crate::envelope::TaskEnvelope;
 use crate::events::Event;
+use crate::events::payload::BudgetPhase;
 use crate::events::payload::ReplanInfo;
 use crate::excerpt;
 use crate::hash::HashMap;
 use crate::plan::NodeId;
+use crate::replan_budget::ReplanLimits;
 use crate::retry::{Backoff, RetrySchedule};
 use crate::services::Services;
 use crate::store::StoreError;
@@ -99,6 +101,16 @@ pub(super) struct Coordinator {
     node_retries: HashMap<NodeId, Backoff>,
     /// The capabilities as registered when the current planning round began.
     capabilities: Arc<Capabilities>,
+    /// What the budget held back while the current plan's nodes ran.
+    held: Held,
+}
+
+/// What the budget held back during an execution pass: the limit reached, and the nodes whose
+/// next attempt (a retry) did not start.
+#[derive(Debug, Default)]
+struct Held {
+    reached: Option<Reached>,
+    nodes: Vec<String>,
 }
 
 impl Coordinator {
@@ -129,6 +141,7 @@ impl Coordinator {
             timeouts,
             deadline,
             node_retries: HashMap::default(),
+            held: Held::default(),
         })
     }
 
@@ -278,6 +291,30 @@ impl Coordinator {
         self.stage(events)?;
         self.log.commit().await?;
         self.log_end();
+        Ok(())
+    }
+
+    /// The limit of its budget the run has reached, if any: no model call starts then.
+    fn budget_reached(&self) -> Option<Reached> {
+        decide::budget::reached(self.log.state(), &self.log.spent())
+    }
+
+    /// The run reached its budget in `phase` (`held`: nodes whose next attempt was held back):
+    /// it waits for an operator to raise it, or fails, as its budget says.
+    async fn over_budget(&mut self, reached: Reached, phase: BudgetPhase, held: Vec<String>) -> Result<(), LogError> {
+        let spent = self.log.spent();
+        let (events, failure) = decide::budget::exceeded(&self.run(), reached, phase, held, spent);
+        let action = match failure {
+            Some(failure) => {
+                self.fail(failure, events).await?;
+                OnExceeded::Fail
+            }
+            None => {
+                self.log.record(events).await?;
+                OnExceeded::Pause
+            }
+        };
+        crate::telemetry::budget_exceeded(reached.limit.as_str(), action.as_str());
         Ok(())
     }
 

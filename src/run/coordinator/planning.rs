@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::{Coordinator, Step};
-use crate::events::payload::{HitlSubject, ReplanInfo, RetryScope};
+use crate::events::payload::{BudgetPhase, HitlSubject, ReplanInfo, RetryScope};
 use crate::llm::LlmError;
 use crate::plan::Diagnostic;
 use crate::planner::{self, PromptInput};
@@ -33,6 +33,10 @@ impl Coordinator {
         }
         let mut rejected: Vec<Diagnostic> = Vec::new();
         for _ in 0..planner::DRAFT_ATTEMPTS {
+            // Each draft is a model call: none starts once the budget is reached.
+            if let Some(reached) = self.budget_reached() {
+                return self.over_budget(reached, BudgetPhase::Planning, Vec::new()).await.map(|_| Step::Ended);
+            }
             if !std::mem::take(&mut requested) {
                 let request = planning::request(&self.run(), phase, replan.clone());
                 self.stage(vec![request])?;
@@ -111,8 +115,10 @@ impl Coordinator {
     ) -> Metered<Result<Result<Value, Diagnostic>, LlmError>> {
         let capabilities: Vec<_> = self.capabilities.values().cloned().collect();
         let run = self.run();
+        let budget = run.state.budget.map(|limits| limits.prompt_lines(&self.log.spent())).unwrap_or_default();
         let input = PromptInput {
             envelope: &self.envelope,
+            budget: &budget,
             capabilities: &capabilities,
             facet_catalog: self.services.facets.definitions(),
             replan: planning::replan_prompt(&run, replan),

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::budget::BudgetPolicy;
 use crate::condition::GoalCondition;
 use crate::condition::dsl::Catalog;
 use crate::contract::OutputContract;
@@ -45,6 +46,8 @@ pub struct TaskEnvelope {
     /// `policies.planner`, passed to the planner as written.
     pub planner_policy: Option<Value>,
     pub replan: ReplanOverrides,
+    /// `policies.budget`: limits on the run's spending.
+    pub budget: BudgetPolicy,
     /// `policies.runtime`, in order (the first matching policy wins).
     pub runtime_policies: Vec<RuntimePolicy>,
     /// `policies.retry`.
@@ -135,6 +138,7 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         goal_conditions,
         planner_policy: policies.and_then(|p| p.get("planner")).cloned(),
         replan,
+        budget: policy_at(policies, "budget", "/policies/budget")?,
         runtime_policies,
         retry: policy_at(policies, "retry", "/policies/retry")?,
         timeouts: policy_at(policies, "timeouts", "/policies/timeouts")?,
@@ -309,6 +313,28 @@ mod tests {
         assert!(at("/policies/replan/maxReplans"), "{errors:#?}");
         let unknown = errors.iter().find(|e| e.path == "/goalConditions").unwrap();
         assert!(unknown.message.contains("goal_condition"), "{}", unknown.message);
+    }
+
+    #[test]
+    fn a_budget_is_read_and_bad_values_are_refused_with_their_pointer() {
+        let mut body = valid();
+        body["policies"]["budget"] = json!({"maxCostUsd": 0.5, "maxModelCalls": 4, "onExceeded": "fail"});
+        let e = from_value(body, &Catalog::builtin()).unwrap();
+        assert_eq!((e.budget.max_cost_usd, e.budget.max_model_calls), (Some(0.5), Some(4)));
+        assert_eq!(e.budget.on_exceeded, Some(crate::budget::OnExceeded::Fail));
+        for (budget, at) in [
+            (json!({"maxCostUsd": -1}), "/policies/budget/maxCostUsd"),
+            (json!({"maxCostUsd": 0}), "/policies/budget/maxCostUsd"),
+            (json!({"maxTokens": "many"}), "/policies/budget/maxTokens"),
+            (json!({"maxModelCalls": 0}), "/policies/budget/maxModelCalls"),
+            (json!({"onExceeded": "shrug"}), "/policies/budget/onExceeded"),
+            (json!({"maxDollars": 1}), "/policies/budget/maxDollars"),
+        ] {
+            let mut body = valid();
+            body["policies"]["budget"] = budget.clone();
+            let errors = problems(body);
+            assert!(errors.iter().any(|e| e.path == at), "{budget}: {errors:#?}");
+        }
     }
 
     #[test]

@@ -87,6 +87,7 @@ frame_kinds! {
     HitlResolved => "hitl_resolved",
     Log => "log",
     Retry => "retry",
+    BudgetExceeded => "budget_exceeded",
     Complete => "complete",
 }
 
@@ -116,6 +117,7 @@ impl Event {
             Self::ValidationError(v) => v.usage.as_deref(),
             Self::HitlRequest(h) => h.usage.as_deref(),
             Self::PolicyTriggered(p) => p.usage.as_deref(),
+            Self::BudgetExceeded(b) => b.usage.as_deref(),
             Self::Complete(c) => c.usage.as_deref(),
             Self::Start(_)
             | Self::PlanRequested(_)
@@ -173,6 +175,7 @@ impl Event {
             | Self::HitlRequest(_)
             | Self::HitlResolved(_)
             | Self::Log(_)
+            | Self::BudgetExceeded(_)
             | Self::Complete(_) => {}
         }
     }

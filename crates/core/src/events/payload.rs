@@ -10,13 +10,14 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::budget::{BudgetView, ReplanLimits};
+use crate::budget::{Amount, BudgetLimits, Limit, OnExceeded, Spent};
 pub use crate::capability::ExecutorType;
 use crate::condition::GoalConditionResult;
 use crate::contract::SchemaViolation;
 use crate::excerpt;
 pub use crate::plan::Phase;
 use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
+use crate::replan_budget::{BudgetView, ReplanLimits};
 pub use crate::runtime_policy::TriggerKind;
 use crate::usage::Usage;
 
@@ -37,6 +38,9 @@ pub struct Start {
     /// ones. A run keeps them whatever the configuration says later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replan_limits: Option<ReplanLimits>,
+    /// The budget resolved at start (`policies.budget` over `[budget]`); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetLimits>,
 }
 
 /// What asked for a replan (`replan.reason`, `trigger.reason`).
@@ -512,6 +516,8 @@ pub enum HitlKind {
     HumanTask,
     /// Answer a node's question (its capability sent a CLARIFY signal).
     Clarify,
+    /// Raise the run's budget (approve, with `budget`) or end the run (reject).
+    Budget,
 }
 
 /// What an operator request is about.
@@ -526,18 +532,21 @@ pub enum HitlSubject {
     Node,
     /// A runtime policy's `pause` or `hitl` action.
     Policy,
+    /// The run's budget, which it reached.
+    Budget,
 }
 
 crate::stored_as_text!(HitlKind, "request kind");
 
 impl HitlKind {
-    pub const ALL: [HitlKind; 3] = [Self::Approval, Self::HumanTask, Self::Clarify];
+    pub const ALL: [HitlKind; 4] = [Self::Approval, Self::HumanTask, Self::Clarify, Self::Budget];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Approval => "approval",
             Self::HumanTask => "human_task",
             Self::Clarify => "clarify",
+            Self::Budget => "budget",
         }
     }
 }
@@ -549,6 +558,7 @@ impl HitlSubject {
             Self::Completion => "completion",
             Self::Node => "node",
             Self::Policy => "policy",
+            Self::Budget => "budget",
         }
     }
 }
@@ -588,6 +598,29 @@ pub struct PolicyRequest {
     pub candidate_output: Option<Value>,
     #[serde(default)]
     pub post_condition_results: Vec<GoalConditionResult>,
+}
+
+/// What the run was about to do when it reached a limit: where it goes on once raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetPhase {
+    /// Ask the planner (for a draft of the plan being made).
+    Planning,
+    /// Run the plan's nodes.
+    Execution,
+}
+
+/// The `context` of a budget request: the limit reached, where the run stopped, and its budget
+/// and spending then.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetRequest {
+    pub limit: Limit,
+    pub max: Amount,
+    pub spent: Amount,
+    pub phase: BudgetPhase,
+    pub budget: BudgetLimits,
+    pub spent_so_far: Spent,
 }
 
 /// The `context` of a node's question.
@@ -753,6 +786,28 @@ pub struct HitlResolved {
     /// The replan the decision asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replan: Option<ReplanInfo>,
+    /// An approved budget request: the run's limits from now on, as the operator raised them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetLimits>,
+}
+
+/// The run reached a limit of its budget ([`crate::budget`]): no model call starts until an
+/// operator raises it (`action: pause`, followed by a `budget` request) — or the run fails
+/// (`action: fail`, followed by `complete`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetExceeded {
+    pub limit: Limit,
+    pub max: Amount,
+    pub spent: Amount,
+    pub action: OnExceeded,
+    /// Nodes whose next attempt was held back (they had started): they run again once the
+    /// budget allows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_nodes: Vec<String>,
+    /// The usage of calls no other frame records: the earlier attempts of the held nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Box<Usage>>,
 }
 
 /// A runtime policy acted without replanning (`emit`, `goto`, `pause`), or a node runs again

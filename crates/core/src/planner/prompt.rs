@@ -50,6 +50,8 @@ pub struct PromptInput<'a> {
     pub replan: Option<Replan<'a>>,
     /// Problems of the previous draft in this planning round, if it was rejected.
     pub rejected_draft: &'a [Diagnostic],
+    /// The run's budget, one line per limit (spent, remaining); empty: the run has none.
+    pub budget: &'a [String],
 }
 
 /// The system and user messages.
@@ -116,6 +118,14 @@ fn user(input: &PromptInput<'_>) -> String {
     }
     if let Some(planner) = &envelope.planner_policy {
         section(&mut s, "POLICIES", &value(planner));
+    }
+    if !input.budget.is_empty() {
+        let text = format!(
+            "This run has a spending budget; every step of an ai capability and every plan is a model call. \
+             Plan economically: no step that the goal does not need.\n{}\n",
+            input.budget.join("\n")
+        );
+        section(&mut s, "BUDGET", &text);
     }
     if let Some(replan) = &input.replan {
         replan_sections(&mut s, replan);
@@ -326,6 +336,7 @@ mod tests {
             facet_catalog: &BTreeMap::new(),
             replan: None,
             rejected_draft: &[],
+            budget: &[],
         };
         let (system, user) = build(&input);
         assert!(system.contains("### PLAN DRAFT SCHEMA") && system.contains("### PLANNER RULES"));
@@ -336,6 +347,25 @@ mod tests {
         }
         assert!(!user.contains("GOAL CONDITION REPAIR"));
         assert!(user.contains("- brief: {\"topic\":\"flexrun\"}"));
+    }
+
+    #[test]
+    fn a_run_with_a_budget_is_told_what_is_left() {
+        let envelope = envelope();
+        let budget = ["- costUsd: $0.02 spent of $0.05, $0.03 left".to_string()];
+        let input = PromptInput {
+            envelope: &envelope,
+            capabilities: &[],
+            facet_catalog: &BTreeMap::new(),
+            replan: None,
+            rejected_draft: &[],
+            budget: &budget,
+        };
+        let (_, user) = build(&input);
+        assert!(user.contains("### BUDGET\n"), "{user}");
+        assert!(user.contains("- costUsd: $0.02 spent of $0.05, $0.03 left"), "{user}");
+        let without = PromptInput { budget: &[], ..input };
+        assert!(!build(&without).1.contains("### BUDGET"));
     }
 
     #[test]
@@ -364,6 +394,7 @@ mod tests {
                 previous_plan: &previous,
             }),
             rejected_draft: &[],
+            budget: &[],
         };
         let (_, user) = build(&input);
         assert!(!user.contains("OPERATOR FEEDBACK"));
@@ -397,6 +428,7 @@ mod tests {
                 previous_plan: &previous,
             }),
             rejected_draft: &[],
+            budget: &[],
         };
         let (_, user) = build(&input);
         assert!(user.contains("### OPERATOR FEEDBACK\nAn operator asked for a new plan: use a friendlier tone"));
@@ -436,6 +468,7 @@ mod tests {
                 previous_plan: &previous,
             }),
             rejected_draft: &diagnostics,
+            budget: &[],
         };
         let (_, user) = build(&input);
         assert!(user.len() < 100_000, "a prompt of {} bytes", user.len());

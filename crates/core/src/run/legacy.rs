@@ -6,8 +6,8 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::budget::ReplanLimits;
 use crate::events::payload::Start;
+use crate::replan_budget::ReplanLimits;
 use crate::settings::ReplanSettings;
 
 /// What a run's `start` did not record, as its stored envelope gives it.
@@ -51,7 +51,14 @@ mod tests {
     }
 
     fn bare() -> Start {
-        Start { run_id: "r".into(), thread_id: None, correlation_id: "c".into(), inputs: None, replan_limits: None }
+        Start {
+            run_id: "r".into(),
+            thread_id: None,
+            correlation_id: "c".into(),
+            inputs: None,
+            replan_limits: None,
+            budget: None,
+        }
     }
 
     #[test]

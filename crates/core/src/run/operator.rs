@@ -5,6 +5,8 @@
 
 use serde_json::Value;
 
+use crate::budget::BudgetRaise;
+
 /// Who acted, and why (recorded with the decision; sent to the node driving the run with a
 /// cancel from another node).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -50,7 +52,8 @@ impl Command {
 pub enum Answer {
     /// Approve (or, with `approved: false`, reject) an approval request. A rejection with
     /// `feedback` asks for another plan when replans are left.
-    Decide { request_id: Option<String>, approved: bool, feedback: Option<String> },
+    /// Approving a budget request takes `budget`, the raised limits.
+    Decide { request_id: Option<String>, approved: bool, feedback: Option<String>, budget: Option<BudgetRaise> },
     /// A human node's output.
     Submit { node_id: String, output: Value },
     /// A human node's task refused.

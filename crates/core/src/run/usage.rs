@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::budget::Spent;
 use crate::events::Event;
 use crate::events::payload::HitlKind;
 use crate::hash::HashMap;
@@ -63,6 +64,16 @@ impl Unrecorded {
                 triggered.usage = Usage::of_calls(&superseded).map(Box::new);
                 return;
             }
+            Event::BudgetExceeded(exceeded) => {
+                let held: Vec<CallUsage> = exceeded
+                    .held_nodes
+                    .iter()
+                    .filter_map(|id| self.calls.remove(&Caller::Node(id.clone())))
+                    .flatten()
+                    .collect();
+                exceeded.usage = Usage::of_calls(&held).map(Box::new);
+                return;
+            }
             Event::Complete(complete) => {
                 let mut total = before.total.clone();
                 let left: Vec<CallUsage> = self.calls.drain().flat_map(|(_, calls)| calls).collect();
@@ -80,6 +91,13 @@ impl Unrecorded {
     }
 }
 
+impl Unrecorded {
+    /// Adds what the calls not yet recorded spent to `spent` (a budget counts them too).
+    pub fn add_to(&self, spent: &mut Spent) {
+        self.calls.values().flatten().for_each(|call| spent.add_call(call));
+    }
+}
+
 /// What a run's frames' usage adds up to: in all (by model), by plan version (the drafts that
 /// made it and the steps run under it) and by node of each version.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,13 +106,21 @@ pub struct RunUsage {
     pub versions: BTreeMap<u32, Usage>,
     /// By plan version and node id.
     pub nodes: BTreeMap<(u32, String), Usage>,
+    /// What the frames recorded as a budget counts it (known counts and costs).
+    pub spent: Spent,
     /// Rejected drafts' usage, counted to the version the planning round ends with.
     planning: Usage,
 }
 
 impl Default for RunUsage {
     fn default() -> Self {
-        Self { total: Usage::by_model(), versions: BTreeMap::new(), nodes: BTreeMap::new(), planning: Usage::default() }
+        Self {
+            total: Usage::by_model(),
+            versions: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            spent: Spent::default(),
+            planning: Usage::default(),
+        }
     }
 }
 
@@ -106,6 +132,7 @@ impl RunUsage {
                 if let Some(usage) = &rejected.usage {
                     self.planning.add(usage);
                     self.total.add(usage);
+                    self.spent.add_usage(usage);
                 }
             }
             Event::PlanGenerated(generated) => {
@@ -113,6 +140,7 @@ impl RunUsage {
                 if let Some(usage) = &generated.usage {
                     made.add(usage);
                     self.total.add(usage);
+                    self.spent.add_usage(usage);
                 }
                 self.versions.entry(generated.plan.plan.version).or_default().add(&made);
             }
@@ -129,12 +157,8 @@ impl RunUsage {
                 }
             }
             // Several nodes' calls, perhaps: counted to the version and the run only.
-            Event::PolicyTriggered(triggered) => {
-                if let Some(usage) = &triggered.usage {
-                    self.versions.entry(version).or_default().add(usage);
-                    self.total.add(usage);
-                }
-            }
+            Event::PolicyTriggered(triggered) => self.version(triggered.usage.as_deref(), version),
+            Event::BudgetExceeded(exceeded) => self.version(exceeded.usage.as_deref(), version),
             // The run's total as its writer added it up, calls no other frame took included.
             Event::Complete(complete) => {
                 if let Some(total) = &complete.usage {
@@ -148,7 +172,13 @@ impl RunUsage {
     fn node(&mut self, node_id: &str, usage: Option<&Usage>, version: u32) {
         let Some(usage) = usage else { return };
         self.nodes.entry((version, node_id.to_string())).or_default().add(usage);
+        self.version(Some(usage), version);
+    }
+
+    fn version(&mut self, usage: Option<&Usage>, version: u32) {
+        let Some(usage) = usage else { return };
         self.versions.entry(version).or_default().add(usage);
         self.total.add(usage);
+        self.spent.add_usage(usage);
     }
 }

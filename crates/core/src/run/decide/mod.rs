@@ -4,6 +4,7 @@
 //! operator commands do the I/O: they call these, record the events through the run's log, and
 //! act on the answer. No I/O here, so every decision is unit-tested without a database.
 
+pub mod budget;
 pub mod ending;
 pub mod execution;
 pub mod goals;
@@ -20,7 +21,6 @@ use serde_json::{Map, Value, json};
 
 use super::context::RunContext;
 use super::state::RunState;
-use crate::budget::{ReplanBudget, ReplanLimits};
 use crate::capability::Capabilities;
 use crate::condition::{FacetSource, GoalConditionResult};
 use crate::envelope::TaskEnvelope;
@@ -28,6 +28,7 @@ use crate::events::Event;
 use crate::events::payload::{CompleteStatus, HitlKind, HitlRequestInfo, HitlSubject, ReplanInfo};
 use crate::facet::FacetCatalog;
 use crate::plan::PlanNode;
+use crate::replan_budget::{ReplanBudget, ReplanLimits};
 
 /// The configured bounds of a run's phases (`[limits]` of the configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,11 +6,11 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use crate::budget::ReplanLimits;
 use crate::contract::SchemaViolation;
 use crate::error_code::ErrorCode;
 use crate::events::Event;
 use crate::events::payload::*;
+use crate::replan_budget::ReplanLimits;
 use crate::run::operator::{Actor, Answer, Command};
 use crate::run::state::RunState;
 use crate::run::status::RunStatus;
@@ -161,7 +161,19 @@ fn resume(
         return Err(Refusal::StalePlanVersion { expected, actual: state.plan_version() });
     }
     match (pending.info.kind, answer) {
-        (HitlKind::Approval, Answer::Decide { request_id, approved, feedback }) => {
+        (kind, Answer::Decide { budget: Some(_), .. }) if kind != HitlKind::Budget => Err(Refusal::Mismatch {
+            code: ErrorCode::InvalidRequest,
+            message: format!(
+                "`decision.budget` answers a budget request; the run waits on request {} ({})",
+                pending.info.id,
+                kind.as_str()
+            ),
+        }),
+        (HitlKind::Budget, Answer::Decide { request_id, approved, feedback, budget }) => {
+            same_request(pending, request_id)?;
+            super::budget::answer(state, pending, approved, feedback, budget, &actor)
+        }
+        (HitlKind::Approval, Answer::Decide { request_id, approved, feedback, .. }) => {
             same_request(pending, request_id)?;
             let mut decision = approval(run, pending, approved, feedback, actor);
             if approved {
@@ -177,11 +189,11 @@ fn resume(
             same_node(pending, &node_id)?;
             Ok(decline(pending, reason, note, actor))
         }
-        (HitlKind::Clarify, Answer::Decide { request_id, approved, feedback }) => {
+        (HitlKind::Clarify, Answer::Decide { request_id, approved, feedback, .. }) => {
             same_request(pending, request_id)?;
             clarification(pending, approved, feedback, actor)
         }
-        (HitlKind::Approval | HitlKind::Clarify, _) => Err(Refusal::Mismatch {
+        (HitlKind::Approval | HitlKind::Clarify | HitlKind::Budget, _) => Err(Refusal::Mismatch {
             code: ErrorCode::DecisionRequired,
             message: format!("the run waits for a decision on request {}: send `decision`", pending.info.id),
         }),
@@ -243,6 +255,7 @@ fn resolved(pending: &Pending, decision: DecisionInfo, replan: Option<ReplanInfo
         request: closed(pending, RequestStatus::Resolved),
         decision: Some(decision),
         replan,
+        budget: None,
     })
 }
 
@@ -434,6 +447,7 @@ fn replan(run: &Operated, feedback: Option<String>, actor: Actor) -> Result<Deci
             request: closed(pending, RequestStatus::Superseded),
             decision: None,
             replan: None,
+            budget: None,
         }));
     }
     events.push(Event::PolicyTriggered(PolicyTriggered {
@@ -466,6 +480,7 @@ fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Decision, Refus
             request: closed(pending, RequestStatus::Cancelled),
             decision: None,
             replan: None,
+            budget: None,
         }));
     }
     events.push(Event::Complete(Complete {
@@ -491,6 +506,7 @@ pub fn question(subject: HitlSubject, plan_version: u32) -> String {
         HitlSubject::Completion => "Approve the run's result before it completes?".into(),
         HitlSubject::Node => HUMAN_TASK_QUESTION.into(),
         HitlSubject::Policy => "A runtime policy asks for an operator's approval.".into(),
+        HitlSubject::Budget => "The run reached its budget: raise it to go on?".into(),
     }
 }
 
@@ -523,6 +539,11 @@ mod tests {
                 let context = json!({"capabilityId": "human.review", "label": "Review"});
                 events.push(request("q1", kind, HitlSubject::Node, Some("review"), context));
                 events.push(Event::Log(Log::paused(Log::PAUSES[2], "awaiting_hitl", vec!["review".into()])));
+            }
+            HitlKind::Budget => {
+                let context = json!({"limit": "modelCalls", "max": 1, "spent": 1, "phase": "execution",
+                                     "budget": {"maxModelCalls": 1}, "spentSoFar": {"modelCalls": 1, "tokens": 0, "costUsd": 0}});
+                events.push(request("q1", kind, HitlSubject::Budget, None, context));
             }
         }
         Fixture::new(json!({})).fold(&events)
@@ -565,7 +586,7 @@ mod tests {
     }
 
     fn decide_answer(approved: bool, feedback: Option<&str>) -> Answer {
-        Answer::Decide { request_id: Some("q1".into()), approved, feedback: feedback.map(String::from) }
+        Answer::Decide { request_id: Some("q1".into()), approved, feedback: feedback.map(String::from), budget: None }
     }
 
     #[test]
@@ -616,7 +637,7 @@ mod tests {
         };
         let state = waiting(HitlKind::Approval);
         assert_eq!(decide_now(&state, stale).unwrap_err(), Refusal::StalePlanVersion { expected: 2, actual: 1 });
-        let other = Answer::Decide { request_id: Some("q0".into()), approved: true, feedback: None };
+        let other = Answer::Decide { request_id: Some("q0".into()), approved: true, feedback: None, budget: None };
         assert!(matches!(decide_now(&state, resume(other)), Err(Refusal::StaleRequest { .. })));
         let output = Answer::Submit { node_id: "review".into(), output: json!({}) };
         assert!(matches!(

@@ -8,13 +8,13 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{Value, json};
 
 use super::{Run, RunLimits};
-use crate::budget::ReplanLimits;
 use crate::capability::{Capabilities, Capability, EndpointAllowlist};
 use crate::envelope::{self, TaskEnvelope};
 use crate::events::payload::*;
 use crate::events::{Event, Seq};
 use crate::facet::FacetCatalog;
 use crate::plan::{Edge, NodeStatus, Plan, PlanMetadata, PlanNode};
+use crate::replan_budget::ReplanLimits;
 use crate::run::state::{At, RunState};
 use crate::settings::ReplanSettings;
 
@@ -113,6 +113,8 @@ impl Fixture {
             Event::Start(start) => Event::Start(Start {
                 inputs: Some(self.envelope.inputs.clone()),
                 replan_limits: Some(self.replan_limits),
+                budget: crate::budget::BudgetLimits::resolve(&self.envelope.budget, &Default::default())
+                    .expect("fixture budget"),
                 ..start
             }),
             other => other,
@@ -147,17 +149,18 @@ pub fn run_started() -> Event {
         correlation_id: "c".into(),
         inputs: None,
         replan_limits: None,
+        budget: None,
     })
 }
 
 pub fn requested(attempt: u32, replan: Option<ReplanInfo>) -> Event {
-    let used = crate::budget::ReplanCounts::default();
+    let used = crate::replan_budget::ReplanCounts::default();
     let limits = ReplanLimits { enabled: true, max_goal_condition_replans: 2, max_replans: 4 };
     Event::PlanRequested(PlanRequested {
         attempt,
         phase: if replan.is_some() { Phase::Replan } else { Phase::Initial },
         capabilities: Vec::new(),
-        budget: crate::budget::BudgetView { limits, used },
+        budget: crate::replan_budget::BudgetView { limits, used },
         replan,
     })
 }
@@ -268,6 +271,7 @@ pub fn resolved(id: &str, kind: HitlKind, subject: HitlSubject, decision: Option
         request: ClosedRequest { id: id.into(), kind, subject, status },
         decision,
         replan: None,
+        budget: None,
     })
 }
 

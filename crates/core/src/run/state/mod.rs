@@ -19,13 +19,14 @@ use super::context::{NodeOutput, RunContext};
 use super::id::RunId;
 use super::status::{RunStatus, UnknownStatus};
 use super::usage::RunUsage;
-use crate::budget::{ReplanCounts, ReplanLimits};
+use crate::budget::BudgetLimits;
 use crate::capability::Clarification;
 use crate::condition::GoalConditionResult;
 use crate::events::payload::*;
 use crate::events::{DecodedFrame, Event, Seq};
 use crate::plan::{IndexedPlan, NodeId, NodeStatus};
 use crate::planner::CompletedWork;
+use crate::replan_budget::{ReplanCounts, ReplanLimits};
 use crate::runtime_policy::Fired;
 
 pub use requests::PolicyFollowUp;
@@ -110,6 +111,8 @@ pub struct RunState {
     pub end: Option<Complete>,
     /// The replan caps the run was started with (its `start` frame).
     pub replan_limits: Option<ReplanLimits>,
+    /// The run's budget: as started with (`start`), or as an operator last raised it.
+    pub budget: Option<BudgetLimits>,
     /// What the run's model calls used, as its frames record it.
     pub usage: RunUsage,
 }
@@ -157,6 +160,7 @@ impl RunState {
             context: RunContext::default(),
             end: None,
             replan_limits: None,
+            budget: None,
             usage: RunUsage::default(),
         }
     }
@@ -288,6 +292,12 @@ impl RunState {
                 self.requests.clear();
                 moved(self, ending(complete.status))?;
             }
+            Event::BudgetExceeded(exceeded) => {
+                // Their next attempt was held back: they run again once the budget allows.
+                for id in &exceeded.held_nodes {
+                    self.set_node(at.seq, "budget_exceeded", id, NodeStatus::Pending)?;
+                }
+            }
             Event::PlanRejected(_) | Event::PlanUpdated(_) | Event::ValidationError(_) | Event::Retry(_) => {}
         }
         self.last_seq = at.seq;
@@ -307,6 +317,7 @@ impl RunState {
     fn start(&mut self, at: At, start: &Start) {
         self.started_at = Some(at.timestamp);
         self.replan_limits = start.replan_limits;
+        self.budget = start.budget;
         let inputs = start.inputs.clone().unwrap_or_default();
         self.context = RunContext::seeded(inputs, &rfc3339(at.timestamp));
     }

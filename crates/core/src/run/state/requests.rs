@@ -68,9 +68,16 @@ impl RunState {
         if let Some(answer) = &decision.answer {
             self.answered(at, id, answer)?;
         }
+        if let Some(raised) = resolved.budget {
+            self.budget = Some(raised);
+        }
         match &resolved.replan {
             Some(replan) => {
                 self.replan = Some(replan.clone());
+                self.move_to(at.seq, "hitl_resolved", RunStatus::Planning)
+            }
+            // A raised budget: the run goes back to what it was doing, planning or running.
+            None if request.as_ref().and_then(budget_phase) == Some(BudgetPhase::Planning) => {
                 self.move_to(at.seq, "hitl_resolved", RunStatus::Planning)
             }
             None => self.move_to(at.seq, "hitl_resolved", RunStatus::Running),
@@ -90,4 +97,10 @@ impl RunState {
         }
         Ok(())
     }
+}
+
+/// Where a budget request's run stopped.
+fn budget_phase(request: &HitlRequestInfo) -> Option<BudgetPhase> {
+    let context: BudgetRequest = serde_json::from_value(request.context.clone()).ok()?;
+    (request.kind == HitlKind::Budget).then_some(context.phase)
 }
