@@ -8,7 +8,6 @@ mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use flexrun::events::ReceivedFrame;
 use serde_json::{Value, json};
 use support::*;
 
@@ -22,22 +21,6 @@ fn priced(dir: &tempfile::TempDir) -> Vec<(&'static str, String)> {
     )
     .unwrap();
     vec![("FLEXRUN_CONFIG", config.display().to_string())]
-}
-
-fn usage_block(prompt: u64, completion: u64, cached: Option<u64>, reasoning: Option<u64>) -> Value {
-    let mut usage =
-        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
-    if let Some(cached) = cached {
-        usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
-    }
-    if let Some(reasoning) = reasoning {
-        usage["completion_tokens_details"] = json!({"reasoning_tokens": reasoning});
-    }
-    usage
-}
-
-fn frame<'a>(frames: &'a [ReceivedFrame], kind: &str) -> &'a ReceivedFrame {
-    frames.iter().find(|f| f.kind == kind).unwrap_or_else(|| panic!("no {kind} in {:?}", kinds(frames)))
 }
 
 async fn document(server: &TestServer, run_id: &str) -> Value {
@@ -69,19 +52,19 @@ async fn each_answered_call_is_recorded_exactly_on_its_outcome_frame_and_adds_up
     let server = TestServer::start_with(script, options).await;
     let frames = server.run(&envelope()).await;
     let run_id = frames[0].run_id.clone();
-    assert_eq!(frame(&frames, "complete").payload["status"], "completed");
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed");
 
     // 800 uncached input tokens × 2 + 200 cached × 0.5 + 100 output × 8 = 2,500 µ$.
     let planner = json!({"calls": 1, "inputTokens": 1_000, "outputTokens": 100, "cachedInputTokens": 200,
                          "reasoningTokens": 30, "costUsd": 0.0025, "models": ["test-model"]});
-    assert_eq!(frame(&frames, "plan_generated").payload["usage"], planner);
-    assert!(frame(&frames, "retry").payload.get("usage").is_none(), "a call without an answer used nothing");
+    assert_eq!(frame_of(&frames, "plan_generated").payload["usage"], planner);
+    assert!(frame_of(&frames, "retry").payload.get("usage").is_none(), "a call without an answer used nothing");
     // 500 × 2 + 50 × 8 = 1,400 µ$.
     let writer = json!({"calls": 1, "inputTokens": 500, "outputTokens": 50, "cachedInputTokens": 0,
                         "reasoningTokens": 10, "costUsd": 0.0014, "models": ["test-model-2026-01"]});
-    assert_eq!(frame(&frames, "node_complete").payload["usage"], writer);
+    assert_eq!(frame_of(&frames, "node_complete").payload["usage"], writer);
     for kind in ["start", "plan_requested", "node_start"] {
-        assert!(frame(&frames, kind).payload.get("usage").is_none(), "{kind} records no call");
+        assert!(frame_of(&frames, kind).payload.get("usage").is_none(), "{kind} records no call");
     }
     let total = json!({"calls": 2, "inputTokens": 1_500, "outputTokens": 150, "cachedInputTokens": 200,
                        "reasoningTokens": 40, "costUsd": 0.0039, "models": ["test-model", "test-model-2026-01"]});
@@ -92,7 +75,7 @@ async fn each_answered_call_is_recorded_exactly_on_its_outcome_frame_and_adds_up
         "test-model-2026-01": {"calls": 1, "inputTokens": 500, "outputTokens": 50, "cachedInputTokens": 0,
                                "reasoningTokens": 10, "costUsd": 0.0014},
     });
-    assert_eq!(frame(&frames, "complete").payload["usage"], with_models);
+    assert_eq!(frame_of(&frames, "complete").payload["usage"], with_models);
     assert_eq!(server.llm_calls().len(), 3, "two answered calls and the 503");
 
     let doc = document(&server, &run_id).await;
@@ -137,26 +120,26 @@ async fn unknown_counts_stay_unknown_and_every_attempt_that_was_answered_counts(
     let server = TestServer::start_with(script, options).await;
     let frames = server.run(&envelope()).await;
     let run_id = frames[0].run_id.clone();
-    assert_eq!(frame(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
 
     // No prices configured: every cost is unknown; counts a call did not report are unknown.
     assert_eq!(
-        frame(&frames, "plan_rejected").payload["usage"],
+        frame_of(&frames, "plan_rejected").payload["usage"],
         json!({"calls": 1, "inputTokens": 300, "outputTokens": 20, "cachedInputTokens": null,
                "reasoningTokens": null, "costUsd": null, "models": ["test-model"]})
     );
     assert_eq!(
-        frame(&frames, "plan_generated").payload["usage"],
+        frame_of(&frames, "plan_generated").payload["usage"],
         json!({"calls": 1, "inputTokens": null, "outputTokens": null, "cachedInputTokens": null,
                "reasoningTokens": null, "costUsd": null, "models": ["test-model"]})
     );
-    assert!(frame(&frames, "policy_update").payload.get("usage").is_none(), "the retry is not the outcome");
+    assert!(frame_of(&frames, "policy_update").payload.get("usage").is_none(), "the retry is not the outcome");
     assert_eq!(
-        frame(&frames, "node_complete").payload["usage"],
+        frame_of(&frames, "node_complete").payload["usage"],
         json!({"calls": 2, "inputTokens": 810, "outputTokens": 81, "cachedInputTokens": 100,
                "reasoningTokens": null, "costUsd": null, "models": ["test-model"]})
     );
-    let complete = &frame(&frames, "complete").payload["usage"];
+    let complete = &frame_of(&frames, "complete").payload["usage"];
     assert_eq!(complete["calls"], 4);
     assert_eq!(complete["inputTokens"], Value::Null, "one call did not report its tokens");
     assert_eq!(complete["byModel"]["test-model"]["calls"], 4);

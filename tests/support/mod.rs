@@ -267,6 +267,25 @@ pub async fn try_read_frames_within(
     Ok(frames)
 }
 
+/// A Chat Completions `usage` block: `prompt` and `completion` tokens, with the cached and
+/// reasoning details when given.
+pub fn usage_block(prompt: u64, completion: u64, cached: Option<u64>, reasoning: Option<u64>) -> Value {
+    let mut usage =
+        json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
+    if let Some(cached) = cached {
+        usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
+    }
+    if let Some(reasoning) = reasoning {
+        usage["completion_tokens_details"] = json!({"reasoning_tokens": reasoning});
+    }
+    usage
+}
+
+/// The first frame of type `kind` (panics, listing what there is, when none is).
+pub fn frame_of<'a>(frames: &'a [ReceivedFrame], kind: &str) -> &'a ReceivedFrame {
+    frames.iter().find(|f| f.kind == kind).unwrap_or_else(|| panic!("no {kind} in {:?}", kinds(frames)))
+}
+
 pub fn kinds(frames: &[ReceivedFrame]) -> Vec<&str> {
     frames.iter().map(|f| f.kind.as_str()).collect()
 }

@@ -100,7 +100,7 @@ impl Coordinator {
         if let Some(reached) = self.held.reached {
             let held = std::mem::take(&mut self.held.nodes);
             let reached = self.budget_reached().unwrap_or(reached);
-            return self.over_budget(reached, BudgetPhase::Execution, held).await.map(|_| Step::Ended);
+            return self.over_budget(reached, BudgetPhase::Execution, None, held).await.map(|_| Step::Ended);
         }
         match execution::settled(&self.run()) {
             execution::Settled::Done => Ok(Step::Continue(None)),

@@ -299,11 +299,18 @@ impl Coordinator {
         decide::budget::reached(self.log.state(), &self.log.spent())
     }
 
-    /// The run reached its budget in `phase` (`held`: nodes whose next attempt was held back):
+    /// The run reached its budget in `phase` (`replan`: the replan a planning round was for;
+    /// `held`: nodes whose next attempt was held back):
     /// it waits for an operator to raise it, or fails, as its budget says.
-    async fn over_budget(&mut self, reached: Reached, phase: BudgetPhase, held: Vec<String>) -> Result<(), LogError> {
+    async fn over_budget(
+        &mut self,
+        reached: Reached,
+        phase: BudgetPhase,
+        replan: Option<ReplanInfo>,
+        held: Vec<String>,
+    ) -> Result<(), LogError> {
         let spent = self.log.spent();
-        let (events, failure) = decide::budget::exceeded(&self.run(), reached, phase, held, spent);
+        let (events, failure) = decide::budget::exceeded(&self.run(), reached, phase, replan, held, spent);
         let action = match failure {
             Some(failure) => {
                 self.fail(failure, events).await?;

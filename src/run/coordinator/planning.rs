@@ -35,7 +35,7 @@ impl Coordinator {
         for _ in 0..planner::DRAFT_ATTEMPTS {
             // Each draft is a model call: none starts once the budget is reached.
             if let Some(reached) = self.budget_reached() {
-                return self.over_budget(reached, BudgetPhase::Planning, Vec::new()).await.map(|_| Step::Ended);
+                return self.over_budget(reached, BudgetPhase::Planning, replan, Vec::new()).await.map(|_| Step::Ended);
             }
             if !std::mem::take(&mut requested) {
                 let request = planning::request(&self.run(), phase, replan.clone());

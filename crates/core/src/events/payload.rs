@@ -619,6 +619,9 @@ pub struct BudgetRequest {
     pub max: Amount,
     pub spent: Amount,
     pub phase: BudgetPhase,
+    /// The replan the planner was to be asked for (a repair, say): asked for once raised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replan: Option<ReplanInfo>,
     pub budget: BudgetLimits,
     pub spent_so_far: Spent,
 }

@@ -21,7 +21,7 @@ pub fn reached(state: &RunState, spent: &Spent) -> Option<Reached> {
     state.budget.as_ref()?.reached(spent)
 }
 
-/// What reaching `reached` records. `held`: nodes whose next attempt was held back; `leftover`:
+/// What reaching `reached` records. `replan`: the replan a planning round was for; `held`: nodes whose next attempt was held back; `leftover`:
 /// the usage of their earlier attempts, which no other frame records. With `pause`, the frames
 /// (`budget_exceeded`, the request) and no failure; with `fail`, `budget_exceeded` and the
 /// failure the run ends with.
@@ -29,6 +29,7 @@ pub fn exceeded(
     run: &Run,
     reached: Reached,
     phase: BudgetPhase,
+    replan: Option<ReplanInfo>,
     held: Vec<String>,
     spent: Spent,
 ) -> (Vec<Event>, Option<Failure>) {
@@ -54,6 +55,7 @@ pub fn exceeded(
                 max: reached.max,
                 spent: reached.spent,
                 phase,
+                replan,
                 budget,
                 spent_so_far: spent,
             };
@@ -176,7 +178,7 @@ mod tests {
         }
         let mut state = fixture.fold(&events);
         state.usage.spent = spent();
-        let (paused, failure) = exceeded(&fixture.run(&state), reached_calls(), phase, Vec::new(), spent());
+        let (paused, failure) = exceeded(&fixture.run(&state), reached_calls(), phase, None, Vec::new(), spent());
         assert!(failure.is_none());
         apply_all(&mut state, &paused);
         assert_eq!(state.status, RunStatus::AwaitingHitl);
@@ -199,8 +201,14 @@ mod tests {
     fn a_limit_reached_with_pause_asks_an_operator_with_what_was_spent() {
         let fixture = fixture("pause");
         let state = fixture.fold(&[run_started(), requested(1, None), generated(two_nodes(), None)]);
-        let (events, failure) =
-            exceeded(&fixture.run(&state), reached_calls(), BudgetPhase::Execution, vec!["draft".into()], spent());
+        let (events, failure) = exceeded(
+            &fixture.run(&state),
+            reached_calls(),
+            BudgetPhase::Execution,
+            None,
+            vec!["draft".into()],
+            spent(),
+        );
         assert!(failure.is_none());
         let kinds: Vec<FrameKind> = events.iter().map(Event::kind).collect();
         assert_eq!(kinds, [FrameKind::BudgetExceeded, FrameKind::HitlRequest]);
@@ -216,7 +224,7 @@ mod tests {
         let fixture = fixture("fail");
         let state = fixture.fold(&[run_started(), requested(1, None)]);
         let (events, failure) =
-            exceeded(&fixture.run(&state), reached_calls(), BudgetPhase::Planning, Vec::new(), spent());
+            exceeded(&fixture.run(&state), reached_calls(), BudgetPhase::Planning, None, Vec::new(), spent());
         assert_eq!(events.len(), 1);
         let failure = failure.expect("fails");
         assert_eq!(failure.code, BUDGET_EXCEEDED);
@@ -233,8 +241,14 @@ mod tests {
             generated(two_nodes(), None),
             node_start("draft", "writer"),
         ]);
-        let (events, _) =
-            exceeded(&fixture.run(&state), reached_calls(), BudgetPhase::Execution, vec!["draft".into()], spent());
+        let (events, _) = exceeded(
+            &fixture.run(&state),
+            reached_calls(),
+            BudgetPhase::Execution,
+            None,
+            vec!["draft".into()],
+            spent(),
+        );
         apply_all(&mut state, &events);
         assert_eq!(state.nodes_in(crate::plan::NodeStatus::Pending), ["draft", "polish"]);
     }

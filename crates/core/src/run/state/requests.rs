@@ -76,11 +76,17 @@ impl RunState {
                 self.replan = Some(replan.clone());
                 self.move_to(at.seq, "hitl_resolved", RunStatus::Planning)
             }
-            // A raised budget: the run goes back to what it was doing, planning or running.
-            None if request.as_ref().and_then(budget_phase) == Some(BudgetPhase::Planning) => {
-                self.move_to(at.seq, "hitl_resolved", RunStatus::Planning)
-            }
-            None => self.move_to(at.seq, "hitl_resolved", RunStatus::Running),
+            // A raised budget: the run goes back to what it was doing, planning (the replan it was
+            // to ask for, if any) or running.
+            None => match request.as_ref().and_then(budget_request) {
+                Some(BudgetRequest { phase: BudgetPhase::Planning, replan, .. }) => {
+                    if replan.is_some() {
+                        self.replan = replan;
+                    }
+                    self.move_to(at.seq, "hitl_resolved", RunStatus::Planning)
+                }
+                _ => self.move_to(at.seq, "hitl_resolved", RunStatus::Running),
+            },
         }
     }
 
@@ -99,8 +105,7 @@ impl RunState {
     }
 }
 
-/// Where a budget request's run stopped.
-fn budget_phase(request: &HitlRequestInfo) -> Option<BudgetPhase> {
-    let context: BudgetRequest = serde_json::from_value(request.context.clone()).ok()?;
-    (request.kind == HitlKind::Budget).then_some(context.phase)
+/// A budget request's context: where its run stopped.
+fn budget_request(request: &HitlRequestInfo) -> Option<BudgetRequest> {
+    (request.kind == HitlKind::Budget).then(|| serde_json::from_value(request.context.clone()).ok()).flatten()
 }
