@@ -285,6 +285,35 @@ async fn an_operator_approves_rejects_and_cancels_paused_runs_from_their_pages()
     browser.close().await;
 }
 
+/// A run that reached its budget waits on its page with a form to raise it: an empty form shows the
+/// server's refusal and records nothing; a raised model-call limit lets the run go on to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_raises_a_reached_budget_from_the_run_page() {
+    let server = TestServer::start(planner_then(&[("draft", "writer"), ("polish", "editor")], post(0.9))).await;
+    let mut envelope = envelope();
+    envelope["policies"] = json!({"budget": {"maxModelCalls": 2}});
+    let run_id = server.run(&envelope).await[0].run_id.clone();
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();
+    let question = browser.text("[data-testid=question]").await;
+    assert!(question.contains("modelCalls: 2 spent of 2"), "{question}");
+    let raise = || async { client.find(Locator::Css("form[data-approved=true] button")).await.unwrap() };
+
+    raise().await.click().await.unwrap();
+    browser.wait_for_text("[data-testid=action-problem]", "decision.budget").await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0, "nothing recorded");
+
+    client.find(Locator::Css("input[name=maxModelCalls]")).await.unwrap().send_keys("5").await.unwrap();
+    raise().await.click().await.unwrap();
+    browser.wait_for_text("[data-testid=status]", "completed").await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions WHERE decision = 'approved'"), 1);
+    assert_eq!(server.capability_calls("editor"), 1);
+    let errors = browser.console_errors().await;
+    assert!(errors.iter().all(|e| e.contains("run.resume") && e.contains("422")), "console errors: {errors:?}");
+    browser.close().await;
+}
+
 /// The inbox lists every decision operators owe, oldest first, and answers them in place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_lists_pending_decisions_oldest_first_and_answers_them_in_place() {

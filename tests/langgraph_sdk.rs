@@ -153,6 +153,31 @@ async fn an_approval_interrupt_is_resumed_with_a_rejection_then_an_approval() {
     assert_eq!(server.capability_calls("editor"), 1);
 }
 
+/// A budget reached is an interrupt (`raise_budget`, with the limit reached); a resume that
+/// raises the limit lets the same run go on with the step that was held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_interrupt_is_resumed_with_a_raised_limit() {
+    let server = TestServer::start(planner_then(&[("draft", "writer"), ("polish", "editor")], post(0.9))).await;
+    let mut input = envelope();
+    input["policies"] = json!({"budget": {"maxModelCalls": 2}});
+    let resumes = json!([{"approved": true, "budget": {"maxModelCalls": 5}}]);
+    let seen = drive("interrupt_and_resume", &server.base, json!({"input": input, "resumes": resumes})).await;
+    let rounds = seen["rounds"].as_array().unwrap();
+
+    let first = &rounds[0];
+    let interrupt = &first["state"]["interrupts"][0]["value"];
+    assert_eq!(interrupt["kind"], "budget", "{first}");
+    assert_eq!(interrupt["action_request"]["action"], "raise_budget");
+    assert_eq!((&interrupt["context"]["limit"], &interrupt["context"]["spent"]), (&json!("modelCalls"), &json!(2)));
+    assert_eq!(first["state"]["next"], json!(["polish"]));
+    assert_eq!(first["thread"]["status"], "interrupted");
+
+    let second = &rounds[1];
+    assert_eq!(second["state"]["values"]["status"], "completed", "{second}");
+    assert_eq!(second["state"]["values"]["usage"]["calls"], 3);
+    assert_eq!((server.capability_calls("writer"), server.capability_calls("editor")), (1, 1));
+}
+
 /// A background run, joined; its stream re-joined after `Last-Event-ID` gets exactly the frames
 /// after it, and with `-1` all of them; `runs.wait` answers with the final values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

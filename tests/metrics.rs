@@ -153,6 +153,32 @@ async fn metrics_count_tokens_and_cost_by_model() {
     expect(r#"flexrun_model_cost_usd_total{model="other"}"#, 0.0009);
 }
 
+/// Runs that reach a limit of their budget are counted by limit and by what they did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_budgets_reached_by_limit_and_action() {
+    let model = StandIn::start(script(|call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer"), ("polish", "editor")]);
+        }
+        post(0.9)
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    for on_exceeded in ["fail", "pause", "pause"] {
+        let mut envelope = envelope();
+        envelope["policies"] = json!({"budget": {"maxModelCalls": 2, "onExceeded": on_exceeded}});
+        let (_, response) = server.post_run(&envelope).await;
+        let frames = read_frames(response, usize::MAX).await;
+        assert!(kinds(&frames).contains(&"budget_exceeded"), "{:?}", kinds(&frames));
+    }
+    let after = metrics(&server).await;
+    let expect = |series: &str, value: f64| assert_eq!(sample(&after, series), value, "{series}\n{after}");
+    expect(r#"flexrun_budget_exceeded_total{limit="modelCalls",action="fail"}"#, 1.0);
+    expect(r#"flexrun_budget_exceeded_total{limit="modelCalls",action="pause"}"#, 2.0);
+    expect(r#"flexrun_runs_ended_total{status="failed",code="budget_exceeded"}"#, 1.0);
+}
+
 /// A price that is no price stops the server at start, naming the key.
 #[tokio::test]
 async fn a_negative_price_stops_the_server_naming_its_key() {

@@ -95,10 +95,20 @@ impl Recovered {
 /// model holds a call, kills the process, lets the model answer, restarts the process and
 /// re-attaches to the run where the first client stopped.
 async fn crash_and_recover(answer: Answer, held: fn(&ChatCall) -> bool, frames_before_kill: usize) -> Recovered {
+    crash_and_recover_run(&envelope(), answer, held, frames_before_kill).await
+}
+
+/// [`crash_and_recover`] with a run of `envelope`.
+async fn crash_and_recover_run(
+    envelope: &Value,
+    answer: Answer,
+    held: fn(&ChatCall) -> bool,
+    frames_before_kill: usize,
+) -> Recovered {
     let (model, hold) = holding_model(answer, held);
     let dir = tempfile::tempdir().unwrap();
     let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
-    let (run_id, response) = server.post_run(&envelope()).await;
+    let (run_id, response) = server.post_run(envelope).await;
     let before = read_frames(response, frames_before_kill).await;
     for _ in 0..200 {
         if model.calls().iter().any(held) {
@@ -143,6 +153,20 @@ async fn killed_mid_node_the_run_finishes_without_repeating_committed_nodes() {
     let stored = flexrun::store::runs::get(&mut conn, &run.run_id).unwrap();
     let listed: Value = serde_json::from_str(stored.usage.as_deref().unwrap()).unwrap();
     assert_eq!((&listed["calls"], &listed["inputTokens"]), (&total["calls"], &total["inputTokens"]));
+}
+
+/// A budget checked after a restart counts what the log recorded: the call the kill cut off is
+/// not counted, so the step asked again fits in a budget of exactly the calls recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_the_budget_counts_the_recorded_calls_only() {
+    let mut budgeted = envelope();
+    budgeted["policies"] = json!({"budget": {"maxModelCalls": 3, "onExceeded": "fail"}});
+    let run = crash_and_recover_run(&budgeted, two_steps, |c| c.capability_id() == Some("editor"), 6).await;
+    run.assert_recovered();
+    assert!(!kinds(&run.after).contains(&"budget_exceeded"), "{:?}", kinds(&run.after));
+    assert_eq!(run.calls_of("editor"), 2, "one cut off by the kill, one after the restart");
+    assert_eq!(run.after.last().unwrap().payload["usage"]["calls"], 3, "the three recorded calls");
+    assert_eq!(run.event_log()[0].2["payload"]["budget"]["maxModelCalls"], 3, "the budget is in the log");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,6 +138,17 @@ fn usage() -> Value {
            "properties": properties})
 }
 
+/// A run's spending budget (`policies.budget`, `docs/usage.md`) and what counts against it.
+fn budget() -> Value {
+    let limit = |kind: &str| json!({"type": kind, "exclusiveMinimum": 0});
+    json!({"type": "object", "required": ["onExceeded", "spent"],
+           "properties": {"maxCostUsd": limit("number"), "maxTokens": limit("integer"),
+                          "maxModelCalls": limit("integer"), "onExceeded": {"enum": ["pause", "fail"]},
+                          "spent": {"type": "object", "required": ["modelCalls", "tokens", "costUsd"],
+                                    "properties": {"modelCalls": {"type": "integer"}, "tokens": {"type": "integer"},
+                                                   "costUsd": {"type": "number"}}}}})
+}
+
 pub(super) fn run_list() -> Value {
     let entry = json!({"type": "object",
         "required": ["runId", "status", "objective", "planVersion", "replans", "createdAt", "updatedAt"],
@@ -157,7 +168,7 @@ pub(super) fn run_document() -> Value {
                "run": {"type": "object", "required": ["runId", "status", "objective", "planVersion"],
                        "properties": {"runId": {"type": "string"}, "status": {"type": "string"},
                                       "objective": {"type": "string"}, "planVersion": {"type": "integer"},
-                                      "usage": usage()}},
+                                      "usage": usage(), "budget": budget()}},
                "envelope": {"type": "object"}, "planVersions": array, "nodes": array,
                "outputs": array, "hitlRequests": array,
                "lease": {"type": "object", "description": "Several nodes on PostgreSQL only: which node drives the run",

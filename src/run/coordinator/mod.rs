@@ -296,7 +296,8 @@ impl Coordinator {
 
     /// The limit of its budget the run has reached, if any: no model call starts then.
     fn budget_reached(&self) -> Option<Reached> {
-        decide::budget::reached(self.log.state(), &self.log.spent())
+        let limits = self.log.state().budget?;
+        limits.reached(&self.log.spent())
     }
 
     /// The run reached its budget in `phase` (`replan`: the replan a planning round was for;

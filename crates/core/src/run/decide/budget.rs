@@ -16,11 +16,6 @@ use crate::run::state::RunState;
 /// The error code of a run that ends on its budget.
 pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
 
-/// The limit the run has reached, if it has one and reached it: no model call starts then.
-pub fn reached(state: &RunState, spent: &Spent) -> Option<Reached> {
-    state.budget.as_ref()?.reached(spent)
-}
-
 /// What reaching `reached` records. `replan`: the replan a planning round was for; `held`: nodes whose next attempt was held back; `leftover`:
 /// the usage of their earlier attempts, which no other frame records. With `pause`, the frames
 /// (`budget_exceeded`, the request) and no failure; with `fail`, `budget_exceeded` and the
