@@ -99,11 +99,13 @@ async fn a_paused_run_goes_on_once_an_operator_raises_the_limit_and_runs_no_step
     let request = &frame_of(&frames, "hitl_request").payload["request"];
     assert_eq!((&request["kind"], &request["subject"]), (&json!("budget"), &json!("budget")));
     assert_eq!(request["context"]["phase"], "execution");
+    let spent = json!({"modelCalls": 2, "totalTokens": 1_650, "costUsd": 0.0042});
+    assert_eq!(request["context"]["spentSoFar"], spent, "shown whole, not redacted");
     let request_id = request["id"].as_str().unwrap().to_string();
     server.wait_for_status(&run_id, "awaiting_hitl").await;
     let doc = server.get_json(&format!("/api/v1/flex/runs/{run_id}")).await;
     assert_eq!(doc["run"]["budget"]["maxModelCalls"], 2);
-    assert_eq!(doc["run"]["budget"]["spent"]["modelCalls"], 2);
+    assert_eq!(doc["run"]["budget"]["spent"], spent);
     let pending: Vec<&Value> =
         doc["hitlRequests"].as_array().unwrap().iter().filter(|r| r["status"] == "pending").collect();
     assert_eq!(pending.len(), 1, "{doc}");

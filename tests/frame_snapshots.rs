@@ -179,6 +179,28 @@ async fn policy_pause() {
     scenario.finish(&run, "policy_pause").await;
 }
 
+/// A run reaches its budget after the draft and waits; an operator raises it and the polish runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_pause() {
+    let script = planner_then(&[("draft", "writer"), ("polish", "editor")], post(0.9));
+    let mut scenario = Scenario::start(script, Options::default()).await;
+    let mut envelope = envelope();
+    envelope["policies"] = json!({"budget": {"maxModelCalls": 2, "maxTokens": 100000}});
+    let frames = scenario.run(&envelope).await;
+    assert_eq!(
+        kinds(&frames),
+        ["start", "plan_requested", "plan_generated", "node_start", "node_complete", "budget_exceeded", "hitl_request"]
+    );
+    let run = run_id(&frames);
+    scenario.server.wait_for_status(&run, "awaiting_hitl").await;
+
+    let mut raise = decide(&run, &request_id(&frames), true, None);
+    raise["decision"]["budget"] = json!({"maxModelCalls": 4});
+    let frames = scenario.resume(raise).await;
+    assert_eq!(kinds(&frames), ["hitl_resolved", "node_start", "node_complete", "complete"]);
+    scenario.finish(&run, "budget_pause").await;
+}
+
 /// Goal conditions that never hold: every repair replan is spent and the run fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn goal_condition_limit() {

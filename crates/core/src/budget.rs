@@ -133,6 +133,8 @@ pub struct BudgetLimits {
 #[serde(rename_all = "camelCase")]
 pub struct Spent {
     pub model_calls: u64,
+    /// Input and output tokens (`totalTokens`: a key redaction lets through).
+    #[serde(rename = "totalTokens")]
     pub tokens: u64,
     pub cost_usd: Micros,
 }

@@ -55,8 +55,9 @@ pub const DEFAULT_MARKERS: [&str; 18] = [
 /// Keys that count tokens, shown whatever their words spell: the usage of model calls as flexrun
 /// and Chat Completions write it (with its breakdowns of counts), LangChain's `usage_metadata`,
 /// and token budgets.
-pub const TOKEN_COUNTS: [&str; 17] = [
+pub const TOKEN_COUNTS: [&str; 18] = [
     "inputTokens",
+    "totalTokens",
     "outputTokens",
     "cachedInputTokens",
     "reasoningTokens",

@@ -144,8 +144,8 @@ fn budget() -> Value {
     json!({"type": "object", "required": ["onExceeded", "spent"],
            "properties": {"maxCostUsd": limit("number"), "maxTokens": limit("integer"),
                           "maxModelCalls": limit("integer"), "onExceeded": {"enum": ["pause", "fail"]},
-                          "spent": {"type": "object", "required": ["modelCalls", "tokens", "costUsd"],
-                                    "properties": {"modelCalls": {"type": "integer"}, "tokens": {"type": "integer"},
+                          "spent": {"type": "object", "required": ["modelCalls", "totalTokens", "costUsd"],
+                                    "properties": {"modelCalls": {"type": "integer"}, "totalTokens": {"type": "integer"},
                                                    "costUsd": {"type": "number"}}}}})
 }
 

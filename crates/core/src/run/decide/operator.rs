@@ -542,7 +542,7 @@ mod tests {
             }
             HitlKind::Budget => {
                 let context = json!({"limit": "modelCalls", "max": 1, "spent": 1, "phase": "execution",
-                                     "budget": {"maxModelCalls": 1}, "spentSoFar": {"modelCalls": 1, "tokens": 0, "costUsd": 0}});
+                                     "budget": {"maxModelCalls": 1}, "spentSoFar": {"modelCalls": 1, "totalTokens": 0, "costUsd": 0}});
                 events.push(request("q1", kind, HitlSubject::Budget, None, context));
             }
         }
