@@ -138,6 +138,34 @@ async fn a_paused_run_goes_on_once_an_operator_raises_the_limit_and_runs_no_step
 }
 
 #[tokio::test]
+async fn each_limit_pauses_a_run_and_raising_that_limit_lets_it_finish() {
+    // Reached after the plan and the writer (1,650 tokens, $0.0042); raised, the editor runs.
+    let limits = [
+        ("tokens", json!({"maxTokens": 1_500}), json!({"maxTokens": 5_000})),
+        ("costUsd", json!({"maxCostUsd": 0.003}), json!({"maxCostUsd": 0.01})),
+        ("modelCalls", json!({"maxModelCalls": 2}), json!({"maxModelCalls": 3})),
+    ];
+    let server = server_with(two_steps(0.9), "").await;
+    for (limit, budget, raised) in limits {
+        let frames = server.run(&with_budget(budget)).await;
+        let run_id = frames[0].run_id.clone();
+        let exceeded = &frame_of(&frames, "budget_exceeded").payload;
+        assert_eq!((&exceeded["limit"], &exceeded["action"]), (&json!(limit), &json!("pause")), "{limit}");
+        let request = &frame_of(&frames, "hitl_request").payload["request"];
+        assert_eq!(request["context"]["limit"], limit);
+        let request_id = request["id"].as_str().unwrap().to_string();
+        server.wait_for_status(&run_id, "awaiting_hitl").await;
+        let mut body = decision(&run_id, &request_id, true, None);
+        body["decision"]["budget"] = raised;
+        let (status, resumed, error) = resume(&server, body).await;
+        assert_eq!(status, 200, "{limit}: {error}");
+        assert_eq!(kinds(&resumed), ["hitl_resolved", "node_start", "node_complete", "complete"], "{limit}");
+        assert_eq!(resumed.last().unwrap().payload["status"], "completed");
+    }
+    assert_eq!((server.capability_calls("writer"), server.capability_calls("editor")), (3, 3));
+}
+
+#[tokio::test]
 async fn a_repair_waits_for_its_budget_and_the_planner_is_told_what_is_left() {
     // One step, whose 0.5 fails the goal: the repair's draft would be the third call.
     let script = script(|call| {

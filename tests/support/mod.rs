@@ -90,7 +90,7 @@ impl TestServer {
         let handle = server.handle();
         tokio::spawn(server);
         flexrun::run::recover(&services).await.expect("recovery reads the database");
-        Self { base, llm, db_url, http: reqwest::Client::new(), handle, services, dir, env }
+        Self { base, llm, db_url, http: http_client(), handle, services, dir, env }
     }
 
     /// Stops serving, and lets go of the node id (PostgreSQL) as an ending process does: a server
@@ -265,6 +265,13 @@ pub async fn try_read_frames_within(
         }
     }
     Ok(frames)
+}
+
+/// The HTTP client tests talk to the server with. Its idle connections are dropped after 2 s,
+/// before the server's keep-alive (5 s) closes them: a request sent on a connection the server is
+/// closing at that moment fails (`IncompleteMessage`) through no fault of either side.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().pool_idle_timeout(Duration::from_secs(2)).build().expect("an HTTP client")
 }
 
 /// A Chat Completions `usage` block: `prompt` and `completion` tokens, with the cached and

@@ -70,7 +70,7 @@ impl ServerProcess {
         ];
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         let base = format!("http://127.0.0.1:{port}");
-        Self { child: None, port, base, dir: dir.to_path_buf(), http: reqwest::Client::new(), env: all }
+        Self { child: None, port, base, dir: dir.to_path_buf(), http: super::http_client(), env: all }
     }
 
     /// Kills the process with SIGKILL: no shutdown code runs.
