@@ -279,6 +279,7 @@ async fn configured_defaults_apply_and_a_budget_above_the_ceiling_is_refused_wit
         (json!({"maxCostUsd": 2.5}), "above_ceiling"),
         (json!({"maxCostUsd": -1}), "minimum"),
         (json!({"maxTokens": 0}), "minimum"),
+        (json!({"maxCostUsd": 1e-9}), "invalid_amount"),
     ] {
         let response = server.post_run(&with_budget(budget.clone())).await;
         assert_eq!(response.status(), 400, "{budget}");

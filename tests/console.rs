@@ -298,6 +298,10 @@ async fn an_operator_raises_a_reached_budget_from_the_run_page() {
     client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();
     let question = browser.text("[data-testid=question]").await;
     assert!(question.contains("modelCalls: 2 spent of 2"), "{question}");
+    assert_eq!(
+        browser.text("[data-testid=budget]").await,
+        "modelCalls: 2 spent of 2, 0 left (the run pauses when one is reached)"
+    );
     let raise = || async { client.find(Locator::Css("form[data-approved=true] button")).await.unwrap() };
 
     raise().await.click().await.unwrap();

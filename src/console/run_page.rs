@@ -43,6 +43,8 @@ struct RunPage {
     replans: String,
     /// What the run's model calls used and cost (`1 call, … tokens, $…`).
     usage: String,
+    /// The run's budget, per limit what was spent and is left, and what reaching one does.
+    budget: String,
     /// The last frame the page was rendered with: later ones are live.
     last_seq: u64,
     plan: Option<PlanSection>,
@@ -133,6 +135,7 @@ pub async fn show(
         plan_version: view.run.plan_version,
         replans: replans(&view),
         usage: view.run.usage.as_ref().map(ToString::to_string).unwrap_or_default(),
+        budget: view.run.budget.as_ref().map(budget).unwrap_or_default(),
         last_seq: view.run.last_seq,
         plan: PlanSection::of(&view, query.version, &retries, redaction),
         result,
@@ -165,6 +168,15 @@ fn pending(services: &Services, view: &RunView) -> Option<Pending> {
         _ => Vec::new(),
     };
     Some(Pending { id: request.request.id.clone(), kind, question: request.request.question.clone(), node_id, fields })
+}
+
+/// "modelCalls: 2 spent of 3, 1 left (pauses when reached)": the run's spending budget.
+fn budget(view: &crate::run::view::SpendingView) -> String {
+    let action = match view.limits.on_exceeded {
+        crate::budget::OnExceeded::Pause => "pauses",
+        crate::budget::OnExceeded::Fail => "fails",
+    };
+    format!("{} (the run {action} when one is reached)", view.limits.lines(&view.spent).join("; "))
 }
 
 /// "2 of 4 (goal conditions 1 of 2, operator 1)": what the run used of its replan budget.

@@ -201,7 +201,8 @@ impl BudgetLimits {
         let at = "/policies/budget/maxCostUsd";
         let asked = policy
             .max_cost_usd
-            .map(|dollars| Micros::from_dollars(dollars).ok_or_else(|| not_dollars(at, dollars)))
+            // A limit that rounds to no micro-dollar would stop the run before its first call.
+            .map(|dollars| Micros::from_dollars(dollars).filter(|m| m.0 > 0).ok_or_else(|| not_dollars(at, dollars)))
             .transpose()?;
         if let (Some(asked), Some(ceiling)) = (asked, defaults.ceiling_max_cost_usd)
             && asked > ceiling
@@ -256,8 +257,13 @@ impl BudgetLimits {
         }
     }
 
-    /// The planner prompt's `BUDGET` lines: per limit, what was spent and what is left.
+    /// The planner prompt's `BUDGET` lines: [`Self::lines`] as a list.
     pub fn prompt_lines(&self, spent: &Spent) -> Vec<String> {
+        self.lines(spent).into_iter().map(|line| format!("- {line}")).collect()
+    }
+
+    /// Per limit, what was spent and what is left: `costUsd: $0.02 spent of $0.05, $0.03 left`.
+    pub fn lines(&self, spent: &Spent) -> Vec<String> {
         Limit::ALL
             .into_iter()
             .filter_map(|limit| {
@@ -268,14 +274,14 @@ impl BudgetLimits {
                     (Amount::Usd(max), Amount::Usd(spent)) => Amount::Usd(Micros(max.0.saturating_sub(spent.0))),
                     (max, _) => max,
                 };
-                Some(format!("- {}: {spent} spent of {max}, {left} left", limit.as_str()))
+                Some(format!("{}: {spent} spent of {max}, {left} left", limit.as_str()))
             })
             .collect()
     }
 }
 
 fn not_dollars(at: &str, dollars: f64) -> FieldError {
-    FieldError::new(at, "invalid_amount", format!("{dollars} is not an amount of dollars"))
+    FieldError::new(at, "invalid_amount", format!("{dollars} is not an amount of dollars of at least $0.000001"))
 }
 
 #[cfg(test)]
@@ -316,6 +322,9 @@ mod tests {
         assert_eq!(none.max_cost_usd, Some(Micros(2_000_000)));
         let at = BudgetPolicy { max_cost_usd: Some(2.0), ..Default::default() };
         assert!(BudgetLimits::resolve(&at, &configured).is_ok());
+        let dust = BudgetPolicy { max_cost_usd: Some(1e-9), ..Default::default() };
+        let error = BudgetLimits::resolve(&dust, &configured).unwrap_err();
+        assert_eq!((error.path.as_str(), error.code.as_str()), ("/policies/budget/maxCostUsd", "invalid_amount"));
     }
 
     #[test]
