@@ -151,6 +151,28 @@ async fn resume_refuses_an_answer_to_an_approval() {
     assert!(text(&approved.stdout).contains("✔ completed"), "{approved:?}");
 }
 
+/// A run that reached its budget is raised from the command line with new limits; an approval
+/// without them is refused here, naming the flags, and sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reached_budget_is_raised_with_new_limits() {
+    let server = TestServer::start(planner_then(&[("draft", "writer"), ("polish", "editor")], post(0.9))).await;
+    let mut budgeted = envelope();
+    budgeted["policies"] = json!({"budget": {"maxModelCalls": 2}});
+    let run_id = server.run(&budgeted).await[0].run_id.clone();
+    server.wait_for_status(&run_id, "awaiting_hitl").await;
+
+    let approved = cli(&server, &["resume", &run_id, "--approve"]).await;
+    let stderr = text(&approved.stderr);
+    assert_eq!(approved.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--max-cost-usd, --max-tokens, --max-model-calls"), "{stderr}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0, "nothing was sent");
+
+    let raised = cli(&server, &["resume", &run_id, "--approve", "--max-model-calls", "4"]).await;
+    assert!(raised.status.success(), "{raised:?}");
+    assert!(text(&raised.stdout).contains("✔ completed"), "{raised:?}");
+    assert_eq!(server.capability_calls("editor"), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_is_shown_escaped_and_wants_an_answer() {
     let server = TestServer::start(script(|call| {

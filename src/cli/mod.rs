@@ -21,6 +21,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+use crate::budget::BudgetRaise;
 use crate::config::Settings;
 use crate::events::payload::CompleteStatus;
 use crate::services::Services;
@@ -85,6 +86,15 @@ enum Command {
         /// What the planner should do differently (with --reject).
         #[arg(long, requires = "reject")]
         feedback: Option<String>,
+        /// For a run that reached its budget: its new cost limit, in US dollars (with --approve).
+        #[arg(long, requires = "approve", value_name = "USD")]
+        max_cost_usd: Option<f64>,
+        /// For a run that reached its budget: its new token limit (with --approve).
+        #[arg(long, requires = "approve", value_name = "N")]
+        max_tokens: Option<u64>,
+        /// For a run that reached its budget: its new model-call limit (with --approve).
+        #[arg(long, requires = "approve", value_name = "N")]
+        max_model_calls: Option<u64>,
         #[command(flatten)]
         acting: operate::Acting,
         #[command(flatten)]
@@ -173,10 +183,24 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             demo::run(serve.then_some(bind.as_str())).await
         }
         Command::Runs { command, connection } => operate::runs(command, &connection).await,
-        Command::Resume { run, approve, answer, feedback, acting, connection, json, .. } => {
+        Command::Resume {
+            run,
+            approve,
+            answer,
+            feedback,
+            max_cost_usd,
+            max_tokens,
+            max_model_calls,
+            acting,
+            connection,
+            json,
+            ..
+        } => {
             init_tracing("warn", false)?;
+            let raise = BudgetRaise { max_cost_usd, max_tokens, max_model_calls };
             let verdict = match answer {
                 Some(answer) => Verdict::Answer(answer),
+                None if approve && raise != BudgetRaise::default() => Verdict::Raise(raise),
                 None if approve => Verdict::Approve,
                 None => Verdict::Reject { feedback },
             };

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::client::Client;
 use super::progress::Progress;
 use super::terminal::{print_line, safe, safe_json};
+use crate::budget::BudgetRaise;
 use crate::events::payload::{HitlKind, HitlRequestInfo, HitlSubject, RequestStatus};
 use crate::run::RunStatus;
 use crate::run::view::{RunList, RunView};
@@ -227,6 +228,8 @@ pub enum Verdict {
     Reject { feedback: Option<String> },
     /// Answer a node's question.
     Answer(String),
+    /// Approve a budget request with these new limits (`decision.budget`).
+    Raise(BudgetRaise),
 }
 
 impl Verdict {
@@ -236,8 +239,12 @@ impl Verdict {
             Self::Approve => (true, None),
             Self::Reject { feedback } => (false, feedback.as_deref()),
             Self::Answer(answer) => (true, Some(answer.as_str())),
+            Self::Raise(_) => (true, None),
         };
         let mut decision = json!({"approved": approved});
+        if let Self::Raise(raise) = self {
+            decision["budget"] = json!(raise);
+        }
         if let Some(text) = text {
             decision["freeformText"] = json!(text);
         }
@@ -282,10 +289,16 @@ fn check_verdict(run: &str, pending: &HitlRequestInfo, verdict: &Verdict) -> Res
             pending.node_id.as_deref().unwrap_or_default()
         )),
         (HitlKind::Budget, Verdict::Approve | Verdict::Answer(_)) => Err(format!(
-            "run {run} reached its budget (request {id}): raise it with `run.resume` and `decision.budget` (for \
-             example {{\"approved\": true, \"budget\": {{\"maxCostUsd\": 2}}}}), or end the run with --reject"
+            "run {run} reached its budget (request {id}): raise it with --approve and the new limits \
+             (--max-cost-usd, --max-tokens, --max-model-calls), or end the run with --reject"
         )),
-        (HitlKind::Approval | HitlKind::Budget, Verdict::Approve | Verdict::Reject { .. })
+        (HitlKind::Approval | HitlKind::Clarify, Verdict::Raise(_)) => Err(format!(
+            "run {run} waits on a {} request (request {id}), not on its budget: the new limits apply only to a \
+             run that reached its budget",
+            pending.kind.as_str()
+        )),
+        (HitlKind::Approval, Verdict::Approve | Verdict::Reject { .. })
+        | (HitlKind::Budget, Verdict::Raise(_) | Verdict::Reject { .. })
         | (HitlKind::Clarify, Verdict::Answer(_) | Verdict::Reject { .. }) => Ok(()),
     }
 }
@@ -415,5 +428,20 @@ mod tests {
         );
         assert_eq!(reject().decision(None), json!({"approved": false, "freeformText": "add a polish step"}));
         assert_eq!(Verdict::Approve.decision(None), json!({"approved": true}));
+        let raise = Verdict::Raise(BudgetRaise { max_model_calls: Some(5), ..BudgetRaise::default() });
+        assert_eq!(raise.decision(None), json!({"approved": true, "budget": {"maxModelCalls": 5}}));
+    }
+
+    #[test]
+    fn a_budget_is_raised_with_new_limits_and_only_a_budget() {
+        let budget = request(HitlKind::Budget, HitlSubject::Budget);
+        let raise = Verdict::Raise(BudgetRaise { max_cost_usd: Some(2.0), ..BudgetRaise::default() });
+        assert!(check_verdict("r1", &budget, &raise).is_ok());
+        assert!(check_verdict("r1", &budget, &reject()).is_ok());
+        let hint = check_verdict("r1", &budget, &Verdict::Approve).unwrap_err();
+        assert!(hint.contains("--max-cost-usd, --max-tokens, --max-model-calls"), "{hint}");
+        let plan = request(HitlKind::Approval, HitlSubject::Plan);
+        let hint = check_verdict("r1", &plan, &raise).unwrap_err();
+        assert!(hint.contains("not on its budget"), "{hint}");
     }
 }
