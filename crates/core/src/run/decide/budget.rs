@@ -4,22 +4,17 @@
 
 use serde_json::{Value, json};
 
-use super::operator::{Decision, Pending, Record, Refusal};
 use super::{Failure, Run};
 use crate::budget::{BudgetLimits, BudgetRaise, NotRaised, OnExceeded, Reached, Spent};
-use crate::error_code::ErrorCode;
 use crate::events::Event;
 use crate::events::payload::*;
-use crate::run::operator::Actor;
-use crate::run::state::RunState;
 
 /// The error code of a run that ends on its budget.
 pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
 
-/// What reaching `reached` records. `replan`: the replan a planning round was for; `held`: nodes whose next attempt was held back; `leftover`:
-/// the usage of their earlier attempts, which no other frame records. With `pause`, the frames
-/// (`budget_exceeded`, the request) and no failure; with `fail`, `budget_exceeded` and the
-/// failure the run ends with.
+/// What reaching `reached` records. `replan`: the replan a planning round was for; `held`: nodes
+/// whose next attempt was held back. With `pause`, the frames (`budget_exceeded`, the request) and
+/// no failure; with `fail`, `budget_exceeded` and the failure the run ends with.
 pub fn exceeded(
     run: &Run,
     reached: Reached,
@@ -73,69 +68,41 @@ fn failure(reached: &Reached) -> Failure {
         .detail("spent", json!(reached.spent))
 }
 
-/// An operator's answer to a budget request: approved with `raise`, the run goes on under the
-/// raised limits (refused unless they leave it room); rejected, it fails with `budget_exceeded`.
-pub(super) fn answer(
-    state: &RunState,
-    pending: &Pending,
+/// What an operator's answer to a budget request does to the run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answered {
+    /// Approved: the run goes on under these limits.
+    Raised(BudgetLimits),
+    /// Rejected: the run fails so.
+    Ended(Failure),
+}
+
+/// An operator's answer to budget request `request` of a run that spent `spent` under `limits`:
+/// approved with `raise`, the limits it goes on under — refused (the message says why) unless
+/// they leave it room; rejected, the failure it ends with.
+pub fn answer(
+    request: &HitlRequestInfo,
+    limits: Option<BudgetLimits>,
+    spent: &Spent,
     approved: bool,
-    feedback: Option<String>,
     raise: Option<BudgetRaise>,
-    actor: &Actor,
-) -> Result<Decision, Refusal> {
-    let feedback = feedback.filter(|f| !f.trim().is_empty());
-    let request: Option<BudgetRequest> = serde_json::from_value(pending.info.context.clone()).ok();
-    let limits = state.budget.or(request.as_ref().map(|r| r.budget));
-    let verdict = if approved { Verdict::Approved } else { Verdict::Rejected };
-    let decision_info = DecisionInfo {
-        decision: verdict,
-        feedback: feedback.clone(),
-        answer: None,
-        operator: actor.operator.clone(),
-        note: actor.note.clone(),
-        principal: Some(actor.principal.clone()).filter(|p| !p.is_empty()),
-    };
-    let closed = ClosedRequest {
-        id: pending.info.id.clone(),
-        kind: pending.info.kind,
-        subject: pending.info.subject,
-        status: RequestStatus::Resolved,
-    };
-    let budget = if approved {
-        let not_raised = |message: String| Refusal::Mismatch { code: ErrorCode::BudgetNotRaised, message };
-        let (Some(limits), Some(raise)) = (limits, raise) else {
-            return Err(not_raised(format!(
-                "the run waits for its budget to be raised (request {}): send `decision.budget` with a higher limit",
-                pending.info.id
-            )));
-        };
-        let raised = limits.raised(&raise, &state.usage.spent).map_err(|e: NotRaised| not_raised(e.to_string()))?;
-        Some(raised)
-    } else {
-        None
-    };
-    let mut events = vec![Event::HitlResolved(HitlResolved {
-        request: closed,
-        decision: Some(decision_info),
-        replan: None,
-        budget,
-    })];
-    let record = Record {
-        request_id: pending.info.id.clone(),
-        decision: verdict,
-        feedback: feedback.clone(),
-        payload: budget.map(|b| json!(b)),
-        actor: actor.clone(),
-    };
+) -> Result<Answered, String> {
+    let context: Option<BudgetRequest> = serde_json::from_value(request.context.clone()).ok();
     if !approved {
-        let failure = match request {
+        let failure = match &context {
             Some(r) => failure(&Reached { limit: r.limit, max: r.max, spent: r.spent }),
             None => Failure::new(BUDGET_EXCEEDED, "The run reached its budget"),
         };
-        let failure = failure.detail("requestId", pending.info.id.clone()).detail("feedback", json!(feedback));
-        events = super::ending::failed(state, failure, events);
+        return Ok(Answered::Ended(failure));
     }
-    Ok(Decision { events, record: Some(record), node_error: None })
+    let limits = limits.or(context.map(|r| r.budget));
+    let (Some(limits), Some(raise)) = (limits, raise) else {
+        return Err(format!(
+            "the run waits for its budget to be raised (request {}): send `decision.budget` with a higher limit",
+            request.id
+        ));
+    };
+    limits.raised(&raise, spent).map(Answered::Raised).map_err(|e: NotRaised| e.to_string())
 }
 
 #[cfg(test)]
@@ -143,14 +110,10 @@ mod tests {
     use super::*;
     use crate::budget::{Amount, Limit};
     use crate::events::FrameKind;
-    use crate::run::decide::operator::{Refusal, decide};
     use crate::run::decide::testing::*;
-    use crate::run::operator::{Answer, Command};
-    use crate::run::status::RunStatus;
     use crate::usage::Micros;
-    use chrono::Utc;
 
-    fn fixture(on_exceeded: &str) -> Fixture {
+    pub(crate) fn fixture(on_exceeded: &str) -> Fixture {
         Fixture::new(
             json!({"policies": {"budget": {"maxModelCalls": 2, "maxCostUsd": 0.01, "onExceeded": on_exceeded}}}),
         )
@@ -162,34 +125,6 @@ mod tests {
 
     fn spent() -> Spent {
         Spent { model_calls: 2, tokens: 300, cost_usd: Micros(4_000) }
-    }
-
-    /// A run of `fixture` paused on its budget in `phase`, the request answered by `answer`.
-    fn answered(phase: BudgetPhase, answer: Answer) -> Result<(RunState, Decision), Refusal> {
-        let fixture = fixture("pause");
-        let mut events = vec![run_started(), requested(1, None)];
-        if phase == BudgetPhase::Execution {
-            events.push(generated(two_nodes(), None));
-        }
-        let mut state = fixture.fold(&events);
-        state.usage.spent = spent();
-        let (paused, failure) = exceeded(&fixture.run(&state), reached_calls(), phase, None, Vec::new(), spent());
-        assert!(failure.is_none());
-        apply_all(&mut state, &paused);
-        assert_eq!(state.status, RunStatus::AwaitingHitl);
-        let command = Command::Resume { expected_plan_version: None, answer, actor: Default::default() };
-        let limits = state.replan_limits.expect("started");
-        let decision = decide(&state, limits, command, Utc::now(), |_, _: &Value| Vec::new())?;
-        apply_all(&mut state, &decision.events);
-        Ok((state, decision))
-    }
-
-    fn approve(raise: Option<crate::budget::BudgetRaise>) -> Answer {
-        Answer::Decide { request_id: None, approved: true, feedback: None, budget: raise }
-    }
-
-    fn raise_calls(to: u64) -> Option<crate::budget::BudgetRaise> {
-        Some(crate::budget::BudgetRaise { max_model_calls: Some(to), ..Default::default() })
     }
 
     #[test]
@@ -221,10 +156,9 @@ mod tests {
         let (events, failure) =
             exceeded(&fixture.run(&state), reached_calls(), BudgetPhase::Planning, None, Vec::new(), spent());
         assert_eq!(events.len(), 1);
-        let failure = failure.expect("fails");
-        assert_eq!(failure.code, BUDGET_EXCEEDED);
-        assert_eq!(failure.error_json()["limit"], "modelCalls");
-        assert_eq!((failure.error_json()["max"].clone(), failure.error_json()["spent"].clone()), (json!(2), json!(2)));
+        let error = failure.expect("fails").error_json();
+        assert_eq!((&error["code"], &error["limit"]), (&json!(BUDGET_EXCEEDED), &json!("modelCalls")));
+        assert_eq!((error["max"].clone(), error["spent"].clone()), (json!(2), json!(2)));
     }
 
     #[test]
@@ -249,50 +183,23 @@ mod tests {
     }
 
     #[test]
-    fn a_raise_resumes_the_run_where_it_stopped_under_the_new_limits() {
-        let (state, decision) = answered(BudgetPhase::Planning, approve(raise_calls(5))).unwrap();
-        assert_eq!(state.status, RunStatus::Planning);
-        assert_eq!(state.budget.unwrap().max_model_calls, Some(5));
-        assert_eq!(state.budget.unwrap().max_cost_usd, Some(Micros(10_000)), "the other limits stay");
-        assert_eq!(decision.record.unwrap().payload.unwrap()["maxModelCalls"], 5);
-        let (state, _) = answered(BudgetPhase::Execution, approve(raise_calls(3))).unwrap();
-        assert_eq!(state.status, RunStatus::Running);
-    }
-
-    #[test]
-    fn an_approval_that_leaves_no_room_is_refused() {
-        for answer in [approve(None), approve(raise_calls(2)), approve(raise_calls(1))] {
-            let refused = answered(BudgetPhase::Execution, answer).unwrap_err();
-            assert_eq!(refused.code(), ErrorCode::BudgetNotRaised, "{refused}");
-        }
-        let cost_only = crate::budget::BudgetRaise { max_cost_usd: Some(1.0), ..Default::default() };
-        let refused = answered(BudgetPhase::Execution, approve(Some(cost_only))).unwrap_err();
-        assert!(refused.to_string().contains("modelCalls"), "{refused}");
-    }
-
-    #[test]
-    fn a_rejection_fails_the_run_with_budget_exceeded() {
-        let reject =
-            Answer::Decide { request_id: None, approved: false, feedback: Some("too dear".into()), budget: None };
-        let (state, _) = answered(BudgetPhase::Execution, reject).unwrap();
-        assert_eq!(state.status, RunStatus::Failed);
-        let end = state.end.unwrap();
-        assert_eq!(end.error_summary().0, BUDGET_EXCEEDED);
-        assert_eq!(end.error.unwrap()["feedback"], "too dear");
-    }
-
-    #[test]
-    fn a_budget_sent_to_another_request_is_refused() {
+    fn an_answer_raises_the_limits_or_ends_the_run() {
         let fixture = fixture("pause");
-        let state = fixture.fold(&[
-            run_started(),
-            requested(1, None),
-            generated(two_nodes(), None),
-            request("q1", HitlKind::Approval, HitlSubject::Plan, None, Value::Null),
-        ]);
-        let command =
-            Command::Resume { expected_plan_version: None, answer: approve(raise_calls(9)), actor: Default::default() };
-        let refused = decide(&state, state.replan_limits.unwrap(), command, Utc::now(), |_, _: &Value| Vec::new());
-        assert_eq!(refused.unwrap_err().code(), ErrorCode::InvalidRequest);
+        let state = fixture.fold(&[run_started(), requested(1, None)]);
+        let (events, _) =
+            exceeded(&fixture.run(&state), reached_calls(), BudgetPhase::Planning, None, Vec::new(), spent());
+        let Event::HitlRequest(request) = &events[1] else { unreachable!() };
+        let limits = state.budget;
+        let raise = |calls| Some(BudgetRaise { max_model_calls: Some(calls), ..BudgetRaise::default() });
+        let Ok(Answered::Raised(raised)) = answer(&request.request, limits, &spent(), true, raise(5)) else {
+            panic!("raised")
+        };
+        assert_eq!((raised.max_model_calls, raised.max_cost_usd), (Some(5), Some(Micros(10_000))));
+        assert!(answer(&request.request, limits, &spent(), true, raise(2)).unwrap_err().contains("modelCalls"));
+        assert!(answer(&request.request, limits, &spent(), true, None).unwrap_err().contains("decision.budget"));
+        let Ok(Answered::Ended(failure)) = answer(&request.request, limits, &spent(), false, None) else {
+            panic!("ended")
+        };
+        assert_eq!(failure.code, BUDGET_EXCEEDED);
     }
 }

@@ -6,6 +6,8 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
+use super::budget;
+use crate::budget::BudgetRaise;
 use crate::contract::SchemaViolation;
 use crate::error_code::ErrorCode;
 use crate::events::Event;
@@ -171,7 +173,7 @@ fn resume(
         }),
         (HitlKind::Budget, Answer::Decide { request_id, approved, feedback, budget }) => {
             same_request(pending, request_id)?;
-            super::budget::answer(state, pending, approved, feedback, budget, &actor)
+            budget_answer(state, pending, (approved, budget), feedback, actor)
         }
         (HitlKind::Approval, Answer::Decide { request_id, approved, feedback, .. }) => {
             same_request(pending, request_id)?;
@@ -301,6 +303,45 @@ fn approval(run: &Operated, pending: &Pending, approved: bool, feedback: Option<
         json!({"requestId": pending.info.id, "feedback": feedback, "note": actor.note}),
     ));
     decision
+}
+
+/// An operator's answer to a budget request: approved with raised limits (recorded on
+/// `hitl_resolved`), the run goes on under them; rejected, it fails with `budget_exceeded`.
+fn budget_answer(
+    state: &RunState,
+    pending: &Pending,
+    (approved, raise): (bool, Option<BudgetRaise>),
+    feedback: Option<String>,
+    actor: Actor,
+) -> Result<Decision, Refusal> {
+    let feedback = feedback.filter(|f| !f.trim().is_empty());
+    let answered = budget::answer(&pending.info, state.budget, &state.usage.spent, approved, raise)
+        .map_err(|message| Refusal::Mismatch { code: ErrorCode::BudgetNotRaised, message })?;
+    let verdict = if approved { Verdict::Approved } else { Verdict::Rejected };
+    let (raised, failure) = match answered {
+        budget::Answered::Raised(limits) => (Some(limits), None),
+        budget::Answered::Ended(failure) => (None, Some(failure)),
+    };
+    let mut decision = Decision::of(vec![Event::HitlResolved(HitlResolved {
+        request: closed(pending, RequestStatus::Resolved),
+        decision: Some(decision_info(verdict, feedback.clone(), &actor)),
+        replan: None,
+        budget: raised,
+    })]);
+    decision.record = Some(record(pending, verdict, feedback.clone(), raised.map(|b| json!(b)), &actor));
+    if let Some(failure) = failure {
+        let extra = json!({"requestId": pending.info.id, "feedback": feedback});
+        decision.events.push(failed(failure.code, failure.message.clone(), merged(failure.details, extra)));
+    }
+    Ok(decision)
+}
+
+/// `details` with `extra`'s fields added.
+fn merged(mut details: serde_json::Map<String, Value>, extra: Value) -> Value {
+    if let Value::Object(extra) = extra {
+        details.extend(extra);
+    }
+    Value::Object(details)
 }
 
 /// An operator approved a policy request about an output that failed its capability's
@@ -738,5 +779,66 @@ mod tests {
         assert!(cancelled.requests.is_empty());
         assert!(matches!(decide_now(&cancelled, command(false)), Err(Refusal::InvalidState { .. })));
         assert_eq!(decide_now(&cancelled, command(true)).unwrap().events, Vec::new());
+    }
+
+    /// A run of budget `maxModelCalls: 2, maxCostUsd: 0.01` paused on it in `phase` (2 calls
+    /// spent), then `answer` decided and applied.
+    fn budget_answered(phase: BudgetPhase, answer: Answer) -> Result<(RunState, Decision), Refusal> {
+        use crate::budget::{Amount, Limit, Reached, Spent};
+        let fixture = Fixture::new(json!({"policies": {"budget": {"maxModelCalls": 2, "maxCostUsd": 0.01}}}));
+        let mut events = vec![run_started(), requested(1, None)];
+        if phase == BudgetPhase::Execution {
+            events.push(generated(two_nodes(), None));
+        }
+        let mut state = fixture.fold(&events);
+        state.usage.spent = Spent { model_calls: 2, tokens: 300, cost_usd: crate::usage::Micros(4_000) };
+        let reached = Reached { limit: Limit::ModelCalls, max: Amount::Count(2), spent: Amount::Count(2) };
+        let spent = state.usage.spent;
+        let (paused, _) = budget::exceeded(&fixture.run(&state), reached, phase, None, Vec::new(), spent);
+        apply_all(&mut state, &paused);
+        assert_eq!(state.status, RunStatus::AwaitingHitl);
+        let decision = decide_now(&state, resume(answer))?;
+        apply_all(&mut state, &decision.events);
+        Ok((state, decision))
+    }
+
+    fn raise_calls(approved: bool, to: Option<u64>) -> Answer {
+        let budget = to.map(|n| BudgetRaise { max_model_calls: Some(n), ..BudgetRaise::default() });
+        Answer::Decide { request_id: None, approved, feedback: Some("too dear".into()), budget }
+    }
+
+    #[test]
+    fn a_raised_budget_resumes_the_run_where_it_stopped_under_the_new_limits() {
+        let (state, decision) = budget_answered(BudgetPhase::Planning, raise_calls(true, Some(5))).unwrap();
+        assert_eq!(state.status, RunStatus::Planning);
+        let limits = state.budget.unwrap();
+        assert_eq!((limits.max_model_calls, limits.max_cost_usd), (Some(5), Some(crate::usage::Micros(10_000))));
+        assert_eq!(decision.record.unwrap().payload.unwrap()["maxModelCalls"], 5);
+        let (state, _) = budget_answered(BudgetPhase::Execution, raise_calls(true, Some(3))).unwrap();
+        assert_eq!(state.status, RunStatus::Running);
+    }
+
+    #[test]
+    fn an_approval_that_leaves_no_budget_room_is_refused() {
+        for answer in [raise_calls(true, None), raise_calls(true, Some(2)), raise_calls(true, Some(1))] {
+            let refused = budget_answered(BudgetPhase::Execution, answer).unwrap_err();
+            assert_eq!(refused.code(), ErrorCode::BudgetNotRaised, "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_rejected_budget_fails_the_run_with_budget_exceeded() {
+        let (state, _) = budget_answered(BudgetPhase::Execution, raise_calls(false, None)).unwrap();
+        assert_eq!(state.status, RunStatus::Failed);
+        let end = state.end.unwrap();
+        assert_eq!(end.error_summary().0, budget::BUDGET_EXCEEDED);
+        let error = end.error.unwrap();
+        assert_eq!((&error["feedback"], &error["limit"]), (&json!("too dear"), &json!("modelCalls")));
+    }
+
+    #[test]
+    fn a_budget_sent_to_another_request_is_refused() {
+        let refused = decide_now(&waiting(HitlKind::Approval), resume(raise_calls(true, Some(9))));
+        assert_eq!(refused.unwrap_err().code(), ErrorCode::InvalidRequest);
     }
 }
