@@ -53,11 +53,13 @@ pub struct LeaseRow {
     pub crash_attempts: i32,
 }
 
-/// A lease renewed: the run and its epoch.
+/// A run's lease after a renewal: who holds it now, under which epoch.
 #[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
 pub struct Renewed {
     #[diesel(sql_type = Text)]
     pub run_id: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub lease_owner: Option<String>,
     #[diesel(sql_type = BigInt)]
     pub lease_epoch: i64,
 }
@@ -176,7 +178,7 @@ pub fn renew(conn: &mut DbConn, node: &str, seconds: f64, runs: &[&str]) -> Resu
         "WITH renewed AS (UPDATE runs SET lease_expires_at = {NOW} + make_interval(secs => $2) \
            WHERE run_id IN (SELECT run_id FROM runs WHERE lease_owner = $1 \
              AND run_id = ANY(string_to_array($3, ',')) FOR UPDATE SKIP LOCKED) RETURNING run_id) \
-         SELECT run_id, lease_epoch FROM runs WHERE lease_owner = $1 AND run_id = ANY(string_to_array($3, ','))"
+         SELECT run_id, lease_owner, lease_epoch FROM runs WHERE run_id = ANY(string_to_array($3, ','))"
     );
     let query = diesel::sql_query(sql).bind::<Text, _>(node).bind::<Double, _>(seconds).bind::<Text, _>(runs.join(","));
     Ok(super::on_backend!(conn, |c| query.load(c))?)

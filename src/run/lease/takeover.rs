@@ -111,16 +111,23 @@ async fn renew(services: &Services, leasing: &Leasing, renewed: &mut Instant) {
     let driven: HashSet<(RunId, i64)> = driven.into_iter().collect();
     let local: Vec<(RunId, i64)> = services.claims.leased().into_iter().filter(|run| driven.contains(run)).collect();
     match held {
-        Ok(held) => {
+        Ok(rows) => {
             *renewed = started;
-            let held: HashMap<&str, i64> = held.iter().map(|r| (r.run_id.as_str(), r.lease_epoch)).collect();
+            // A run is lost when its row says another node or epoch holds it. A run with no row
+            // yet is one being created here, its first commit not landed: not lost.
+            let leases: HashMap<&str, (Option<&str>, i64)> =
+                rows.iter().map(|r| (r.run_id.as_str(), (r.lease_owner.as_deref(), r.lease_epoch))).collect();
             let lost: Vec<&RunId> = local
                 .iter()
-                .filter(|(run_id, epoch)| held.get(run_id.as_str()) != Some(epoch))
+                .filter(|(run_id, epoch)| {
+                    leases.get(run_id.as_str()).is_some_and(|lease| *lease != (Some(leasing.node.as_str()), *epoch))
+                })
                 .map(|(run_id, _)| run_id)
                 .collect();
             stop(services, &lost, "its lease moved to another node");
-            telemetry::runs_owned(held.len());
+            telemetry::runs_owned(
+                rows.iter().filter(|r| r.lease_owner.as_deref() == Some(leasing.node.as_str())).count(),
+            );
         }
         Err(error) if renewed.elapsed() >= leasing.lease * 2 / 3 => {
             tracing::error!(error = %crate::excerpt::log(error), "leases not renewed in time; stopping every run");
