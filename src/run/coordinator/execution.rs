@@ -48,8 +48,7 @@ impl Coordinator {
         loop {
             let stopping = first_failure.is_some() || replan_asked.is_some() || self.log.claim().stop_requested();
             if !stopping && !self.log.state().awaiting_policy() {
-                let mut ready = self.within_budget(execution::ready(&self.run(), usize::MAX));
-                ready.truncate(max_running - running.len());
+                let ready = self.ready_within_budget(max_running - running.len());
                 if !ready.is_empty() {
                     running.extend(self.start_nodes(&ready)?);
                 }
@@ -204,15 +203,16 @@ impl Coordinator {
         Ok(Step::Continue(Some(replan)))
     }
 
-    /// `ready` without the nodes whose capability calls a model, once the budget is reached:
-    /// those wait (pending) for an operator to raise it.
-    fn within_budget(&mut self, ready: Vec<PlanNode>) -> Vec<PlanNode> {
-        let Some(reached) = self.budget_reached() else { return ready };
-        let (held, go): (Vec<PlanNode>, Vec<PlanNode>) = ready.into_iter().partition(|node| self.calls_a_model(node));
+    /// The nodes that may start now, at most `capacity`; once the budget is reached, without
+    /// those whose capability calls a model: they wait (pending) for an operator to raise it.
+    fn ready_within_budget(&mut self, capacity: usize) -> Vec<PlanNode> {
+        let Some(reached) = self.budget_reached() else { return execution::ready(&self.run(), capacity) };
+        let (held, go): (Vec<PlanNode>, Vec<PlanNode>) =
+            execution::ready(&self.run(), usize::MAX).into_iter().partition(|node| self.calls_a_model(node));
         if !held.is_empty() {
             self.held.reached.get_or_insert(reached);
         }
-        go
+        go.into_iter().take(capacity).collect()
     }
 
     /// Holds back `node`'s next attempt if it would call a model and the budget is reached: it

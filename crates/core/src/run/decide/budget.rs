@@ -111,6 +111,7 @@ mod tests {
     use crate::budget::{Amount, Limit};
     use crate::events::FrameKind;
     use crate::run::decide::testing::*;
+    use crate::run::state::RunState;
     use crate::usage::Micros;
 
     pub(crate) fn fixture(on_exceeded: &str) -> Fixture {
@@ -127,18 +128,17 @@ mod tests {
         Spent { model_calls: 2, tokens: 300, cost_usd: Micros(4_000) }
     }
 
+    /// What reaching two model calls records in `phase`, `held` nodes held back.
+    fn paused(fixture: &Fixture, state: &RunState, phase: BudgetPhase, held: &[&str]) -> (Vec<Event>, Option<Failure>) {
+        let held = held.iter().map(|id| id.to_string()).collect();
+        exceeded(&fixture.run(state), reached_calls(), phase, None, held, spent())
+    }
+
     #[test]
     fn a_limit_reached_with_pause_asks_an_operator_with_what_was_spent() {
         let fixture = fixture("pause");
         let state = fixture.fold(&[run_started(), requested(1, None), generated(two_nodes(), None)]);
-        let (events, failure) = exceeded(
-            &fixture.run(&state),
-            reached_calls(),
-            BudgetPhase::Execution,
-            None,
-            vec!["draft".into()],
-            spent(),
-        );
+        let (events, failure) = paused(&fixture, &state, BudgetPhase::Execution, &["draft"]);
         assert!(failure.is_none());
         let kinds: Vec<FrameKind> = events.iter().map(Event::kind).collect();
         assert_eq!(kinds, [FrameKind::BudgetExceeded, FrameKind::HitlRequest]);
@@ -153,8 +153,7 @@ mod tests {
     fn a_limit_reached_with_fail_fails_the_run_saying_which() {
         let fixture = fixture("fail");
         let state = fixture.fold(&[run_started(), requested(1, None)]);
-        let (events, failure) =
-            exceeded(&fixture.run(&state), reached_calls(), BudgetPhase::Planning, None, Vec::new(), spent());
+        let (events, failure) = paused(&fixture, &state, BudgetPhase::Planning, &[]);
         assert_eq!(events.len(), 1);
         let error = failure.expect("fails").error_json();
         assert_eq!((&error["code"], &error["limit"]), (&json!(BUDGET_EXCEEDED), &json!("modelCalls")));
@@ -170,14 +169,7 @@ mod tests {
             generated(two_nodes(), None),
             node_start("draft", "writer"),
         ]);
-        let (events, _) = exceeded(
-            &fixture.run(&state),
-            reached_calls(),
-            BudgetPhase::Execution,
-            None,
-            vec!["draft".into()],
-            spent(),
-        );
+        let (events, _) = paused(&fixture, &state, BudgetPhase::Execution, &["draft"]);
         apply_all(&mut state, &events);
         assert_eq!(state.nodes_in(crate::plan::NodeStatus::Pending), ["draft", "polish"]);
     }
@@ -186,8 +178,7 @@ mod tests {
     fn an_answer_raises_the_limits_or_ends_the_run() {
         let fixture = fixture("pause");
         let state = fixture.fold(&[run_started(), requested(1, None)]);
-        let (events, _) =
-            exceeded(&fixture.run(&state), reached_calls(), BudgetPhase::Planning, None, Vec::new(), spent());
+        let (events, _) = paused(&fixture, &state, BudgetPhase::Planning, &[]);
         let Event::HitlRequest(request) = &events[1] else { unreachable!() };
         let limits = state.budget;
         let raise = |calls| Some(BudgetRaise { max_model_calls: Some(calls), ..BudgetRaise::default() });
