@@ -23,6 +23,7 @@ pub mod excerpt;
 pub mod facet;
 pub mod hash;
 pub mod llm;
+pub mod mcp;
 pub mod plan;
 pub mod planner;
 pub mod redact;

@@ -244,14 +244,16 @@ fn executor(raw: &RawRegistration, policy: &EndpointAllowlist) -> Result<Executo
             let endpoint = raw.endpoint.as_deref().ok_or_else(|| {
                 FieldError::new("/endpoint", "required", "an `http` capability needs an `endpoint` URL")
             })?;
-            http_endpoint(endpoint, policy).map(|endpoint| Executor::Http { endpoint })
+            allowed_url(endpoint, "/endpoint", policy).map(|endpoint| Executor::Http { endpoint })
         }
         ExecutorType::Human => Ok(Executor::Human { instructions: raw.instructions.clone() }),
     }
 }
 
-fn http_endpoint(endpoint: &str, policy: &EndpointAllowlist) -> Result<Url, FieldError> {
-    let invalid = |message: String| FieldError::new("/endpoint", "invalid_endpoint", message);
+/// `endpoint` (at pointer `at`) as a URL flexrun may call: http(s), no credentials, not a
+/// link-local or metadata address, under an allowed prefix. For `http` capabilities and MCP servers.
+pub fn allowed_url(endpoint: &str, at: &str, policy: &EndpointAllowlist) -> Result<Url, FieldError> {
+    let invalid = |message: String| FieldError::new(at, "invalid_endpoint", message);
     let url = Url::parse(endpoint).map_err(|e| invalid(format!("not a URL: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(invalid(format!("scheme `{}` is not allowed; use http or https", url.scheme())));
