@@ -4,6 +4,8 @@
 //! token are secrets: kept out of every answer, frame and log), which of its tools are offered and
 //! under which output facet, and how long a call and a refresh of its tool list may take.
 
+pub mod arguments;
+
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use std::time::Duration;

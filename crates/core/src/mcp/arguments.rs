@@ -1,0 +1,167 @@
+//! A plan node's arguments for an MCP tool: a JSON object in which a value may be taken from a
+//! facet when the node runs — `{"$facet": "<facet>", "pointer": "<JSON Pointer, optional>"}`
+//! anywhere in it. [`references`] finds them (checked when the draft is: each must name a facet
+//! the run will have), [`resolve`] replaces them just before the call.
+
+use serde_json::{Map, Value};
+
+use crate::validation::pointer;
+
+/// The key that makes an object a facet reference.
+pub const FACET_KEY: &str = "$facet";
+
+/// A facet reference found in a node's arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FacetRef {
+    /// Where in the arguments (a JSON Pointer into them).
+    pub at: String,
+    pub facet: String,
+    /// Where in the facet's value (`""`: the whole value).
+    pub pointer: String,
+}
+
+/// Why arguments could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgumentError {
+    /// An object with `$facet` that is not `{"$facet": "<name>", "pointer"?: "/…"}`.
+    #[error("{at}: a facet reference is {{\"$facet\": \"<facet>\", \"pointer\": \"/optional/path\"}}: {problem}")]
+    Malformed { at: String, problem: String },
+    /// When the node ran, the facet (or the place the pointer names in it) had no value.
+    #[error("{at}: facet `{facet}` has no value at `{pointer}`")]
+    Unresolved { at: String, facet: String, pointer: String },
+}
+
+impl ArgumentError {
+    /// The code a diagnostic or a node error carries.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Malformed { .. } => "invalid_facet_reference",
+            Self::Unresolved { .. } => "argument_unresolved",
+        }
+    }
+}
+
+/// Every facet reference in `arguments`.
+pub fn references(arguments: &Value) -> Result<Vec<FacetRef>, ArgumentError> {
+    let mut found = Vec::new();
+    collect(arguments, &mut Vec::new(), &mut found)?;
+    Ok(found)
+}
+
+/// `arguments` with every facet reference replaced by the value it names; `facet` gives a facet's
+/// current value.
+pub fn resolve<'a>(arguments: &Value, facet: impl Fn(&str) -> Option<&'a Value>) -> Result<Value, ArgumentError> {
+    let mut resolved = arguments.clone();
+    for reference in references(arguments)? {
+        let value = facet(&reference.facet).and_then(|v| v.pointer(&reference.pointer)).cloned();
+        let Some(value) = value else {
+            let FacetRef { at, facet, pointer } = reference;
+            return Err(ArgumentError::Unresolved { at, facet, pointer });
+        };
+        match resolved.pointer_mut(&reference.at) {
+            Some(slot) => *slot = value,
+            None => resolved = value,
+        }
+    }
+    Ok(resolved)
+}
+
+/// Adds the references in `value` (at `path`) to `found`, not looking inside a reference.
+fn collect(value: &Value, path: &mut Vec<String>, found: &mut Vec<FacetRef>) -> Result<(), ArgumentError> {
+    match value {
+        Value::Object(object) if object.contains_key(FACET_KEY) => found.push(reference(object, pointer(path.iter()))?),
+        Value::Object(object) => {
+            for (key, item) in object {
+                path.push(key.clone());
+                collect(item, path, found)?;
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                path.push(index.to_string());
+                collect(item, path, found)?;
+                path.pop();
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn reference(object: &Map<String, Value>, at: String) -> Result<FacetRef, ArgumentError> {
+    let malformed = |problem: &str| ArgumentError::Malformed { at: at.clone(), problem: problem.to_string() };
+    if let Some(extra) = object.keys().find(|k| *k != FACET_KEY && *k != "pointer") {
+        return Err(malformed(&format!("unexpected key `{}`", crate::excerpt::excerpt(extra, 40))));
+    }
+    let facet = object.get(FACET_KEY).and_then(Value::as_str).filter(|f| !f.is_empty());
+    let facet = facet.ok_or_else(|| malformed("`$facet` must name a facet"))?;
+    let pointer = match object.get("pointer") {
+        None => "",
+        Some(Value::String(p)) if p.is_empty() || p.starts_with('/') => p,
+        Some(_) => return Err(malformed("`pointer` must be a JSON Pointer (`/a/0/b`)")),
+    };
+    Ok(FacetRef { at, facet: facet.to_string(), pointer: pointer.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn references_are_found_anywhere_and_resolved_from_facets() {
+        let arguments = json!({"query": {"$facet": "brief", "pointer": "/topic"}, "limit": 3,
+                               "ids": [1, {"$facet": "picked"}]});
+        let found = references(&arguments).unwrap();
+        let mut at: Vec<(&str, &str, &str)> =
+            found.iter().map(|r| (r.at.as_str(), r.facet.as_str(), r.pointer.as_str())).collect();
+        at.sort();
+        assert_eq!(at, [("/ids/1", "picked", ""), ("/query", "brief", "/topic")]);
+
+        let brief = json!({"topic": "flexrun"});
+        let picked = json!([7, 8]);
+        let facets = |name: &str| match name {
+            "brief" => Some(&brief),
+            "picked" => Some(&picked),
+            _ => None,
+        };
+        let resolved = resolve(&arguments, facets).unwrap();
+        assert_eq!(resolved, json!({"query": "flexrun", "limit": 3, "ids": [1, [7, 8]]}));
+    }
+
+    #[test]
+    fn a_reference_that_finds_nothing_says_where_and_what() {
+        let arguments = json!({"query": {"$facet": "brief", "pointer": "/missing"}});
+        let brief = json!({"topic": "flexrun"});
+        let error = resolve(&arguments, |_| Some(&brief)).unwrap_err();
+        assert_eq!(
+            error,
+            ArgumentError::Unresolved { at: "/query".into(), facet: "brief".into(), pointer: "/missing".into() }
+        );
+        assert_eq!(error.code(), "argument_unresolved");
+        assert!(resolve(&json!({"q": {"$facet": "nowhere"}}), |_| None).is_err());
+    }
+
+    #[test]
+    fn malformed_references_are_refused_with_their_place() {
+        for (arguments, at) in [
+            (json!({"q": {"$facet": 3}}), "/q"),
+            (json!({"q": {"$facet": ""}}), "/q"),
+            (json!({"q": {"$facet": "brief", "pointer": "topic"}}), "/q"),
+            (json!({"q": [{"$facet": "brief", "extra": true}]}), "/q/0"),
+        ] {
+            match references(&arguments) {
+                Err(ArgumentError::Malformed { at: found, .. }) => assert_eq!(found, at, "{arguments}"),
+                other => panic!("{arguments}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn arguments_without_references_are_left_as_they_are() {
+        let arguments = json!({"q": "plain", "nested": {"a": [1, 2]}});
+        assert_eq!(references(&arguments).unwrap(), []);
+        assert_eq!(resolve(&arguments, |_| None).unwrap(), arguments);
+    }
+}
