@@ -71,6 +71,11 @@ pub struct Retry {
 }
 
 impl Backoff {
+    /// Retries granted so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
     /// The next retry, if any is left; a server's `Retry-After` replaces the computed delay.
     pub fn next_retry(&mut self, retry_after: Option<Duration>) -> Option<Retry> {
         let computed = self.delays.next()?;

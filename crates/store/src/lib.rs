@@ -29,6 +29,7 @@ pub mod capabilities;
 pub mod events;
 pub mod hitl;
 pub mod leases;
+pub mod mcp_servers;
 pub mod plans;
 pub mod prepared;
 pub mod runs;

@@ -1,6 +1,16 @@
 //! Diesel table definitions, matching `migrations/`.
 
 diesel::table! {
+    mcp_servers (server_id) {
+        server_id -> Text,
+        registration -> Text,
+        source -> Text,
+        registered_at -> Timestamp,
+        updated_at -> Timestamp,
+    }
+}
+
+diesel::table! {
     capabilities (capability_id) {
         capability_id -> Text,
         version -> Text,
@@ -145,6 +155,7 @@ diesel::joinable!(thread_metadata -> threads (thread_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     capabilities,
+    mcp_servers,
     threads,
     thread_metadata,
     runs,

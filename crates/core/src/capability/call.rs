@@ -37,6 +37,14 @@ pub struct ContextBundle {
     /// capability's post-conditions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub post_condition_failures: Option<PostConditionFailures>,
+    /// An MCP tool node's arguments as planned (facet references not yet resolved); not part of
+    /// what an `http` capability is sent.
+    #[serde(skip)]
+    pub arguments: Option<Value>,
+    /// 1 for a node's first call, then one more for each retry of a failed call: sent to MCP
+    /// servers (with the run and node ids) so that they can tell a retry from a new call.
+    #[serde(skip)]
+    pub attempt: u32,
 }
 
 /// The post-conditions the previous output failed, and how many attempts are left.
@@ -89,6 +97,18 @@ pub enum CapabilityError {
     HumanTask(String),
     #[error(transparent)]
     Signal(#[from] InvalidSignal),
+    /// An MCP tool answered with `isError`: its text, bounded.
+    #[error("the tool failed: {0}")]
+    Tool(String),
+    /// The MCP server no longer offers the tool (or is not registered any more).
+    #[error("{0}")]
+    ToolUnavailable(String),
+    /// The node's arguments could not be completed from its facets.
+    #[error(transparent)]
+    Arguments(#[from] crate::mcp::arguments::ArgumentError),
+    /// The MCP server refused the call (a JSON-RPC error), bounded: not the tool's own failure.
+    #[error("the MCP server refused the call: {0}")]
+    Protocol(String),
 }
 
 impl CapabilityError {
@@ -104,6 +124,10 @@ impl CapabilityError {
             | Self::NotJson(_)
             | Self::Contract(_)
             | Self::HumanTask(_)
+            | Self::Tool(_)
+            | Self::ToolUnavailable(_)
+            | Self::Arguments(_)
+            | Self::Protocol(_)
             | Self::Signal(_) => false,
         }
     }
@@ -131,6 +155,10 @@ impl CapabilityError {
             Self::Contract(_) => "capability_output_invalid",
             Self::HumanTask(_) => "capability_is_human",
             Self::Signal(_) => "capability_signal_invalid",
+            Self::Tool(_) => "tool_error",
+            Self::ToolUnavailable(_) => "tool_unavailable",
+            Self::Arguments(e) => e.code(),
+            Self::Protocol(_) => "mcp_error",
         }
     }
 }

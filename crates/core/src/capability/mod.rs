@@ -76,6 +76,8 @@ pub enum Executor {
     /// A person's work: the run waits (`awaiting_human`) until an operator submits the node's
     /// output or declines the task.
     Human { instructions: Option<String> },
+    /// A tool of a registered MCP server, called with the node's arguments.
+    Mcp(crate::mcp::McpTool),
 }
 
 impl Executor {
@@ -89,12 +91,14 @@ impl Executor {
             Self::Ai { .. } => ExecutorType::Ai,
             Self::Http { .. } => ExecutorType::Http,
             Self::Human { .. } => ExecutorType::Human,
+            Self::Mcp(_) => ExecutorType::Mcp,
         }
     }
 }
 
-/// How a capability runs: one model call, one HTTP call, or a person's work (a registration's
-/// `agentType`; `capabilities.agent_type`).
+/// How a capability runs: one model call, one HTTP call, a person's work (a registration's
+/// `agentType`; `capabilities.agent_type`), or an MCP tool call (never registered as such: an MCP
+/// server's tools become capabilities of this type).
 #[cfg_attr(feature = "diesel", derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow))]
 #[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::Text))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -103,16 +107,18 @@ pub enum ExecutorType {
     Ai,
     Http,
     Human,
+    Mcp,
 }
 
 impl ExecutorType {
-    pub const ALL: [ExecutorType; 3] = [Self::Ai, Self::Http, Self::Human];
+    pub const ALL: [ExecutorType; 4] = [Self::Ai, Self::Http, Self::Human, Self::Mcp];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ai => "ai",
             Self::Http => "http",
             Self::Human => "human",
+            Self::Mcp => "mcp",
         }
     }
 }
@@ -247,6 +253,12 @@ fn executor(raw: &RawRegistration, policy: &EndpointAllowlist) -> Result<Executo
             allowed_url(endpoint, "/endpoint", policy).map(|endpoint| Executor::Http { endpoint })
         }
         ExecutorType::Human => Ok(Executor::Human { instructions: raw.instructions.clone() }),
+        // The schema refuses it: an MCP tool is offered by registering its server.
+        ExecutorType::Mcp => Err(FieldError::new(
+            "/agentType",
+            "enum",
+            "`mcp` capabilities come from a registered MCP server's tools (POST /api/v1/flex/mcp-servers/register)",
+        )),
     }
 }
 
@@ -352,7 +364,13 @@ pub type Capabilities = BTreeMap<String, Arc<Capability>>;
 pub fn catalog(configured: &[(String, Value)], capabilities: &Capabilities) -> Catalog {
     let mut facets: Vec<(&str, &Value)> = configured.iter().map(|(f, s)| (f.as_str(), s)).collect();
     for capability in capabilities.values() {
-        facets.extend(facet_schemas(&capability.output_contract, &capability.output_facets));
+        match &capability.executor {
+            // Its output is `{<facet>: <the tool's result>}`: the facet's schema is the tool's.
+            Executor::Mcp(tool) => facets.extend(
+                tool.output.as_ref().zip(capability.output_facets.first()).map(|(s, f)| (f.as_str(), s.source())),
+            ),
+            _ => facets.extend(facet_schemas(&capability.output_contract, &capability.output_facets)),
+        }
     }
     let produced = capabilities.values().flat_map(|c| c.output_facets.iter().map(String::as_str));
     Catalog::with_facets(facets).produced(produced)

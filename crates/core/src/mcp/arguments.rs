@@ -5,6 +5,7 @@
 
 use serde_json::{Map, Value};
 
+use super::McpTool;
 use crate::validation::pointer;
 
 /// The key that makes an object a facet reference.
@@ -39,6 +40,40 @@ impl ArgumentError {
             Self::Unresolved { .. } => "argument_unresolved",
         }
     }
+}
+
+/// A node's arguments as a draft gives them, checked for `tool`: an object (none given: `{}`),
+/// its facet references well formed, and valid against the tool's input schema wherever it is
+/// not a reference (a reference's value is known only when the node runs). Returns the arguments
+/// and the facets they read (the node's inputs), or every problem as `(code, message)`.
+pub fn check(tool: &McpTool, arguments: Option<Value>) -> Result<(Value, Vec<String>), Vec<(&'static str, String)>> {
+    let arguments = arguments.unwrap_or_else(|| Value::Object(Map::new()));
+    if !arguments.is_object() {
+        return Err(vec![("INVALID_ARGUMENTS", "`arguments` must be a JSON object".to_string())]);
+    }
+    let found = references(&arguments).map_err(|e| vec![("INVALID_FACET_REFERENCE", e.to_string())])?;
+    let under_a_reference =
+        |path: &str| found.iter().any(|r| path == r.at || path.strip_prefix(r.at.as_str()).is_some_and(|rest| rest.starts_with('/')));
+    let problems: Vec<(&'static str, String)> = tool
+        .arguments
+        .violations(&arguments)
+        .into_iter()
+        .filter(|v| !under_a_reference(&v.instance_path))
+        .map(|v| {
+            let at = if v.instance_path.is_empty() { "/".to_string() } else { v.instance_path };
+            ("INVALID_ARGUMENTS", format!("arguments at `{at}`: {}", v.message))
+        })
+        .collect();
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let mut facets: Vec<String> = Vec::new();
+    for reference in found {
+        if !facets.contains(&reference.facet) {
+            facets.push(reference.facet);
+        }
+    }
+    Ok((arguments, facets))
 }
 
 /// Every facet reference in `arguments`.
@@ -156,6 +191,33 @@ mod tests {
                 other => panic!("{arguments}: {other:?}"),
             }
         }
+    }
+
+    fn tool(schema: Value) -> McpTool {
+        McpTool {
+            server: "s".into(),
+            name: "t".into(),
+            arguments: crate::contract::CompiledSchema::compile(schema).unwrap(),
+            output: None,
+            hints: Default::default(),
+        }
+    }
+
+    #[test]
+    fn drafted_arguments_are_checked_against_the_schema_except_where_a_facet_gives_them() {
+        let add = tool(json!({"type": "object", "required": ["a", "b"], "additionalProperties": false,
+                              "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}));
+        let (arguments, facets) = check(&add, Some(json!({"a": 1, "b": {"$facet": "sum", "pointer": "/total"}}))).unwrap();
+        assert_eq!((arguments["a"].clone(), facets), (json!(1), vec!["sum".to_string()]));
+
+        let problems = check(&add, Some(json!({"a": "one", "b": 2}))).unwrap_err();
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].0, "INVALID_ARGUMENTS");
+        assert!(problems[0].1.contains("`/a`"), "{}", problems[0].1);
+        assert!(check(&add, None).unwrap_err().iter().any(|(_, m)| m.contains("\"a\"")));
+        assert_eq!(check(&add, Some(json!([1]))).unwrap_err()[0].0, "INVALID_ARGUMENTS");
+        assert_eq!(check(&add, Some(json!({"a": {"$facet": 1}}))).unwrap_err()[0].0, "INVALID_FACET_REFERENCE");
+        assert_eq!(check(&tool(json!({"type": "object"})), None).unwrap(), (json!({}), vec![]));
     }
 
     #[test]

@@ -5,6 +5,9 @@
 //! under which output facet, and how long a call and a refresh of its tool list may take.
 
 pub mod arguments;
+pub mod tool;
+
+pub use tool::{McpTool, ToolDescription, ToolHints, ToolRefused};
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;

@@ -148,6 +148,10 @@ pub struct PlanNode {
     pub output_facets: Vec<String>,
     pub rationale: Vec<String>,
     pub instructions: Vec<String>,
+    /// An MCP tool's arguments (checked against its input schema; `{"$facet": …}` values are
+    /// taken from facets when the node runs). Only MCP nodes have them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
     /// `completed` for a node whose earlier completion carries into this version, else `pending`.
     pub status: NodeStatus,
 }
@@ -206,6 +210,7 @@ mod tests {
             output_facets: vec![],
             rationale: vec![],
             instructions: vec![],
+            arguments: None,
             status: NodeStatus::Pending,
         }
     }

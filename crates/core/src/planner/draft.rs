@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::capability::{Capabilities, Capability};
+use crate::capability::{Capabilities, Capability, Executor};
 use crate::excerpt;
 use crate::hash::{HashMap, HashSet};
 use crate::plan::{Diagnostic, Edge, NodeId, NodeStatus, Plan, PlanMetadata, PlanNode, blocked_by_cycles};
@@ -59,6 +59,8 @@ struct DraftNode {
     #[serde(default)]
     depends_on: OneOrMany,
     status: Option<String>,
+    #[serde(default)]
+    arguments: Option<Value>,
 }
 
 /// Models write a single string where a list is asked for; both are accepted.
@@ -240,7 +242,8 @@ fn compile_node(
     };
     let output_facets = output_facets(&stage, capability, draft.output_facets.into_vec(), diagnostics)?;
     let mut input_facets = capability.input_facets.clone();
-    for facet in draft.input_facets.into_vec() {
+    let (arguments, read) = tool_arguments(&stage, capability, draft.arguments, diagnostics)?;
+    for facet in draft.input_facets.into_vec().into_iter().chain(read) {
         if !input_facets.contains(&facet) {
             input_facets.push(facet);
         }
@@ -257,9 +260,33 @@ fn compile_node(
         output_facets,
         rationale: draft.rationale.into_vec(),
         instructions: draft.instructions.into_vec(),
+        arguments,
         status: if carried { NodeStatus::Completed } else { NodeStatus::Pending },
     };
     Some((node, draft.depends_on.into_vec()))
+}
+
+/// An MCP tool node's arguments, checked against the tool's input schema, and the facets they
+/// read (they become the node's inputs, so the facets' producers run first). Other nodes take no
+/// arguments: a draft's are dropped.
+fn tool_arguments(
+    stage: &str,
+    capability: &Capability,
+    drafted: Option<Value>,
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<(Option<Value>, Vec<String>)> {
+    let Executor::Mcp(tool) = &capability.executor else { return Some((None, Vec::new())) };
+    match crate::mcp::arguments::check(tool, drafted) {
+        Ok((arguments, read)) => Some((Some(arguments), read)),
+        Err(problems) => {
+            for (code, message) in problems {
+                diagnostics.push(
+                    Diagnostic::error(code, format!("stage \"{stage}\": {message}")).stage(stage).capability(&capability.id),
+                );
+            }
+            None
+        }
+    }
 }
 
 /// A node writes the capability's declared output facets; a draft may narrow them, not invent new
@@ -443,6 +470,52 @@ mod tests {
 
     fn codes(diagnostics: &[Diagnostic]) -> Vec<&str> {
         diagnostics.iter().map(|d| d.code.as_ref()).collect()
+    }
+
+    fn with_tool(mut fixture: Fixture) -> Fixture {
+        let server = crate::mcp::McpServer::parse(
+            &json!({"id": "calc", "url": "http://127.0.0.1:1/mcp", "outputFacets": {"add": "post_copy"}}),
+            &EndpointAllowlist::default(),
+        )
+        .unwrap();
+        let tool: crate::mcp::ToolDescription = serde_json::from_value(json!({"name": "add", "inputSchema": {
+            "type": "object", "required": ["a", "b"],
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}))
+        .unwrap();
+        let add = Arc::new(crate::mcp::tool::capability(&server, tool).unwrap());
+        fixture.capabilities.insert(add.id.clone(), add);
+        fixture
+    }
+
+    #[test]
+    fn a_tool_node_keeps_its_arguments_and_reads_the_facets_they_name() {
+        let plan = with_tool(Fixture::new())
+            .compile(json!({"nodes": [
+                {"stage": "visual", "capabilityId": "designer"},
+                {"stage": "sum", "capabilityId": "calc.add",
+                 "arguments": {"a": 1, "b": {"$facet": "visual", "pointer": "/width"}}},
+            ]}))
+            .unwrap();
+        let sum = &plan.nodes[1];
+        assert_eq!(sum.arguments, Some(json!({"a": 1, "b": {"$facet": "visual", "pointer": "/width"}})));
+        assert_eq!(sum.input_facets, ["visual"]);
+        assert_eq!(plan.edges.iter().map(|e| (e.from.as_str(), e.to.as_str())).collect::<Vec<_>>(), [("visual", "sum")]);
+        assert_eq!(plan.nodes[0].arguments, None, "only tool nodes take arguments");
+    }
+
+    #[test]
+    fn a_tool_nodes_bad_arguments_and_unknown_facets_are_diagnostics() {
+        let fixture = with_tool(Fixture::new());
+        let bad = fixture
+            .compile(json!({"nodes": [{"stage": "sum", "capabilityId": "calc.add", "arguments": {"a": "one", "b": 2}}]}))
+            .unwrap_err();
+        assert_eq!(codes(&bad), ["INVALID_ARGUMENTS"]);
+        assert!(bad[0].message.contains("`/a`"), "{}", bad[0].message);
+        let unknown = fixture
+            .compile(json!({"nodes": [{"stage": "sum", "capabilityId": "calc.add",
+                                        "arguments": {"a": 1, "b": {"$facet": "nowhere"}}}]}))
+            .unwrap_err();
+        assert_eq!(codes(&unknown), ["MISSING_INPUT_FACET"]);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::capability::Capability;
+use crate::capability::{Capability, Executor};
 use crate::condition::GoalConditionResult;
 use crate::envelope::TaskEnvelope;
 use crate::events::payload::{PolicyInfo, SignalInfo};
@@ -110,6 +110,9 @@ fn user(input: &PromptInput<'_>) -> String {
         section(&mut s, "GOAL CONDITIONS", &goals);
     }
     section(&mut s, "CAPABILITIES", &capability_table(input.capabilities));
+    if let Some(tools) = tool_arguments(input.capabilities) {
+        section(&mut s, "TOOL ARGUMENTS", &tools);
+    }
     if !input.facet_catalog.is_empty() {
         section(&mut s, "FACET CATALOG", &facet_catalog(input.facet_catalog));
     }
@@ -245,6 +248,33 @@ fn capability_table(capabilities: &[Arc<Capability>]) -> String {
         );
     }
     s
+}
+
+/// How to call the MCP tools among `capabilities` (`None` when there are none): the
+/// `arguments` field, facet references with an example, and each tool's input schema.
+fn tool_arguments(capabilities: &[Arc<Capability>]) -> Option<String> {
+    let tools: Vec<(&str, &Value)> = capabilities
+        .iter()
+        .filter_map(|c| match &c.executor {
+            Executor::Mcp(tool) => Some((c.id.as_str(), tool.arguments.source())),
+            _ => None,
+        })
+        .collect();
+    if tools.is_empty() {
+        return None;
+    }
+    let mut s = String::from(
+        "A step of an MCP tool (agent type mcp) gives the tool's arguments in \"arguments\": a JSON object \
+         valid against the tool's input schema below. Its output is its one output facet. To pass a facet's \
+         value (an input, or a facet an earlier step produces), write {\"$facet\": \"<facet>\", \"pointer\": \
+         \"/path/in/it\"} (pointer optional: the whole value) in place of the value; the step then runs after \
+         that facet's producer. Example: {\"stage\": \"total\", \"capabilityId\": \"calc.add\", \"arguments\": \
+         {\"a\": 2, \"b\": {\"$facet\": \"first_sum\", \"pointer\": \"/total\"}}}\n",
+    );
+    // Whole: a tool's schema is bounded when its server is read (`mcp::tool::MAX_SCHEMA_BYTES`).
+    let schemas = tools.into_iter().map(|(id, schema)| format!("- {id}: {schema}"));
+    s.push_str(&lines_within(schemas, SECTION_CHARS));
+    Some(s)
 }
 
 fn facet_catalog(catalog: &BTreeMap<String, FacetDefinition>) -> String {

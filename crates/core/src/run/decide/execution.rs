@@ -108,6 +108,8 @@ pub fn bundle(run: &Run, node: &PlanNode) -> ContextBundle {
             .cloned()
             .collect(),
         post_condition_failures,
+        arguments: node.arguments.clone(),
+        attempt: 1,
     }
 }
 

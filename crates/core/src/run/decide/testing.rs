@@ -178,6 +178,7 @@ pub fn node(id: &str, capability: &str, inputs: &[&str], outputs: &[&str]) -> Pl
         output_facets: strings(outputs),
         rationale: Vec::new(),
         instructions: Vec::new(),
+        arguments: None,
         status: NodeStatus::Pending,
     }
 }
