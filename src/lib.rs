@@ -30,6 +30,7 @@ pub mod http;
 pub mod langgraph;
 
 pub mod llm;
+pub mod mcp;
 pub mod planner;
 pub mod run;
 pub mod services;

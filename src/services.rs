@@ -9,6 +9,7 @@ use crate::capability::{
     AddressGuard, EndpointAllowlist, Executors, GuardedResolver, HttpLimits, Registry, RegistryError,
 };
 use crate::config::Settings;
+use crate::mcp::{McpRegistryError, McpServers, Publish};
 use crate::events::Bus;
 use crate::facet::{FacetCatalog, FacetCatalogError};
 use crate::llm::LlmClient;
@@ -46,6 +47,8 @@ pub enum SetupError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error(transparent)]
+    McpServers(#[from] McpRegistryError),
+    #[error(transparent)]
     FacetCatalog(#[from] FacetCatalogError),
     #[error("cannot set up an HTTP client: {0}")]
     HttpClient(#[from] reqwest::Error),
@@ -61,7 +64,9 @@ pub struct Services {
     pub settings: Settings,
     pub store: Store,
     pub bus: Arc<Bus>,
-    pub registry: Registry,
+    pub registry: Arc<Registry>,
+    /// The registered MCP servers (their tools are in the registry).
+    pub mcp: McpServers,
     pub planner: Planner,
     pub executors: Executors,
     pub facets: FacetCatalog,
@@ -119,8 +124,9 @@ impl Services {
             addresses,
         };
         let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
+        let dir = settings.capabilities_dir();
         let registry =
-            Registry::load(store.clone(), policy, configured, settings.capabilities_dir().as_deref()).await?;
+            Arc::new(Registry::load(store.clone(), policy.clone(), configured, dir.as_deref()).await?);
         let llm = LlmClient::new(&settings.llm, settings.prices()?)?;
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
         let limits = HttpLimits {
@@ -131,6 +137,17 @@ impl Services {
             Some(lookup) => Executors::with_resolver(llm, limits, GuardedResolver::new(lookup, addresses))?,
             None => Executors::new(llm, limits, addresses)?,
         };
+        let publish: Publish = {
+            let registry = registry.clone();
+            Arc::new(move |server: &str, tools| registry.set_tools(server, tools))
+        };
+        let files = match dir.as_deref() {
+            Some(dir) => mcp_server_files(dir)?,
+            None => Vec::new(),
+        };
+        let mcp = McpServers::load(store.clone(), policy, executors.http_client(), limits.max_response_bytes, publish, files)
+            .await?;
+        let executors = executors.with_mcp(mcp.clone());
         let redaction = Redaction::new(&settings.redaction.extra_keys);
         let backlogs = Backlogs::new(settings.limits.stream_backlog_bytes);
         let budget = settings.budget()?;
@@ -139,6 +156,7 @@ impl Services {
             store,
             bus: Arc::new(Bus::default()),
             registry,
+            mcp,
             planner,
             executors,
             facets,
@@ -152,4 +170,15 @@ impl Services {
             runtime: tokio::runtime::Handle::current(),
         }))
     }
+}
+
+/// The `{"mcpServer": …}` files of the capabilities directory, by path.
+fn mcp_server_files(dir: &std::path::Path) -> Result<Vec<(String, serde_json::Value)>, RegistryError> {
+    Ok(crate::capability::registration_files(dir)?
+        .into_iter()
+        .filter_map(|(path, mut value)| {
+            let server = value.get_mut(crate::capability::MCP_SERVER_KEY)?.take();
+            Some((format!("file:{}", path.display()), server))
+        })
+        .collect())
 }

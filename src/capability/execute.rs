@@ -14,6 +14,8 @@ use super::{AddressGuard, Capability, CapabilityError, ContextBundle, Executor, 
 use crate::contract::OutputContract;
 use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
 use crate::llm::{ChatRequest, LlmClient, Purpose, ResponseShape, parse_json_content};
+use crate::mcp::McpServers;
+use flexrun_core::mcp::McpTool;
 use crate::slots::Slots;
 use crate::timeouts::Timeouts;
 use flexrun_core::usage::Metered;
@@ -35,8 +37,10 @@ pub struct Executors {
     max_response_bytes: usize,
     /// Checks endpoints that name an address: the client resolves only names.
     addresses: AddressGuard,
-    /// `http` calls in flight at once (`http_capabilities.max_concurrent_calls`).
+    /// `http` and MCP tool calls in flight at once (`http_capabilities.max_concurrent_calls`).
     http_slots: Slots,
+    /// The MCP servers whose tools `mcp` capabilities call.
+    mcp: Option<McpServers>,
 }
 
 impl Executors {
@@ -63,7 +67,19 @@ impl Executors {
             .dns_resolver(Arc::new(resolver))
             .build()?;
         let http_slots = Slots::new(limits.max_concurrent_calls, crate::telemetry::http_capability_call_waiting);
-        Ok(Self { llm, http, max_response_bytes: limits.max_response_bytes, addresses, http_slots })
+        Ok(Self { llm, http, max_response_bytes: limits.max_response_bytes, addresses, http_slots, mcp: None })
+    }
+
+    /// These executors, calling MCP tools through `mcp`.
+    pub fn with_mcp(mut self, mcp: McpServers) -> Self {
+        self.mcp = Some(mcp);
+        self
+    }
+
+    /// The client of `http` calls — redirects never followed, names resolved by the guarded
+    /// resolver — for MCP sessions, under the same rules.
+    pub fn http_client(&self) -> reqwest::Client {
+        self.http.clone()
     }
 
     /// Runs `capability` for one node and returns its signal, or its output checked against its
@@ -98,6 +114,9 @@ impl Executors {
             }
             Executor::Human { .. } => {
                 return Metered::unmetered(Err(CapabilityError::HumanTask(capability.id.clone())));
+            }
+            Executor::Mcp(tool) => {
+                return Metered::unmetered(self.run_mcp(capability, tool, bundle, timeouts.capability_call).await);
             }
         };
         answer.map(|answer| {
@@ -135,6 +154,20 @@ impl Executors {
                 _ => parse_json_content(&content).map_err(CapabilityError::NotJson),
             }
         })
+    }
+
+    /// An MCP tool call, within the server's timeout and the capability call timeout.
+    async fn run_mcp(
+        &self,
+        capability: &Capability,
+        tool: &McpTool,
+        bundle: &ContextBundle,
+        timeout: Duration,
+    ) -> Result<Reply, CapabilityError> {
+        let mcp = self.mcp.as_ref().ok_or_else(|| CapabilityError::ToolUnavailable("MCP is not set up".into()))?;
+        let facet = capability.output_facets.first().map(String::as_str).unwrap_or(tool.name.as_str());
+        let _slot = self.http_slots.take().await;
+        mcp.call(tool, facet, bundle, timeout).await.map(Reply::Output)
     }
 
     async fn run_http(

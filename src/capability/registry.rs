@@ -7,7 +7,10 @@ use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
-use super::{Capabilities, Capability, EndpointAllowlist, catalog};
+use super::{Capabilities, Capability, EndpointAllowlist, Executor, catalog};
+
+/// The top-level key of a registration file that registers an MCP server.
+pub const MCP_SERVER_KEY: &str = "mcpServer";
 use crate::condition::dsl::Catalog;
 use crate::store::capabilities::{self as rows, CapabilityRow};
 use crate::store::{Store, StoreError};
@@ -76,7 +79,8 @@ impl Registry {
     }
 
     async fn load_dir(&self, dir: &Path) -> Result<(), RegistryError> {
-        for (path, value) in registration_files(dir)? {
+        // `{"mcpServer": …}` files register MCP servers, whose tools arrive through `set_tools`.
+        for (path, value) in registration_files(dir)?.into_iter().filter(|(_, value)| value.get(MCP_SERVER_KEY).is_none()) {
             let source = format!("file:{}", path.display());
             self.register(value, &source).await.map_err(|e| match e {
                 RegistryError::Invalid(errors) => file_error(
@@ -105,13 +109,31 @@ impl Registry {
             updated_at: now,
         };
         self.store.write(move |conn| rows::save(conn, row.clone())).await?;
+        self.change(|next| {
+            next.insert(capability.id.clone(), capability.clone());
+        });
+        Ok(capability)
+    }
+
+    /// Offers `tools` as MCP server `server`'s capabilities, in place of those it offered before.
+    /// A registered capability keeps its id: a tool of the same id is not offered.
+    pub fn set_tools(&self, server: &str, tools: Vec<Arc<Capability>>) {
+        self.change(|next| {
+            next.retain(|_, c| !matches!(&c.executor, Executor::Mcp(tool) if tool.server == server));
+            for tool in tools {
+                next.entry(tool.id.clone()).or_insert(tool);
+            }
+        });
+    }
+
+    /// Activates the set `edit` makes of the active one, with its condition catalog.
+    fn change(&self, edit: impl FnOnce(&mut Capabilities)) {
         let mut current = self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut next = Capabilities::clone(&current);
-        next.insert(capability.id.clone(), capability.clone());
+        edit(&mut next);
         let next_catalog = catalog(&self.configured_facets, &next);
         *current = Arc::new(next);
         *self.catalog.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(next_catalog);
-        Ok(capability)
     }
 
     /// The condition variable catalog of the active capabilities.

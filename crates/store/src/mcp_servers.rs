@@ -17,18 +17,18 @@ pub struct McpServerRow {
     pub updated_at: NaiveDateTime,
 }
 
-/// Inserts or replaces a registration, keeping the first registration time.
-pub fn save(conn: &mut DbConn, mut row: McpServerRow) -> Result<(), StoreError> {
-    let first: Option<NaiveDateTime> = super::on_backend!(conn, |c| mcp_servers::table
-        .find(&row.server_id)
-        .select(mcp_servers::registered_at)
-        .first(c))
-    .optional()?;
-    if let Some(first) = first {
-        row.registered_at = first;
-        super::on_backend!(conn, |c| diesel::delete(mcp_servers::table.find(&row.server_id)).execute(c))?;
-    }
-    super::on_backend!(conn, |c| diesel::insert_into(mcp_servers::table).values(&row).execute(c))?;
+/// Inserts a registration, or replaces one with the same id (keeping its first registration time).
+pub fn save(conn: &mut DbConn, row: McpServerRow) -> Result<(), StoreError> {
+    super::on_backend!(conn, |c| diesel::insert_into(mcp_servers::table)
+        .values(&row)
+        .on_conflict(mcp_servers::server_id)
+        .do_update()
+        .set((
+            mcp_servers::registration.eq(&row.registration),
+            mcp_servers::source.eq(&row.source),
+            mcp_servers::updated_at.eq(row.updated_at),
+        ))
+        .execute(c))?;
     Ok(())
 }
 

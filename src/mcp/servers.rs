@@ -1,0 +1,354 @@
+//! The registered MCP servers of this node: each kept in the database, watched by a task that
+//! opens a session, lists the tools and offers the allowed ones as capabilities — at
+//! registration, at start-up, when the server says its list changed and every `refreshSecs` —
+//! and the calls of plan nodes to their tools.
+//!
+//! A server that cannot be reached does not stop anything: its state says why, and its task
+//! tries again (sooner at first). Tools listed before stay offered while a server is away: a call
+//! that cannot reach it is a transient failure, retried like an `http` call's.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::Notify;
+
+use super::client::{McpError, Session};
+use flexrun_core::capability::{Capability, CapabilityError, ContextBundle, EndpointAllowlist};
+use crate::store::Store;
+use crate::store::mcp_servers::{self as rows, McpServerRow};
+use crate::validation::FieldError;
+use flexrun_core::mcp::{McpServer, McpTool, ToolDescription, arguments, tool};
+
+/// Receives a server's tools as capabilities, whenever they are listed (the capability registry).
+pub type Publish = Arc<dyn Fn(&str, Vec<Arc<Capability>>) + Send + Sync>;
+
+/// How long listing a server's tools may take.
+const LIST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The first wait before trying an unreachable server again; doubled up to its refresh period.
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+
+/// Why a registration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum McpRegistryError {
+    #[error("invalid MCP server registration: {} problem(s)", .0.len())]
+    Invalid(Vec<FieldError>),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// What a server is doing now, as `GET /mcp-servers` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case", rename_all_fields = "camelCase")]
+pub enum ServerState {
+    /// Not answered yet.
+    Connecting,
+    Ready { protocol: Option<String>, listed_at: DateTime<Utc> },
+    Unreachable { error: String, tried_at: DateTime<Utc> },
+}
+
+struct Entry {
+    server: Arc<McpServer>,
+    source: String,
+    state: ServerState,
+    session: Option<Arc<Session>>,
+    /// Tool name → its capability, as last listed (and offered).
+    tools: BTreeMap<String, Arc<Capability>>,
+    /// Listed tools not offered, and why.
+    refused: Vec<String>,
+    changed: Arc<Notify>,
+    watcher: Option<tokio::task::AbortHandle>,
+}
+
+struct Inner {
+    store: Store,
+    policy: EndpointAllowlist,
+    http: reqwest::Client,
+    max_response_bytes: usize,
+    publish: Publish,
+    servers: Mutex<BTreeMap<String, Entry>>,
+}
+
+/// The registered MCP servers. Cheap to clone.
+#[derive(Clone)]
+pub struct McpServers {
+    inner: Arc<Inner>,
+}
+
+impl McpServers {
+    /// The servers stored, then those of `files` (`{"mcpServer": …}` in the capabilities
+    /// directory), each watched from now on; none is waited for.
+    pub async fn load(
+        store: Store,
+        policy: EndpointAllowlist,
+        http: reqwest::Client,
+        max_response_bytes: usize,
+        publish: Publish,
+        files: Vec<(String, Value)>,
+    ) -> Result<Self, McpRegistryError> {
+        let inner = Inner { store, policy, http, max_response_bytes, publish, servers: Mutex::new(BTreeMap::new()) };
+        let servers = Self { inner: Arc::new(inner) };
+        for row in servers.inner.store.read(rows::all).await? {
+            let parsed = serde_json::from_str(&row.registration).ok().map(|v| McpServer::parse(&v, &servers.inner.policy));
+            match parsed {
+                Some(Ok(server)) => servers.watch(server, row.source),
+                _ => tracing::warn!(
+                    server = %crate::excerpt::log(&row.server_id),
+                    "stored MCP server registration is no longer valid; its tools are not offered"
+                ),
+            }
+        }
+        for (source, registration) in files {
+            servers.add(&registration, &source).await.map_err(|e| match e {
+                McpRegistryError::Invalid(errors) => McpRegistryError::Invalid(
+                    errors.into_iter().map(|e| FieldError { path: format!("{source}: /mcpServer{}", e.path), ..e }).collect(),
+                ),
+                other => other,
+            })?;
+        }
+        Ok(servers)
+    }
+
+    /// Validates, stores and watches a registration (replacing one with the same id), then waits
+    /// for the server's first answer — within a bound — so that the caller sees its tools.
+    pub async fn register(&self, registration: &Value, source: &str) -> Result<Value, McpRegistryError> {
+        let id = self.add(registration, source).await?;
+        let first = async {
+            while matches!(self.entries().get(&id).map(|e| &e.state), Some(ServerState::Connecting)) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let _ = tokio::time::timeout(super::client::CONNECT_TIMEOUT + LIST_TIMEOUT, first).await;
+        Ok(self.listing(&id).unwrap_or(Value::Null))
+    }
+
+    /// Validates, stores and watches a registration; its id.
+    async fn add(&self, registration: &Value, source: &str) -> Result<String, McpRegistryError> {
+        let server = McpServer::parse(registration, &self.inner.policy).map_err(McpRegistryError::Invalid)?;
+        let now = crate::store::now();
+        let row = McpServerRow {
+            server_id: server.id.clone(),
+            registration: registration.to_string(),
+            source: source.to_string(),
+            registered_at: now,
+            updated_at: now,
+        };
+        self.inner.store.write(move |conn| rows::save(conn, row.clone())).await?;
+        let id = server.id.clone();
+        self.watch(server, source.to_string());
+        Ok(id)
+    }
+
+    /// Every server, as `GET /mcp-servers` shows it: no header value, no token.
+    pub fn list(&self) -> Vec<Value> {
+        let entries = self.entries();
+        entries.values().map(shown).collect()
+    }
+
+    fn listing(&self, id: &str) -> Option<Value> {
+        self.entries().get(id).map(shown)
+    }
+
+    fn entries(&self) -> MutexGuard<'_, BTreeMap<String, Entry>> {
+        self.inner.servers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Starts (or restarts) the task that keeps `server`'s tools listed.
+    fn watch(&self, server: McpServer, source: String) {
+        let id = server.id.clone();
+        let changed = Arc::new(Notify::new());
+        let entry = Entry {
+            server: Arc::new(server),
+            source,
+            state: ServerState::Connecting,
+            session: None,
+            tools: BTreeMap::new(),
+            refused: Vec::new(),
+            changed: changed.clone(),
+            watcher: None,
+        };
+        let replaced = self.entries().insert(id.clone(), entry);
+        if let Some(old) = replaced {
+            if let Some(watcher) = old.watcher {
+                watcher.abort();
+            }
+            (self.inner.publish)(&id, Vec::new());
+        }
+        let task = tokio::spawn(self.clone().keep_listed(id.clone(), changed));
+        if let Some(entry) = self.entries().get_mut(&id) {
+            entry.watcher = Some(task.abort_handle());
+        }
+    }
+
+    /// Lists the tools now, then again whenever the server says they changed or the refresh
+    /// period has passed; an unreachable server is tried again sooner.
+    async fn keep_listed(self, id: String, changed: Arc<Notify>) {
+        let mut retry = FIRST_RETRY;
+        loop {
+            let Some(server) = self.entries().get(&id).map(|e| e.server.clone()) else { return };
+            let wait = match self.refresh(&server, &changed).await {
+                Ok(()) => {
+                    retry = FIRST_RETRY;
+                    server.refresh
+                }
+                Err(error) => {
+                    self.set_state(&id, ServerState::Unreachable { error: error.to_string(), tried_at: Utc::now() });
+                    self.drop_session(&id);
+                    let wait = retry.min(server.refresh);
+                    retry = (retry * 2).min(server.refresh);
+                    wait
+                }
+            };
+            tokio::select! {
+                () = changed.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    async fn refresh(&self, server: &McpServer, changed: &Arc<Notify>) -> Result<(), McpError> {
+        let session = self.session(server, changed.clone()).await?;
+        let listed = session.tools(LIST_TIMEOUT).await?;
+        let (tools, refused) = offered(server, listed);
+        let offered: Vec<Arc<Capability>> = tools.values().cloned().collect();
+        if let Some(entry) = self.entries().get_mut(&server.id) {
+            entry.tools = tools;
+            entry.refused = refused;
+            entry.state = ServerState::Ready { protocol: session.protocol(), listed_at: Utc::now() };
+        }
+        (self.inner.publish)(&server.id, offered);
+        Ok(())
+    }
+
+    /// The server's open session, or a new one.
+    async fn session(&self, server: &McpServer, changed: Arc<Notify>) -> Result<Arc<Session>, McpError> {
+        if let Some(session) = self.entries().get(&server.id).and_then(|e| e.session.clone()) {
+            return Ok(session);
+        }
+        let session =
+            Arc::new(Session::open(server, self.inner.http.clone(), self.inner.max_response_bytes, changed).await?);
+        if let Some(entry) = self.entries().get_mut(&server.id) {
+            entry.session = Some(session.clone());
+        }
+        Ok(session)
+    }
+
+    fn set_state(&self, id: &str, state: ServerState) {
+        if let Some(entry) = self.entries().get_mut(id) {
+            entry.state = state;
+        }
+    }
+
+    fn drop_session(&self, id: &str) {
+        let session = self.entries().get_mut(id).and_then(|e| e.session.take());
+        if let Some(session) = session.and_then(|s| Arc::into_inner(s)) {
+            tokio::spawn(session.close());
+        }
+    }
+
+    /// Calls `tool` for the node `bundle` describes: its arguments completed from the node's
+    /// facets, the run, node and attempt in `_meta`. The result, as the node's output facet.
+    pub async fn call(
+        &self,
+        tool: &McpTool,
+        facet: &str,
+        bundle: &ContextBundle,
+        timeout: Duration,
+    ) -> Result<Value, CapabilityError> {
+        let (server, changed, offered) = {
+            let entries = self.entries();
+            let entry = entries.get(&tool.server);
+            let unavailable = || CapabilityError::ToolUnavailable(format!("MCP server `{}` is not registered", tool.server));
+            let entry = entry.ok_or_else(unavailable)?;
+            (entry.server.clone(), entry.changed.clone(), entry.tools.contains_key(&tool.name))
+        };
+        if !offered {
+            let message = format!("MCP server `{}` no longer offers tool `{}`", tool.server, tool.name);
+            return Err(CapabilityError::ToolUnavailable(message));
+        }
+        let arguments = match &bundle.arguments {
+            Some(arguments) => arguments::resolve(arguments, |facet| bundle.inputs.get(facet))?,
+            None => Value::Object(Map::new()),
+        };
+        let Value::Object(arguments) = arguments else {
+            return Err(CapabilityError::Protocol("the arguments are not a JSON object".into()));
+        };
+        let meta = Map::from_iter([
+            ("flexrun/runId".to_string(), json!(bundle.run_id)),
+            ("flexrun/nodeId".to_string(), json!(bundle.node_id)),
+            ("flexrun/attempt".to_string(), json!(bundle.attempt)),
+        ]);
+        let session = self.session(&server, changed).await.map_err(|e| self.unreachable(&server.id, e))?;
+        match session.call(&tool.name, arguments, meta, server.timeout.min(timeout)).await {
+            Ok(result) => tool::output(tool, facet, &result),
+            Err(McpError::Refused(message)) => Err(CapabilityError::Protocol(message)),
+            Err(error) => Err(self.unreachable(&server.id, error)),
+        }
+    }
+
+    /// A call that could not reach the server: its session is dropped (the next call opens a new
+    /// one) and the failure is transient.
+    fn unreachable(&self, id: &str, error: McpError) -> CapabilityError {
+        self.drop_session(id);
+        match error {
+            McpError::Timeout(after) => CapabilityError::Timeout(after),
+            other => CapabilityError::Connection(other.to_string()),
+        }
+    }
+}
+
+/// The tools of `listed` that `server` offers, by name, and why the others that it would offer
+/// are not.
+fn offered(server: &McpServer, listed: Vec<Value>) -> (BTreeMap<String, Arc<Capability>>, Vec<String>) {
+    let mut tools = BTreeMap::new();
+    let mut refused = Vec::new();
+    for value in listed {
+        let description: ToolDescription = match serde_json::from_value(value) {
+            Ok(description) => description,
+            Err(error) => {
+                refused.push(format!("a tool the server describes unreadably: {error}"));
+                continue;
+            }
+        };
+        if !server.tools.offers(&description.name) {
+            continue;
+        }
+        if tools.len() == tool::MAX_TOOLS {
+            refused.push(format!("`{}`: more than {} tools", description.name, tool::MAX_TOOLS));
+            continue;
+        }
+        let name = description.name.clone();
+        match tool::capability(server, description) {
+            Ok(capability) => {
+                tools.insert(name, Arc::new(capability));
+            }
+            Err(error) => refused.push(error.to_string()),
+        }
+    }
+    (tools, refused)
+}
+
+/// A server as the API shows it.
+fn shown(entry: &Entry) -> Value {
+    let server = &entry.server;
+    let mut shown = json!({
+        "id": server.id,
+        "url": flexrun_core::redact::url(server.url.as_str()),
+        "headers": server.headers().keys().collect::<Vec<_>>(),
+        "bearerTokenEnv": server.bearer_token_env,
+        "source": entry.source,
+        "toolCount": entry.tools.len(),
+        "tools": entry.tools.values().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        "refusedTools": entry.refused,
+        "timeoutSecs": server.timeout.as_secs(),
+        "refreshSecs": server.refresh.as_secs(),
+    });
+    if let (Value::Object(shown), Ok(Value::Object(state))) = (&mut shown, serde_json::to_value(&entry.state)) {
+        shown.extend(state);
+    }
+    shown
+}
