@@ -23,6 +23,7 @@ pub use flexrun::llm::standin::{Reply, script};
 
 pub mod browser;
 pub mod database;
+pub mod mcp;
 pub mod process;
 
 pub const OPERATOR_KEY: &str = "operator-test-key";
