@@ -9,10 +9,10 @@ use crate::capability::{
     AddressGuard, EndpointAllowlist, Executors, GuardedResolver, HttpLimits, Registry, RegistryError,
 };
 use crate::config::Settings;
-use crate::mcp::{McpRegistryError, McpServers, Publish};
 use crate::events::Bus;
 use crate::facet::{FacetCatalog, FacetCatalogError};
 use crate::llm::LlmClient;
+use crate::mcp::{McpRegistryError, McpServers, Publish};
 use crate::planner::Planner;
 use crate::redact::Redaction;
 use crate::run::backlog::Backlogs;
@@ -125,8 +125,7 @@ impl Services {
         };
         let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
         let dir = settings.capabilities_dir();
-        let registry =
-            Arc::new(Registry::load(store.clone(), policy.clone(), configured, dir.as_deref()).await?);
+        let registry = Arc::new(Registry::load(store.clone(), policy.clone(), configured, dir.as_deref()).await?);
         let llm = LlmClient::new(&settings.llm, settings.prices()?)?;
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
         let limits = HttpLimits {
@@ -145,8 +144,9 @@ impl Services {
             Some(dir) => mcp_server_files(dir)?,
             None => Vec::new(),
         };
-        let mcp = McpServers::load(store.clone(), policy, executors.http_client(), limits.max_response_bytes, publish, files)
-            .await?;
+        let mcp =
+            McpServers::load(store.clone(), policy, executors.http_client(), limits.max_response_bytes, publish, files)
+                .await?;
         let executors = executors.with_mcp(mcp.clone());
         let redaction = Redaction::new(&settings.redaction.extra_keys);
         let backlogs = Backlogs::new(settings.limits.stream_backlog_bytes);

@@ -15,9 +15,9 @@ use crate::contract::OutputContract;
 use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
 use crate::llm::{ChatRequest, LlmClient, Purpose, ResponseShape, parse_json_content};
 use crate::mcp::McpServers;
-use flexrun_core::mcp::McpTool;
 use crate::slots::Slots;
 use crate::timeouts::Timeouts;
+use flexrun_core::mcp::McpTool;
 use flexrun_core::usage::Metered;
 
 /// What bounds `http` capability calls.

@@ -80,7 +80,9 @@ impl Registry {
 
     async fn load_dir(&self, dir: &Path) -> Result<(), RegistryError> {
         // `{"mcpServer": …}` files register MCP servers, whose tools arrive through `set_tools`.
-        for (path, value) in registration_files(dir)?.into_iter().filter(|(_, value)| value.get(MCP_SERVER_KEY).is_none()) {
+        for (path, value) in
+            registration_files(dir)?.into_iter().filter(|(_, value)| value.get(MCP_SERVER_KEY).is_none())
+        {
             let source = format!("file:{}", path.display());
             self.register(value, &source).await.map_err(|e| match e {
                 RegistryError::Invalid(errors) => file_error(

@@ -1,4 +1,4 @@
-//! Capability registration (operators) and listing.
+//! Capability and MCP server registration (operators) and listing.
 
 use actix_web::{HttpResponse, get, post, web};
 use serde_json::{Value, json};
@@ -28,4 +28,24 @@ pub async fn list(_caller: Caller, services: web::Data<Services>) -> HttpRespons
     let capabilities: Vec<Value> =
         services.registry.snapshot().values().map(|c| c.shown(&services.redaction)).collect();
     HttpResponse::Ok().json(json!({"capabilities": capabilities, "count": capabilities.len()}))
+}
+
+/// `POST /api/v1/flex/mcp-servers/register`: stores the server and answers once it has listed
+/// its tools (or could not be reached: it is tried again in the background).
+#[post("/mcp-servers/register")]
+pub async fn register_mcp_server(
+    _operator: Operator,
+    body: Body,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    let registration: Value = body.json()?;
+    let server = services.mcp.register(&registration, "api").await?;
+    Ok(HttpResponse::Created().json(json!({"ok": true, "server": server})))
+}
+
+/// `GET /api/v1/flex/mcp-servers`: every server with its state and tools, no header value or token.
+#[get("/mcp-servers")]
+pub async fn list_mcp_servers(_caller: Caller, services: web::Data<Services>) -> HttpResponse {
+    let servers = services.mcp.list();
+    HttpResponse::Ok().json(json!({"servers": servers, "count": servers.len()}))
 }

@@ -8,6 +8,7 @@ use crate::capability::RegistryError;
 use crate::envelope::EnvelopeError;
 use crate::error_code::ErrorCode;
 use crate::excerpt;
+use crate::mcp::McpRegistryError;
 use crate::run::{ControlError, StartError};
 use crate::store::StoreError;
 use crate::thread::ThreadError;
@@ -167,6 +168,17 @@ impl From<RegistryError> for ApiError {
                 Self::listed(ErrorCode::InvalidCapability, "invalid capability registration", details)
             }
             other => Self::internal(other),
+        }
+    }
+}
+
+impl From<McpRegistryError> for ApiError {
+    fn from(error: McpRegistryError) -> Self {
+        match error {
+            McpRegistryError::Invalid(details) => {
+                Self::listed(ErrorCode::InvalidMcpServer, "invalid MCP server registration", details)
+            }
+            McpRegistryError::Store(error) => error.into(),
         }
     }
 }

@@ -62,6 +62,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(runs::follow_run)
                     .service(capabilities::register)
                     .service(capabilities::list)
+                    .service(capabilities::register_mcp_server)
+                    .service(capabilities::list_mcp_servers)
                     .service(conditions::compile_condition)
                     .service(conditions::variables)
                     .service(system::schema),

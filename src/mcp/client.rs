@@ -66,11 +66,17 @@ pub struct Session {
 
 impl Session {
     /// Opens a session with `server`; `changed` is notified whenever it says its tools changed.
-    pub async fn open(server: &McpServer, http: reqwest::Client, max_response_bytes: usize, changed: Arc<Notify>) -> Result<Self, McpError> {
+    pub async fn open(
+        server: &McpServer,
+        http: reqwest::Client,
+        max_response_bytes: usize,
+        changed: Arc<Notify>,
+    ) -> Result<Self, McpError> {
         let mut secrets: Vec<String> = server.headers().values().cloned().collect();
         let mut headers = HashMap::new();
         for (name, value) in server.headers() {
-            let header = http::HeaderName::try_from(name.as_str()).ok().zip(http::HeaderValue::try_from(value.as_str()).ok());
+            let header =
+                http::HeaderName::try_from(name.as_str()).ok().zip(http::HeaderValue::try_from(value.as_str()).ok());
             let (name, value) = header.ok_or_else(|| McpError::BadHeader(name.clone()))?;
             headers.insert(name, value);
         }
@@ -103,7 +109,8 @@ impl Session {
 
     /// On a 2026-07-28 session a server announces changes only to a subscription: hold one.
     async fn listen_for_changes(&self, changed: Arc<Notify>) {
-        let modern = self.service.peer_info().is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28);
+        let modern =
+            self.service.peer_info().is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28);
         if !modern {
             return;
         }
@@ -116,7 +123,9 @@ impl Session {
                     }
                 });
             }
-            Err(error) => tracing::debug!(error = %excerpt::log(clean(&error.to_string(), &self.secrets)), "no tool list subscription"),
+            Err(error) => {
+                tracing::debug!(error = %excerpt::log(clean(&error.to_string(), &self.secrets)), "no tool list subscription")
+            }
         }
     }
 

@@ -17,10 +17,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
 use super::client::{McpError, Session};
-use flexrun_core::capability::{Capability, CapabilityError, ContextBundle, EndpointAllowlist};
 use crate::store::Store;
 use crate::store::mcp_servers::{self as rows, McpServerRow};
 use crate::validation::FieldError;
+use flexrun_core::capability::{Capability, CapabilityError, ContextBundle, EndpointAllowlist};
 use flexrun_core::mcp::{McpServer, McpTool, ToolDescription, arguments, tool};
 
 /// Receives a server's tools as capabilities, whenever they are listed (the capability registry).
@@ -47,8 +47,14 @@ pub enum McpRegistryError {
 pub enum ServerState {
     /// Not answered yet.
     Connecting,
-    Ready { protocol: Option<String>, listed_at: DateTime<Utc> },
-    Unreachable { error: String, tried_at: DateTime<Utc> },
+    Ready {
+        protocol: Option<String>,
+        listed_at: DateTime<Utc>,
+    },
+    Unreachable {
+        error: String,
+        tried_at: DateTime<Utc>,
+    },
 }
 
 struct Entry {
@@ -93,7 +99,8 @@ impl McpServers {
         let inner = Inner { store, policy, http, max_response_bytes, publish, servers: Mutex::new(BTreeMap::new()) };
         let servers = Self { inner: Arc::new(inner) };
         for row in servers.inner.store.read(rows::all).await? {
-            let parsed = serde_json::from_str(&row.registration).ok().map(|v| McpServer::parse(&v, &servers.inner.policy));
+            let parsed =
+                serde_json::from_str(&row.registration).ok().map(|v| McpServer::parse(&v, &servers.inner.policy));
             match parsed {
                 Some(Ok(server)) => servers.watch(server, row.source),
                 _ => tracing::warn!(
@@ -105,7 +112,10 @@ impl McpServers {
         for (source, registration) in files {
             servers.add(&registration, &source).await.map_err(|e| match e {
                 McpRegistryError::Invalid(errors) => McpRegistryError::Invalid(
-                    errors.into_iter().map(|e| FieldError { path: format!("{source}: /mcpServer{}", e.path), ..e }).collect(),
+                    errors
+                        .into_iter()
+                        .map(|e| FieldError { path: format!("{source}: /mcpServer{}", e.path), ..e })
+                        .collect(),
                 ),
                 other => other,
             })?;
@@ -245,7 +255,7 @@ impl McpServers {
 
     fn drop_session(&self, id: &str) {
         let session = self.entries().get_mut(id).and_then(|e| e.session.take());
-        if let Some(session) = session.and_then(|s| Arc::into_inner(s)) {
+        if let Some(session) = session.and_then(Arc::into_inner) {
             tokio::spawn(session.close());
         }
     }
@@ -262,7 +272,8 @@ impl McpServers {
         let (server, changed, offered) = {
             let entries = self.entries();
             let entry = entries.get(&tool.server);
-            let unavailable = || CapabilityError::ToolUnavailable(format!("MCP server `{}` is not registered", tool.server));
+            let unavailable =
+                || CapabilityError::ToolUnavailable(format!("MCP server `{}` is not registered", tool.server));
             let entry = entry.ok_or_else(unavailable)?;
             (entry.server.clone(), entry.changed.clone(), entry.tools.contains_key(&tool.name))
         };

@@ -57,6 +57,8 @@ error_codes! {
         "A condition expression does not compile; `details` give each error and its range.";
     InvalidCapability => "invalid_capability", 400,
         "The capability registration is not valid; `details` list every problem.";
+    InvalidMcpServer => "invalid_mcp_server", 400,
+        "The MCP server registration is not valid; `details` list every problem.";
     InvalidQuery => "invalid_query", 400,
         "A query parameter is unknown, malformed or out of its range.";
     InvalidPath => "invalid_path", 400,

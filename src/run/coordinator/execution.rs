@@ -242,7 +242,8 @@ impl Coordinator {
     /// The future that runs `node`'s capability after `delay`.
     fn run_node(&self, node: &PlanNode, delay: Duration) -> NodeRun {
         let capability = self.capabilities.get(&node.capability_id).cloned();
-        let bundle = execution::bundle(&self.run(), node);
+        let mut bundle = execution::bundle(&self.run(), node);
+        bundle.attempt = 1 + self.node_retries.get(&node.id).map_or(0, |retries| retries.attempts());
         let executors = self.services.executors.clone();
         let timeouts = self.timeouts;
         let node_id = node.id.clone();

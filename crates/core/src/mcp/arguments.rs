@@ -42,19 +42,23 @@ impl ArgumentError {
     }
 }
 
+/// A problem of drafted arguments: a diagnostic's code and its message.
+pub type Problem = (&'static str, String);
+
 /// A node's arguments as a draft gives them, checked for `tool`: an object (none given: `{}`),
 /// its facet references well formed, and valid against the tool's input schema wherever it is
 /// not a reference (a reference's value is known only when the node runs). Returns the arguments
 /// and the facets they read (the node's inputs), or every problem as `(code, message)`.
-pub fn check(tool: &McpTool, arguments: Option<Value>) -> Result<(Value, Vec<String>), Vec<(&'static str, String)>> {
+pub fn check(tool: &McpTool, arguments: Option<Value>) -> Result<(Value, Vec<String>), Vec<Problem>> {
     let arguments = arguments.unwrap_or_else(|| Value::Object(Map::new()));
     if !arguments.is_object() {
         return Err(vec![("INVALID_ARGUMENTS", "`arguments` must be a JSON object".to_string())]);
     }
     let found = references(&arguments).map_err(|e| vec![("INVALID_FACET_REFERENCE", e.to_string())])?;
-    let under_a_reference =
-        |path: &str| found.iter().any(|r| path == r.at || path.strip_prefix(r.at.as_str()).is_some_and(|rest| rest.starts_with('/')));
-    let problems: Vec<(&'static str, String)> = tool
+    let under_a_reference = |path: &str| {
+        found.iter().any(|r| path == r.at || path.strip_prefix(r.at.as_str()).is_some_and(|rest| rest.starts_with('/')))
+    };
+    let problems: Vec<Problem> = tool
         .arguments
         .violations(&arguments)
         .into_iter()
@@ -207,7 +211,8 @@ mod tests {
     fn drafted_arguments_are_checked_against_the_schema_except_where_a_facet_gives_them() {
         let add = tool(json!({"type": "object", "required": ["a", "b"], "additionalProperties": false,
                               "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}));
-        let (arguments, facets) = check(&add, Some(json!({"a": 1, "b": {"$facet": "sum", "pointer": "/total"}}))).unwrap();
+        let (arguments, facets) =
+            check(&add, Some(json!({"a": 1, "b": {"$facet": "sum", "pointer": "/total"}}))).unwrap();
         assert_eq!((arguments["a"].clone(), facets), (json!(1), vec!["sum".to_string()]));
 
         let problems = check(&add, Some(json!({"a": "one", "b": 2}))).unwrap_err();

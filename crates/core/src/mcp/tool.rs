@@ -102,7 +102,8 @@ pub fn capability(server: &McpServer, tool: ToolDescription) -> Result<Capabilit
         .map(|d| excerpt::excerpt(d.trim(), MAX_DESCRIPTION_CHARS).into_owned())
         .filter(|d| !d.is_empty())
         .unwrap_or_else(|| format!("The `{}` tool of MCP server `{}`.", tool.name, server.id));
-    let display_name = tool.title.as_deref().map(|t| excerpt::excerpt(t, 200).into_owned()).unwrap_or(tool.name.clone());
+    let display_name =
+        tool.title.as_deref().map(|t| excerpt::excerpt(t, 200).into_owned()).unwrap_or(tool.name.clone());
     let hints = tool.annotations.unwrap_or_default();
     let registration = json!({
         "capabilityId": id, "version": "mcp", "displayName": display_name, "summary": summary,
@@ -151,8 +152,7 @@ fn schema(tool: &str, which: &'static str, source: Option<&Value>) -> Result<Opt
 /// is the tool's failure, its text bounded.
 pub fn output(tool: &McpTool, facet: &str, result: &Value) -> Result<Value, CapabilityError> {
     let content = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let texts: Vec<&str> =
-        content.iter().filter(|c| c["type"] == "text").filter_map(|c| c["text"].as_str()).collect();
+    let texts: Vec<&str> = content.iter().filter(|c| c["type"] == "text").filter_map(|c| c["text"].as_str()).collect();
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
         let message = if texts.is_empty() { "the tool reported an error".to_string() } else { texts.join("\n") };
         return Err(CapabilityError::Tool(excerpt::excerpt(&message, excerpt::FRAME).into_owned()));
@@ -203,14 +203,18 @@ mod tests {
 
     #[test]
     fn a_tool_becomes_a_capability_named_after_its_server() {
-        let capability = capability(&server(json!({"id": "calc", "url": "http://127.0.0.1:1/mcp"})), add_tool()).unwrap();
+        let capability =
+            capability(&server(json!({"id": "calc", "url": "http://127.0.0.1:1/mcp"})), add_tool()).unwrap();
         assert_eq!((capability.id.as_str(), capability.summary.as_str()), ("calc.add", "Adds two numbers."));
         assert_eq!(capability.output_facets, ["add"]);
         assert_eq!(capability.executor.agent_type(), "mcp");
         let tool = tool_of(&capability);
         assert_eq!((tool.server.as_str(), tool.name.as_str()), ("calc", "add"));
         assert!(!tool.hints.destructive() && tool.output.is_some());
-        assert_eq!(capability.registration["mcp"]["annotations"], json!({"readOnlyHint": true, "idempotentHint": true}));
+        assert_eq!(
+            capability.registration["mcp"]["annotations"],
+            json!({"readOnlyHint": true, "idempotentHint": true})
+        );
     }
 
     #[test]
@@ -244,7 +248,8 @@ mod tests {
     fn results_become_the_facets_value() {
         let calc = server(json!({"id": "calc", "url": "http://127.0.0.1:1/mcp"}));
         let add = capability(&calc, add_tool()).unwrap();
-        let structured = json!({"content": [{"type": "text", "text": "{\"total\":5}"}], "structuredContent": {"total": 5}});
+        let structured =
+            json!({"content": [{"type": "text", "text": "{\"total\":5}"}], "structuredContent": {"total": 5}});
         assert_eq!(output(tool_of(&add), "add", &structured).unwrap(), json!({"add": {"total": 5}}));
         let broken = json!({"content": [], "structuredContent": {"total": "five"}});
         assert!(matches!(output(tool_of(&add), "add", &broken), Err(CapabilityError::Contract(v)) if v.len() == 1));

@@ -281,7 +281,9 @@ fn tool_arguments(
         Err(problems) => {
             for (code, message) in problems {
                 diagnostics.push(
-                    Diagnostic::error(code, format!("stage \"{stage}\": {message}")).stage(stage).capability(&capability.id),
+                    Diagnostic::error(code, format!("stage \"{stage}\": {message}"))
+                        .stage(stage)
+                        .capability(&capability.id),
                 );
             }
             None
@@ -499,7 +501,10 @@ mod tests {
         let sum = &plan.nodes[1];
         assert_eq!(sum.arguments, Some(json!({"a": 1, "b": {"$facet": "visual", "pointer": "/width"}})));
         assert_eq!(sum.input_facets, ["visual"]);
-        assert_eq!(plan.edges.iter().map(|e| (e.from.as_str(), e.to.as_str())).collect::<Vec<_>>(), [("visual", "sum")]);
+        assert_eq!(
+            plan.edges.iter().map(|e| (e.from.as_str(), e.to.as_str())).collect::<Vec<_>>(),
+            [("visual", "sum")]
+        );
         assert_eq!(plan.nodes[0].arguments, None, "only tool nodes take arguments");
     }
 
@@ -507,7 +512,9 @@ mod tests {
     fn a_tool_nodes_bad_arguments_and_unknown_facets_are_diagnostics() {
         let fixture = with_tool(Fixture::new());
         let bad = fixture
-            .compile(json!({"nodes": [{"stage": "sum", "capabilityId": "calc.add", "arguments": {"a": "one", "b": 2}}]}))
+            .compile(
+                json!({"nodes": [{"stage": "sum", "capabilityId": "calc.add", "arguments": {"a": "one", "b": 2}}]}),
+            )
             .unwrap_err();
         assert_eq!(codes(&bad), ["INVALID_ARGUMENTS"]);
         assert!(bad[0].message.contains("`/a`"), "{}", bad[0].message);

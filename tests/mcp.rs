@@ -1,0 +1,230 @@
+//! MCP tools as capabilities, against real MCP servers on loopback: the npm reference server
+//! (`@modelcontextprotocol/server-everything`) and a server written with the official Python SDK
+//! (`tests/mcp/server.py`). `scripts/test` installs both.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::mcp::McpProcess;
+use support::{Options, Reply, TestServer, frame_of, kinds, script};
+
+/// The bearer token the Python server expects, read by flexrun from this variable.
+const TOKEN_VARIABLE: &str = "FLEXRUN_TEST_MCP_TOKEN";
+const TOKEN: &str = "tok-secret-4711";
+const HEADER_SECRET: &str = "hdr-secret-0815";
+
+/// A flexrun server with no capability of its own, whose planner always answers `plan`.
+async fn flexrun(plan: Value) -> TestServer {
+    let options = Options { capabilities: Vec::new(), ..Options::default() };
+    TestServer::start_with(script(move |_| Reply::json(plan.clone())), options).await
+}
+
+async fn register(server: &TestServer, registration: Value) -> (u16, Value) {
+    let response =
+        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+fn python_registration(py: &McpProcess) -> Value {
+    json!({"id": "py", "url": py.url(), "bearerTokenEnv": TOKEN_VARIABLE, "headers": {"X-Team": HEADER_SECRET},
+           "outputFacets": {"add": "sum", "auth_ok": "verified"}, "tools": {"deny": ["hold"]}, "timeoutSecs": 2})
+}
+
+async fn python_server() -> McpProcess {
+    // SAFETY: set before any server of this test reads it; every test sets the same value.
+    unsafe { std::env::set_var(TOKEN_VARIABLE, TOKEN) };
+    McpProcess::python_with_env(&[("MCP_EXPECTED_TOKEN", TOKEN)]).await
+}
+
+fn envelope(goal_total: u64) -> Value {
+    json!({
+        "objective": "Add numbers with a tool",
+        "inputs": {},
+        "outputContract": {"mode": "facets", "facets": ["sum"]},
+        "goal_condition": [{"facet": "sum", "path": "/total",
+                            "condition": {"jsonLogic": {"==": [{"var": "total"}, goal_total]}}}]
+    })
+}
+
+#[tokio::test]
+async fn an_mcp_servers_tools_are_capabilities_listed_with_their_state_and_no_secret() {
+    let everything = McpProcess::everything().await;
+    let py = python_server().await;
+    let server = flexrun(json!({"nodes": []})).await;
+
+    let (status, body) = register(
+        &server,
+        json!({"id": "everything", "url": everything.url(), "tools": {"allow": ["echo", "get-sum"]}}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!((body["server"]["state"].as_str(), body["server"]["toolCount"].as_u64()), (Some("ready"), Some(2)));
+    let (status, body) = register(&server, python_registration(&py)).await;
+    assert_eq!((status, body["server"]["state"].as_str()), (201, Some("ready")), "{body}");
+
+    let listed = server.get_json("/api/v1/flex/capabilities").await;
+    let ids: Vec<&str> =
+        listed["capabilities"].as_array().unwrap().iter().filter_map(|c| c["capabilityId"].as_str()).collect();
+    assert!(
+        ids.contains(&"everything.echo") && ids.contains(&"everything.get-sum") && ids.contains(&"py.add"),
+        "{ids:?}"
+    );
+    assert!(!ids.contains(&"py.hold") && !ids.contains(&"everything.get-tiny-image"), "denied or not allowed: {ids:?}");
+    let add = listed["capabilities"].as_array().unwrap().iter().find(|c| c["capabilityId"] == "py.add").unwrap();
+    assert_eq!((add["agentType"].as_str(), add["outputFacets"].clone()), (Some("mcp"), json!(["sum"])));
+    assert_eq!(add["registration"]["inputSchema"]["required"], json!(["a", "b"]));
+    assert_eq!(add["registration"]["mcp"]["annotations"]["readOnlyHint"], true);
+
+    let servers = server.get_json("/api/v1/flex/mcp-servers").await;
+    let text = servers.to_string();
+    assert!(!text.contains(TOKEN) && !text.contains(HEADER_SECRET), "{text}");
+    let py_listing = servers["servers"].as_array().unwrap().iter().find(|s| s["id"] == "py").unwrap();
+    assert_eq!(
+        (py_listing["headers"].clone(), py_listing["bearerTokenEnv"].clone()),
+        (json!(["X-Team"]), json!(TOKEN_VARIABLE))
+    );
+    assert_eq!(py_listing["protocol"], "2025-11-25");
+}
+
+#[tokio::test]
+async fn a_plan_calls_two_tools_one_reading_the_others_output_and_the_goal_holds() {
+    let py = python_server().await;
+    let plan = json!({"nodes": [
+        {"stage": "first", "capabilityId": "py.add", "arguments": {"a": 2, "b": 3}},
+        {"stage": "second", "capabilityId": "py.add", "arguments": {"a": {"$facet": "sum", "pointer": "/total"}, "b": 10}},
+        {"stage": "auth", "capabilityId": "py.auth_ok"},
+    ]});
+    let server = flexrun(plan).await;
+    assert_eq!(register(&server, python_registration(&py)).await.0, 201);
+
+    let frames = server.run(&envelope(15)).await;
+    let complete = frame_of(&frames, "complete");
+    assert_eq!(complete.payload["status"], "completed", "{:?}", kinds(&frames));
+    let outputs: Vec<(Option<&str>, &Value)> = frames
+        .iter()
+        .filter(|f| f.kind == "node_complete")
+        .map(|f| (f.node_id.as_deref(), &f.payload["output"]))
+        .collect();
+    assert!(outputs.contains(&(Some("first"), &json!({"sum": {"total": 5}}))), "{outputs:?}");
+    assert!(outputs.contains(&(Some("second"), &json!({"sum": {"total": 15}}))), "{outputs:?}");
+    assert!(outputs.contains(&(Some("auth"), &json!({"verified": true}))), "the bearer token arrived: {outputs:?}");
+
+    let calls = py.calls().await;
+    let adds: Vec<&Value> = calls.iter().filter(|c| c["tool"] == "add").collect();
+    assert_eq!(adds.len(), 2, "{calls:?}");
+    assert_eq!(
+        (adds[0]["arguments"].clone(), adds[1]["arguments"].clone()),
+        (json!({"a": 2, "b": 3}), json!({"a": 5, "b": 10}))
+    );
+    let run_id = complete.run_id.as_str();
+    let meta = &adds[1]["meta"];
+    let sent = (&meta["flexrun/runId"], &meta["flexrun/nodeId"], &meta["flexrun/attempt"]);
+    assert_eq!(sent, (&json!(run_id), &json!("second"), &json!(1)), "{meta}");
+
+    let planner = &server.planner_calls()[0];
+    assert!(planner.user.contains("TOOL ARGUMENTS") && planner.user.contains("- py.add: {"), "{}", planner.user);
+    let log = server.event_log_text(run_id).join("\n");
+    assert!(!log.contains(TOKEN) && !log.contains(HEADER_SECRET));
+}
+
+#[tokio::test]
+async fn a_tools_error_result_fails_its_node_with_the_tools_text() {
+    let py = python_server().await;
+    let plan = json!({"nodes": [{"stage": "break", "capabilityId": "py.fail", "arguments": {"reason": "disk full"}}]});
+    let server = flexrun(plan).await;
+    assert_eq!(register(&server, python_registration(&py)).await.0, 201);
+
+    let to_fail = json!({"objective": "Fail", "inputs": {}, "outputContract": {"mode": "facets", "facets": ["fail"]}});
+    let frames = server.run(&to_fail).await;
+    let error = frame_of(&frames, "node_error");
+    assert_eq!(error.payload["error"]["code"], "tool_error");
+    assert!(error.payload["error"]["message"].as_str().unwrap().contains("disk full"), "{}", error.payload);
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "failed");
+    assert_eq!(py.calls().await.len(), 1, "a tool's own failure is not retried");
+}
+
+#[tokio::test]
+async fn arguments_that_break_the_tools_schema_are_a_rejected_draft() {
+    let py = python_server().await;
+    let plan = json!({"nodes": [{"stage": "first", "capabilityId": "py.add", "arguments": {"a": "two", "b": 3}}]});
+    let server = flexrun(plan).await;
+    assert_eq!(register(&server, python_registration(&py)).await.0, 201);
+
+    let frames = server.run(&envelope(15)).await;
+    let rejected = frame_of(&frames, "plan_rejected");
+    let text = rejected.payload.to_string();
+    assert!(text.contains("INVALID_ARGUMENTS") && text.contains("`/a`"), "{text}");
+    assert!(py.calls().await.is_empty(), "nothing was called");
+}
+
+#[tokio::test]
+async fn a_call_that_times_out_is_retried_and_the_retry_says_which_attempt_it_is() {
+    let py = python_server().await;
+    let plan = json!({"nodes": [
+        {"stage": "first", "capabilityId": "py.slow_once", "arguments": {"key": "k1", "seconds": 6}},
+        {"stage": "total", "capabilityId": "py.add", "arguments": {"a": 7, "b": 8}},
+    ]});
+    let server = flexrun(plan).await;
+    assert_eq!(register(&server, python_registration(&py)).await.0, 201);
+
+    let frames = server.run(&envelope(15)).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+    let retry = frame_of(&frames, "retry");
+    assert!(retry.payload["error"].as_str().unwrap().contains("timed out after 2s"), "{}", retry.payload);
+    let attempts: Vec<Value> = py
+        .calls()
+        .await
+        .iter()
+        .filter(|c| c["tool"] == "slow_once")
+        .map(|c| c["meta"]["flexrun/attempt"].clone())
+        .collect();
+    assert_eq!(attempts, [json!(1), json!(2)]);
+}
+
+#[tokio::test]
+async fn a_server_down_when_registered_offers_its_tools_once_it_answers() {
+    let mut py = python_server().await;
+    py.kill();
+    let server = flexrun(json!({"nodes": []})).await;
+    let (status, body) = register(&server, python_registration(&py)).await;
+    assert_eq!((status, body["server"]["state"].as_str()), (201, Some("unreachable")), "{body}");
+    assert!(body["server"]["error"].as_str().is_some_and(|e| !e.is_empty()));
+
+    py.restart().await;
+    let mut listed = Value::Null;
+    for _ in 0..100 {
+        listed = server.get_json("/api/v1/flex/mcp-servers").await;
+        if listed["servers"][0]["state"] == "ready" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(listed["servers"][0]["state"], "ready", "{listed}");
+    let capabilities = server.get_json("/api/v1/flex/capabilities").await.to_string();
+    assert!(capabilities.contains("py.add"));
+}
+
+#[tokio::test]
+async fn bad_registrations_are_refused_with_their_pointer_and_nothing_is_stored() {
+    let server = flexrun(json!({"nodes": []})).await;
+    for (registration, at) in [
+        (json!({"id": "x", "url": "http://169.254.169.254/mcp"}), "/url"),
+        (json!({"id": "x", "url": "not a url"}), "/url"),
+        (json!({"id": "x", "url": "http://127.0.0.1:1/mcp", "extra": true}), "/extra"),
+        (json!({"id": "x y", "url": "http://127.0.0.1:1/mcp"}), "/id"),
+    ] {
+        let (status, body) = register(&server, registration.clone()).await;
+        assert_eq!(
+            (status, body["error"]["code"].as_str()),
+            (400, Some("invalid_mcp_server")),
+            "{registration}: {body}"
+        );
+        assert!(body.to_string().contains(at), "{registration}: {body}");
+    }
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM mcp_servers"), 0);
+    assert_eq!(server.get_json("/api/v1/flex/mcp-servers").await["count"], 0);
+}
