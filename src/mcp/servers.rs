@@ -282,7 +282,8 @@ impl McpServers {
             return Err(CapabilityError::ToolUnavailable(message));
         }
         let arguments = match &bundle.arguments {
-            Some(arguments) => arguments::resolve(arguments, |facet| bundle.inputs.get(facet))?,
+            Some(arguments) => arguments::resolve(arguments, |facet| bundle.inputs.get(facet))
+                .map_err(|e| CapabilityError::ArgumentUnresolved(e.to_string()))?,
             None => Value::Object(Map::new()),
         };
         let Value::Object(arguments) = arguments else {

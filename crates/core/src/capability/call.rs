@@ -103,9 +103,9 @@ pub enum CapabilityError {
     /// The MCP server no longer offers the tool (or is not registered any more).
     #[error("{0}")]
     ToolUnavailable(String),
-    /// The node's arguments could not be completed from its facets.
-    #[error(transparent)]
-    Arguments(#[from] crate::mcp::arguments::ArgumentError),
+    /// The node's arguments could not be completed from its facets (what was missing, where).
+    #[error("{0}")]
+    ArgumentUnresolved(String),
     /// The MCP server refused the call (a JSON-RPC error), bounded: not the tool's own failure.
     #[error("the MCP server refused the call: {0}")]
     Protocol(String),
@@ -126,7 +126,7 @@ impl CapabilityError {
             | Self::HumanTask(_)
             | Self::Tool(_)
             | Self::ToolUnavailable(_)
-            | Self::Arguments(_)
+            | Self::ArgumentUnresolved(_)
             | Self::Protocol(_)
             | Self::Signal(_) => false,
         }
@@ -157,7 +157,7 @@ impl CapabilityError {
             Self::Signal(_) => "capability_signal_invalid",
             Self::Tool(_) => "tool_error",
             Self::ToolUnavailable(_) => "tool_unavailable",
-            Self::Arguments(e) => e.code(),
+            Self::ArgumentUnresolved(_) => "argument_unresolved",
             Self::Protocol(_) => "mcp_error",
         }
     }

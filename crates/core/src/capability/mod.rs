@@ -4,12 +4,14 @@
 
 pub mod call;
 pub mod endpoint;
+pub mod mcp_tool;
 pub mod signal;
 
 pub use call::{CapabilityError, Clarification, ContextBundle, PostConditionFailures, check_output};
 pub use endpoint::{
     AddressGuard, EndpointAllowlist, RefusedAddress, UrlPrefix, UrlPrefixError, is_link_local_or_metadata,
 };
+pub use mcp_tool::{McpTool, ToolHints};
 pub use signal::{Reply, Signal};
 
 use std::collections::BTreeMap;
@@ -77,7 +79,7 @@ pub enum Executor {
     /// output or declines the task.
     Human { instructions: Option<String> },
     /// A tool of a registered MCP server, called with the node's arguments.
-    Mcp(crate::mcp::McpTool),
+    Mcp(McpTool),
 }
 
 impl Executor {

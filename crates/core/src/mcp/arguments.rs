@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use super::McpTool;
+use crate::capability::McpTool;
 use crate::validation::pointer;
 
 /// The key that makes an object a facet reference.
@@ -30,16 +30,6 @@ pub enum ArgumentError {
     /// When the node ran, the facet (or the place the pointer names in it) had no value.
     #[error("{at}: facet `{facet}` has no value at `{pointer}`")]
     Unresolved { at: String, facet: String, pointer: String },
-}
-
-impl ArgumentError {
-    /// The code a diagnostic or a node error carries.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::Malformed { .. } => "invalid_facet_reference",
-            Self::Unresolved { .. } => "argument_unresolved",
-        }
-    }
 }
 
 /// A problem of drafted arguments: a diagnostic's code and its message.
@@ -178,7 +168,6 @@ mod tests {
             error,
             ArgumentError::Unresolved { at: "/query".into(), facet: "brief".into(), pointer: "/missing".into() }
         );
-        assert_eq!(error.code(), "argument_unresolved");
         assert!(resolve(&json!({"q": {"$facet": "nowhere"}}), |_| None).is_err());
     }
 

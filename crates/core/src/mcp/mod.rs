@@ -7,7 +7,8 @@
 pub mod arguments;
 pub mod tool;
 
-pub use tool::{McpTool, ToolDescription, ToolHints, ToolRefused};
+pub use crate::capability::{McpTool, ToolHints};
+pub use tool::{ToolDescription, ToolRefused};
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::McpServer;
-use crate::capability::{Capability, CapabilityError, CapabilityKind, Executor};
+use crate::capability::{Capability, CapabilityError, CapabilityKind, Executor, McpTool, ToolHints};
 use crate::contract::{CompiledSchema, OutputContract};
 use crate::excerpt;
 
@@ -36,40 +36,6 @@ pub struct ToolDescription {
     pub output_schema: Option<Value>,
     #[serde(default)]
     pub annotations: Option<ToolHints>,
-}
-
-/// What a tool says of itself. Hints, not guarantees: flexrun uses `destructiveHint` to ask an
-/// operator first when a run's policy wants it, and shows the rest.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolHints {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub read_only_hint: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub destructive_hint: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idempotent_hint: Option<bool>,
-}
-
-impl ToolHints {
-    /// The protocol's default: a tool that does not say it only reads may destroy.
-    pub fn destructive(&self) -> bool {
-        self.read_only_hint != Some(true) && self.destructive_hint != Some(false)
-    }
-}
-
-/// How a capability calls its tool.
-#[derive(Debug, Clone, PartialEq)]
-pub struct McpTool {
-    /// The registered server's id.
-    pub server: String,
-    /// The tool's name on that server.
-    pub name: String,
-    /// The tool's `inputSchema`: a node's arguments are checked against it.
-    pub arguments: CompiledSchema,
-    /// The tool's `outputSchema`, when it declares one: its structured results are checked.
-    pub output: Option<CompiledSchema>,
-    pub hints: ToolHints,
 }
 
 /// Why a listed tool is not offered.
@@ -210,7 +176,7 @@ mod tests {
         assert_eq!(capability.executor.agent_type(), "mcp");
         let tool = tool_of(&capability);
         assert_eq!((tool.server.as_str(), tool.name.as_str()), ("calc", "add"));
-        assert!(!tool.hints.destructive() && tool.output.is_some());
+        assert!(tool.output.is_some());
         assert_eq!(
             capability.registration["mcp"]["annotations"],
             json!({"readOnlyHint": true, "idempotentHint": true})
@@ -233,15 +199,6 @@ mod tests {
         let huge = json!({"type": "object", "description": "x".repeat(MAX_SCHEMA_BYTES)});
         let too_large = described(json!({"name": "x", "inputSchema": huge}));
         assert!(matches!(capability(&calc, too_large), Err(ToolRefused::SchemaTooLarge { .. })));
-    }
-
-    #[test]
-    fn destructive_is_the_default_unless_the_tool_says_otherwise() {
-        let hints = |v: Value| serde_json::from_value::<ToolHints>(v).unwrap().destructive();
-        assert!(hints(json!({})));
-        assert!(hints(json!({"destructiveHint": true})));
-        assert!(!hints(json!({"readOnlyHint": true})));
-        assert!(!hints(json!({"destructiveHint": false})));
     }
 
     #[test]
