@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 use support::mcp::McpProcess;
 use support::{Options, Reply, TestServer, frame_of, kinds, script};
 
-/// The bearer token the Python server expects, read by flexrun from this variable.
-const TOKEN_VARIABLE: &str = "FLEXRUN_TEST_MCP_TOKEN";
-const TOKEN: &str = "tok-secret-4711";
+/// The variable flexrun reads the bearer token from: one the test process already has (setting
+/// one would race with other threads reading the environment), its value the token.
+const TOKEN_VARIABLE: &str = "PATH";
 const HEADER_SECRET: &str = "hdr-secret-0815";
 
 /// A flexrun server with no capability of its own, whose planner always answers `plan`.
@@ -34,10 +34,13 @@ fn python_registration(py: &McpProcess) -> Value {
            "outputFacets": {"add": "sum", "auth_ok": "verified"}, "tools": {"deny": ["hold"]}, "timeoutSecs": 2})
 }
 
+fn token() -> String {
+    std::env::var(TOKEN_VARIABLE).expect("the test process has a PATH")
+}
+
 async fn python_server() -> McpProcess {
-    // SAFETY: set before any server of this test reads it; every test sets the same value.
-    unsafe { std::env::set_var(TOKEN_VARIABLE, TOKEN) };
-    McpProcess::python_with_env(&[("MCP_EXPECTED_TOKEN", TOKEN)]).await
+    let token = token();
+    McpProcess::python_with_env(&[("MCP_EXPECTED_TOKEN", token.as_str())]).await
 }
 
 fn envelope(goal_total: u64) -> Value {
@@ -81,7 +84,7 @@ async fn an_mcp_servers_tools_are_capabilities_listed_with_their_state_and_no_se
 
     let servers = server.get_json("/api/v1/flex/mcp-servers").await;
     let text = servers.to_string();
-    assert!(!text.contains(TOKEN) && !text.contains(HEADER_SECRET), "{text}");
+    assert!(!text.contains(&token()) && !text.contains(HEADER_SECRET), "{text}");
     let py_listing = servers["servers"].as_array().unwrap().iter().find(|s| s["id"] == "py").unwrap();
     assert_eq!(
         (py_listing["headers"].clone(), py_listing["bearerTokenEnv"].clone()),
@@ -128,7 +131,7 @@ async fn a_plan_calls_two_tools_one_reading_the_others_output_and_the_goal_holds
     let planner = &server.planner_calls()[0];
     assert!(planner.user.contains("TOOL ARGUMENTS") && planner.user.contains("- py.add: {"), "{}", planner.user);
     let log = server.event_log_text(run_id).join("\n");
-    assert!(!log.contains(TOKEN) && !log.contains(HEADER_SECRET));
+    assert!(!log.contains(&token()) && !log.contains(HEADER_SECRET));
 }
 
 #[tokio::test]
