@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::budget::BudgetDefaults;
 use crate::capability::{
-    AddressGuard, EndpointAllowlist, Executors, GuardedResolver, HttpLimits, Registry, RegistryError,
+    AddressGuard, EndpointAllowlist, Executors, GuardedResolver, HttpLimits, RegistrationFiles, Registry, RegistryError,
 };
 use crate::config::Settings;
 use crate::events::Bus;
@@ -124,8 +124,8 @@ impl Services {
             addresses,
         };
         let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
-        let dir = settings.capabilities_dir();
-        let registry = Arc::new(Registry::load(store.clone(), policy.clone(), configured, dir.as_deref()).await?);
+        let files = RegistrationFiles::read(settings.capabilities_dir().as_deref())?;
+        let registry = Arc::new(Registry::load(store.clone(), policy.clone(), configured, files.capabilities).await?);
         let llm = LlmClient::new(&settings.llm, settings.prices()?)?;
         let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
         let limits = HttpLimits {
@@ -140,13 +140,9 @@ impl Services {
             let registry = registry.clone();
             Arc::new(move |server: &str, tools| registry.set_tools(server, tools))
         };
-        let files = match dir.as_deref() {
-            Some(dir) => mcp_server_files(dir)?,
-            None => Vec::new(),
-        };
-        let mcp =
-            McpServers::load(store.clone(), policy, executors.http_client(), limits.max_response_bytes, publish, files)
-                .await?;
+        let http = executors.http_client();
+        let mcp = McpServers::load(store.clone(), policy, http, limits.max_response_bytes, publish, files.mcp_servers)
+            .await?;
         let executors = executors.with_mcp(mcp.clone());
         let redaction = Redaction::new(&settings.redaction.extra_keys);
         let backlogs = Backlogs::new(settings.limits.stream_backlog_bytes);
@@ -170,15 +166,4 @@ impl Services {
             runtime: tokio::runtime::Handle::current(),
         }))
     }
-}
-
-/// The `{"mcpServer": …}` files of the capabilities directory, by path.
-fn mcp_server_files(dir: &std::path::Path) -> Result<Vec<(String, serde_json::Value)>, RegistryError> {
-    Ok(crate::capability::registration_files(dir)?
-        .into_iter()
-        .filter_map(|(path, mut value)| {
-            let server = value.get_mut(crate::capability::MCP_SERVER_KEY)?.take();
-            Some((format!("file:{}", path.display()), server))
-        })
-        .collect())
 }

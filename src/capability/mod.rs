@@ -10,5 +10,5 @@ mod resolver;
 
 pub use execute::{Executors, HttpLimits};
 pub use flexrun_core::capability::*;
-pub use registry::{MCP_SERVER_KEY, Registry, RegistryError, registration_files};
+pub use registry::{MCP_SERVER_KEY, RegistrationFiles, Registry, RegistryError, registration_files};
 pub use resolver::GuardedResolver;

@@ -39,12 +39,13 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Loads stored registrations, then (re-)registers every `*.json` file of `dir`.
+    /// Loads stored registrations, then (re-)registers `files` (the capability registrations of
+    /// the capabilities directory, by path).
     pub async fn load(
         store: Store,
         policy: EndpointAllowlist,
         configured_facets: Vec<(String, Value)>,
-        dir: Option<&Path>,
+        files: Vec<(PathBuf, Value)>,
     ) -> Result<Self, RegistryError> {
         let stored = store.read(rows::all).await?;
         let mut capabilities = Capabilities::new();
@@ -72,17 +73,12 @@ impl Registry {
             store,
             policy,
         };
-        if let Some(dir) = dir {
-            registry.load_dir(dir).await?;
-        }
+        registry.load_files(files).await?;
         Ok(registry)
     }
 
-    async fn load_dir(&self, dir: &Path) -> Result<(), RegistryError> {
-        // `{"mcpServer": …}` files register MCP servers, whose tools arrive through `set_tools`.
-        for (path, value) in
-            registration_files(dir)?.into_iter().filter(|(_, value)| value.get(MCP_SERVER_KEY).is_none())
-        {
+    async fn load_files(&self, files: Vec<(PathBuf, Value)>) -> Result<(), RegistryError> {
+        for (path, value) in files {
             let source = format!("file:{}", path.display());
             self.register(value, &source).await.map_err(|e| match e {
                 RegistryError::Invalid(errors) => file_error(
@@ -151,6 +147,27 @@ impl Registry {
 
 fn file_error(path: &Path, message: String) -> RegistryError {
     RegistryError::File { path: path.display().to_string(), message }
+}
+
+/// The registrations of the capabilities directory: capabilities, and MCP servers (`{"mcpServer":
+/// …}` files, whose tools arrive through [`Registry::set_tools`]), each by path.
+pub struct RegistrationFiles {
+    pub capabilities: Vec<(PathBuf, Value)>,
+    pub mcp_servers: Vec<(PathBuf, Value)>,
+}
+
+impl RegistrationFiles {
+    /// The `*.json` files of `dir` (none without one), in name order, read as JSON.
+    pub fn read(dir: Option<&Path>) -> Result<Self, RegistryError> {
+        let mut files = Self { capabilities: Vec::new(), mcp_servers: Vec::new() };
+        for (path, mut value) in dir.map(registration_files).transpose()?.unwrap_or_default() {
+            match value.get_mut(MCP_SERVER_KEY).map(Value::take) {
+                Some(server) => files.mcp_servers.push((path, server)),
+                None => files.capabilities.push((path, value)),
+            }
+        }
+        Ok(files)
+    }
 }
 
 /// The `*.json` files of `dir`, in name order, read as JSON.

@@ -4,8 +4,9 @@
 //! and the calls of plan nodes to their tools.
 //!
 //! A server that cannot be reached does not stop anything: its state says why, and its task
-//! tries again (sooner at first). Tools listed before stay offered while a server is away: a call
-//! that cannot reach it is a transient failure, retried like an `http` call's.
+//! tries again (sooner at first). Tools listed before stay offered while a server is away — also
+//! across restarts: the last list is stored, so that runs resumed at start find their tools — and
+//! a call that cannot reach the server is a transient failure, retried like an `http` call's.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,7 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::client::{McpError, Session};
 use crate::store::Store;
@@ -60,8 +61,11 @@ pub enum ServerState {
 struct Entry {
     server: Arc<McpServer>,
     source: String,
-    state: ServerState,
+    /// Watched by a registration waiting for the server's first answer.
+    state: watch::Sender<ServerState>,
     session: Option<Arc<Session>>,
+    /// The tool list as last stored (JSON), written again only when it changes.
+    listed: Option<String>,
     /// Tool name → its capability, as last listed (and offered).
     tools: BTreeMap<String, Arc<Capability>>,
     /// Listed tools not offered, and why.
@@ -94,7 +98,7 @@ impl McpServers {
         http: reqwest::Client,
         max_response_bytes: usize,
         publish: Publish,
-        files: Vec<(String, Value)>,
+        files: Vec<(std::path::PathBuf, Value)>,
     ) -> Result<Self, McpRegistryError> {
         let inner = Inner { store, policy, http, max_response_bytes, publish, servers: Mutex::new(BTreeMap::new()) };
         let servers = Self { inner: Arc::new(inner) };
@@ -102,14 +106,15 @@ impl McpServers {
             let parsed =
                 serde_json::from_str(&row.registration).ok().map(|v| McpServer::parse(&v, &servers.inner.policy));
             match parsed {
-                Some(Ok(server)) => servers.watch(server, row.source),
+                Some(Ok(server)) => servers.watch(server, row.source, row.tools),
                 _ => tracing::warn!(
                     server = %crate::excerpt::log(&row.server_id),
                     "stored MCP server registration is no longer valid; its tools are not offered"
                 ),
             }
         }
-        for (source, registration) in files {
+        for (path, registration) in files {
+            let source = format!("file:{}", path.display());
             servers.add(&registration, &source).await.map_err(|e| match e {
                 McpRegistryError::Invalid(errors) => McpRegistryError::Invalid(
                     errors
@@ -127,18 +132,21 @@ impl McpServers {
     /// for the server's first answer — within a bound — so that the caller sees its tools.
     pub async fn register(&self, registration: &Value, source: &str) -> Result<Value, McpRegistryError> {
         let id = self.add(registration, source).await?;
-        let first = async {
-            while matches!(self.entries().get(&id).map(|e| &e.state), Some(ServerState::Connecting)) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        let _ = tokio::time::timeout(super::client::CONNECT_TIMEOUT + LIST_TIMEOUT, first).await;
+        let state = self.entries().get(&id).map(|entry| entry.state.subscribe());
+        if let Some(mut state) = state {
+            let answered = state.wait_for(|state| !matches!(state, ServerState::Connecting));
+            let _ = tokio::time::timeout(super::client::CONNECT_TIMEOUT + LIST_TIMEOUT, answered).await;
+        }
         Ok(self.listing(&id).unwrap_or(Value::Null))
     }
 
-    /// Validates, stores and watches a registration; its id.
+    /// Validates, stores and watches a registration; its id. The same registration again changes
+    /// nothing (a file read at every start keeps the tools stored and its server's session).
     async fn add(&self, registration: &Value, source: &str) -> Result<String, McpRegistryError> {
         let server = McpServer::parse(registration, &self.inner.policy).map_err(McpRegistryError::Invalid)?;
+        if self.entries().get(&server.id).is_some_and(|entry| *entry.server == server) {
+            return Ok(server.id);
+        }
         let now = crate::store::now();
         let row = McpServerRow {
             server_id: server.id.clone(),
@@ -146,10 +154,11 @@ impl McpServers {
             source: source.to_string(),
             registered_at: now,
             updated_at: now,
+            tools: None,
         };
         self.inner.store.write(move |conn| rows::save(conn, row.clone())).await?;
         let id = server.id.clone();
-        self.watch(server, source.to_string());
+        self.watch(server, source.to_string(), None);
         Ok(id)
     }
 
@@ -167,27 +176,30 @@ impl McpServers {
         self.inner.servers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Starts (or restarts) the task that keeps `server`'s tools listed.
-    fn watch(&self, server: McpServer, source: String) {
+    /// Starts (or restarts) the task that keeps `server`'s tools listed; the tools `stored`
+    /// (as last listed, JSON) are offered until the server answers.
+    fn watch(&self, server: McpServer, source: String, stored: Option<String>) {
         let id = server.id.clone();
         let changed = Arc::new(Notify::new());
+        let listed: Vec<Value> = stored.as_deref().and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default();
+        let (tools, refused) = offered(&server, listed);
         let entry = Entry {
             server: Arc::new(server),
             source,
-            state: ServerState::Connecting,
+            state: watch::Sender::new(ServerState::Connecting),
             session: None,
-            tools: BTreeMap::new(),
-            refused: Vec::new(),
+            listed: stored,
+            tools,
+            refused,
             changed: changed.clone(),
             watcher: None,
         };
+        let offered: Vec<Arc<Capability>> = entry.tools.values().cloned().collect();
         let replaced = self.entries().insert(id.clone(), entry);
-        if let Some(old) = replaced {
-            if let Some(watcher) = old.watcher {
-                watcher.abort();
-            }
-            (self.inner.publish)(&id, Vec::new());
+        if let Some(watcher) = replaced.and_then(|old| old.watcher) {
+            watcher.abort();
         }
+        (self.inner.publish)(&id, offered);
         let task = tokio::spawn(self.clone().keep_listed(id.clone(), changed));
         if let Some(entry) = self.entries().get_mut(&id) {
             entry.watcher = Some(task.abort_handle());
@@ -223,14 +235,29 @@ impl McpServers {
     async fn refresh(&self, server: &McpServer, changed: &Arc<Notify>) -> Result<(), McpError> {
         let session = self.session(server, changed.clone()).await?;
         let listed = session.tools(LIST_TIMEOUT).await?;
+        let text = serde_json::to_string(&listed).unwrap_or_default();
         let (tools, refused) = offered(server, listed);
         let offered: Vec<Arc<Capability>> = tools.values().cloned().collect();
-        if let Some(entry) = self.entries().get_mut(&server.id) {
+        let changed_list = {
+            let mut entries = self.entries();
+            let Some(entry) = entries.get_mut(&server.id) else { return Ok(()) };
             entry.tools = tools;
             entry.refused = refused;
-            entry.state = ServerState::Ready { protocol: session.protocol(), listed_at: Utc::now() };
-        }
+            entry.state.send_replace(ServerState::Ready { protocol: session.protocol(), listed_at: Utc::now() });
+            let changed_list = entry.listed.as_deref() != Some(text.as_str());
+            if changed_list {
+                entry.listed = Some(text.clone());
+            }
+            changed_list
+        };
         (self.inner.publish)(&server.id, offered);
+        if changed_list {
+            let id = server.id.clone();
+            let stored = self.inner.store.write(move |conn| rows::set_tools(conn, &id, &text)).await;
+            if let Err(error) = stored {
+                tracing::warn!(server = %crate::excerpt::log(&server.id), %error, "could not store the MCP server's tool list");
+            }
+        }
         Ok(())
     }
 
@@ -248,8 +275,8 @@ impl McpServers {
     }
 
     fn set_state(&self, id: &str, state: ServerState) {
-        if let Some(entry) = self.entries().get_mut(id) {
-            entry.state = state;
+        if let Some(entry) = self.entries().get(id) {
+            entry.state.send_replace(state);
         }
     }
 
@@ -287,7 +314,7 @@ impl McpServers {
             None => Value::Object(Map::new()),
         };
         let Value::Object(arguments) = arguments else {
-            return Err(CapabilityError::Protocol("the arguments are not a JSON object".into()));
+            return Err(CapabilityError::ArgumentUnresolved("the arguments, resolved, are not a JSON object".into()));
         };
         let meta = Map::from_iter([
             ("flexrun/runId".to_string(), json!(bundle.run_id)),
@@ -359,7 +386,8 @@ fn shown(entry: &Entry) -> Value {
         "timeoutSecs": server.timeout.as_secs(),
         "refreshSecs": server.refresh.as_secs(),
     });
-    if let (Value::Object(shown), Ok(Value::Object(state))) = (&mut shown, serde_json::to_value(&entry.state)) {
+    let state = serde_json::to_value(&*entry.state.borrow());
+    if let (Value::Object(shown), Ok(Value::Object(state))) = (&mut shown, state) {
         shown.extend(state);
     }
     shown

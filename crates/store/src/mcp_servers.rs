@@ -15,9 +15,12 @@ pub struct McpServerRow {
     pub source: String,
     pub registered_at: NaiveDateTime,
     pub updated_at: NaiveDateTime,
+    /// The tools as last listed (JSON array), if they were.
+    pub tools: Option<String>,
 }
 
-/// Inserts a registration, or replaces one with the same id (keeping its first registration time).
+/// Inserts a registration, or replaces one with the same id (keeping its first registration time;
+/// the tools listed under the old one are forgotten).
 pub fn save(conn: &mut DbConn, row: McpServerRow) -> Result<(), StoreError> {
     super::on_backend!(conn, |c| diesel::insert_into(mcp_servers::table)
         .values(&row)
@@ -27,6 +30,7 @@ pub fn save(conn: &mut DbConn, row: McpServerRow) -> Result<(), StoreError> {
             mcp_servers::registration.eq(&row.registration),
             mcp_servers::source.eq(&row.source),
             mcp_servers::updated_at.eq(row.updated_at),
+            mcp_servers::tools.eq(&row.tools),
         ))
         .execute(c))?;
     Ok(())
@@ -37,4 +41,12 @@ pub fn all(conn: &mut DbConn) -> Result<Vec<McpServerRow>, StoreError> {
         .order(mcp_servers::server_id)
         .select(McpServerRow::as_select())
         .load(c))?)
+}
+
+/// Records the tools `server_id` listed (a JSON array).
+pub fn set_tools(conn: &mut DbConn, server_id: &str, tools: &str) -> Result<(), StoreError> {
+    super::on_backend!(conn, |c| diesel::update(mcp_servers::table.find(server_id))
+        .set(mcp_servers::tools.eq(tools))
+        .execute(c))?;
+    Ok(())
 }

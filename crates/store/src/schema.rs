@@ -7,6 +7,7 @@ diesel::table! {
         source -> Text,
         registered_at -> Timestamp,
         updated_at -> Timestamp,
+        tools -> Nullable<Text>,
     }
 }
 

@@ -344,6 +344,20 @@ mod tests {
         .unwrap()
     }
 
+    static NO_FACETS: BTreeMap<String, FacetDefinition> = BTreeMap::new();
+
+    /// A first plan's prompt input for `envelope`, with nothing else.
+    fn initial(envelope: &TaskEnvelope) -> PromptInput<'_> {
+        PromptInput {
+            envelope,
+            capabilities: &[],
+            facet_catalog: &NO_FACETS,
+            replan: None,
+            rejected_draft: &[],
+            budget: &[],
+        }
+    }
+
     fn failed() -> GoalConditionResult {
         GoalConditionResult {
             facet: "post_copy".into(),
@@ -360,14 +374,7 @@ mod tests {
     #[test]
     fn initial_prompt_has_its_sections() {
         let envelope = envelope();
-        let input = PromptInput {
-            envelope: &envelope,
-            capabilities: &[],
-            facet_catalog: &BTreeMap::new(),
-            replan: None,
-            rejected_draft: &[],
-            budget: &[],
-        };
+        let input = initial(&envelope);
         let (system, user) = build(&input);
         assert!(system.contains("### PLAN DRAFT SCHEMA") && system.contains("### PLANNER RULES"));
         for title in
@@ -383,19 +390,30 @@ mod tests {
     fn a_run_with_a_budget_is_told_what_is_left() {
         let envelope = envelope();
         let budget = ["- costUsd: $0.02 spent of $0.05, $0.03 left".to_string()];
-        let input = PromptInput {
-            envelope: &envelope,
-            capabilities: &[],
-            facet_catalog: &BTreeMap::new(),
-            replan: None,
-            rejected_draft: &[],
-            budget: &budget,
-        };
+        let input = PromptInput { budget: &budget, ..initial(&envelope) };
         let (_, user) = build(&input);
         assert!(user.contains("### BUDGET\n"), "{user}");
         assert!(user.contains("- costUsd: $0.02 spent of $0.05, $0.03 left"), "{user}");
         let without = PromptInput { budget: &[], ..input };
         assert!(!build(&without).1.contains("### BUDGET"));
+    }
+
+    #[test]
+    fn mcp_tools_come_with_how_to_give_their_arguments_and_their_schemas() {
+        let envelope = envelope();
+        assert!(!build(&initial(&envelope)).1.contains("TOOL ARGUMENTS"), "no tool, no section");
+        let server = crate::mcp::McpServer::parse(
+            &json!({"id": "calc", "url": "http://127.0.0.1:1/mcp"}),
+            &crate::capability::EndpointAllowlist::default(),
+        )
+        .unwrap();
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let tool = serde_json::from_value(json!({"name": "add", "inputSchema": schema})).unwrap();
+        let capabilities = [Arc::new(crate::mcp::tool::capability(&server, tool).unwrap())];
+        let (_, user) = build(&PromptInput { capabilities: &capabilities, ..initial(&envelope) });
+        let section = user.split("### TOOL ARGUMENTS\n").nth(1).expect("the section");
+        assert!(section.contains("{\"$facet\": \"<facet>\""), "{section}");
+        assert!(section.contains(&format!("- calc.add: {schema}")), "{section}");
     }
 
     #[test]
@@ -411,9 +429,6 @@ mod tests {
         }];
         let failed = [failed()];
         let input = PromptInput {
-            envelope: &envelope,
-            capabilities: &[],
-            facet_catalog: &BTreeMap::new(),
             replan: Some(Replan {
                 reason: "goal_condition_failed",
                 failed_goal_conditions: &failed,
@@ -423,8 +438,7 @@ mod tests {
                 completed: &completed,
                 previous_plan: &previous,
             }),
-            rejected_draft: &[],
-            budget: &[],
+            ..initial(&envelope)
         };
         let (_, user) = build(&input);
         assert!(!user.contains("OPERATOR FEEDBACK"));
@@ -445,9 +459,6 @@ mod tests {
         .unwrap();
         let previous = empty_plan();
         let input = PromptInput {
-            envelope: &envelope,
-            capabilities: &[],
-            facet_catalog: &BTreeMap::new(),
             replan: Some(Replan {
                 reason: "operator_rejected",
                 failed_goal_conditions: &[],
@@ -457,8 +468,7 @@ mod tests {
                 completed: &[],
                 previous_plan: &previous,
             }),
-            rejected_draft: &[],
-            budget: &[],
+            ..initial(&envelope)
         };
         let (_, user) = build(&input);
         assert!(user.contains("### OPERATOR FEEDBACK\nAn operator asked for a new plan: use a friendlier tone"));

@@ -45,27 +45,17 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::run::decide::testing::bare_start;
 
     fn settings() -> ReplanSettings {
         ReplanSettings { enabled: true, max_goal_condition_replans: 2, max_replans: 4 }
-    }
-
-    fn bare() -> Start {
-        Start {
-            run_id: "r".into(),
-            thread_id: None,
-            correlation_id: "c".into(),
-            inputs: None,
-            replan_limits: None,
-            budget: None,
-        }
     }
 
     #[test]
     fn a_bare_start_takes_the_envelopes_inputs_and_caps() {
         let envelope = json!({"objective": "o", "inputs": {"brief": {"topic": "t"}},
                               "policies": {"replan": {"maxReplans": 7}}});
-        let mut start = bare();
+        let mut start = bare_start();
         complete_start(&mut start, &envelope.to_string(), &settings()).unwrap();
         assert_eq!(start.inputs, Some(json!({"brief": {"topic": "t"}}).as_object().unwrap().clone()));
         let limits = ReplanLimits { enabled: true, max_goal_condition_replans: 2, max_replans: 7 };
@@ -74,7 +64,7 @@ mod tests {
 
     #[test]
     fn an_envelope_without_inputs_seeds_nothing() {
-        let mut start = bare();
+        let mut start = bare_start();
         complete_start(&mut start, r#"{"objective": "o"}"#, &settings()).unwrap();
         assert_eq!(start.inputs, Some(Map::new()));
     }
@@ -82,7 +72,7 @@ mod tests {
     #[test]
     fn a_start_that_recorded_both_is_left_alone_and_the_envelope_unread() {
         let limits = ReplanLimits { enabled: false, max_goal_condition_replans: 0, max_replans: 1 };
-        let mut start = Start { inputs: Some(Map::new()), replan_limits: Some(limits), ..bare() };
+        let mut start = Start { inputs: Some(Map::new()), replan_limits: Some(limits), ..bare_start() };
         let before = start.clone();
         complete_start(&mut start, "not json at all", &settings()).unwrap();
         assert_eq!(start, before);
@@ -90,7 +80,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_envelope_is_an_error() {
-        assert!(complete_start(&mut bare(), "{", &settings()).is_err());
+        assert!(complete_start(&mut bare_start(), "{", &settings()).is_err());
         assert_eq!(max_replans("{", &settings()), None);
     }
 

@@ -143,14 +143,19 @@ fn capability(id: &str, inputs: &[&str], outputs: &[&str], extra: Value) -> Arc<
 }
 
 pub fn run_started() -> Event {
-    Event::Start(Start {
+    Event::Start(bare_start())
+}
+
+/// A `start` that records nothing but its ids (as runs stored before it recorded more).
+pub fn bare_start() -> Start {
+    Start {
         run_id: "r".into(),
         thread_id: None,
         correlation_id: "c".into(),
         inputs: None,
         replan_limits: None,
         budget: None,
-    })
+    }
 }
 
 pub fn requested(attempt: u32, replan: Option<ReplanInfo>) -> Event {
