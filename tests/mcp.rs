@@ -231,3 +231,82 @@ async fn bad_registrations_are_refused_with_their_pointer_and_nothing_is_stored(
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM mcp_servers"), 0);
     assert_eq!(server.get_json("/api/v1/flex/mcp-servers").await["count"], 0);
 }
+
+#[tokio::test]
+async fn a_tool_the_server_adds_is_offered_once_it_says_its_list_changed() {
+    let py = python_server().await;
+    let plan = json!({"nodes": [{"stage": "grow", "capabilityId": "py.add_tool", "arguments": {"name": "fresh"}}]});
+    let server = flexrun(plan).await;
+    assert_eq!(register(&server, python_registration(&py)).await.0, 201);
+    let before = server.get_json("/api/v1/flex/capabilities").await.to_string();
+    assert!(!before.contains("py.fresh"));
+
+    let grow = json!({"objective": "Grow", "inputs": {}, "outputContract": {"mode": "facets", "facets": ["add_tool"]}});
+    let frames = server.run(&grow).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+    // The refresh period is 300 s: only the server's notification can bring the tool this soon.
+    let mut offered = false;
+    for _ in 0..100 {
+        offered = server.get_json("/api/v1/flex/capabilities").await.to_string().contains("py.fresh");
+        if offered {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(offered, "py.fresh is offered after the list changed");
+}
+
+/// flexrun killed with SIGKILL while a tool call is in flight, the MCP server down when flexrun
+/// starts again: the stored tool list is offered at once, the run goes on when the server is back,
+/// and the step completed before the kill is not called again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_call_the_run_finishes_without_calling_completed_steps_again() {
+    let mut py = python_server().await;
+    let plan = json!({"nodes": [
+        {"stage": "first", "capabilityId": "py.add", "arguments": {"a": 2, "b": 3}},
+        {"stage": "wait", "capabilityId": "py.hold", "arguments": {"key": "k"}, "dependsOn": ["first"]},
+    ]});
+    let model = flexrun::llm::standin::StandIn::start(script(move |_| Reply::json(plan.clone()))).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = support::process::ServerProcess::start(dir.path(), &model.base_url, &[], &[]).await;
+    let mut registration = python_registration(&py);
+    registration["tools"] = json!({});
+    let registered =
+        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+    assert_eq!(registered.status().as_u16(), 201);
+
+    let (run_id, response) = server.post_run(&envelope(5)).await;
+    let before = support::read_frames(response, 6).await;
+    for _ in 0..200 {
+        if py.calls().await.iter().any(|c| c["tool"] == "hold") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let first_life = py.calls().await;
+    assert_eq!(first_life.iter().map(|c| c["tool"].as_str().unwrap()).collect::<Vec<_>>(), ["add", "hold"]);
+
+    server.kill();
+    py.kill();
+    server.restart().await;
+    let servers: Value =
+        server.http.get(server.url("/api/v1/flex/mcp-servers")).send().await.unwrap().json().await.unwrap();
+    assert!(servers["servers"][0]["tools"].to_string().contains("py.hold"), "offered from the stored list: {servers}");
+    assert_ne!(servers["servers"][0]["state"], "ready", "the server is down: {servers}");
+
+    py.restart().await;
+    for _ in 0..400 {
+        if py.calls().await.iter().any(|c| c["tool"] == "hold") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    py.release("k").await;
+    let after = server.reattach(&run_id, before.last().unwrap().seq).await;
+    let complete = after.iter().find(|f| f.kind == "complete").expect("the run completes");
+    assert_eq!(complete.payload["status"], "completed", "{:?}", kinds(&after));
+    let second_life: Vec<String> = py.calls().await.iter().map(|c| c["tool"].as_str().unwrap().to_string()).collect();
+    assert_eq!(second_life, ["hold"], "the completed add is not called again");
+    let log = server.log();
+    assert!(!log.contains(&token()) && !log.contains(HEADER_SECRET), "no secret in the log");
+}
