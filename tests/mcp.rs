@@ -91,6 +91,11 @@ async fn an_mcp_servers_tools_are_capabilities_listed_with_their_state_and_no_se
         (json!(["X-Team"]), json!(TOKEN_VARIABLE))
     );
     assert_eq!(py_listing["protocol"], "2025-11-25");
+
+    let page = server.http.get(server.url("/ui/capabilities")).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains(r#"data-server-id="py""#) && page.contains("protocol 2025-11-25"), "{page}");
+    assert!(page.contains(r#"data-capability-id="py.add""#));
+    assert!(!page.contains(&token()) && !page.contains(HEADER_SECRET), "no secret on the console");
 }
 
 #[tokio::test]

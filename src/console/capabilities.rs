@@ -1,5 +1,6 @@
 //! `/ui/capabilities`: the registered capabilities as callers are shown them — no secret, no
-//! endpoint query string or credentials (`Capability::shown`).
+//! endpoint query string or credentials (`Capability::shown`) — and the MCP servers whose tools
+//! are among them, with their state.
 
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
@@ -49,11 +50,40 @@ impl Row {
     }
 }
 
+/// A registered MCP server, as `GET /api/v1/flex/mcp-servers` shows it (no header value or token).
+struct ServerRow {
+    id: String,
+    url: String,
+    state: String,
+    /// The protocol revision when ready, the last error when unreachable.
+    detail: String,
+    tools: u64,
+}
+
+impl ServerRow {
+    fn of(shown: &Value) -> Self {
+        let text = |key: &str| shown[key].as_str().unwrap_or_default().to_string();
+        let detail = match shown["state"].as_str() {
+            Some("unreachable") => format!("{} (tried {})", text("error"), text("triedAt")),
+            Some("ready") => format!("protocol {}", text("protocol")),
+            _ => String::new(),
+        };
+        Self {
+            id: text("id"),
+            url: text("url"),
+            state: text("state"),
+            detail,
+            tools: shown["toolCount"].as_u64().unwrap_or(0),
+        }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "console/capabilities.html")]
 struct CapabilitiesPage {
     chrome: Chrome,
     rows: Vec<Row>,
+    servers: Vec<ServerRow>,
 }
 
 /// `GET /ui/capabilities`, in id order.
@@ -65,5 +95,6 @@ pub async fn show(viewer: Viewer, services: web::Data<Services>) -> HttpResponse
     page::html(&CapabilitiesPage {
         chrome: Chrome::new("capabilities", Some(&viewer)),
         rows: shown.iter().map(Row::of).collect(),
+        servers: services.mcp.list().iter().map(ServerRow::of).collect(),
     })
 }
