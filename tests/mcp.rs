@@ -315,3 +315,30 @@ async fn killed_mid_call_the_run_finishes_without_calling_completed_steps_again(
     let log = server.log();
     assert!(!log.contains(&token()) && !log.contains(HEADER_SECRET), "no secret in the log");
 }
+
+/// Two nodes on one PostgreSQL database: a server registered through one is offered by the other
+/// (which reads the stored registrations again every 10 s) without a restart.
+#[tokio::test]
+async fn a_server_registered_through_one_node_is_offered_by_the_others() {
+    let py = python_server().await;
+    let database = support::database::fresh_postgres();
+    let node = |id: &'static str| Options {
+        capabilities: Vec::new(),
+        env: vec![("FLEXRUN_DATABASE_URL", database.clone()), ("FLEXRUN_NODE_ID", id.to_string())],
+        ..Options::default()
+    };
+    let first = TestServer::start_with(script(|_| Reply::json(json!({"nodes": []}))), node("node-a")).await;
+    let second = TestServer::start_with(script(|_| Reply::json(json!({"nodes": []}))), node("node-b")).await;
+    assert_eq!(register(&first, python_registration(&py)).await.0, 201);
+
+    let mut offered = false;
+    for _ in 0..150 {
+        offered = second.get_json("/api/v1/flex/capabilities").await.to_string().contains("py.add");
+        if offered {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(offered, "the second node offers the tools of a server registered through the first");
+    assert_eq!(second.get_json("/api/v1/flex/mcp-servers").await["servers"][0]["state"], "ready");
+}

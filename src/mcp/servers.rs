@@ -30,6 +30,10 @@ pub type Publish = Arc<dyn Fn(&str, Vec<Arc<Capability>>) + Send + Sync>;
 /// How long listing a server's tools may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How often the stored registrations are read again: several nodes share one database, and a
+/// server registered through one node is offered by every node within this time.
+const RESYNC: Duration = Duration::from_secs(10);
+
 /// The first wait before trying an unreachable server again; doubled up to its refresh period.
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 
@@ -81,6 +85,8 @@ struct Inner {
     max_response_bytes: usize,
     publish: Publish,
     servers: Mutex<BTreeMap<String, Entry>>,
+    /// Stored registrations this node found invalid (warned of once).
+    invalid: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// The registered MCP servers. Cheap to clone.
@@ -100,19 +106,17 @@ impl McpServers {
         publish: Publish,
         files: Vec<(std::path::PathBuf, Value)>,
     ) -> Result<Self, McpRegistryError> {
-        let inner = Inner { store, policy, http, max_response_bytes, publish, servers: Mutex::new(BTreeMap::new()) };
+        let inner = Inner {
+            store,
+            policy,
+            http,
+            max_response_bytes,
+            publish,
+            servers: Mutex::new(BTreeMap::new()),
+            invalid: Mutex::default(),
+        };
         let servers = Self { inner: Arc::new(inner) };
-        for row in servers.inner.store.read(rows::all).await? {
-            let parsed =
-                serde_json::from_str(&row.registration).ok().map(|v| McpServer::parse(&v, &servers.inner.policy));
-            match parsed {
-                Some(Ok(server)) => servers.watch(server, row.source, row.tools),
-                _ => tracing::warn!(
-                    server = %crate::excerpt::log(&row.server_id),
-                    "stored MCP server registration is no longer valid; its tools are not offered"
-                ),
-            }
-        }
+        servers.sync(servers.inner.store.read(rows::all).await?);
         for (path, registration) in files {
             let source = format!("file:{}", path.display());
             servers.add(&registration, &source).await.map_err(|e| match e {
@@ -125,7 +129,43 @@ impl McpServers {
                 other => other,
             })?;
         }
+        tokio::spawn(servers.clone().follow_the_database());
         Ok(servers)
+    }
+
+    /// Watches every stored server this node does not watch yet, or under another registration
+    /// (one registered through another node).
+    fn sync(&self, stored: Vec<McpServerRow>) {
+        for row in stored {
+            let parsed = serde_json::from_str(&row.registration).ok().map(|v| McpServer::parse(&v, &self.inner.policy));
+            match parsed {
+                Some(Ok(server)) => {
+                    if !self.entries().get(&server.id).is_some_and(|entry| *entry.server == server) {
+                        self.watch(server, row.source, row.tools);
+                    }
+                }
+                _ => {
+                    let mut invalid = self.inner.invalid.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    if invalid.insert(row.registration) {
+                        tracing::warn!(
+                            server = %crate::excerpt::log(&row.server_id),
+                            "stored MCP server registration is not valid here; its tools are not offered"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads the stored registrations again every [`RESYNC`].
+    async fn follow_the_database(self) {
+        loop {
+            tokio::time::sleep(RESYNC).await;
+            match self.inner.store.read(rows::all).await {
+                Ok(stored) => self.sync(stored),
+                Err(error) => tracing::warn!(%error, "could not read the MCP server registrations"),
+            }
+        }
     }
 
     /// Validates, stores and watches a registration (replacing one with the same id), then waits
