@@ -156,6 +156,36 @@ async fn a_tools_error_result_fails_its_node_with_the_tools_text() {
 }
 
 #[tokio::test]
+async fn a_destructive_tools_step_runs_only_once_an_operator_approves_it() {
+    let py = python_server().await;
+    let plan = json!({"nodes": [
+        {"stage": "first", "capabilityId": "py.add", "arguments": {"a": 2, "b": 3}},
+        {"stage": "wipe", "capabilityId": "py.wipe", "arguments": {"target": "staging"}, "dependsOn": ["first"]},
+    ]});
+    let server = flexrun(plan).await;
+    assert_eq!(register(&server, python_registration(&py)).await.0, 201);
+    let mut gated = envelope(5);
+    gated["policies"] = json!({"approval": {"destructiveTools": "required"}});
+
+    let frames = server.run(&gated).await;
+    let asked = frame_of(&frames, "hitl_request");
+    let request = &asked.payload["request"];
+    assert_eq!((request["kind"].as_str(), request["subject"].as_str()), (Some("approval"), Some("node")));
+    assert_eq!((request["nodeId"].as_str(), request["context"]["tool"].as_str()), (Some("wipe"), Some("wipe")));
+    assert_eq!(request["context"]["arguments"], json!({"target": "staging"}));
+    let tools = |calls: Vec<Value>| calls.iter().map(|c| c["tool"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(tools(py.calls().await), ["add"], "the read-only step ran, the destructive one did not");
+    let run_id = asked.run_id.clone();
+    server.wait_for_status(&run_id, "awaiting_hitl").await;
+
+    let request_id = request["id"].as_str().unwrap();
+    let (status, after, _) = support::resume(&server, support::decision(&run_id, request_id, true, None)).await;
+    assert_eq!(status, 200);
+    assert_eq!(frame_of(&after, "complete").payload["status"], "completed", "{:?}", kinds(&after));
+    assert_eq!(tools(py.calls().await), ["add", "wipe"]);
+}
+
+#[tokio::test]
 async fn arguments_that_break_the_tools_schema_are_a_rejected_draft() {
     let py = python_server().await;
     let plan = json!({"nodes": [{"stage": "first", "capabilityId": "py.add", "arguments": {"a": "two", "b": 3}}]});

@@ -17,6 +17,14 @@ pub struct ToolHints {
     pub idempotent_hint: Option<bool>,
 }
 
+impl ToolHints {
+    /// Whether a step of the tool may destroy: the protocol's default, unless the tool says it
+    /// only reads or does not destroy.
+    pub fn destructive(&self) -> bool {
+        self.read_only_hint != Some(true) && self.destructive_hint != Some(false)
+    }
+}
+
 /// How a capability calls its tool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct McpTool {

@@ -74,11 +74,13 @@ impl TaskEnvelope {
 }
 
 /// The operator approvals a run asks for: of each plan before any of its steps runs
-/// (`policies.approval.plan = "required"`), and of the result before the run completes
-/// (`constraints.requiresHitlApproval`, asked once).
+/// (`policies.approval.plan = "required"`), of each step of an MCP tool that may destroy before
+/// it runs (`policies.approval.destructiveTools = "required"`), and of the result before the run
+/// completes (`constraints.requiresHitlApproval`, asked once).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Approval {
     pub plan: bool,
+    pub destructive_tools: bool,
     pub completion: bool,
 }
 
@@ -145,6 +147,8 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         special_instructions: string_list(raw.get("specialInstructions")),
         approval: Approval {
             plan: raw.pointer("/policies/approval/plan").and_then(Value::as_str) == Some("required"),
+            destructive_tools: raw.pointer("/policies/approval/destructiveTools").and_then(Value::as_str)
+                == Some("required"),
             completion: raw.pointer("/constraints/requiresHitlApproval").and_then(Value::as_bool) == Some(true),
         },
         thread_id: string_at(&raw, "/constraints/threadId"),
@@ -453,10 +457,10 @@ mod tests {
     fn approvals_are_read() {
         let mut body = valid();
         assert_eq!(from_value(body.clone(), &Catalog::builtin()).unwrap().approval, Approval::default());
-        body["policies"]["approval"] = json!({"plan": "required"});
+        body["policies"]["approval"] = json!({"plan": "required", "destructiveTools": "required"});
         body["constraints"] = json!({"requiresHitlApproval": true});
         let approval = from_value(body, &Catalog::builtin()).unwrap().approval;
-        assert_eq!(approval, Approval { plan: true, completion: true });
+        assert_eq!(approval, Approval { plan: true, destructive_tools: true, completion: true });
     }
 
     #[test]

@@ -15,10 +15,47 @@ use crate::plan::{NodeStatus, PlanNode};
 use crate::retry::Retry as RetryDelay;
 use crate::run::status::RunStatus;
 
-/// Nodes that may start now, at most `capacity`: pending, every predecessor completed.
+/// Nodes that may start now, at most `capacity`: pending, every predecessor completed, and
+/// approved if they must be.
 pub fn ready(run: &Run, capacity: usize) -> Vec<PlanNode> {
     let Some(plan) = run.state.plan() else { return Vec::new() };
-    plan.ready(&run.state.nodes).into_iter().take(capacity).cloned().collect()
+    plan.ready(&run.state.nodes)
+        .into_iter()
+        .filter(|node| !awaits_approval(run, node))
+        .take(capacity)
+        .cloned()
+        .collect()
+}
+
+/// Whether `node` waits for an operator before it starts: a step of an MCP tool that may destroy
+/// (`destructiveHint`, the protocol's default), in a run whose `policies.approval.destructiveTools`
+/// is `required`, not approved yet in this plan version.
+fn awaits_approval(run: &Run, node: &PlanNode) -> bool {
+    run.envelope.approval.destructive_tools
+        && run
+            .capabilities
+            .get(&node.capability_id)
+            .is_some_and(|c| matches!(&c.executor, Executor::Mcp(tool) if tool.hints.destructive()))
+        && !run.state.approved_nodes.iter().any(|id| *id == node.id)
+}
+
+/// The request that asks an operator to let `node` (a destructive tool's step) run.
+fn destructive_step_request(run: &Run, node: &PlanNode) -> Event {
+    let tool = run.capabilities.get(&node.capability_id).and_then(|c| match &c.executor {
+        Executor::Mcp(tool) => Some(tool),
+        _ => None,
+    });
+    let (server, name) = tool.map_or(("", ""), |t| (t.server.as_str(), t.name.as_str()));
+    let question = format!(
+        "Run step \"{}\"? It calls tool `{name}` of MCP server `{server}`, which may change or delete data.",
+        node.label
+    );
+    let context = json!({
+        "capabilityId": node.capability_id, "server": server, "tool": name,
+        "arguments": node.arguments, "annotations": tool.map(|t| t.hints),
+    });
+    let request = run.request(HitlKind::Approval, HitlSubject::Node, question, Some(node), context);
+    Event::HitlRequest(HitlRequest { request, usage: None })
 }
 
 /// The `node_start` frames of `nodes`, started together. A human node's frame carries its task.
@@ -182,6 +219,10 @@ pub fn settled(run: &Run) -> Settled {
     if !humans.is_empty() {
         return pause(Log::PAUSES[1], RunStatus::AwaitingHuman, humans);
     }
+    let gated = state.plan().and_then(|plan| plan.ready(&state.nodes).into_iter().find(|n| awaits_approval(run, n)));
+    if let Some(node) = gated {
+        return Settled::Pause(destructive_step_request(run, node));
+    }
     let plan = state.plan().map(|p| p.nodes.as_slice()).unwrap_or_default();
     let unfinished: Vec<&str> =
         plan.iter().filter(|n| state.nodes.get(&n.id) != Some(&NodeStatus::Completed)).map(|n| n.id.as_str()).collect();
@@ -249,6 +290,71 @@ mod tests {
         assert_eq!(state.pending_request().map(|r| r.id.clone()), Some(task.id));
         let Settled::Pause(Event::Log(pause)) = settled(&fixture.run(&state)) else { panic!("the run pauses") };
         assert_eq!(pause.pause().map(|p| p.event), Some("awaiting_human".to_string()));
+    }
+
+    /// A fixture with the MCP tools `calc.wipe` (may destroy: the default) and `calc.add` (reads
+    /// only), both writing `post_copy`; the run's `destructiveTools` policy as given.
+    fn with_tools(destructive_tools: &str) -> Fixture {
+        let mut fixture = Fixture::new(json!({"policies": {"approval": {"destructiveTools": destructive_tools}}}));
+        let server = crate::mcp::McpServer::parse(
+            &json!({"id": "calc", "url": "http://127.0.0.1:1/mcp", "outputFacets": {"wipe": "post_copy", "add": "post_copy"}}),
+            &crate::capability::EndpointAllowlist::default(),
+        )
+        .unwrap();
+        for tool in [json!({"name": "wipe"}), json!({"name": "add", "annotations": {"readOnlyHint": true}})] {
+            let capability = crate::mcp::tool::capability(&server, serde_json::from_value(tool).unwrap()).unwrap();
+            fixture.capabilities.insert(capability.id.clone(), std::sync::Arc::new(capability));
+        }
+        fixture
+    }
+
+    #[test]
+    fn a_destructive_tools_step_waits_for_an_operator_when_the_run_asks_for_it() {
+        let fixture = with_tools("required");
+        let (wipe, add) =
+            (node("wipe", "calc.wipe", &[], &["post_copy"]), node("add", "calc.add", &[], &["post_copy"]));
+        let plan_of = |nodes| generated(plan(1, nodes), None);
+        let mut state = fixture.fold(&[run_started(), requested(1, None), plan_of(vec![add.clone(), wipe.clone()])]);
+        let ids = |nodes: Vec<PlanNode>| nodes.into_iter().map(|n| n.id.to_string()).collect::<Vec<_>>();
+        // `plan` chains the nodes: the read-only step runs without asking.
+        assert_eq!(ids(ready(&fixture.run(&state), 10)), ["add"]);
+        let started = start(&fixture.run(&state), &[add]);
+        apply_all(&mut state, &started);
+        apply_all(&mut state, &[node_complete("add", "calc.add", json!({"post_copy": 1}))]);
+        assert!(ready(&fixture.run(&state), 10).is_empty(), "the wipe waits");
+        let Settled::Pause(Event::HitlRequest(asked)) = settled(&fixture.run(&state)) else {
+            panic!("an approval is asked")
+        };
+        let request = asked.request.clone();
+        assert_eq!(
+            (request.kind, request.subject, request.node_id.as_deref()),
+            (HitlKind::Approval, HitlSubject::Node, Some("wipe"))
+        );
+        assert_eq!(
+            (request.context["tool"].clone(), request.context["server"].clone()),
+            (json!("wipe"), json!("calc"))
+        );
+        apply_all(&mut state, &[Event::HitlRequest(asked)]);
+        assert_eq!(state.status, RunStatus::AwaitingHitl);
+
+        apply_all(
+            &mut state,
+            &[resolved(&request.id, HitlKind::Approval, HitlSubject::Node, Some(verdict(Verdict::Approved)))],
+        );
+        assert_eq!(
+            (state.status, ids(ready(&fixture.run(&state), 10))),
+            (RunStatus::Running, vec!["wipe".to_string()])
+        );
+        apply_all(&mut state, &[plan_of(vec![wipe])]);
+        assert!(ready(&fixture.run(&state), 10).is_empty(), "a new plan version is approved anew");
+
+        let unasked = with_tools("none");
+        let state = unasked.fold(&[
+            run_started(),
+            requested(1, None),
+            plan_of(vec![node("wipe", "calc.wipe", &[], &["post_copy"])]),
+        ]);
+        assert_eq!(ids(ready(&unasked.run(&state), 10)), ["wipe"], "without the policy nothing is asked");
     }
 
     #[test]

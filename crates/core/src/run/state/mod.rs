@@ -99,6 +99,8 @@ pub struct RunState {
     pub clarifications: Vec<Clarification>,
     /// An operator approved the run's result (asked once per run).
     pub completion_approved: bool,
+    /// Nodes of the current plan an operator approved to run (steps of destructive tools).
+    pub approved_nodes: Vec<String>,
     /// When an operator last decided: the run's time limit counts from then.
     pub operator_at: Option<DateTime<Utc>>,
     /// What the run's runtime policies have done.
@@ -153,6 +155,7 @@ impl RunState {
             requests: Vec::new(),
             clarifications: Vec::new(),
             completion_approved: false,
+            approved_nodes: Vec::new(),
             operator_at: None,
             fired: Fired::default(),
             post_conditions: PostConditionState::default(),
@@ -246,6 +249,8 @@ impl RunState {
                 self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
                 self.plans.push(PlanVersion { plan, at: at.timestamp, replan: generated.replan.clone() });
                 self.failed = None;
+                // A new plan's steps are approved anew.
+                self.approved_nodes.clear();
                 // What runtime policies of the old plan waited on was superseded with it.
                 self.requests.retain(|r| r.subject != HitlSubject::Policy);
                 moved(self, RunStatus::Running)?;

@@ -57,6 +57,11 @@ impl RunState {
         };
         let approved = decision.decision == Verdict::Approved;
         self.completion_approved |= approved && resolved.request.subject == HitlSubject::Completion;
+        let node_approved =
+            (resolved.request.kind, resolved.request.subject) == (HitlKind::Approval, HitlSubject::Node);
+        if let Some(node_id) = request.as_ref().and_then(|r| r.node_id.clone()).filter(|_| approved && node_approved) {
+            self.approved_nodes.push(node_id);
+        }
         if let Some(policy) = request.as_ref().and_then(HitlRequestInfo::policy) {
             self.policy_follow_up = Some(PolicyFollowUp {
                 request_id: id.clone(),
