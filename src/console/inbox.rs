@@ -32,6 +32,7 @@ impl Item {
         let (what, answer) = match (pending.kind.as_str(), pending.subject.as_str()) {
             ("approval", "plan") => ("Plan approval", "approval"),
             ("approval", "completion") => ("Result approval", "approval"),
+            ("approval", "node") => ("Destructive tool step", "approval"),
             ("approval", _) => ("Runtime policy", "approval"),
             ("clarify", _) => ("Question", "question"),
             ("budget", _) => ("Budget reached", "budget"),
