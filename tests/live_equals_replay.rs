@@ -332,6 +332,26 @@ async fn post_and_follow(server: &TestServer, path: &str, body: Value) {
     assert!(status.is_success() || status.as_u16() == 409 || status.as_u16() == 422, "{path} {body}: {status} {text}");
 }
 
+/// The states observed of `run_id`, taken once the observer has seen its last committed frame: a
+/// coordinator calls the observer after its commit returns, so a client that read the run's end
+/// from the database may be a moment ahead of it (the more so with PostgreSQL's writer thread).
+fn observed_to_the_end(
+    server: &TestServer,
+    observed: &Mutex<HashMap<String, Vec<RunState>>>,
+    run_id: &str,
+) -> Vec<RunState> {
+    let logged = server.event_log_text(run_id).len();
+    for _ in 0..250 {
+        let seen =
+            observed.lock().unwrap().get(run_id).and_then(|states| states.iter().map(|s| s.last_seq.count()).max());
+        if seen == Some(logged) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    observed.lock().unwrap().remove(run_id).unwrap_or_default()
+}
+
 /// Every state the run's writers committed equals the fold of its log up to that commit. Returns
 /// the run's final status and the frame types of its log.
 fn check(server: &TestServer, observed: &[RunState], run_id: &str, scenario: &Scenario) -> (String, Vec<String>) {
@@ -395,7 +415,7 @@ fn the_live_state_equals_the_fold_of_the_committed_log_at_every_step() {
                 ids.iter().zip(&batch).map(|(id, scenario)| play(&server, &stage, *id, scenario)),
             ));
             for (run_id, scenario) in run_ids.iter().zip(&batch) {
-                let states = observed.lock().unwrap().remove(run_id).unwrap_or_default();
+                let states = observed_to_the_end(&server, &observed, run_id);
                 let (status, kinds) = check(&server, &states, run_id, scenario);
                 let mut seen = seen.lock().unwrap();
                 *seen.entry(status).or_default() += 1;
