@@ -267,6 +267,36 @@ async fn bad_registrations_are_refused_with_their_pointer_and_nothing_is_stored(
     assert_eq!(server.get_json("/api/v1/flex/mcp-servers").await["count"], 0);
 }
 
+/// A server that speaks the 2026-07-28 revision (no `initialize`): its tools listed and called, and
+/// a change of its list heard through a `subscriptions/listen` stream.
+#[tokio::test]
+async fn a_server_of_the_2026_07_28_revision_is_listed_called_and_heard() {
+    let modern = McpProcess::python_modern().await;
+    let plan = json!({"nodes": [
+        {"stage": "first", "capabilityId": "modern.add", "arguments": {"a": 2, "b": 3}},
+        {"stage": "grow", "capabilityId": "modern.add_tool", "arguments": {"name": "fresh"}, "dependsOn": ["first"]},
+    ]});
+    let server = flexrun(plan).await;
+    let registration = json!({"id": "modern", "url": modern.url(), "outputFacets": {"add": "sum"}});
+    let (status, body) = register(&server, registration).await;
+    assert_eq!((status, body["server"]["state"].as_str()), (201, Some("ready")), "{body}");
+    assert_eq!(body["server"]["protocol"], "2026-07-28", "{body}");
+
+    let frames = server.run(&envelope(5)).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+    let first = frames.iter().find(|f| f.kind == "node_complete" && f.node_id.as_deref() == Some("first")).unwrap();
+    assert_eq!(first.payload["output"], json!({"sum": {"total": 5}}));
+    let mut offered = false;
+    for _ in 0..100 {
+        offered = server.get_json("/api/v1/flex/capabilities").await.to_string().contains("modern.fresh");
+        if offered {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(offered, "modern.fresh is offered after the list changed");
+}
+
 #[tokio::test]
 async fn a_tool_the_server_adds_is_offered_once_it_says_its_list_changed() {
     let py = python_server().await;

@@ -66,6 +66,19 @@ impl McpProcess {
         Self::python_with_env(&[]).await
     }
 
+    /// tests/mcp/server_modern.py, written with the Python SDK 2.x: it speaks the 2026-07-28
+    /// protocol revision.
+    pub async fn python_modern() -> Self {
+        let python = installed(
+            "FLEXRUN_MCP_MODERN_PYTHON",
+            "the Python SDK `mcp` 2.x into target/test-tools/mcp-modern-venv and points this variable at its python",
+        );
+        let port = free_port();
+        let server = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/server_modern.py");
+        let env = vec![("PYTHONUNBUFFERED".to_string(), "1".to_string())];
+        Self::start(Kind::Python, port, python, vec![server.into(), port.to_string()], env).await
+    }
+
     /// tests/mcp/server.py with `env` added (`MCP_EXPECTED_TOKEN`, the token `auth_ok` expects,
     /// is never inherited from the tests' own environment: set it here).
     pub async fn python_with_env(env: &[(&str, &str)]) -> Self {
