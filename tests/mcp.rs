@@ -139,20 +139,126 @@ async fn a_plan_calls_two_tools_one_reading_the_others_output_and_the_goal_holds
     assert!(!log.contains(&token()) && !log.contains(HEADER_SECRET));
 }
 
+/// The planner answers `first` until a node's failure is in its prompt, then `repaired`.
+async fn flexrun_repairing(first: Value, repaired: Value) -> TestServer {
+    let options = Options { capabilities: Vec::new(), ..Options::default() };
+    let planner = script(move |call| {
+        Reply::json(if call.user.contains("### NODE ERROR REPAIR") { repaired.clone() } else { first.clone() })
+    });
+    TestServer::start_with(planner, options).await
+}
+
 #[tokio::test]
-async fn a_tools_error_result_fails_its_node_with_the_tools_text() {
+async fn a_tools_error_result_asks_for_a_repair_plan_that_reaches_the_goal() {
     let py = python_server().await;
-    let plan = json!({"nodes": [{"stage": "break", "capabilityId": "py.fail", "arguments": {"reason": "disk full"}}]});
-    let server = flexrun(plan).await;
+    let first = json!({"nodes": [
+        {"stage": "break", "capabilityId": "py.fail", "arguments": {"reason": "disk full"}},
+        {"stage": "add", "capabilityId": "py.add", "arguments": {"a": 1, "b": 1}, "dependsOn": ["break"]},
+    ]});
+    let repaired = json!({"nodes": [{"stage": "add", "capabilityId": "py.add", "arguments": {"a": 2, "b": 3}}]});
+    let server = flexrun_repairing(first, repaired).await;
     assert_eq!(register(&server, python_registration(&py)).await.0, 201);
 
-    let to_fail = json!({"objective": "Fail", "inputs": {}, "outputContract": {"mode": "facets", "facets": ["fail"]}});
-    let frames = server.run(&to_fail).await;
+    let frames = server.run(&envelope(5)).await;
     let error = frame_of(&frames, "node_error");
-    assert_eq!(error.payload["error"]["code"], "tool_error");
+    assert_eq!(
+        (error.node_id.as_deref(), error.payload["error"]["code"].as_str()),
+        (Some("break"), Some("tool_error"))
+    );
     assert!(error.payload["error"]["message"].as_str().unwrap().contains("disk full"), "{}", error.payload);
-    assert_eq!(frame_of(&frames, "complete").payload["status"], "failed");
-    assert_eq!(py.calls().await.len(), 1, "a tool's own failure is not retried");
+    let trigger = frame_of(&frames, "policy_triggered");
+    assert_eq!(trigger.payload["trigger"]["reason"], "node_error");
+    assert_eq!(trigger.payload["trigger"]["details"]["nodeId"], "break");
+    let replan = frames.iter().filter(|f| f.kind == "plan_requested").nth(1).expect("a second plan_requested");
+    assert_eq!(
+        (replan.payload["replan"]["reason"].as_str(), replan.payload["replan"]["nodeError"]["code"].as_str()),
+        (Some("node_error"), Some("tool_error"))
+    );
+    let complete = frame_of(&frames, "complete");
+    assert_eq!(complete.payload["status"], "completed", "{:?}", kinds(&frames));
+    assert_eq!(complete.payload["output"]["sum"]["total"], 5);
+
+    let planner = server.planner_calls();
+    assert_eq!(planner.len(), 2, "one plan, one repair");
+    let repair = planner[1].user.split("### NODE ERROR REPAIR\n").nth(1).unwrap();
+    assert!(
+        repair.starts_with("Node break (capability py.fail) failed with `tool_error`:") && repair.contains("disk full")
+    );
+    let tools: Vec<String> = py.calls().await.iter().map(|c| c["tool"].as_str().unwrap().to_string()).collect();
+    assert_eq!(tools, ["fail", "add"], "the failed tool was not retried; the first plan's add never ran");
+    let run = server.get_json(&format!("/api/v1/flex/runs/{}", complete.run_id)).await;
+    assert_eq!(
+        (run["run"]["replans"]["nodeError"].as_u64(), run["run"]["replans"]["total"].as_u64()),
+        (Some(1), Some(1))
+    );
+
+    // Without replans left, the same failure fails the run and says why no repair was tried.
+    let mut no_replans = envelope(5);
+    no_replans["policies"] = json!({"replan": {"enabled": false}});
+    let frames = server.run(&no_replans).await;
+    let complete = frame_of(&frames, "complete");
+    assert_eq!(
+        (complete.payload["status"].as_str(), complete.payload["error"]["cause"].as_str()),
+        (Some("failed"), Some("tool_error"))
+    );
+    assert!(complete.payload["error"]["replanRefused"].is_string(), "{}", complete.payload);
+    assert_eq!(server.planner_calls().len(), 3, "no repair plan asked for");
+}
+
+#[tokio::test]
+async fn a_step_whose_tool_went_away_fails_as_tool_unavailable_and_is_repaired() {
+    let py = python_server().await;
+    let first = json!({"nodes": [
+        {"stage": "remove", "capabilityId": "py.remove_tool", "arguments": {"name": "wipe"}},
+        {"stage": "wipe", "capabilityId": "py.wipe", "arguments": {"target": "staging"}, "dependsOn": ["remove"]},
+        {"stage": "add", "capabilityId": "py.add", "arguments": {"a": 1, "b": 1}, "dependsOn": ["wipe"]},
+    ]});
+    let repaired = json!({"nodes": [
+        {"stage": "remove", "capabilityId": "py.remove_tool", "arguments": {"name": "wipe"}},
+        {"stage": "add", "capabilityId": "py.add", "arguments": {"a": 2, "b": 3}, "dependsOn": ["remove"]},
+    ]});
+    let server = flexrun_repairing(first, repaired).await;
+    assert_eq!(register(&server, python_registration(&py)).await.0, 201);
+    let mut gated = envelope(5);
+    gated["policies"] = json!({"approval": {"destructiveTools": "required"}});
+
+    // Both tools are destructive (the Python SDK's default): `remove` waits for an operator, then
+    // `wipe` does; meanwhile `wipe` leaves the server's list.
+    let frames = server.run(&gated).await;
+    let asked = frame_of(&frames, "hitl_request");
+    assert_eq!(asked.payload["request"]["nodeId"], "remove");
+    let run_id = asked.run_id.clone();
+    let approve = |asked: &flexrun::events::ReceivedFrame| {
+        support::decision(&run_id, asked.payload["request"]["id"].as_str().unwrap(), true, None)
+    };
+    let (status, frames, _) = support::resume(&server, approve(asked)).await;
+    assert_eq!(status, 200);
+    let asked = frame_of(&frames, "hitl_request");
+    assert_eq!(asked.payload["request"]["nodeId"], "wipe");
+    let offered = || async {
+        let listed = server.get_json("/api/v1/flex/capabilities").await;
+        listed["capabilities"].as_array().unwrap().iter().any(|c| c["capabilityId"] == "py.wipe")
+    };
+    for _ in 0..100 {
+        if !offered().await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!offered().await, "the server said its list changed: py.wipe is no longer offered");
+
+    let (status, after, _) = support::resume(&server, approve(asked)).await;
+    assert_eq!(status, 200);
+    let error = frame_of(&after, "node_error");
+    assert_eq!(
+        (error.node_id.as_deref(), error.payload["error"]["code"].as_str()),
+        (Some("wipe"), Some("tool_unavailable"))
+    );
+    let complete = frame_of(&after, "complete");
+    assert_eq!(complete.payload["status"], "completed", "{:?}", kinds(&after));
+    assert_eq!(complete.payload["output"]["sum"]["total"], 5);
+    let tools: Vec<String> = py.calls().await.iter().map(|c| c["tool"].as_str().unwrap().to_string()).collect();
+    assert_eq!(tools, ["remove_tool", "add"], "the completed step was kept, the vanished tool never called");
 }
 
 #[tokio::test]

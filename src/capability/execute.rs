@@ -156,6 +156,18 @@ impl Executors {
         })
     }
 
+    /// Why a plan's step cannot run when its capability is no longer registered: a tool its MCP
+    /// server stopped offering is `tool_unavailable`, like a tool that went away mid-run; anything
+    /// else `capability_not_registered`. Both ask for a repair replan.
+    pub fn unregistered(&self, capability_id: &str) -> CapabilityError {
+        match &self.mcp {
+            Some(mcp) if mcp.names_a_tool(capability_id) => CapabilityError::ToolUnavailable(format!(
+                "capability {capability_id} is no longer offered: its MCP server stopped listing the tool"
+            )),
+            _ => CapabilityError::NotRegistered(capability_id.to_string()),
+        }
+    }
+
     /// An MCP tool call, within the server's timeout and the capability call timeout.
     async fn run_mcp(
         &self,

@@ -167,6 +167,7 @@ fn show(view: &RunView) -> Vec<String> {
         ("runtimePolicy", counts.runtime_policy),
         ("postCondition", counts.post_condition),
         ("operator", counts.operator),
+        ("nodeError", counts.node_error),
     ]
     .iter()
     .filter(|(_, n)| *n > 0)

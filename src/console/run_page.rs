@@ -188,6 +188,7 @@ fn replans(view: &RunView) -> String {
         ("runtime policies", used.runtime_policy),
         ("operator", used.operator),
         ("post-conditions", used.post_condition),
+        ("node errors", used.node_error),
     ]
     .iter()
     .filter(|(_, n)| *n > 0)

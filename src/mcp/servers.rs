@@ -208,6 +208,12 @@ impl McpServers {
         entries.values().map(shown).collect()
     }
 
+    /// Whether `capability_id` names a tool of a registered server (`<serverId>.<tool>`), offered
+    /// or not: a plan's step whose capability is gone was such a tool when this says so.
+    pub fn names_a_tool(&self, capability_id: &str) -> bool {
+        capability_id.split_once('.').is_some_and(|(server, _)| self.entries().contains_key(server))
+    }
+
     fn listing(&self, id: &str) -> Option<Value> {
         self.entries().get(id).map(shown)
     }

@@ -5,19 +5,28 @@ Run as `python tests/mcp/server_modern.py PORT`; it serves Streamable HTTP at
 http://127.0.0.1:PORT/mcp and GET /healthz (readiness). Tools:
 - add(a, b) -> {"total": a + b} (outputSchema, structuredContent; read-only);
 - add_tool(name): adds a tool `name` at run time and says the list changed, to legacy sessions and
-  to 2026-07-28 `subscriptions/listen` streams.
+  to 2026-07-28 `subscriptions/listen` streams;
+- confirm_order(item, quantity) -> {"item", "quantity", "warehouse"} (outputSchema): asks the user
+  (form elicitation, `Ship {quantity} x {item}? Which warehouse?`, one required string `warehouse`);
+  on 2026-07-28 as an input_required result answered by a retried tools/call (MRTR), on older
+  revisions as an `elicitation/create` request; declined or cancelled -> isError.
+GET /calls returns {"confirm_order": n}, n counting the tools/call requests that reached
+confirm_order (each MRTR round counts).
 """
 
 import sys
+from typing import Annotated
 
 from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 mcp = MCPServer("flexrun-test-modern")
+calls = {"confirm_order": 0}
 
 
 class Sum(BaseModel):
@@ -37,6 +46,37 @@ async def add_tool(name: str, ctx: Context) -> str:
     await ctx.session.send_tool_list_changed()
     await ctx.notify_tools_changed()
     return f"added {name}"
+
+
+class Warehouse(BaseModel):
+    warehouse: str
+
+
+class Order(BaseModel):
+    item: str
+    quantity: int
+    warehouse: str
+
+
+async def ask_warehouse(item: str, quantity: int) -> Elicit[Warehouse]:
+    """Runs on every round of a confirm_order call (so it counts them) and asks the user."""
+    calls["confirm_order"] += 1
+    return Elicit(f"Ship {quantity} x {item}? Which warehouse?", Warehouse)
+
+
+@mcp.tool()
+def confirm_order(
+    item: str, quantity: int, answer: Annotated[ElicitationResult[Warehouse], Resolve(ask_warehouse)]
+) -> Order:
+    """Asks the user to confirm an order and pick its warehouse."""
+    if not isinstance(answer, AcceptedElicitation):
+        raise ToolError(f"order not confirmed (the user chose {answer.action})")
+    return Order(item=item, quantity=quantity, warehouse=answer.data.warehouse)
+
+
+@mcp.custom_route("/calls", methods=["GET"])
+async def call_counts(_request: Request) -> Response:
+    return JSONResponse(calls)
 
 
 @mcp.custom_route("/healthz", methods=["GET"])

@@ -77,6 +77,10 @@ pub struct ReplanCounts {
     pub runtime_policy: u32,
     pub operator: u32,
     pub post_condition: u32,
+    /// Replans after a node failed in a way a different plan may avoid. Not a column of the run
+    /// row: `total` covers them there.
+    #[serde(default)]
+    pub node_error: u32,
 }
 
 /// A run's caps and what it used of them: whether one more replan is granted.

@@ -12,7 +12,7 @@ use crate::condition;
 use crate::events::payload::{BudgetPhase, ExecutorType, ReplanInfo, RetryScope};
 use crate::plan::{NodeId, NodeStatus, PlanNode};
 use crate::run::decide::post_conditions::{self, Failed as PostConditionsFailed};
-use crate::run::decide::{Effect, Failure, Outcome, ending, execution, policies, signals};
+use crate::run::decide::{Effect, Failure, Outcome, ending, execution, node_errors, policies, signals};
 use crate::run::log::LogError;
 use crate::run::usage::Caller;
 use flexrun_core::usage::Metered;
@@ -144,9 +144,8 @@ impl Coordinator {
             }
         }
         self.node_retries.remove(&node.id);
-        let (events, failure) = ending::node_failed(node, &error);
-        self.stage(events)?;
-        Ok(Effect::Failed(failure))
+        let outcome = node_errors::on_node_error(&self.run(), node, &error);
+        self.decided(outcome)
     }
 
     /// A node's output: checked against its capability's post-conditions, then recorded (and the
@@ -253,7 +252,7 @@ impl Coordinator {
             }
             let result = match capability {
                 Some(capability) => executors.run(&capability, &bundle, &timeouts).await,
-                None => Metered::unmetered(Err(CapabilityError::NotRegistered(bundle.capability_id.clone()))),
+                None => Metered::unmetered(Err(executors.unregistered(&bundle.capability_id))),
             };
             (node_id, result)
         })

@@ -18,16 +18,15 @@ use std::sync::Arc;
 use chrono::Utc;
 use tokio::sync::watch;
 
-use super::decide::{self, Failure, Run, ending, goals};
+use super::decide::{self, Effect, Failure, Run, ending, goals, node_errors};
 use super::log::{LogError, RunLog};
 use super::operator::Actor;
 use super::projection::RowWrite;
-use super::state::NodeFailure;
 use crate::budget::{OnExceeded, Reached};
 use crate::capability::Capabilities;
 use crate::envelope::TaskEnvelope;
 use crate::events::Event;
-use crate::events::payload::{BudgetPhase, ReplanInfo};
+use crate::events::payload::{BudgetPhase, FailedNode, ReplanInfo};
 use crate::excerpt;
 use crate::hash::HashMap;
 use crate::plan::NodeId;
@@ -47,8 +46,9 @@ pub enum Resume {
     Requested,
     /// Run the current plan's unfinished nodes, then evaluate the goal conditions.
     Execute,
-    /// A node's failure was committed before the run could fail: the run fails with it.
-    NodeFailed(NodeFailure),
+    /// A node's failure was committed before the run could go on: it fails the run or asks for a
+    /// repair replan, as it would have live.
+    NodeFailed(FailedNode),
 }
 
 /// What a phase of the run came to.
@@ -233,11 +233,14 @@ impl Coordinator {
                     },
                     Step::Ended => return Ok(()),
                 },
-                Resume::NodeFailed(failure) => {
-                    let failure =
-                        ending::node_failure(&failure.node_id, &failure.capability_id, &failure.code, &failure.message);
-                    return Box::pin(self.fail(failure, Vec::new())).await;
-                }
+                Resume::NodeFailed(failed) => match node_errors::after_node_error(&self.run(), &failed) {
+                    Effect::Replan(replan) => {
+                        self.stage(vec![decide::signals::announce(&self.run(), &replan)])?;
+                        Resume::Plan(Some(replan))
+                    }
+                    Effect::Failed(failure) => return Box::pin(self.fail(failure, Vec::new())).await,
+                    Effect::Continue => Resume::Execute,
+                },
             };
         }
     }

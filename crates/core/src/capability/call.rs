@@ -141,10 +141,26 @@ impl CapabilityError {
         }
     }
 
+    /// Whether a different plan may avoid a failure with this `node_error` code: the tool said
+    /// its call failed (`tool_error`: wrong arguments, a missing record), the tool or capability
+    /// is gone (`tool_unavailable`, `capability_not_registered`), or an argument's facet held
+    /// nothing at its pointer (`argument_unresolved`). These ask for a repair replan; any other
+    /// failure is the capability's own (an endpoint down after its retries, an output breaking
+    /// its contract) and fails the run, as it always did.
+    pub fn is_repairable(code: &str) -> bool {
+        [Self::TOOL_ERROR, Self::TOOL_UNAVAILABLE, Self::ARGUMENT_UNRESOLVED, Self::NOT_REGISTERED].contains(&code)
+    }
+
+    const NOT_REGISTERED: &'static str = "capability_not_registered";
+
+    const TOOL_ERROR: &'static str = "tool_error";
+    const TOOL_UNAVAILABLE: &'static str = "tool_unavailable";
+    const ARGUMENT_UNRESOLVED: &'static str = "argument_unresolved";
+
     /// Stable code for `node_error` frames.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::NotRegistered(_) => "capability_not_registered",
+            Self::NotRegistered(_) => Self::NOT_REGISTERED,
             Self::Model(_) => "model_error",
             Self::Timeout(_) => "capability_timeout",
             Self::Connection(_) => "capability_unreachable",
@@ -155,9 +171,9 @@ impl CapabilityError {
             Self::Contract(_) => "capability_output_invalid",
             Self::HumanTask(_) => "capability_is_human",
             Self::Signal(_) => "capability_signal_invalid",
-            Self::Tool(_) => "tool_error",
-            Self::ToolUnavailable(_) => "tool_unavailable",
-            Self::ArgumentUnresolved(_) => "argument_unresolved",
+            Self::Tool(_) => Self::TOOL_ERROR,
+            Self::ToolUnavailable(_) => Self::TOOL_UNAVAILABLE,
+            Self::ArgumentUnresolved(_) => Self::ARGUMENT_UNRESOLVED,
             Self::Protocol(_) => "mcp_error",
         }
     }

@@ -59,6 +59,9 @@ pub enum ReplanReason {
     OperatorRejected,
     /// An operator asked for a new plan.
     OperatorReplan,
+    /// A node failed in a way a different plan may avoid (an MCP tool's error, a tool gone, an
+    /// argument that found nothing): see [`crate::capability::CapabilityError::is_repairable`].
+    NodeError,
 }
 
 impl ReplanReason {
@@ -70,6 +73,7 @@ impl ReplanReason {
             Self::PostConditionFailed => "post_condition_failed",
             Self::OperatorRejected => "operator_rejected",
             Self::OperatorReplan => "operator_replan",
+            Self::NodeError => "node_error",
         }
     }
 
@@ -96,6 +100,19 @@ pub struct ReplanInfo {
     /// The runtime policy that asked for this replan (`policy_runtime_replan`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Box<PolicyInfo>>,
+    /// The node whose failure asked for this replan (`node_error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_error: Option<Box<FailedNode>>,
+}
+
+/// A node that failed: which, and its error's code and (bounded) message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedNode {
+    pub node_id: String,
+    pub capability_id: String,
+    pub code: String,
+    pub message: String,
 }
 
 /// A runtime policy that fired: which, on what trigger, after which node.
@@ -141,7 +158,14 @@ impl ReplanInfo {
     }
 
     fn empty(reason: ReplanReason) -> Self {
-        Self { reason, failed_goal_conditions: Vec::new(), feedback: None, signal: None, policy: None }
+        Self {
+            reason,
+            failed_goal_conditions: Vec::new(),
+            feedback: None,
+            signal: None,
+            policy: None,
+            node_error: None,
+        }
     }
 
     /// A replan after failed goal conditions (`goal_condition_failed`).
@@ -154,18 +178,24 @@ impl ReplanInfo {
         Self { signal: Some(Box::new(signal)), ..Self::empty(ReplanReason::CapabilitySignal) }
     }
 
+    /// A replan after a node failed in a way a different plan may avoid (`node_error`).
+    pub fn node_error(failed: FailedNode) -> Self {
+        Self { node_error: Some(Box::new(failed)), ..Self::empty(ReplanReason::NodeError) }
+    }
+
     /// A replan a runtime policy asked for: `policy_runtime_replan`, or `post_condition_failed`
     /// for an output that kept failing its post-conditions.
     pub fn runtime_policy(reason: ReplanReason, policy: PolicyInfo) -> Self {
         Self { policy: Some(Box::new(policy)), ..Self::empty(reason) }
     }
 
-    /// What a `trigger.details` says about this replan: the signal or policy that asked for it,
-    /// else the failed goal conditions, else the operator's feedback.
+    /// What a `trigger.details` says about this replan: the signal, policy or failed node that
+    /// asked for it, else the failed goal conditions, else the operator's feedback.
     pub fn details(&self) -> Value {
         let details = match (&self.signal, &self.policy) {
             (Some(signal), _) => serde_json::to_value(signal),
             (None, Some(policy)) => serde_json::to_value(policy),
+            (None, None) if self.node_error.is_some() => serde_json::to_value(&self.node_error),
             (None, None) if !self.failed_goal_conditions.is_empty() => {
                 Ok(serde_json::json!({"failedGoalConditions": self.failed_goal_conditions}))
             }

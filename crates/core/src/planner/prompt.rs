@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::capability::{Capability, Executor};
 use crate::condition::GoalConditionResult;
 use crate::envelope::TaskEnvelope;
-use crate::events::payload::{PolicyInfo, SignalInfo};
+use crate::events::payload::{FailedNode, PolicyInfo, SignalInfo};
 use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
 use crate::plan::{Diagnostic, Plan};
 use crate::settings::FacetDefinition;
@@ -38,6 +38,8 @@ pub struct Replan<'a> {
     pub signal: Option<&'a SignalInfo>,
     /// The runtime policy, when one asked for the replan.
     pub policy: Option<&'a PolicyInfo>,
+    /// The node whose failure asked for the replan.
+    pub node_error: Option<&'a FailedNode>,
     pub completed: &'a [CompletedWork],
     pub previous_plan: &'a Plan,
 }
@@ -174,6 +176,16 @@ fn replan_sections(s: &mut String, replan: &Replan<'_>) {
         }
         text.push('\n');
         section(s, "RUNTIME POLICY", &text);
+    }
+    if let Some(failed) = replan.node_error {
+        let text = format!(
+            "Node {} (capability {}) failed with `{}`: {}\nPlan the remaining work so that it does not fail this \
+             way again: correct the step's arguments (against the tool's input schema and the facets they read), \
+             use another capability, or first produce what the step was missing. A new node may keep the failed \
+             node's id; completed nodes are not run again.\n",
+            failed.node_id, failed.capability_id, failed.code, failed.message
+        );
+        section(s, "NODE ERROR REPAIR", &text);
     }
     let completed = if replan.completed.is_empty() {
         "No step has completed yet.\n".to_string()
@@ -435,6 +447,7 @@ mod tests {
                 feedback: None,
                 signal: None,
                 policy: None,
+                node_error: None,
                 completed: &completed,
                 previous_plan: &previous,
             }),
@@ -448,6 +461,39 @@ mod tests {
         assert!(repair.contains("must evaluate `true` before completion"));
         assert!(user.contains("stage \"draft\" (node draft) → capability writer"));
         assert!(user.contains("### REPLAN REASON\ngoal_condition_failed"));
+    }
+
+    #[test]
+    fn a_failed_node_is_named_with_its_error_in_its_own_section() {
+        let envelope = crate::envelope::from_value(
+            json!({"objective": "o", "outputContract": {"mode": "freeform", "instructions": "i"}}),
+            &crate::condition::dsl::Catalog::builtin(),
+        )
+        .unwrap();
+        let previous = empty_plan();
+        let failed = FailedNode {
+            node_id: "lookup".into(),
+            capability_id: "orders.find".into(),
+            code: "tool_error".into(),
+            message: "no order 42".into(),
+        };
+        let input = PromptInput {
+            replan: Some(Replan {
+                reason: "node_error",
+                failed_goal_conditions: &[],
+                feedback: None,
+                signal: None,
+                policy: None,
+                node_error: Some(&failed),
+                completed: &[],
+                previous_plan: &previous,
+            }),
+            ..initial(&envelope)
+        };
+        let (_, user) = build(&input);
+        let section = user.split("### NODE ERROR REPAIR\n").nth(1).expect("node error section");
+        assert!(section.starts_with("Node lookup (capability orders.find) failed with `tool_error`: no order 42\n"));
+        assert!(!user.contains("GOAL CONDITION REPAIR"));
     }
 
     #[test]
@@ -465,6 +511,7 @@ mod tests {
                 feedback: Some("use a friendlier tone"),
                 signal: None,
                 policy: None,
+                node_error: None,
                 completed: &[],
                 previous_plan: &previous,
             }),
@@ -504,6 +551,7 @@ mod tests {
                 feedback: None,
                 signal: None,
                 policy: None,
+                node_error: None,
                 completed: &completed,
                 previous_plan: &previous,
             }),

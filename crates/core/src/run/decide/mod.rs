@@ -8,6 +8,7 @@ pub mod budget;
 pub mod ending;
 pub mod execution;
 pub mod goals;
+pub mod node_errors;
 pub mod operator;
 pub mod planning;
 pub mod policies;

@@ -44,6 +44,7 @@ pub fn replan_prompt<'a>(run: &Run<'a>, replan: &'a Option<ReplanInfo>) -> Optio
         feedback: info.feedback.as_deref(),
         signal: info.signal.as_deref(),
         policy: info.policy.as_deref(),
+        node_error: info.node_error.as_deref(),
         completed: run.state.completed(),
         previous_plan,
     })

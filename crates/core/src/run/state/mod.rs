@@ -38,15 +38,6 @@ pub struct At {
     pub timestamp: DateTime<Utc>,
 }
 
-/// A committed `node_error` that the run has not yet failed with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeFailure {
-    pub node_id: String,
-    pub capability_id: String,
-    pub code: String,
-    pub message: String,
-}
-
 /// Post-conditions of a run's nodes: the latest results of completed nodes (summarised on
 /// `complete`) and the failed attempts of nodes that run again.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -92,7 +83,7 @@ pub struct RunState {
     /// Why the planner was asked last, or why an operator or a trigger asked for a replan since.
     pub replan: Option<ReplanInfo>,
     /// A node failure committed before the run could fail with it.
-    pub failed: Option<NodeFailure>,
+    pub failed: Option<FailedNode>,
     /// Operator requests still open (approvals, questions, human tasks), oldest first.
     pub requests: Vec<HitlRequestInfo>,
     /// The questions nodes asked operators and their answers, oldest first.
@@ -400,7 +391,7 @@ impl RunState {
         }
         self.set_node(at.seq, "node_error", &error.node_id, NodeStatus::Failed)?;
         self.post_conditions.failing.remove(&error.node_id);
-        self.failed.get_or_insert_with(|| NodeFailure {
+        self.failed.get_or_insert_with(|| FailedNode {
             node_id: error.node_id.clone(),
             capability_id: error.capability_id.clone(),
             code: error.error.code.clone(),
@@ -461,6 +452,7 @@ fn count(counts: &mut ReplanCounts, reason: ReplanReason) {
         ReplanReason::PolicyRuntimeReplan => &mut counts.runtime_policy,
         ReplanReason::PostConditionFailed => &mut counts.post_condition,
         ReplanReason::OperatorRejected | ReplanReason::OperatorReplan => &mut counts.operator,
+        ReplanReason::NodeError => &mut counts.node_error,
     };
     *counter += 1;
     counts.total += 1;
