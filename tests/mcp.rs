@@ -510,3 +510,82 @@ async fn a_server_registered_through_one_node_is_offered_by_the_others() {
     assert!(offered, "the second node offers the tools of a server registered through the first");
     assert_eq!(state, "ready", "the second node has its own session with the server");
 }
+
+/// A 2026-07-28 tool that asks for input before it finishes (an `input_required` result): the run
+/// pauses on an operator question carrying the tool's message and schema; the question survives
+/// flexrun being killed; an answer that does not fit the schema is refused and changes nothing;
+/// the operator's answer goes back to the tool in its next call, which finishes the step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_asks_for_input_pauses_the_run_until_an_operator_answers_it() {
+    let shop = McpProcess::python_modern().await;
+    let plan = json!({"nodes": [{"stage": "confirm", "capabilityId": "shop.confirm_order",
+                                 "arguments": {"item": "widget", "quantity": 3}}]});
+    let model = flexrun::llm::standin::StandIn::start(script(move |_| Reply::json(plan.clone()))).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = support::process::ServerProcess::start(dir.path(), &model.base_url, &[], &[]).await;
+    let registration = json!({"id": "shop", "url": shop.url()});
+    let registered =
+        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+    assert_eq!(registered.status().as_u16(), 201);
+    let envelope = json!({
+        "objective": "Ship an order", "inputs": {},
+        "outputContract": {"mode": "facets", "facets": ["confirm_order"]},
+        "goal_condition": [{"facet": "confirm_order", "path": "/warehouse",
+                            "condition": {"jsonLogic": {"==": [{"var": "warehouse"}, "north"]}}}]
+    });
+
+    let (run_id, response) = server.post_run(&envelope).await;
+    let frames = support::read_frames(response, usize::MAX).await;
+    let asked = frame_of(&frames, "hitl_request");
+    let request = &asked.payload["request"];
+    assert_eq!((request["kind"].as_str(), request["subject"].as_str()), (Some("clarify"), Some("node")));
+    assert_eq!(request["question"], "Ship 3 x widget? Which warehouse?");
+    assert_eq!(request["context"]["context"]["mcp"]["requestedSchema"]["required"], json!(["warehouse"]));
+    let stages = |calls: Vec<Value>| calls.iter().map(|c| c["stage"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(stages(shop.calls().await), ["entered"], "asked, not finished");
+
+    server.kill();
+    server.restart().await;
+    let resume = |text: &str| {
+        let body = json!({"runId": run_id, "operator": {"id": "op-7"},
+                          "decision": {"requestId": request["id"], "approved": true, "freeformText": text}});
+        server.http.post(server.url("/api/v1/flex/run.resume")).json(&body).send()
+    };
+    let unfit = resume(r#"{"warehouse": 7}"#).await.unwrap();
+    assert_eq!(unfit.status().as_u16(), 400);
+    let body: Value = unfit.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "answer_invalid", "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("/warehouse"), "{body}");
+    assert_eq!(support::event_log(dir.path(), &run_id).len(), frames.len(), "a refused answer records nothing");
+
+    let answered = resume("north").await.unwrap();
+    assert_eq!(answered.status().as_u16(), 200);
+    let after = support::read_frames(answered, usize::MAX).await;
+    let complete = frame_of(&after, "complete");
+    assert_eq!(complete.payload["status"], "completed", "{:?}", kinds(&after));
+    assert_eq!(
+        complete.payload["output"]["confirm_order"],
+        json!({"item": "widget", "quantity": 3, "warehouse": "north"})
+    );
+    assert_eq!(stages(shop.calls().await), ["entered", "entered", "finished"], "one more call, with the answer");
+}
+
+/// Under 2025-11-25 a tool asks in the middle of its call, which cannot wait for an operator across
+/// restarts: flexrun declares no elicitation there, and such a tool's step fails saying so.
+#[tokio::test]
+async fn a_tool_asking_for_input_over_2025_11_25_fails_its_step_clearly() {
+    let py = python_server().await;
+    let plan = json!({"nodes": [{"stage": "ask", "capabilityId": "py.ask", "arguments": {"question": "Which?"}}]});
+    let server = flexrun(plan).await;
+    assert_eq!(register(&server, python_registration(&py)).await.0, 201);
+    let frames = server
+        .run(&json!({"objective": "Ask", "inputs": {}, "outputContract": {"mode": "facets", "facets": ["ask"]},
+                     "policies": {"replan": {"enabled": false}}}))
+        .await;
+    let error = frame_of(&frames, "node_error");
+    assert_eq!(error.payload["error"]["code"], "tool_error", "{}", error.payload);
+    let message = error.payload["error"]["message"].as_str().unwrap();
+    assert!(message.contains("cannot answer a question in the middle of a call"), "{message}");
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "failed");
+    assert_eq!(py.calls().await.len(), 1);
+}

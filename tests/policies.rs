@@ -88,7 +88,7 @@ async fn a_matching_node_complete_policy_replans_and_one_that_does_not_match_doe
     assert_eq!(frames[1].payload["budget"]["used"]["total"], 0);
     assert_eq!(
         frames[6].payload["budget"]["used"],
-        json!({"total": 1, "goalCondition": 0, "capabilitySignal": 0, "runtimePolicy": 1, "operator": 0, "postCondition": 0})
+        json!({"total": 1, "goalCondition": 0, "capabilitySignal": 0, "runtimePolicy": 1, "operator": 0, "postCondition": 0, "nodeError": 0})
     );
     assert_eq!(frames[6].payload["budget"]["maxReplans"], 4);
     let run = flexrun::store::runs::get(&mut server.db(), &frames[0].run_id).unwrap();

@@ -179,7 +179,7 @@ impl Executors {
         let mcp = self.mcp.as_ref().ok_or_else(|| CapabilityError::ToolUnavailable("MCP is not set up".into()))?;
         let facet = capability.output_facets.first().map(String::as_str).unwrap_or(tool.name.as_str());
         let _slot = self.http_slots.take().await;
-        mcp.call(tool, facet, bundle, timeout).await.map(Reply::Output)
+        mcp.call(tool, facet, bundle, timeout).await
     }
 
     async fn run_http(

@@ -8,14 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
-    MetaObject, ProtocolVersion, RequestMetaObject, ServerResult, SubscriptionFilter,
+    CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams,
+    ElicitResult, Implementation, MetaObject, ProtocolVersion, RequestMetaObject, ServerResult, SubscriptionFilter,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RoleClient};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RequestContext, RoleClient,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, service::RunningService};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
 use flexrun_core::excerpt;
@@ -39,6 +41,23 @@ pub enum McpError {
     Refused(String),
 }
 
+/// The `_meta` key of a 2026-07-28 request's client capabilities.
+const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// What answers the previous round of a call that asked for input (nothing on a first call).
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    pub input_responses: Option<Map<String, Value>>,
+    pub request_state: Option<String>,
+}
+
+/// What a `tools/call` came to: its result, or (2026-07-28) what the server needs first.
+#[derive(Debug)]
+pub enum Called {
+    Result(Value),
+    InputRequired(Value),
+}
+
 /// Hears the server say its tool list changed.
 #[derive(Clone)]
 struct Handler {
@@ -48,6 +67,21 @@ struct Handler {
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
         self.changed.notify_one();
+    }
+
+    /// A 2025-11-25 server asking in the middle of a call (it should not: no elicitation is
+    /// declared). The SDK's default would decline on the operator's behalf, and the tool would go
+    /// on as if someone had said no; an error makes the tool fail, saying why.
+    async fn create_elicitation(
+        &self,
+        _request: ElicitRequestParams,
+        _cx: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        Err(rmcp::ErrorData::invalid_request(
+            "flexrun cannot answer a question in the middle of a call: it asks operators only through the \
+             2026-07-28 revision's input_required results",
+            None,
+        ))
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -109,9 +143,7 @@ impl Session {
 
     /// On a 2026-07-28 session a server announces changes only to a subscription: hold one.
     async fn listen_for_changes(&self, changed: Arc<Notify>) {
-        let modern =
-            self.service.peer_info().is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28);
-        if !modern {
+        if !self.is_modern() {
             return;
         }
         let filter = SubscriptionFilter::builder().tools_list_changed().build();
@@ -141,25 +173,47 @@ impl Session {
         Ok(tools.into_iter().filter_map(|tool| serde_json::to_value(tool).ok()).collect())
     }
 
-    /// Calls `tool` with `arguments`, `meta` as the request's `_meta`; the result as JSON.
+    /// Calls `tool` with `arguments`, `meta` as the request's `_meta`, and what answers an earlier
+    /// round's `input_required` result; the result (or a new `input_required`) as JSON.
+    ///
+    /// On a 2026-07-28 session the call declares form elicitation: the server may then ask through
+    /// an `input_required` result, which a run turns into an operator's question. A 2025-11-25
+    /// session declares none: there a server would ask in the middle of the call, which cannot
+    /// wait for an operator across restarts.
     pub async fn call(
         &self,
         tool: &str,
         arguments: Map<String, Value>,
         meta: Map<String, Value>,
+        round: Round,
         timeout: Duration,
-    ) -> Result<Value, McpError> {
+    ) -> Result<Called, McpError> {
         let mut params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        params.input_responses = round.input_responses.map(|responses| responses.into_iter().collect());
+        params.request_state = round.request_state;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let options = PeerRequestOptions::with_timeout(timeout);
+        let mut options = PeerRequestOptions::with_timeout(timeout);
+        if self.is_modern() {
+            let capabilities =
+                Map::from_iter([(CLIENT_CAPABILITIES.to_string(), json!({"elicitation": {"form": {}}}))]);
+            options.meta = Some(RequestMetaObject(MetaObject(capabilities)));
+        }
         let handle = self.service.send_request_with_option(request, options).await.map_err(|e| self.failed(e))?;
+        let unreadable = |e: serde_json::Error| McpError::Refused(format!("unreadable result: {e}"));
         match handle.await_response().await.map_err(|e| self.failed(e))? {
             ServerResult::CallToolResult(result) => {
-                serde_json::to_value(result).map_err(|e| McpError::Refused(format!("unreadable result: {e}")))
+                serde_json::to_value(result).map(Called::Result).map_err(unreadable)
+            }
+            ServerResult::InputRequiredResult(asked) if self.is_modern() => {
+                serde_json::to_value(asked).map(Called::InputRequired).map_err(unreadable)
             }
             _ => Err(McpError::Refused("the answer to tools/call is not a tool result".into())),
         }
+    }
+
+    fn is_modern(&self) -> bool {
+        self.service.peer_info().is_some_and(|info| info.protocol_version == ProtocolVersion::V_2026_07_28)
     }
 
     fn failed(&self, error: rmcp::ServiceError) -> McpError {

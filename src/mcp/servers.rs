@@ -17,11 +17,12 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, watch};
 
-use super::client::{McpError, Session};
+use super::client::{Called, McpError, Round, Session};
 use crate::store::Store;
 use crate::store::mcp_servers::{self as rows, McpServerRow};
 use crate::validation::FieldError;
-use flexrun_core::capability::{Capability, CapabilityError, ContextBundle, EndpointAllowlist};
+use flexrun_core::capability::{Capability, CapabilityError, ContextBundle, EndpointAllowlist, Reply, Signal};
+use flexrun_core::mcp::question::{self, InputRequired};
 use flexrun_core::mcp::{McpServer, McpTool, ToolDescription, arguments, tool};
 
 /// Receives a server's tools as capabilities, whenever they are listed (the capability registry).
@@ -36,6 +37,10 @@ const RESYNC: Duration = Duration::from_secs(10);
 
 /// The first wait before trying an unreachable server again; doubled up to its refresh period.
 const FIRST_RETRY: Duration = Duration::from_millis(500);
+
+/// How many times in a row a server may answer a call with nothing but state to echo (an
+/// `input_required` result without a question) before the call fails.
+const MAX_STATE_ROUNDS: usize = 4;
 
 /// Why a registration was refused.
 #[derive(Debug, thiserror::Error)]
@@ -334,14 +339,15 @@ impl McpServers {
     }
 
     /// Calls `tool` for the node `bundle` describes: its arguments completed from the node's
-    /// facets, the run, node and attempt in `_meta`. The result, as the node's output facet.
+    /// facets, the run, node and attempt in `_meta`, the operator's answer when the tool asked a
+    /// question before. The result as the node's output facet, or the tool's (next) question.
     pub async fn call(
         &self,
         tool: &McpTool,
         facet: &str,
         bundle: &ContextBundle,
         timeout: Duration,
-    ) -> Result<Value, CapabilityError> {
+    ) -> Result<Reply, CapabilityError> {
         let (server, changed, offered) = {
             let entries = self.entries();
             let entry = entries.get(&tool.server);
@@ -368,11 +374,29 @@ impl McpServers {
             ("flexrun/attempt".to_string(), json!(bundle.attempt)),
         ]);
         let session = self.session(&server, changed).await.map_err(|e| self.unreachable(&server.id, e))?;
-        match session.call(&tool.name, arguments, meta, server.timeout.min(timeout)).await {
-            Ok(result) => tool::output(tool, facet, &result),
-            Err(McpError::Refused(message)) => Err(CapabilityError::Protocol(message)),
-            Err(error) => Err(self.unreachable(&server.id, error)),
+        let mut round = bundle.tool_answer.as_ref().map_or_else(Round::default, |answer| Round {
+            input_responses: Some(answer.input_responses()),
+            request_state: answer.request_state.clone(),
+        });
+        for _ in 0..MAX_STATE_ROUNDS {
+            let called = session.call(&tool.name, arguments.clone(), meta.clone(), round, server.timeout.min(timeout));
+            let asked = match called.await {
+                Ok(Called::Result(result)) => return tool::output(tool, facet, &result).map(Reply::Output),
+                Ok(Called::InputRequired(asked)) => asked,
+                Err(McpError::Refused(message)) => return Err(CapabilityError::Protocol(message)),
+                Err(error) => return Err(self.unreachable(&server.id, error)),
+            };
+            match question::read(&asked)? {
+                InputRequired::Question(question) => {
+                    let context = Some(question.context());
+                    return Ok(Reply::Signal(Signal::Clarify { question: question.message, context }));
+                }
+                InputRequired::StateOnly(state) => round = Round { input_responses: None, request_state: Some(state) },
+            }
         }
+        Err(CapabilityError::Protocol(format!(
+            "the server asked to be called again {MAX_STATE_ROUNDS} times without a result or a question"
+        )))
     }
 
     /// A call that could not reach the server: its session is dropped (the next call opens a new

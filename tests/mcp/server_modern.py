@@ -10,8 +10,8 @@ http://127.0.0.1:PORT/mcp and GET /healthz (readiness). Tools:
   (form elicitation, `Ship {quantity} x {item}? Which warehouse?`, one required string `warehouse`);
   on 2026-07-28 as an input_required result answered by a retried tools/call (MRTR), on older
   revisions as an `elicitation/create` request; declined or cancelled -> isError.
-GET /calls returns {"confirm_order": n}, n counting the tools/call requests that reached
-confirm_order (each MRTR round counts).
+GET /calls lists the confirm_order calls: {"tool", "stage": "entered"} for each tools/call that
+reached it (each MRTR round), {"tool", "stage": "finished"} when one finished with an answer.
 """
 
 import sys
@@ -26,7 +26,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 mcp = MCPServer("flexrun-test-modern")
-calls = {"confirm_order": 0}
+# Every tools/call that reached confirm_order ("entered", each MRTR round) and every one that
+# finished with an answer ("finished"), in order.
+CALLS: list[dict[str, str]] = []
 
 
 class Sum(BaseModel):
@@ -59,8 +61,8 @@ class Order(BaseModel):
 
 
 async def ask_warehouse(item: str, quantity: int) -> Elicit[Warehouse]:
-    """Runs on every round of a confirm_order call (so it counts them) and asks the user."""
-    calls["confirm_order"] += 1
+    """Runs on every round of a confirm_order call (so it records them) and asks the user."""
+    CALLS.append({"tool": "confirm_order", "stage": "entered"})
     return Elicit(f"Ship {quantity} x {item}? Which warehouse?", Warehouse)
 
 
@@ -71,12 +73,13 @@ def confirm_order(
     """Asks the user to confirm an order and pick its warehouse."""
     if not isinstance(answer, AcceptedElicitation):
         raise ToolError(f"order not confirmed (the user chose {answer.action})")
+    CALLS.append({"tool": "confirm_order", "stage": "finished"})
     return Order(item=item, quantity=quantity, warehouse=answer.data.warehouse)
 
 
 @mcp.custom_route("/calls", methods=["GET"])
 async def call_counts(_request: Request) -> Response:
-    return JSONResponse(calls)
+    return JSONResponse(CALLS)
 
 
 @mcp.custom_route("/healthz", methods=["GET"])

@@ -81,6 +81,8 @@ error_codes! {
         "The payload is for another human node than the one the run waits for.";
     AnswerRequired => "answer_required", 400,
         "The run waits for the answer to a question: send it as `decision.freeformText`.";
+    AnswerInvalid => "answer_invalid", 400,
+        "The answer does not fit the schema a tool's question asked for; nothing was recorded.";
     // 401, 403: who sent the request.
     Unauthenticated => "unauthenticated", 401,
         "No API key was sent while keys are configured (or the browser session ended).";

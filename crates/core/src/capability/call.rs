@@ -12,6 +12,7 @@ use super::signal::InvalidSignal;
 use crate::condition::GoalConditionResult;
 use crate::contract::{OutputContract, SchemaViolation};
 use crate::llm::LlmError;
+use crate::mcp::question::{ToolAnswer, ToolQuestion, UnsupportedInput};
 
 /// What a node's capability is given (and what an `http` capability receives as its body).
 #[derive(Debug, Clone, Serialize)]
@@ -45,6 +46,9 @@ pub struct ContextBundle {
     /// servers (with the run and node ids) so that they can tell a retry from a new call.
     #[serde(skip)]
     pub attempt: u32,
+    /// An MCP tool node that asked a question and was answered: what its call sends back.
+    #[serde(skip)]
+    pub tool_answer: Option<ToolAnswer>,
 }
 
 /// The post-conditions the previous output failed, and how many attempts are left.
@@ -67,6 +71,9 @@ pub struct Clarification {
     /// `None` while the question waits for its answer.
     pub answer: Option<String>,
     pub answered_at: Option<String>,
+    /// An MCP tool's question: what its next call must answer (not sent to `http` capabilities).
+    #[serde(skip)]
+    pub tool_question: Option<ToolQuestion>,
 }
 
 /// Why a capability produced no usable output.
@@ -109,6 +116,9 @@ pub enum CapabilityError {
     /// The MCP server refused the call (a JSON-RPC error), bounded: not the tool's own failure.
     #[error("the MCP server refused the call: {0}")]
     Protocol(String),
+    /// The tool asked for input flexrun cannot give (sampling, roots, a URL, several at once).
+    #[error(transparent)]
+    ToolInput(#[from] UnsupportedInput),
 }
 
 impl CapabilityError {
@@ -128,6 +138,7 @@ impl CapabilityError {
             | Self::ToolUnavailable(_)
             | Self::ArgumentUnresolved(_)
             | Self::Protocol(_)
+            | Self::ToolInput(_)
             | Self::Signal(_) => false,
         }
     }
@@ -175,6 +186,7 @@ impl CapabilityError {
             Self::ToolUnavailable(_) => Self::TOOL_UNAVAILABLE,
             Self::ArgumentUnresolved(_) => Self::ARGUMENT_UNRESOLVED,
             Self::Protocol(_) => "mcp_error",
+            Self::ToolInput(_) => "tool_input_unsupported",
         }
     }
 }

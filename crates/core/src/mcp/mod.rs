@@ -5,6 +5,7 @@
 //! under which output facet, and how long a call and a refresh of its tool list may take.
 
 pub mod arguments;
+pub mod question;
 pub mod tool;
 
 pub use crate::capability::{McpTool, ToolHints};

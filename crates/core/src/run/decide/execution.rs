@@ -11,8 +11,10 @@ use crate::capability::{Capability, CapabilityError, ContextBundle, Executor, Po
 use crate::condition::{FacetSource, GoalConditionResult};
 use crate::events::Event;
 use crate::events::payload::*;
+use crate::mcp::question::ToolAnswer;
 use crate::plan::{NodeStatus, PlanNode};
 use crate::retry::Retry as RetryDelay;
+use crate::run::state::RunState;
 use crate::run::status::RunStatus;
 
 /// Nodes that may start now, at most `capacity`: pending, every predecessor completed, and
@@ -147,7 +149,15 @@ pub fn bundle(run: &Run, node: &PlanNode) -> ContextBundle {
         post_condition_failures,
         arguments: node.arguments.clone(),
         attempt: 1,
+        tool_answer: if rerun { None } else { tool_answer(state, node) },
     }
+}
+
+/// The answer an MCP tool node's call sends back: its last question's, once answered. A node that
+/// runs again after completing starts a new call, with no answer.
+fn tool_answer(state: &RunState, node: &PlanNode) -> Option<ToolAnswer> {
+    let last = state.clarifications.iter().rev().find(|c| c.node_id == node.id)?;
+    Some(last.tool_question.as_ref()?.answered(last.answer.as_deref()?))
 }
 
 /// What a node's accepted output records: `node_complete`, or — when a value breaks the facet

@@ -12,6 +12,7 @@ use crate::contract::SchemaViolation;
 use crate::error_code::ErrorCode;
 use crate::events::Event;
 use crate::events::payload::*;
+use crate::mcp::question::ToolQuestion;
 use crate::replan_budget::ReplanLimits;
 use crate::run::operator::{Actor, Answer, Command};
 use crate::run::state::RunState;
@@ -428,6 +429,14 @@ fn clarification(pending: &Pending, approved: bool, text: Option<String>, actor:
             pending.info.id
         ),
     })?;
+    let answer = match ToolQuestion::from_context(&pending.info.context) {
+        // A tool's question: the answer is recorded as the content its next call sends.
+        Some(question) => question
+            .content(&answer)
+            .map_err(|message| Refusal::Mismatch { code: ErrorCode::AnswerInvalid, message })?
+            .to_string(),
+        None => answer,
+    };
     let info = DecisionInfo { answer: Some(answer.clone()), ..decision_info(Verdict::Answered, None, &actor) };
     let mut decision = Decision::of(vec![resolved(pending, info, None)]);
     decision.record = Some(record(pending, Verdict::Answered, None, Some(json!({"answer": answer})), &actor));
@@ -708,6 +717,36 @@ mod tests {
         assert!(matches!(decide_now(&state, resume(wrong)), Err(Refusal::Mismatch { code: ErrorCode::WrongNode, .. })));
         let approve = decide_now(&state, resume(decide_answer(true, None)));
         assert!(matches!(approve, Err(Refusal::Mismatch { code: ErrorCode::HumanPayloadRequired, .. })));
+    }
+
+    #[test]
+    fn a_tools_question_takes_an_answer_fitting_its_schema_and_gives_it_to_the_next_call() {
+        let review = plan(1, vec![node("review", "human.review", &["brief"], &["review"])]);
+        let question = json!({"inputKey": "k", "message": "Which warehouse?", "requestState": "s1",
+                              "requestedSchema": {"type": "object", "required": ["warehouse"],
+                                                  "properties": {"warehouse": {"type": "string", "minLength": 2}}}});
+        let context = json!({"capabilityId": "shop.confirm", "label": "Confirm", "context": {"mcp": question}});
+        let state = Fixture::new(json!({})).fold(&[
+            run_started(),
+            requested(1, None),
+            generated(review, None),
+            Event::NodeStart(node_start_of("review")),
+            request("q1", HitlKind::Clarify, HitlSubject::Node, Some("review"), context),
+            Event::Log(Log::paused(Log::PAUSES[2], "awaiting_hitl", vec!["review".into()])),
+        ]);
+        let unfit = decide_now(&state, resume(decide_answer(true, Some("n"))));
+        let Err(Refusal::Mismatch { code: ErrorCode::AnswerInvalid, message }) = unfit else { panic!("{unfit:?}") };
+        assert!(message.contains("/warehouse"), "{message}");
+
+        let d = decide_now(&state, resume(decide_answer(true, Some("north")))).unwrap();
+        let Event::HitlResolved(closed) = &d.events[0] else { panic!("{:?}", kinds(&d)) };
+        assert_eq!(closed.decision.as_ref().unwrap().answer.as_deref(), Some(r#"{"warehouse":"north"}"#));
+        let answered = after(&state, &d);
+        let node = answered.plan().unwrap().node("review").unwrap().clone();
+        let fixture = Fixture::new(json!({}));
+        let answer = super::super::execution::bundle(&fixture.run(&answered), &node).tool_answer.expect("an answer");
+        assert_eq!((answer.input_key.as_str(), answer.request_state.as_deref()), ("k", Some("s1")));
+        assert_eq!(answer.content, json!({"warehouse": "north"}));
     }
 
     #[test]

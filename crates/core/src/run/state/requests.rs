@@ -4,6 +4,7 @@
 use super::{ApplyError, At, RunState, rfc3339};
 use crate::capability::Clarification;
 use crate::events::payload::*;
+use crate::mcp::question::ToolQuestion;
 use crate::plan::NodeStatus;
 use crate::run::status::RunStatus;
 
@@ -37,6 +38,7 @@ impl RunState {
                     asked_at: request.created_at.clone(),
                     answer: None,
                     answered_at: None,
+                    tool_question: ToolQuestion::from_context(&request.context),
                 });
             }
             // An approval of a plan or of the result: the run waits for it.
