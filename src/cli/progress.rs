@@ -298,6 +298,7 @@ mod tests {
             inputs: None,
             replan_limits: None,
             budget: None,
+            forked_from: None,
         });
         assert_eq!(describe(&frame(start)), Shown::line("▶ run r1".into()));
         let started = Event::NodeStart(NodeStart {

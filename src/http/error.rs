@@ -9,6 +9,7 @@ use crate::envelope::EnvelopeError;
 use crate::error_code::ErrorCode;
 use crate::excerpt;
 use crate::mcp::McpRegistryError;
+use crate::run::fork::ForkError;
 use crate::run::{ControlError, StartError};
 use crate::store::StoreError;
 use crate::thread::ThreadError;
@@ -189,6 +190,16 @@ impl From<StartError> for ApiError {
             StartError::KeyReused { .. } => Self::new(ErrorCode::IdempotencyKeyReused, error.to_string()),
             StartError::Store(error) => error.into(),
             StartError::Envelope(error) => error.into(),
+        }
+    }
+}
+
+impl From<ForkError> for ApiError {
+    fn from(error: ForkError) -> Self {
+        match error {
+            ForkError::Refused(details) => Self::invalid_request(details),
+            ForkError::Start(error) => error.into(),
+            ForkError::Unreadable(error) => Self::internal(error),
         }
     }
 }

@@ -7,6 +7,7 @@ mod body;
 mod capabilities;
 mod conditions;
 mod error;
+mod fork;
 mod idempotency;
 mod openapi;
 mod operator;
@@ -60,6 +61,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(operator::decline)
                     .service(runs::get_events)
                     .service(runs::follow_run)
+                    .service(fork::fork_run)
                     .service(capabilities::register)
                     .service(capabilities::list)
                     .service(capabilities::register_mcp_server)

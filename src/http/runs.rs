@@ -70,7 +70,7 @@ fn thread_id(id: &str) -> Result<ThreadId, ApiError> {
 }
 
 /// An `X-Correlation-Id` header, if sent: at most 200 visible ASCII characters.
-fn correlation_id(req: &HttpRequest) -> Result<Option<String>, ApiError> {
+pub(super) fn correlation_id(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     let Some(value) = req.headers().get("x-correlation-id") else { return Ok(None) };
     match value.to_str() {
         Ok(id) if !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic()) => {
@@ -88,7 +88,7 @@ fn not_found(run_id: &RunId) -> ApiError {
 }
 
 /// The run's row, if `caller` may see the run; 404 (as for a run that does not exist) if not.
-async fn visible(services: &Services, caller: &Caller, run_id: &RunId) -> Result<RunRow, ApiError> {
+pub(super) async fn visible(services: &Services, caller: &Caller, run_id: &RunId) -> Result<RunRow, ApiError> {
     let lookup = run_id.clone();
     let row = services.store.read(move |conn| runs::get(conn, lookup.as_str())).await.map_err(run_error(run_id))?;
     if caller.may_see(row.owner.as_deref()) { Ok(row) } else { Err(not_found(run_id)) }
@@ -140,13 +140,14 @@ pub async fn get_run(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
-    let view = RunView::read(&services, &run_id).await.map_err(|error| match error {
+    let mut view = RunView::read(&services, &run_id).await.map_err(|error| match error {
         ViewError::Store(error) => run_error(&run_id)(error),
         ViewError::Unreadable(error) => ApiError::internal(error),
     })?;
     if !caller.may_see(view.run.owner.as_deref()) {
         return Err(not_found(&run_id));
     }
+    view.run.forks.retain(|fork| caller.may_see(fork.owner.as_deref()));
     let href = |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", query_escape(pointer));
     let body = view.document(href).map_err(ApiError::internal)?;
     Ok(HttpResponse::Ok().json(services.redaction.value(body)))

@@ -28,6 +28,7 @@ use crate::store::StoreError;
 use crate::store::events::LoggedFrame;
 use crate::store::runs::{self, RunRow};
 use crate::thread::ThreadRule;
+use flexrun_core::run::fork::ForkPlan;
 
 /// A run that was just created (or, for a repeated idempotency key, found again).
 pub struct StartedRun {
@@ -68,11 +69,37 @@ pub enum StartError {
 /// run, that run's stream is returned instead (from `start`), if the request body is the same.
 pub async fn start(
     services: &Arc<Services>,
+    envelope: TaskEnvelope,
+    correlation_id: Option<String>,
+    idempotency: Option<Idempotency>,
+    owner: &str,
+    thread_rule: ThreadRule,
+) -> Result<StartedRun, StartError> {
+    create(services, envelope, correlation_id, idempotency, owner, thread_rule, None).await
+}
+
+/// Creates a fork of another run, as [`start`] creates a run: its first commit holds the row, the
+/// `start` frame (with `forkedFrom`), the parent's plan version `fork` installs and a
+/// `node_complete` for each node it reuses; its coordinator then executes what is left.
+pub(super) async fn start_fork(
+    services: &Arc<Services>,
+    envelope: TaskEnvelope,
+    fork: ForkPlan,
+    correlation_id: Option<String>,
+    idempotency: Option<Idempotency>,
+    owner: &str,
+) -> Result<StartedRun, StartError> {
+    create(services, envelope, correlation_id, idempotency, owner, ThreadRule::Shared, Some(fork)).await
+}
+
+async fn create(
+    services: &Arc<Services>,
     mut envelope: TaskEnvelope,
     correlation_id: Option<String>,
     idempotency: Option<Idempotency>,
     owner: &str,
     thread_rule: ThreadRule,
+    fork: Option<ForkPlan>,
 ) -> Result<StartedRun, StartError> {
     let run_id = RunId::generate();
     let correlation_id =
@@ -98,6 +125,7 @@ pub async fn start(
         inputs: Some(envelope.inputs.clone()),
         replan_limits: Some(replan_limits),
         budget,
+        forked_from: fork.as_ref().map(|fork| fork.forked_from.clone()),
     });
     let now = crate::store::now();
     let row = RunRow {
@@ -123,7 +151,7 @@ pub async fn start(
         operator_replans: 0,
         post_condition_replans: 0,
         owner: Some(owner.to_string()),
-        parent_run_id: envelope.rerun_of.clone(),
+        parent_run_id: fork.as_ref().map(|fork| fork.forked_from.run_id.clone()).or_else(|| envelope.rerun_of.clone()),
         max_replans: Some(i32::try_from(replan_limits.max_replans).unwrap_or(i32::MAX)),
         usage: None,
     };
@@ -132,7 +160,12 @@ pub async fn start(
     let state = RunState::new(&run_id, &correlation_id);
     let log = RunLog::create(services, claim, state, row, thread_rule);
     let mut coordinator = Coordinator::new(services.clone(), Arc::new(envelope), log);
-    if let Err(error) = coordinator.open(start).await {
+    let forked = fork.is_some();
+    let opened = match fork {
+        None => coordinator.open(start).await,
+        Some(fork) => coordinator.open_fork(start, fork).await,
+    };
+    if let Err(error) = opened {
         coordinator.abandon();
         let error = match error {
             log::LogError::Store(error) => error,
@@ -149,9 +182,9 @@ pub async fn start(
         };
     }
     crate::telemetry::run_started();
-    tracing::info!(%run_id, owner, "run started");
+    tracing::info!(%run_id, owner, forked, "run started");
     let owner = coordinator.owner();
-    spawn(services, owner, coordinator.drive(Resume::Requested));
+    spawn(services, owner, coordinator.drive(if forked { Resume::Execute } else { Resume::Requested }));
     let frames = follow_new(services, live, run_id.to_string()).boxed();
     Ok(StartedRun { run_id, frames, replayed: false })
 }

@@ -22,6 +22,7 @@ pub mod backlog;
 pub mod control;
 mod coordinator;
 pub mod follow;
+pub mod fork;
 pub mod inbox;
 pub mod lease;
 pub mod lifecycle;

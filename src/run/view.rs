@@ -15,7 +15,7 @@ use super::status::RunStatus;
 use super::stored::{LegacyStart, ResumeError};
 use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
-use crate::events::payload::{HitlRequestInfo, ReplanInfo, RequestStatus, Verdict};
+use crate::events::payload::{ForkedFrom, HitlRequestInfo, ReplanInfo, RequestStatus, Verdict};
 use crate::events::{Event, Seq};
 use crate::plan::{Plan, StoredNodeStatus};
 use crate::replan_budget::{BudgetView, ReplanCounts};
@@ -93,9 +93,16 @@ pub struct RunSummary {
     /// The seq of the run's last frame: a client following its stream from here misses nothing.
     #[serde(default)]
     pub last_seq: u64,
-    /// The run this one was started again from (`metadata.rerunOf`).
+    /// The run this one was started again from (`metadata.rerunOf`) or forked from.
     #[serde(default)]
     pub parent_run_id: Option<String>,
+    /// Where the run was forked from: the parent's run, plan version and node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
+    /// The runs forked (or started again) from this one, oldest first, that the reader may see
+    /// ([`Self::visible_to`]).
+    #[serde(default)]
+    pub forks: Vec<Derived>,
     /// What its model calls used and cost, with a breakdown by model.
     #[serde(default)]
     pub usage: Option<Usage>,
@@ -284,11 +291,25 @@ impl RunListEntry {
 
 /// The rows a view needs besides the run's log.
 struct Rows {
+    forks: Vec<(String, Option<String>)>,
     nodes: Vec<PlanNodeRow>,
     outputs: Vec<RunOutputRow>,
     requests: Vec<RequestRow>,
     decisions: Vec<DecisionRow>,
     lease: Option<leases::LeaseRow>,
+}
+
+/// The most forks a run document lists.
+const FORKS_SHOWN: i64 = 100;
+
+/// A run forked or started again from another: its id, as the document lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Derived {
+    pub run_id: String,
+    /// Who owns it: a caller is shown only its own.
+    #[serde(skip)]
+    pub owner: Option<String>,
 }
 
 /// Why a run cannot be shown.
@@ -351,6 +372,7 @@ impl RunView {
                 let (requests, decisions) = hitl::for_run(conn, &id)?;
                 let lease = if leased { Some(leases::of(conn, &id)?) } else { None };
                 Ok(Rows {
+                    forks: runs::reruns_of(conn, &id, FORKS_SHOWN)?,
                     nodes: plans::nodes(conn, &id)?,
                     outputs: plans::outputs(conn, &id)?,
                     requests,
@@ -384,6 +406,12 @@ impl RunView {
             updated_at: row.updated_at.and_utc(),
             last_seq: state.last_seq.get(),
             parent_run_id: row.parent_run_id.clone(),
+            forked_from: state.forked_from.clone(),
+            forks: rows
+                .forks
+                .iter()
+                .map(|(run_id, owner)| Derived { run_id: run_id.clone(), owner: owner.clone() })
+                .collect(),
             usage: Some(state.usage.total.clone()),
             budget: state.budget.map(|limits| SpendingView { limits, spent: state.usage.spent }),
         };

@@ -54,7 +54,7 @@ pub struct Endpoint {
 }
 
 /// Every endpoint, in the order the API documentation lists them.
-pub const ENDPOINTS: [Endpoint; 19] = [
+pub const ENDPOINTS: [Endpoint; 20] = [
     Endpoint {
         method: Method::GET,
         path: "/metrics",
@@ -232,6 +232,21 @@ pub const ENDPOINTS: [Endpoint; 19] = [
         body: None,
         success: Success::Events,
         errors: &[404],
+    },
+    Endpoint {
+        method: Method::POST,
+        path: "/api/v1/flex/runs/{id}/fork",
+        id: "forkRun",
+        summary: "Start a new run from a plan version or step of this one, reusing what was done, and stream it",
+        access: Access::Caller,
+        query: &[],
+        headers: &[
+            ("Idempotency-Key", "Retries with the same key and body re-join the fork it started"),
+            ("X-Correlation-Id", "1 to 200 visible ASCII characters, carried by every frame"),
+        ],
+        body: Some(RequestBody::Optional(fork)),
+        success: Success::Events,
+        errors: &[404, 409],
     },
     Endpoint {
         method: Method::POST,

@@ -60,6 +60,10 @@ pub(super) fn cancel() -> Value {
     embedded(crate::http::operator::CANCEL.document())
 }
 
+pub(super) fn fork() -> Value {
+    embedded(crate::http::fork::FORK.document())
+}
+
 pub(super) fn decline() -> Value {
     embedded(crate::http::operator::DECLINE.document())
 }

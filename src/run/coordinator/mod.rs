@@ -35,6 +35,7 @@ use crate::retry::{Backoff, RetrySchedule};
 use crate::services::Services;
 use crate::store::StoreError;
 use crate::timeouts::Timeouts;
+use flexrun_core::run::fork::ForkPlan;
 
 /// What a resumed coordinator does first.
 #[derive(Debug, Clone, PartialEq)]
@@ -204,6 +205,16 @@ impl Coordinator {
         self.stage(vec![start])?;
         let request = decide::planning::request(&self.run(), crate::plan::Phase::Initial, None);
         self.log.record(vec![request]).await
+    }
+
+    /// Creates a fork in one commit: its row (`running`), its `start` frame, the parent's plan
+    /// version as its first and the `node_complete` of each node it reuses. Then [`Self::drive`]
+    /// it from [`Resume::Execute`].
+    pub(super) async fn open_fork(&mut self, start: Event, fork: ForkPlan) -> Result<(), LogError> {
+        self.stage(vec![start])?;
+        let now = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let frames = fork.frames(self.log.run_id().as_str(), &now);
+        self.log.record(frames).await
     }
 
     /// Lets go of a run that was never created (its first commit failed).

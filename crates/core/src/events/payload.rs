@@ -18,6 +18,7 @@ use crate::excerpt;
 pub use crate::plan::Phase;
 use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
 use crate::replan_budget::{BudgetView, ReplanLimits};
+pub use crate::run::fork::{ForkedFrom, ReusedFrom};
 pub use crate::runtime_policy::TriggerKind;
 use crate::usage::Usage;
 
@@ -41,6 +42,9 @@ pub struct Start {
     /// The budget resolved at start (`policies.budget` over `[budget]`); absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetLimits>,
+    /// The run this one was forked from, and where (`crate::run::fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkedFrom>,
 }
 
 /// What asked for a replan (`replan.reason`, `trigger.reason`).
@@ -326,6 +330,9 @@ pub struct NodeComplete {
     /// without model calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Box<Usage>>,
+    /// A fork's node that did not run: whose output it took (`crate::run::fork`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<ReusedFrom>,
 }
 
 /// The post-condition results of a completed node, as `complete` summarises them.

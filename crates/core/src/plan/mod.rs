@@ -180,6 +180,8 @@ pub struct Plan {
 pub enum Phase {
     Initial,
     Replan,
+    /// A fork's first plan: a version of its parent's, installed without a planner call.
+    Fork,
 }
 
 /// How a plan came to be.

@@ -5,6 +5,7 @@
 
 pub mod context;
 pub mod decide;
+pub mod fork;
 pub mod id;
 pub mod legacy;
 pub mod operator;

@@ -34,7 +34,8 @@ impl RunStatus {
     /// The statuses a run may move to from this one.
     pub fn successors(self) -> &'static [RunStatus] {
         match self {
-            Pending => &[Planning, Failed, Cancelled],
+            // A fork's first commit installs its parent's plan: it runs without planning.
+            Pending => &[Planning, Running, Failed, Cancelled],
             Planning => &[Running, AwaitingHitl, Failed, Cancelled],
             Running => &[Planning, AwaitingHitl, AwaitingHuman, Completed, Failed, Cancelled],
             AwaitingHitl | AwaitingHuman => &[Running, Planning, Failed, Cancelled],
@@ -86,7 +87,7 @@ mod tests {
     #[test]
     fn transition_table() {
         let allowed: &[(RunStatus, &[RunStatus])] = &[
-            (Pending, &[Planning, Failed, Cancelled]),
+            (Pending, &[Planning, Running, Failed, Cancelled]),
             (Planning, &[Running, AwaitingHitl, Failed, Cancelled]),
             (Running, &[Planning, AwaitingHitl, AwaitingHuman, Completed, Failed, Cancelled]),
             (AwaitingHitl, &[Running, Planning, Failed, Cancelled]),

@@ -182,6 +182,7 @@ pub fn completed(
         executor_type: None,
         post_condition_results,
         usage: None,
+        reused_from: None,
     })])
 }
 

@@ -359,6 +359,7 @@ fn accept_candidate(pending: &Pending, now: DateTime<Utc>, decision: &mut Decisi
         executor_type: None,
         post_condition_results: request.post_condition_results,
         usage: None,
+        reused_from: None,
     }));
 }
 
@@ -402,6 +403,7 @@ fn submission(
             executor_type: Some(ExecutorType::Human),
             post_condition_results: Vec::new(),
             usage: None,
+            reused_from: None,
         }),
     ]);
     decision.record = Some(record(pending, Verdict::Submitted, None, Some(output), &actor));

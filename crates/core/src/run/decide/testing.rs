@@ -155,6 +155,7 @@ pub fn bare_start() -> Start {
         inputs: None,
         replan_limits: None,
         budget: None,
+        forked_from: None,
     }
 }
 
@@ -241,6 +242,7 @@ pub fn node_complete(id: &str, capability: &str, output: Value) -> Event {
         executor_type: None,
         post_condition_results: Vec::new(),
         usage: None,
+        reused_from: None,
     })
 }
 

@@ -104,6 +104,8 @@ pub struct RunState {
     pub end: Option<Complete>,
     /// The replan caps the run was started with (its `start` frame).
     pub replan_limits: Option<ReplanLimits>,
+    /// The run this one was forked from (its `start` says).
+    pub forked_from: Option<crate::run::fork::ForkedFrom>,
     /// The run's budget: as started with (`start`), or as an operator last raised it.
     pub budget: Option<BudgetLimits>,
     /// What the run's model calls used, as its frames record it.
@@ -154,6 +156,7 @@ impl RunState {
             context: RunContext::default(),
             end: None,
             replan_limits: None,
+            forked_from: None,
             budget: None,
             usage: RunUsage::default(),
         }
@@ -314,6 +317,7 @@ impl RunState {
         self.started_at = Some(at.timestamp);
         self.replan_limits = start.replan_limits;
         self.budget = start.budget;
+        self.forked_from = start.forked_from.clone();
         let inputs = start.inputs.clone().unwrap_or_default();
         self.context = RunContext::seeded(inputs, &rfc3339(at.timestamp));
     }

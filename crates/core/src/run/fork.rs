@@ -1,0 +1,258 @@
+//! A fork: a new run that starts from a point of another run, reusing the work done before it.
+//! From the parent's log and what the fork asks for, [`resolve`] works out the plan the new run
+//! starts with (a version of the parent's, renumbered 1) and which of its nodes are reused — with
+//! the parent's output, or one the fork gives — instead of run again. No I/O: the server reads the
+//! log, checks replaced outputs against their capabilities, and commits what this decides.
+//!
+//! The fork point:
+//! - `fromVersion: N` alone — version N is executed again, reusing only the nodes N kept from
+//!   earlier versions (`completed` in it), with their outputs from before N was generated;
+//! - `fromNode: X` (in version N, the latest by default) — everything the parent completed up to
+//!   the end of version N is reused, except X and every node after it;
+//! - neither — the latest version, everything completed reused.
+//!
+//! Then a replaced output (`outputs`) makes the nodes after that node run again, and so does a
+//! changed input facet for the nodes that read it (and the nodes after them).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::events::payload::{NodeComplete, PlanGenerated, PlanView};
+use crate::events::{DecodedFrame, Event, Seq};
+use crate::plan::{IndexedPlan, NodeId, NodeStatus, Phase, Plan, PlanMetadata};
+
+/// Where a fork starts, as its request gives it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ForkPoint {
+    pub from_version: Option<u32>,
+    pub from_node: Option<String>,
+}
+
+/// What a fork changes: outputs of completed nodes, and the input facets whose values differ
+/// from the parent's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ForkChanges {
+    pub outputs: BTreeMap<String, Value>,
+    pub changed_inputs: BTreeSet<String>,
+}
+
+/// Where a run was forked from (`start.forkedFrom`, the run document).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkedFrom {
+    pub run_id: String,
+    /// The parent's plan version the fork started from.
+    pub version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+}
+
+/// Where a reused node's output comes from (`node_complete.reusedFrom`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReusedFrom {
+    pub run_id: String,
+    pub node_id: String,
+    /// The seq of the parent's `node_complete`.
+    pub seq: u64,
+    /// The fork gave this node's output instead of the parent's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replaced: bool,
+}
+
+/// A node the fork does not run: its output and where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reused {
+    pub node_id: String,
+    pub capability_id: String,
+    pub label: String,
+    pub output: Value,
+    pub from: ReusedFrom,
+}
+
+/// What a fork starts with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForkPlan {
+    pub forked_from: ForkedFrom,
+    /// The parent's version, as the fork's version 1: reused nodes `completed`, the others
+    /// `pending`.
+    pub plan: Plan,
+    /// In plan order.
+    pub reused: Vec<Reused>,
+}
+
+/// Why a fork cannot start; each names the request's field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForkError {
+    #[error("the run has no plan yet: there is nothing to fork from")]
+    NoPlan,
+    #[error("the run has no plan version {version} (its versions are 1 to {latest})")]
+    UnknownVersion { version: u32, latest: u32 },
+    #[error("plan version {version} has no node `{node}`")]
+    UnknownNode { node: String, version: u32, pointer: String },
+    #[error("node `{node}` had not completed at the fork point: there is no output to replace")]
+    NotCompleted { node: String },
+    #[error("node `{node}` runs again in this fork (it follows `{from_node}`): its output cannot be given")]
+    RunsAgain { node: String, from_node: String },
+}
+
+impl ForkError {
+    /// The JSON Pointer of the request's field at fault.
+    pub fn pointer(&self) -> String {
+        match self {
+            Self::NoPlan | Self::UnknownVersion { .. } => "/fromVersion".into(),
+            Self::UnknownNode { pointer, .. } => pointer.clone(),
+            Self::NotCompleted { node } | Self::RunsAgain { node, .. } => format!("/outputs/{}", escape(node)),
+        }
+    }
+}
+
+/// The plan versions and node completions of a parent's log.
+struct Parent<'a> {
+    run_id: &'a str,
+    /// Each version with the seq of the frame that installed it, oldest first.
+    versions: Vec<(Seq, &'a Plan)>,
+    /// Every `node_complete` with its seq, in log order.
+    completions: Vec<(Seq, &'a str, &'a NodeComplete)>,
+}
+
+impl<'a> Parent<'a> {
+    fn read(run_id: &'a str, frames: &'a [DecodedFrame]) -> Self {
+        let mut versions = Vec::new();
+        let mut completions = Vec::new();
+        for frame in frames {
+            match &frame.event {
+                Event::PlanGenerated(generated) => versions.push((frame.seq, &generated.plan.plan)),
+                Event::NodeComplete(complete) => completions.push((frame.seq, complete.node_id.as_str(), complete)),
+                _ => {}
+            }
+        }
+        Self { run_id, versions, completions }
+    }
+}
+
+/// Works out what a fork of the run logged as `frames` starts with.
+pub fn resolve(
+    run_id: &str,
+    frames: &[DecodedFrame],
+    point: &ForkPoint,
+    changes: &ForkChanges,
+) -> Result<ForkPlan, ForkError> {
+    let parent = Parent::read(run_id, frames);
+    let latest = u32::try_from(parent.versions.len()).unwrap_or(u32::MAX);
+    if latest == 0 {
+        return Err(ForkError::NoPlan);
+    }
+    let version = point.from_version.unwrap_or(latest);
+    let index = usize::try_from(version).ok().filter(|v| (1..=parent.versions.len()).contains(v)).map(|v| v - 1);
+    let index = index.ok_or(ForkError::UnknownVersion { version, latest })?;
+    let (installed_at, source) = parent.versions[index];
+    let plan = IndexedPlan::from(source.clone());
+    // Completions up to the cut count as done: those of the version's own execution, and earlier
+    // ones of the nodes the version kept (`completed` in it; a node it marked `pending` was to run
+    // again).
+    let cut = match (point.from_version, &point.from_node) {
+        (Some(_), None) => installed_at,
+        _ => parent.versions.get(index + 1).map_or(Seq::MAX, |(seq, _)| *seq),
+    };
+    let kept = |id: &str| plan.node(id).is_some_and(|n| n.status == NodeStatus::Completed);
+    let done: BTreeMap<&str, (Seq, &NodeComplete)> = parent
+        .completions
+        .iter()
+        .filter(|(seq, id, _)| *seq < cut && (*seq > installed_at || kept(id)))
+        .map(|(seq, id, c)| (*id, (*seq, *c)))
+        .collect();
+
+    let mut again: BTreeSet<NodeId> = BTreeSet::new();
+    if let Some(node) = &point.from_node {
+        if plan.node(node).is_none() {
+            return Err(ForkError::UnknownNode { node: node.clone(), version, pointer: "/fromNode".into() });
+        }
+        again.extend(plan.downstream(node));
+    }
+    for node in changes.outputs.keys() {
+        if plan.node(node).is_none() {
+            let pointer = format!("/outputs/{}", escape(node));
+            return Err(ForkError::UnknownNode { node: node.clone(), version, pointer });
+        }
+        if let Some(from_node) = point.from_node.as_ref().filter(|_| again.iter().any(|id| id.as_str() == node)) {
+            return Err(ForkError::RunsAgain { node: node.clone(), from_node: from_node.clone() });
+        }
+        if !done.contains_key(node.as_str()) {
+            return Err(ForkError::NotCompleted { node: node.clone() });
+        }
+        again.extend(plan.downstream(node).into_iter().filter(|id| id.as_str() != node));
+    }
+    for node in plan.nodes.iter().filter(|n| n.input_facets.iter().any(|f| changes.changed_inputs.contains(f))) {
+        again.extend(plan.downstream(&node.id));
+    }
+
+    let mut reused = Vec::new();
+    let mut nodes = plan.nodes.clone();
+    for node in &mut nodes {
+        let parent_output = done.get(node.id.as_str()).filter(|_| !again.contains(&node.id));
+        node.status = if parent_output.is_some() { NodeStatus::Completed } else { NodeStatus::Pending };
+        let Some((seq, complete)) = parent_output else { continue };
+        let replaced = changes.outputs.get(node.id.as_str());
+        reused.push(Reused {
+            node_id: node.id.to_string(),
+            capability_id: complete.capability_id.clone(),
+            label: complete.label.clone(),
+            output: replaced.cloned().unwrap_or_else(|| complete.output.clone()),
+            from: ReusedFrom {
+                run_id: parent.run_id.to_string(),
+                node_id: node.id.to_string(),
+                seq: seq.get(),
+                replaced: replaced.is_some(),
+            },
+        });
+    }
+    let metadata = PlanMetadata {
+        planner_model: source.metadata.planner_model.clone(),
+        planner_attempt: 0,
+        phase: Phase::Fork,
+        draft_node_count: source.metadata.draft_node_count,
+    };
+    Ok(ForkPlan {
+        forked_from: ForkedFrom { run_id: run_id.to_string(), version, node_id: point.from_node.clone() },
+        plan: Plan { version: 1, nodes, edges: source.edges.clone(), metadata },
+        reused,
+    })
+}
+
+impl ForkPlan {
+    /// The frames of the fork's first commit after its `start`: the plan installed, then a
+    /// `node_complete` for each reused node (with no usage: nothing was called).
+    pub fn frames(self, run_id: &str, now: &str) -> Vec<Event> {
+        let mut events = Vec::with_capacity(1 + self.reused.len());
+        events.push(Event::PlanGenerated(PlanGenerated {
+            plan: PlanView { run_id: run_id.to_string(), plan: self.plan },
+            replan: None,
+            usage: None,
+        }));
+        events.extend(self.reused.into_iter().map(|reused| {
+            Event::NodeComplete(NodeComplete {
+                node_id: reused.node_id,
+                capability_id: reused.capability_id,
+                label: reused.label,
+                completed_at: now.to_string(),
+                output: reused.output,
+                executor_type: None,
+                post_condition_results: Vec::new(),
+                usage: None,
+                reused_from: Some(reused.from),
+            })
+        }));
+        events
+    }
+}
+
+/// A node id as a JSON Pointer token.
+fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests;

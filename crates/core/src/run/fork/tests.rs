@@ -1,0 +1,122 @@
+use chrono::Utc;
+use serde_json::json;
+
+use super::*;
+use crate::run::decide::testing::*;
+
+/// A parent log: frames numbered from 1.
+fn log(events: Vec<Event>) -> Vec<DecodedFrame> {
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| DecodedFrame {
+            seq: Seq::new(u64::try_from(i).unwrap() + 1).unwrap(),
+            run_id: "p".into(),
+            timestamp: Utc::now(),
+            correlation_id: "c".into(),
+            plan_version: None,
+            node_id: None,
+            event,
+        })
+        .collect()
+}
+
+/// v1: draft → polish; the goal failed; v2 kept draft (completed) and added review after polish.
+fn repaired() -> Vec<DecodedFrame> {
+    let mut v2 = plan(
+        2,
+        vec![
+            node("draft", "writer", &["brief"], &["post_copy"]),
+            node("polish", "editor", &["post_copy"], &["post_copy"]),
+            node("review", "reviewer", &["post_copy"], &["verdict"]),
+        ],
+    );
+    v2.nodes[0].status = NodeStatus::Completed;
+    log(vec![
+        run_started(),
+        requested(1, None),
+        generated(two_nodes(), None),                                // 3
+        node_complete("draft", "writer", json!({"v": "draft-1"})),   // 4
+        node_complete("polish", "editor", json!({"v": "polish-1"})), // 5
+        requested(2, None),
+        generated(v2, None),                                         // 7
+        node_complete("polish", "editor", json!({"v": "polish-2"})), // 8
+        node_complete("review", "reviewer", json!({"v": "ok"})),     // 9
+    ])
+}
+
+fn statuses(fork: &ForkPlan) -> Vec<(String, NodeStatus)> {
+    fork.plan.nodes.iter().map(|n| (n.id.to_string(), n.status)).collect()
+}
+
+fn reused(fork: &ForkPlan) -> Vec<(String, u64)> {
+    fork.reused.iter().map(|r| (r.node_id.clone(), r.from.seq)).collect()
+}
+
+#[test]
+fn from_a_version_reuses_only_what_was_done_before_that_version_ran() {
+    let point = ForkPoint { from_version: Some(2), from_node: None };
+    let fork = resolve("p", &repaired(), &point, &ForkChanges::default()).unwrap();
+    assert_eq!(fork.plan.version, 1);
+    assert_eq!(fork.plan.metadata.phase, Phase::Fork);
+    assert_eq!(fork.forked_from, ForkedFrom { run_id: "p".into(), version: 2, node_id: None });
+    // v2 kept draft; it marked polish, done under v1, to run again.
+    assert_eq!(reused(&fork), [("draft".to_string(), 4)]);
+    assert_eq!(
+        statuses(&fork),
+        [
+            ("draft".to_string(), NodeStatus::Completed),
+            ("polish".to_string(), NodeStatus::Pending),
+            ("review".to_string(), NodeStatus::Pending)
+        ]
+    );
+    assert_eq!(fork.reused[0].output, json!({"v": "draft-1"}));
+
+    let first =
+        resolve("p", &repaired(), &ForkPoint { from_version: Some(1), from_node: None }, &ForkChanges::default());
+    assert_eq!(reused(&first.unwrap()), [], "nothing was done before version 1");
+}
+
+#[test]
+fn without_a_point_everything_done_is_reused_and_a_node_reruns_with_what_follows_it() {
+    let all = resolve("p", &repaired(), &ForkPoint::default(), &ForkChanges::default()).unwrap();
+    assert_eq!(reused(&all), [("draft".to_string(), 4), ("polish".to_string(), 8), ("review".to_string(), 9)]);
+
+    let point = ForkPoint { from_version: None, from_node: Some("polish".into()) };
+    let fork = resolve("p", &repaired(), &point, &ForkChanges::default()).unwrap();
+    assert_eq!(reused(&fork), [("draft".to_string(), 4)]);
+    assert_eq!(fork.forked_from.node_id.as_deref(), Some("polish"));
+}
+
+#[test]
+fn a_replaced_output_is_reused_as_given_and_what_follows_it_runs_again() {
+    let changes = ForkChanges { outputs: [("draft".to_string(), json!({"v": "mine"}))].into(), ..Default::default() };
+    let fork = resolve("p", &repaired(), &ForkPoint::default(), &changes).unwrap();
+    assert_eq!(reused(&fork), [("draft".to_string(), 4)]);
+    assert_eq!((fork.reused[0].output.clone(), fork.reused[0].from.replaced), (json!({"v": "mine"}), true));
+
+    let inputs = ForkChanges { changed_inputs: ["post_copy".to_string()].into(), ..Default::default() };
+    let fork = resolve("p", &repaired(), &ForkPoint::default(), &inputs).unwrap();
+    assert_eq!(reused(&fork), [("draft".to_string(), 4)], "polish and review read post_copy");
+}
+
+#[test]
+fn a_point_or_output_the_run_does_not_have_is_refused_with_its_pointer() {
+    let refused = |point: ForkPoint, changes: ForkChanges| resolve("p", &repaired(), &point, &changes).unwrap_err();
+    let version = refused(ForkPoint { from_version: Some(3), from_node: None }, ForkChanges::default());
+    assert_eq!((version.pointer(), version.to_string().contains("1 to 2")), ("/fromVersion".into(), true));
+    let node = refused(ForkPoint { from_version: Some(1), from_node: Some("review".into()) }, ForkChanges::default());
+    assert_eq!(node.pointer(), "/fromNode");
+    let early = ForkChanges { outputs: [("review".to_string(), json!({}))].into(), ..Default::default() };
+    let not_done = refused(ForkPoint { from_version: Some(2), from_node: None }, early.clone());
+    assert_eq!(
+        (not_done.pointer(), matches!(not_done, ForkError::NotCompleted { .. })),
+        ("/outputs/review".into(), true)
+    );
+    let again = refused(ForkPoint { from_version: None, from_node: Some("polish".into()) }, early);
+    assert!(matches!(again, ForkError::RunsAgain { .. }), "{again}");
+    assert_eq!(
+        resolve("p", &log(vec![run_started()]), &ForkPoint::default(), &ForkChanges::default()),
+        Err(ForkError::NoPlan)
+    );
+}
