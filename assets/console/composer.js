@@ -7,6 +7,7 @@ const envelopeText = document.getElementById("envelope");
 const rows = form.querySelector("[data-testid=conditions] tbody");
 const jsonProblem = form.querySelector("[data-testid=json-problem]");
 const problems = form.querySelector("[data-testid=problems]");
+const forkOutput = document.getElementById("fork-output");
 
 // The envelope as JSON, or `undefined` (with the parse error shown) when it is not JSON.
 function envelope() {
@@ -203,20 +204,48 @@ function redactedPaths(value, path = "") {
     redactedPaths(item, `${path}/${key.replaceAll("~", "~0").replaceAll("/", "~1")}`));
 }
 
+// What a fork posts: its point, and only what was edited — an envelope left as it was is the
+// run's own (its hidden values included); a step's output left as it was runs the step again.
+function forkRequest() {
+  const { forkVersion, forkNode } = form.dataset;
+  const request = { fromVersion: Number(forkVersion) };
+  if (forkNode) request.fromNode = forkNode;
+  const edited = envelope();
+  if (edited === undefined || JSON.stringify(edited) !== JSON.stringify(JSON.parse(envelopeText.defaultValue))) {
+    request.envelope = edited;
+  }
+  if (forkOutput && !forkOutput.disabled && forkOutput.value !== forkOutput.defaultValue) {
+    try {
+      request.outputs = { [forkNode]: JSON.parse(forkOutput.value) };
+    } catch (error) {
+      return { problem: `The step's output is not JSON: ${error.message}` };
+    }
+  }
+  return { request };
+}
+
 async function launch() {
   problems.hidden = true;
-  const hidden = redactedPaths(envelope());
+  const fork = form.dataset.forkRun ? forkRequest() : undefined;
+  if (fork && "envelope" in fork.request && fork.request.envelope === undefined) return;
+  if (fork?.problem) {
+    showProblems({ error: { details: [{ path: `/outputs/${form.dataset.forkNode}`, message: fork.problem }] } }, 0);
+    return;
+  }
+  const posted = fork ? fork.request.envelope : envelope();
+  const hidden = posted === undefined ? [] : redactedPaths(posted);
   if (hidden.length) {
     const message = `still reads ${form.dataset.redacted}: type the value again`;
     showProblems({ error: { details: hidden.map((path) => ({ path, message })) } }, 0);
     return;
   }
   const controller = new AbortController();
-  const response = await fetch("/api/v1/flex/run.stream", {
+  const url = fork ? `/api/v1/flex/runs/${encodeURIComponent(form.dataset.forkRun)}/fork` : "/api/v1/flex/run.stream";
+  const response = await fetch(url, {
     method: "POST",
     credentials: "same-origin",
     headers: { "content-type": "application/json", accept: "text/event-stream" },
-    body: envelopeText.value,
+    body: fork ? JSON.stringify(fork.request) : envelopeText.value,
     signal: controller.signal,
   });
   const runId = response.headers.get("x-flexrun-run-id");

@@ -3,6 +3,12 @@
 //! they are typed. **Launch** posts it to `run.stream` from the page; the server validates it, and
 //! its 400 details are shown at their fields.
 //!
+//! Forking (`?fork=<run>&version=N[&node=X]`, the run page's "Fork from …" links) shows the same
+//! form with the run's envelope and, for a step, its output as an editable value; **Launch** posts
+//! to `runs/{id}/fork` what was changed: the envelope only if edited (so a run's hidden values
+//! stay as they were), the step's output if edited (the step is reused with it), else the step
+//! runs again.
+//!
 //! The envelope is shown redacted, as the API serves it (`crate::redact`): a run's secrets do not
 //! reach the page. The page lists where values were hidden, and does not launch while one still
 //! reads `[redacted]`: they are typed again, never posted as the marker.
@@ -34,6 +40,19 @@ pub struct Start {
     from: Option<String>,
     /// Start from this example.
     example: Option<String>,
+    /// Fork this run, from plan version `version` (and step `node`).
+    fork: Option<String>,
+    version: Option<u32>,
+    node: Option<String>,
+}
+
+/// What a fork starts from, as the page shows and posts it.
+struct ForkSource {
+    run_id: String,
+    version: u32,
+    node: Option<String>,
+    /// The step's output (redacted), to edit.
+    output: Option<String>,
 }
 
 #[derive(Template)]
@@ -45,6 +64,7 @@ struct ComposerPage {
     started_from: String,
     envelope: String,
     rerun_of: Option<String>,
+    fork: Option<ForkSource>,
     /// Where the envelope's values were redacted (JSON Pointers, at most [`HIDDEN_LISTED`]).
     hidden: Vec<String>,
     /// How many more were.
@@ -57,6 +77,9 @@ struct ComposerPage {
 #[get("/new")]
 pub async fn compose(viewer: Viewer, query: web::Query<Start>, services: web::Data<Services>) -> HttpResponse {
     let query = query.into_inner();
+    if let Some(run) = query.fork.as_deref() {
+        return fork(viewer, run, query.version, query.node, &services).await;
+    }
     let (started_from, envelope, rerun_of) = match query.from.as_deref().map(RunId::parse) {
         Some(Ok(run_id)) => match viewer.run_row(&services, &run_id).await {
             Ok(Some(row)) => {
@@ -74,17 +97,73 @@ pub async fn compose(viewer: Viewer, query: web::Query<Start>, services: web::Da
             (format!("examples/{name}"), example, None)
         }
     };
+    render(&viewer, &services, started_from, envelope, rerun_of, None)
+}
+
+/// `GET /ui/new?fork=<run>&version=N[&node=X]`: the composer forking a run the viewer may see.
+async fn fork(
+    viewer: Viewer,
+    run: &str,
+    version: Option<u32>,
+    node: Option<String>,
+    services: &Services,
+) -> HttpResponse {
+    let Ok(run_id) = RunId::parse(run) else { return not_found() };
+    let row = match viewer.run_row(services, &run_id).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return not_found(),
+        Err(error) => return unavailable(&error),
+    };
+    let version = version.unwrap_or(u32::try_from(row.plan_version).unwrap_or_default());
+    let output = match &node {
+        Some(node) => match step_output(services, &run_id, version, node).await {
+            Ok(output) => {
+                output.map(|output| serde_json::to_string_pretty(&services.redaction.value(output)).unwrap_or_default())
+            }
+            Err(error) => return unavailable(&error),
+        },
+        None => None,
+    };
+    let point = node.as_ref().map_or(String::new(), |node| format!(", step {node}"));
+    let started_from = format!("run {run_id}, plan version {version}{point} (a fork)");
+    let envelope = as_written(serde_json::from_str(&row.envelope).unwrap_or_else(|_| json!({})));
+    let source = ForkSource { run_id: run_id.to_string(), version, node, output };
+    render(&viewer, services, started_from, envelope, None, Some(source))
+}
+
+/// The output step `node` of plan version `version` of a run recorded, if it completed.
+async fn step_output(
+    services: &Services,
+    run_id: &RunId,
+    version: u32,
+    node: &str,
+) -> Result<Option<Value>, crate::store::StoreError> {
+    let (id, node) = (run_id.to_string(), node.to_string());
+    let rows = services.store.read(move |conn| crate::store::plans::nodes(conn, &id)).await?;
+    let row = rows.into_iter().find(|r| u32::try_from(r.plan_version) == Ok(version) && r.node_id == node);
+    Ok(row.and_then(|r| r.output).and_then(|text| serde_json::from_str(&text).ok()))
+}
+
+fn render(
+    viewer: &Viewer,
+    services: &Services,
+    started_from: String,
+    envelope: Value,
+    rerun_of: Option<String>,
+    fork: Option<ForkSource>,
+) -> HttpResponse {
     let envelope = services.redaction.value(envelope);
     let mut hidden = Vec::new();
     redacted_paths(&envelope, &mut String::new(), &mut hidden);
     let hidden_more = hidden.len().saturating_sub(HIDDEN_LISTED);
     hidden.truncate(HIDDEN_LISTED);
     page::html(&ComposerPage {
-        chrome: Chrome::new("new", Some(&viewer)),
+        chrome: Chrome::new("new", Some(viewer)),
         examples: EXAMPLES.iter().map(|(name, _)| *name).collect(),
         started_from,
         envelope: serde_json::to_string_pretty(&envelope).unwrap_or_default(),
         rerun_of,
+        fork,
         hidden,
         hidden_more,
         redacted: REDACTED,
@@ -112,10 +191,22 @@ fn not_found() -> HttpResponse {
     page::message(404, "Nothing to start from", "There is no such run that you may see, or no such example.")
 }
 
-/// A stored envelope made ready to post again as a run of its own: each condition as it was
-/// written (the stored envelope adds its compiled forms), no correlation id of the old run, and
-/// `metadata.rerunOf` naming it.
-fn rerun(mut envelope: Value, run_id: &str) -> Value {
+/// A stored envelope made ready to post again as a run of its own: [`as_written`], and
+/// `metadata.rerunOf` naming the run.
+fn rerun(envelope: Value, run_id: &str) -> Value {
+    let mut envelope = as_written(envelope);
+    if !envelope.get("metadata").is_some_and(Value::is_object) {
+        envelope["metadata"] = json!({});
+    }
+    if let Some(metadata) = envelope.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.insert("rerunOf".into(), Value::String(run_id.to_string()));
+    }
+    envelope
+}
+
+/// A stored envelope as its caller wrote it: each condition as written (the stored envelope adds
+/// its compiled forms), and no correlation id of the old run.
+fn as_written(mut envelope: Value) -> Value {
     if let Some(goals) = envelope.get_mut("goal_condition").and_then(Value::as_array_mut) {
         for goal in goals {
             if let Some(dsl) = goal.pointer("/condition/dsl").cloned() {
@@ -123,12 +214,8 @@ fn rerun(mut envelope: Value, run_id: &str) -> Value {
             }
         }
     }
-    if !envelope.get("metadata").is_some_and(Value::is_object) {
-        envelope["metadata"] = json!({});
-    }
     if let Some(metadata) = envelope.get_mut("metadata").and_then(Value::as_object_mut) {
         metadata.remove("correlationId");
-        metadata.insert("rerunOf".into(), Value::String(run_id.to_string()));
     }
     envelope
 }

@@ -19,6 +19,8 @@ pub struct Node {
     pub capability: String,
     /// Its status in the version drawn (a CSS class: `status-<status>`).
     pub status: StoredNodeStatus,
+    /// A fork's node that took its output from the parent instead of running.
+    pub reused: bool,
 }
 
 /// A node with its box's top-left corner.
@@ -114,6 +116,7 @@ mod tests {
             label: id.into(),
             capability: "c".into(),
             status: crate::plan::NodeStatus::Pending.into(),
+            reused: false,
         }
     }
 

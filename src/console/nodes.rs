@@ -34,6 +34,8 @@ pub struct NodePanel {
     pub took: Option<String>,
     /// What its model calls in this version used, if it made any.
     pub usage: Option<String>,
+    /// A fork's step that did not run: the run and step whose output it took.
+    pub reused_from: Option<(String, String)>,
 }
 
 /// The panels of `plan`'s steps in plan order; `retries` counts retry frames by node id.
@@ -66,6 +68,7 @@ pub fn panels(view: &RunView, plan: &Plan, retries: &HashMap<String, u32>, redac
                 completed_at: row.and_then(|r| r.completed_at).map(|t| t.to_rfc3339()),
                 took: row.and_then(took),
                 usage: row.and_then(|r| r.usage.as_ref()).map(ToString::to_string),
+                reused_from: row.and_then(|r| r.reused_from.as_ref()).map(|f| (f.run_id.clone(), f.node_id.clone())),
                 id,
             }
         })

@@ -66,6 +66,7 @@ impl PlanSection {
                 label: crate::excerpt::excerpt(&n.label, 40).into_owned(),
                 capability: n.capability_id.clone(),
                 status: status(n.id.as_str()).unwrap_or(n.status.into()),
+                reused: view.nodes.iter().any(|row| row.node_id == n.id.as_str() && row.reused_from.is_some()),
             })
             .collect();
         let edges: Vec<(String, String)> =

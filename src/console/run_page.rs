@@ -50,8 +50,10 @@ struct RunPage {
     plan: Option<PlanSection>,
     result: Option<String>,
     error: Option<String>,
-    /// The run this one was started again from, and the runs started again from this one.
+    /// The run this one was started again from (or forked from: `forked_from` says where), and
+    /// the runs started again or forked from this one.
     parent: Option<String>,
+    forked_from: Option<String>,
     reruns: Vec<String>,
     events: Vec<EventItem>,
     /// The seq of the oldest frame shown, when older ones exist.
@@ -140,6 +142,10 @@ pub async fn show(
         plan: PlanSection::of(&view, query.version, &retries, redaction),
         result,
         error,
+        forked_from: view.run.forked_from.as_ref().map(|from| match &from.node_id {
+            Some(node) => format!("plan version {}, step {node}", from.version),
+            None => format!("plan version {}", from.version),
+        }),
         parent,
         reruns,
         earlier: events.first().map(|e| e.seq).filter(|&seq| seq > 1),

@@ -15,7 +15,7 @@ use super::status::RunStatus;
 use super::stored::{LegacyStart, ResumeError};
 use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
-use crate::events::payload::{ForkedFrom, HitlRequestInfo, ReplanInfo, RequestStatus, Verdict};
+use crate::events::payload::{ForkedFrom, HitlRequestInfo, ReplanInfo, RequestStatus, ReusedFrom, Verdict};
 use crate::events::{Event, Seq};
 use crate::plan::{Plan, StoredNodeStatus};
 use crate::replan_budget::{BudgetView, ReplanCounts};
@@ -150,6 +150,9 @@ pub struct NodeView {
     /// What this node's model calls in this plan version used (none: it made none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// A fork's node that did not run: whose output it took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<ReusedFrom>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -503,6 +506,7 @@ fn node(row: &PlanNodeRow, state: &RunState) -> NodeView {
     let version = u32::try_from(row.plan_version).unwrap_or_default();
     NodeView {
         usage: state.usage.nodes.get(&(version, row.node_id.clone())).cloned(),
+        reused_from: state.reused.get(&row.node_id).cloned(),
         plan_version: row.plan_version,
         node_id: row.node_id.clone(),
         position: row.position,

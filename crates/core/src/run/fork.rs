@@ -8,7 +8,8 @@
 //! - `fromVersion: N` alone — version N is executed again, reusing only the nodes N kept from
 //!   earlier versions (`completed` in it), with their outputs from before N was generated;
 //! - `fromNode: X` (in version N, the latest by default) — everything the parent completed up to
-//!   the end of version N is reused, except X and every node after it;
+//!   the end of version N is reused, except X and every node after it (X itself is reused when
+//!   `outputs` gives its output: only what follows runs again);
 //! - neither — the latest version, everything completed reused.
 //!
 //! Then a replaced output (`outputs`) makes the nodes after that node run again, and so does a
@@ -170,7 +171,9 @@ pub fn resolve(
         if plan.node(node).is_none() {
             return Err(ForkError::UnknownNode { node: node.clone(), version, pointer: "/fromNode".into() });
         }
-        again.extend(plan.downstream(node));
+        // `outputs` giving X's own output: X is reused with it, only what follows runs again.
+        let replaced = changes.outputs.contains_key(node);
+        again.extend(plan.downstream(node).into_iter().filter(|id| !(replaced && id.as_str() == node)));
     }
     for node in changes.outputs.keys() {
         if plan.node(node).is_none() {

@@ -86,6 +86,12 @@ fn without_a_point_everything_done_is_reused_and_a_node_reruns_with_what_follows
     let fork = resolve("p", &repaired(), &point, &ForkChanges::default()).unwrap();
     assert_eq!(reused(&fork), [("draft".to_string(), 4)]);
     assert_eq!(fork.forked_from.node_id.as_deref(), Some("polish"));
+
+    // The step's own output given: it is reused with it, what follows runs again.
+    let mine = ForkChanges { outputs: [("polish".to_string(), json!({"v": "mine"}))].into(), ..Default::default() };
+    let fork = resolve("p", &repaired(), &point, &mine).unwrap();
+    assert_eq!(reused(&fork), [("draft".to_string(), 4), ("polish".to_string(), 8)]);
+    assert_eq!(statuses(&fork)[2], ("review".to_string(), NodeStatus::Pending));
 }
 
 #[test]

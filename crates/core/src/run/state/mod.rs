@@ -106,6 +106,8 @@ pub struct RunState {
     pub replan_limits: Option<ReplanLimits>,
     /// The run this one was forked from (its `start` says).
     pub forked_from: Option<crate::run::fork::ForkedFrom>,
+    /// A fork's nodes whose output was taken instead of running them, by node id.
+    pub reused: HashMap<String, crate::run::fork::ReusedFrom>,
     /// The run's budget: as started with (`start`), or as an operator last raised it.
     pub budget: Option<BudgetLimits>,
     /// What the run's model calls used, as its frames record it.
@@ -157,6 +159,7 @@ impl RunState {
             end: None,
             replan_limits: None,
             forked_from: None,
+            reused: HashMap::default(),
             budget: None,
             usage: RunUsage::default(),
         }
@@ -374,6 +377,10 @@ impl RunState {
         };
         self.record_completed(work);
         self.nodes.insert(node.id.clone(), NodeStatus::Completed);
+        match &complete.reused_from {
+            Some(from) => self.reused.insert(node.id.to_string(), from.clone()),
+            None => self.reused.remove(node.id.as_str()),
+        };
         Ok(())
     }
 
