@@ -365,3 +365,115 @@ async fn the_js_sdk_streams_a_chat_run_as_use_stream_does() {
     assert_eq!(rejoined, streamed, "the re-joined stream repeats the same values");
     assert_eq!(seen["state"]["values"]["messages"][1]["type"], "ai");
 }
+
+/// Time travel as LangGraph's guide does it: the history of a repaired run lists a checkpoint
+/// per plan version and per completed step (and its last frame), newest first, each with its
+/// values then and the one before it; a run from plan version 2's checkpoint reuses the draft and
+/// runs only the polish, with no planner call; one with `command.update` runs the polish on the
+/// draft it gives; one from the newest checkpoint (a `checkpoint` object) calls no model.
+/// Checkpoints the thread does not have, and updates of what a run derives, are refused and
+/// create nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_start_from_checkpoints_of_the_threads_history() {
+    let server = TestServer::start(repair_script(0.5, 0.9)).await;
+    let seen = drive("time_travel", &server.base, json!({"input": envelope()})).await;
+    let parent = seen["parent"].as_str().unwrap().to_string();
+    assert_eq!(server.planner_calls().len(), 2, "the repaired run planned twice, the forks never");
+
+    // A checkpoint per plan_generated and node_complete, and the run's last frame, newest first.
+    let log = log_frames(&server, &parent);
+    let mut seqs: Vec<u64> =
+        log.iter().filter(|(_, k)| k == "plan_generated" || k == "node_complete").map(|(s, _)| *s).collect();
+    let last = log.last().unwrap().0;
+    if seqs.last() != Some(&last) {
+        seqs.push(last);
+    }
+    seqs.reverse();
+    let history = seen["history"].as_array().unwrap();
+    let ids: Vec<String> = history.iter().map(|s| s["checkpoint"]["checkpoint_id"].as_str().unwrap().into()).collect();
+    assert_eq!(ids, seqs.iter().map(|s| format!("{parent}:{s}")).collect::<Vec<_>>());
+    for pair in history.windows(2) {
+        assert_eq!(pair[0]["parent_checkpoint"]["checkpoint_id"], pair[1]["checkpoint"]["checkpoint_id"]);
+    }
+    assert_eq!(history.last().unwrap()["parent_checkpoint"], Value::Null);
+    assert_eq!(history[0]["checkpoint"], seen["state_before"]["checkpoint"], "the newest is the thread's state");
+    assert!(history.iter().all(|s| s["checkpoint_id"] == s["checkpoint"]["checkpoint_id"]), "the guide's field");
+
+    let v2 = history.iter().find(|s| s["checkpoint"]["checkpoint_id"] == seen["v2"]).unwrap();
+    assert_eq!(
+        (v2["metadata"]["frame"].as_str(), v2["metadata"]["planVersion"].as_u64()),
+        (Some("plan_generated"), Some(2))
+    );
+    assert_eq!(v2["values"]["outputs"]["draft"]["quality_score"], 0.5);
+    assert!(v2["values"]["outputs"].get("polish").is_none(), "nothing of v2 ran yet");
+    assert_eq!(v2["next"], json!(["polish"]));
+    let v1 = history.last().unwrap();
+    assert_eq!(v1["next"], json!(["draft"]));
+    let after_v2: Vec<&Value> = history
+        .iter()
+        .skip_while(|s| s["checkpoint"] != v2["checkpoint"])
+        .skip(1)
+        .take(2)
+        .map(|s| &s["checkpoint"])
+        .collect();
+    let page = |key: &str| seen[key].as_array().unwrap().iter().map(|s| &s["checkpoint"]).collect::<Vec<_>>();
+    assert_eq!((page("page_by_id"), page("page_by_checkpoint")), (after_v2.clone(), after_v2));
+    let plans: Vec<u64> =
+        seen["plans"].as_array().unwrap().iter().map(|s| s["metadata"]["planVersion"].as_u64().unwrap()).collect();
+    assert_eq!(plans, [2, 1]);
+
+    // Replayed from v2: the draft reused (from the parent's frame), the polish run again.
+    let replayed = &seen["replayed"];
+    let fork = replayed["run_id"].as_str().unwrap();
+    assert_eq!(replayed["values"]["status"], "completed");
+    assert_eq!(replayed["values"]["planVersion"], 1, "a fork's plan is its version 1");
+    assert_eq!(replayed["values"]["outputs"]["draft"]["quality_score"], 0.5);
+    assert_eq!(replayed["values"]["outputs"]["polish"]["quality_score"], 0.9);
+    let frames = server.event_log(fork);
+    let v2_seq = seen["v2"].as_str().unwrap().rsplit_once(':').unwrap().1.parse::<u64>().unwrap();
+    assert_eq!(frames[0].2["payload"]["forkedFrom"], json!({"runId": parent, "version": 2, "asOf": v2_seq}));
+    let draft_seq = log.iter().find(|(_, k)| k == "node_complete").unwrap().0;
+    let reused = frames.iter().find(|(_, k, f)| k == "node_complete" && f["nodeId"] == "draft").unwrap();
+    assert_eq!(reused.2["payload"]["reusedFrom"], json!({"runId": parent, "nodeId": "draft", "seq": draft_seq}));
+
+    // With command.update: the polish ran on the draft given.
+    let updated = seen["updated"]["parts"].as_array().unwrap();
+    let last_values = updated.iter().rev().find(|p| p["event"] == "values").unwrap();
+    assert_eq!(last_values["data"]["outputs"]["draft"]["text"], "an edited draft");
+    assert_eq!(last_values["data"]["status"], "completed");
+    let editor = server.llm.calls().into_iter().rev().find(|c| c.capability_id() == Some("editor")).unwrap();
+    assert!(editor.user.contains("an edited draft"), "the polish read the update");
+
+    // From the newest checkpoint: nothing left to run. Model calls overall: 2 planner, 1 writer,
+    // 3 editor (the parent's, the replay's, the update's).
+    assert_eq!(seen["from_head"]["joined"]["status"], "completed");
+    assert_eq!((server.capability_calls("writer"), server.capability_calls("editor")), (1, 3));
+    assert_eq!(server.planner_calls().len(), 2);
+
+    // Refusals: nothing created.
+    let refusals = &seen["refusals"];
+    for (name, status) in [
+        ("unknown", 404),
+        ("not_a_checkpoint", 404),
+        ("resume_too", 400),
+        ("derived", 400),
+        ("not_done", 400),
+        ("stateless", 400),
+    ] {
+        let refusal = &refusals[name];
+        assert_eq!(
+            (refusal["refused"].as_bool(), refusal["status"].as_u64()),
+            (Some(true), Some(status)),
+            "{name}: {refusal}"
+        );
+    }
+    assert_eq!(seen["runs_before_refusals"], seen["runs_after_refusals"]);
+
+    // The forks are branches: the replay's first checkpoint hangs off v2.
+    let after = seen["history_after"].as_array().unwrap();
+    let first_of_fork = after.iter().rfind(|s| s["metadata"]["run_id"] == fork).unwrap();
+    assert_eq!(first_of_fork["metadata"]["source"], "fork");
+    assert_eq!(first_of_fork["parent_checkpoint"]["checkpoint_id"], seen["v2"]);
+    assert_eq!(after[0]["checkpoint"], seen["state_after"]["checkpoint"]);
+    assert_eq!(seen["runs"].as_array().unwrap().len(), 4);
+}

@@ -17,6 +17,7 @@ use crate::envelope::{self, EnvelopeError};
 use crate::run::fork::{self, ForkOrder};
 use crate::run::{RunId, Stored};
 use crate::services::Services;
+use crate::thread::ThreadRule;
 use crate::validation::{BodySchema, FieldError};
 use flexrun_core::run::fork::ForkPoint;
 
@@ -71,9 +72,10 @@ fn order(request: &Value, services: &Services) -> Result<ForkOrder, ApiError> {
     let point = ForkPoint {
         from_version: request.get("fromVersion").and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok()),
         from_node: request.get("fromNode").and_then(Value::as_str).map(String::from),
+        as_of: None,
     };
     let outputs = request.get("outputs").and_then(Value::as_object).cloned().unwrap_or_default().into_iter().collect();
-    Ok(ForkOrder { point, envelope, outputs })
+    Ok(ForkOrder { point, envelope, outputs, thread_rule: ThreadRule::Shared })
 }
 
 /// An envelope's problems at their place in the fork request.

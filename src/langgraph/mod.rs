@@ -12,6 +12,7 @@
 //!                                      project (pure: RunState → values, interrupts)
 //! ```
 
+mod checkpoints;
 mod project;
 pub mod request;
 mod runs;

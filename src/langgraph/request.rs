@@ -142,6 +142,39 @@ pub enum Action {
     Start(Input),
     /// Answer the thread's open interrupt with `command.resume`.
     Resume(Value),
+    /// Start a run from a checkpoint of the thread (LangGraph's time travel): a fork of the
+    /// checkpoint's run, reusing what it had done by then.
+    Fork(FromCheckpoint),
+}
+
+/// A run from a checkpoint: `checkpoint_id` (or `checkpoint.checkpoint_id`), with what changes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FromCheckpoint {
+    pub checkpoint: Checkpoint,
+    /// `input`: a whole TaskEnvelope instead of the checkpoint run's.
+    pub envelope: Option<Value>,
+    /// `command.update.outputs`: node id → the output that node is reused with.
+    pub outputs: Map<String, Value>,
+}
+
+/// A checkpoint id as the history hands them out: `<runId>:<seq>`, the run right after that
+/// frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub run_id: String,
+    pub seq: u64,
+}
+
+impl Checkpoint {
+    pub fn parse(id: &str) -> Option<Self> {
+        let (run_id, seq) = id.rsplit_once(':')?;
+        let seq = seq.parse().ok().filter(|seq| *seq > 0)?;
+        Some(Self { run_id: run_id.to_string(), seq })
+    }
+
+    pub fn id(&self) -> String {
+        format!("{}:{}", self.run_id, self.seq)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -159,8 +192,6 @@ impl RunRequest {
             ("interrupt_before", &body.interrupt_before),
             ("interrupt_after", &body.interrupt_after),
             ("webhook", &body.webhook),
-            ("checkpoint", &body.checkpoint),
-            ("checkpoint_id", &body.checkpoint_id),
             ("after_seconds", &body.after_seconds),
         ];
         if let Some((name, _)) = unsupported.iter().find(|(_, v)| v.as_ref().is_some_and(|v| !is_empty(v))) {
@@ -186,7 +217,10 @@ impl RunRequest {
             }
         };
         Ok(Self {
-            action: action(body.input, body.command)?,
+            action: match checkpoint(body.checkpoint_id.as_ref(), body.checkpoint.as_ref())? {
+                Some(checkpoint) => Action::Fork(from_checkpoint(checkpoint, body.input, body.command)?),
+                None => action(body.input, body.command)?,
+            },
             modes: modes(body.stream_mode.as_ref())?,
             create_thread,
             metadata: body.metadata.unwrap_or_default(),
@@ -209,8 +243,14 @@ fn action(input: Option<Value>, command: Option<Value>) -> Result<Action, Reques
         if input.as_ref().is_some_and(|i| !is_empty(i)) {
             return Err(RequestError("send either `input` (a new run) or `command` (a resume), not both".into()));
         }
-        if command.get("goto").is_some_and(|v| !is_empty(v)) || command.get("update").is_some_and(|v| !is_empty(v)) {
-            return Err(RequestError("`command.goto` and `command.update` are not supported by flexrun".into()));
+        if command.get("goto").is_some_and(|v| !is_empty(v)) {
+            return Err(RequestError("`command.goto` is not supported by flexrun".into()));
+        }
+        if command.get("update").is_some_and(|v| !is_empty(v)) {
+            return Err(RequestError(
+                "`command.update` needs `checkpoint_id`: it changes the state a run from a checkpoint starts with"
+                    .into(),
+            ));
         }
         return match command.get("resume") {
             Some(resume) if !resume.is_null() => Ok(Action::Resume(resume.clone())),
@@ -226,6 +266,86 @@ fn action(input: Option<Value>, command: Option<Value>) -> Result<Action, Reques
         return Ok(Action::Start(Input::Chat(chat_messages(messages)?)));
     }
     Ok(Action::Start(Input::Envelope(input)))
+}
+
+/// The checkpoint a request names: `checkpoint_id`, or `checkpoint.checkpoint_id` (of the root
+/// namespace: flexrun has no subgraphs); none when neither is given.
+fn checkpoint(id: Option<&Value>, checkpoint: Option<&Value>) -> Result<Option<Checkpoint>, RequestError> {
+    let from_object = match checkpoint.filter(|c| !is_empty(c)) {
+        None => None,
+        Some(object) => {
+            if object.get("checkpoint_ns").is_some_and(|ns| !ns.is_null() && ns != "") {
+                return Err(RequestError("`checkpoint.checkpoint_ns` must be empty: flexrun has no subgraphs".into()));
+            }
+            object.get("checkpoint_id").filter(|v| !v.is_null())
+        }
+    };
+    let named = match (id.filter(|v| !v.is_null()), from_object) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(RequestError(
+                "`checkpoint_id` and `checkpoint.checkpoint_id` name different checkpoints".into(),
+            ));
+        }
+        (Some(id), _) | (None, Some(id)) => id,
+        (None, None) => return Ok(None),
+    };
+    let parsed = named.as_str().and_then(Checkpoint::parse);
+    parsed.map(Some).ok_or_else(|| {
+        let shown = crate::excerpt::excerpt(&named.to_string(), 80).into_owned();
+        RequestError(format!(
+            "{shown} is not a checkpoint id: they read `<runId>:<seq>`, as the thread's history lists them"
+        ))
+    })
+}
+
+/// A run from `checkpoint`: `input` may replace the envelope, `command.update.outputs` the
+/// outputs of completed nodes; nothing else applies to a run that starts from a checkpoint.
+fn from_checkpoint(
+    checkpoint: Checkpoint,
+    input: Option<Value>,
+    command: Option<Value>,
+) -> Result<FromCheckpoint, RequestError> {
+    let command = command.filter(|c| !is_empty(c)).unwrap_or_default();
+    if ["resume", "goto"].iter().any(|key| command.get(key).is_some_and(|v| !is_empty(v))) {
+        return Err(RequestError(
+            "`command.resume` and `command.goto` do not apply to a run from a checkpoint: send `command.update` \
+             (outputs) or `input` (an envelope)"
+                .into(),
+        ));
+    }
+    let mut outputs = Map::new();
+    if let Some(update) = command.get("update").filter(|u| !is_empty(u)) {
+        let update = match update {
+            Value::Object(fields) => fields.clone(),
+            Value::Array(pairs) => pairs
+                .iter()
+                .filter_map(|pair| Some((pair.get(0)?.as_str()?.to_string(), pair.get(1)?.clone())))
+                .collect(),
+            _ => return Err(RequestError("`command.update` is an object (or a list of [key, value] pairs)".into())),
+        };
+        for (key, value) in update {
+            match (key.as_str(), value) {
+                ("outputs", Value::Object(given)) => outputs.extend(given),
+                _ => {
+                    return Err(RequestError(format!(
+                        "`command.update` may set `outputs` (node id → output, as in `values.outputs`), not `{}`: \
+                         the rest of a run's state is derived",
+                        crate::excerpt::excerpt(&key, 40)
+                    )));
+                }
+            }
+        }
+    }
+    let envelope = match input.filter(|i| !is_empty(i)) {
+        None => None,
+        Some(input) if input.get("objective").is_some() => Some(input),
+        Some(_) => {
+            return Err(RequestError(
+                "`input` of a run from a checkpoint is a whole TaskEnvelope (or none: the checkpoint run's)".into(),
+            ));
+        }
+    };
+    Ok(FromCheckpoint { checkpoint, envelope, outputs })
 }
 
 fn modes(stream_mode: Option<&Value>) -> Result<Vec<StreamMode>, RequestError> {
@@ -441,6 +561,36 @@ mod tests {
         assert!(refused(json!({"assistant_id": "flex", "command": {"goto": "x"}})).contains("goto"));
         let unknown = refused(json!({"assistant_id": "flex", "input": {"objective": "o"}, "priority": 1}));
         assert!(unknown.contains("unknown field `priority`"), "{unknown}");
+    }
+
+    #[test]
+    fn a_checkpoint_makes_the_request_a_run_from_it_with_only_outputs_to_update() {
+        let parsed = |body: Value| RunRequest::parse(&body).map(|r| r.action);
+        let from = |body: Value| match parsed(body) {
+            Ok(Action::Fork(from)) => from,
+            other => panic!("{other:?}"),
+        };
+        let by_id = from(json!({"assistant_id": "flex", "checkpoint_id": "r-1:7"}));
+        assert_eq!(
+            (by_id.checkpoint, by_id.envelope, by_id.outputs.len()),
+            (Checkpoint { run_id: "r-1".into(), seq: 7 }, None, 0)
+        );
+        let by_object = from(
+            json!({"assistant_id": "flex", "checkpoint": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "r-1:7"},
+                                    "command": {"update": [["outputs", {"draft": {"text": "x"}}]]}}),
+        );
+        assert_eq!(by_object.outputs["draft"], json!({"text": "x"}));
+        let refused = |body: Value| parsed(body).unwrap_err().0;
+        assert!(refused(json!({"checkpoint_id": "seven"})).contains("`<runId>:<seq>`"));
+        assert!(refused(json!({"checkpoint_id": "r-1:7", "command": {"resume": true}})).contains("command.resume"));
+        assert!(
+            refused(json!({"checkpoint_id": "r-1:7", "command": {"update": {"status": "done"}}})).contains("`status`")
+        );
+        assert!(
+            refused(json!({"checkpoint_id": "r-1:7", "checkpoint": {"checkpoint_id": "r-1:8"}})).contains("different")
+        );
+        assert!(refused(json!({"checkpoint_id": "r-1:7", "input": {"messages": []}})).contains("TaskEnvelope"));
+        assert!(refused(json!({"command": {"update": {"outputs": {}}, "resume": 1}})).contains("checkpoint_id"));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Map, Value, json};
 
+use super::checkpoints;
 use super::request::{self, Action, Input, RunRequest, StreamMode};
 use super::stream::{self, Translator};
 use super::threads::newest_run;
@@ -27,7 +28,7 @@ use crate::thread::{self, ThreadId, ThreadRule};
 
 /// What a run on a thread adds to the thread's metadata, as LangGraph does (Agent Chat UI's
 /// thread list finds threads by it): `graph_id` and `assistant_id`, the one assistant.
-const GRAPH_METADATA: &[(&str, &str)] = &[("graph_id", "\"flex\""), ("assistant_id", "\"flex\"")];
+pub(super) const GRAPH_METADATA: &[(&str, &str)] = &[("graph_id", "\"flex\""), ("assistant_id", "\"flex\"")];
 
 /// A run begun by a request: its frames, and what a stream of them starts from.
 struct Began {
@@ -71,6 +72,12 @@ async fn begin(
         return Err(ApiError::not_found(ErrorCode::AssistantNotFound, format!("assistant {assistant}")));
     }
     let request = RunRequest::parse(&body).map_err(refused)?;
+    if thread_id.is_none() && matches!(request.action, Action::Fork(_)) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "a checkpoint belongs to a thread: start a run from it with /threads/{thread_id}/runs…",
+        ));
+    }
     let (thread, made) = match thread_id {
         None => (thread::create(&services.store, caller, None, Map::new()).await?, true),
         Some(id) if request.create_thread => {
@@ -95,20 +102,21 @@ async fn begin(
             services.store.write(move |conn| thread_rows::mark(conn, &id, GRAPH_METADATA, crate::store::now())).await?;
             resumed
         }
+        Action::Fork(from) => checkpoints::fork(services, caller, &thread, from).await?,
     };
     Ok(Began { thread_id: thread.thread_id, run_id: started.run_id.clone(), modes: request.modes, started })
 }
 
 /// A run a request started or resumed, and what a stream of its frames starts from.
-struct Started {
-    run_id: RunId,
+pub(super) struct Started {
+    pub(super) run_id: RunId,
     /// The state its `frames` follow: a new run's before its first frame, a resumed run's
     /// before the answer.
-    state: RunState,
-    objective: String,
+    pub(super) state: RunState,
+    pub(super) objective: String,
     /// The chat messages the run was started with, if it was started from a chat input.
-    chat: Option<Vec<Value>>,
-    frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
+    pub(super) chat: Option<Vec<Value>>,
+    pub(super) frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
 }
 
 /// A new flex run on the thread, from a TaskEnvelope or chat messages.

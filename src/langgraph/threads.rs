@@ -4,6 +4,7 @@ use actix_web::{HttpResponse, get, post, web};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::checkpoints;
 use super::request::ASSISTANT;
 use super::{chat_of, project, state_at, time, visible_thread};
 use crate::error_code::ErrorCode;
@@ -242,27 +243,19 @@ async fn thread_state(services: &Services, thread_id: &str, row: Option<RunRow>)
     };
     let (chat, objective, updated_at) = (chat_of(&row), row.objective.clone(), row.updated_at);
     let state = state_at(services, row, None).await?;
-    let interrupts = project::interrupts(&state);
-    let next = project::next(&state);
-    let tasks: Vec<Value> = next
-        .iter()
-        .map(|node| {
-            let mine: Vec<&Value> =
-                interrupts.iter().filter(|i| i["value"]["nodeId"].as_str().is_none_or(|n| n == node)).collect();
-            json!({"id": node, "name": node, "error": null, "interrupts": mine, "checkpoint": null, "state": null, "result": null})
-        })
-        .collect();
     let checkpoint_id = format!("{}:{}", state.run_id, state.last_seq.get());
-    Ok(services.redaction.value(json!({
-        "values": project::values(&state, &objective, chat.as_deref()),
-        "next": next,
-        "tasks": tasks,
-        "interrupts": interrupts,
-        "metadata": {"run_id": state.run_id, "step": state.last_seq.get(), "source": "loop", "graph_id": "flex"},
-        "created_at": time(updated_at),
-        "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id, "checkpoint_map": null},
-        "parent_checkpoint": null,
-    })))
+    let metadata = json!({"run_id": state.run_id, "step": state.last_seq.get(), "source": "loop", "graph_id": "flex"});
+    let state = checkpoints::state_json(
+        thread_id,
+        &state,
+        &objective,
+        chat.as_deref(),
+        &checkpoint_id,
+        None,
+        metadata,
+        &time(updated_at),
+    );
+    Ok(services.redaction.value(state))
 }
 
 /// `GET /threads/{tid}/state`: the state of the thread's newest run.
@@ -277,16 +270,9 @@ pub async fn thread_state_now(
     Ok(HttpResponse::Ok().json(thread_state(&services, &tid, newest).await?))
 }
 
-/// Refuses keys it does not list (`before`, `checkpoint`, `metadata`, `select`): flexrun's
-/// history is a thread's runs, newest first, whole.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct History {
-    #[serde(default)]
-    limit: Option<i64>,
-}
-
-/// `POST /threads/{tid}/history` `{limit?}`: the state of each of the thread's runs, newest first.
+/// `POST /threads/{tid}/history` `{limit?, before?, metadata?, checkpoint?}`: the thread's
+/// checkpoints, newest first — after each plan version and each completed step of every run, and
+/// at each run's last frame — with the values as of each (`checkpoints`).
 #[post("/threads/{tid}/history")]
 pub async fn thread_history(
     caller: Caller,
@@ -294,14 +280,8 @@ pub async fn thread_history(
     body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let query: History = if body.is_blank() { History::default() } else { body.json()? };
+    let query: checkpoints::History = if body.is_blank() { checkpoints::History::default() } else { body.json()? };
     visible_thread(&services, &caller, &tid).await?;
     let limit = PageSize { default: 10, max: 100 }.of_body(query.limit)?;
-    let id = tid.to_string();
-    let rows = services.store.read(move |conn| thread_rows::runs(conn, &id, limit)).await?;
-    let mut states = Vec::with_capacity(rows.len());
-    for row in rows {
-        states.push(thread_state(&services, &tid, Some(row)).await?);
-    }
-    Ok(HttpResponse::Ok().json(states))
+    Ok(HttpResponse::Ok().json(checkpoints::history(&services, &tid, query, limit).await?))
 }

@@ -15,18 +15,22 @@ use crate::capability::check_output;
 use crate::envelope::TaskEnvelope;
 use crate::events::{DecodedFrame, Frame};
 use crate::services::Services;
+use crate::thread::ThreadRule;
 use crate::validation::FieldError;
 use flexrun_core::capability::CapabilityError;
 use flexrun_core::run::fork::{self, ForkChanges, ForkPlan, ForkPoint};
 
 /// What a fork asks for.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ForkOrder {
     pub point: ForkPoint,
     /// The fork's envelope; the parent's when not given.
     pub envelope: Option<TaskEnvelope>,
     /// Outputs replacing those of completed nodes, by node id.
     pub outputs: BTreeMap<String, Value>,
+    /// The rule of the fork's thread: the flex API's forks share it, a LangGraph run from a
+    /// checkpoint holds it as any LangGraph run does.
+    pub thread_rule: ThreadRule,
 }
 
 /// Why no fork was made.
@@ -52,8 +56,9 @@ pub async fn fork(
     idempotency: Option<Idempotency>,
     owner: &str,
 ) -> Result<StartedRun, ForkError> {
+    let thread_rule = order.thread_rule;
     let (plan, envelope) = prepare(services, parent, order)?;
-    Ok(lifecycle::start_fork(services, envelope, plan, correlation_id, idempotency, owner).await?)
+    Ok(lifecycle::start_fork(services, envelope, plan, correlation_id, idempotency, owner, thread_rule).await?)
 }
 
 /// The fork's plan and envelope, every check done: nothing is created before this succeeds.

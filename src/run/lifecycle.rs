@@ -88,8 +88,9 @@ pub(super) async fn start_fork(
     correlation_id: Option<String>,
     idempotency: Option<Idempotency>,
     owner: &str,
+    thread_rule: ThreadRule,
 ) -> Result<StartedRun, StartError> {
-    create(services, envelope, correlation_id, idempotency, owner, ThreadRule::Shared, Some(fork)).await
+    create(services, envelope, correlation_id, idempotency, owner, thread_rule, Some(fork)).await
 }
 
 async fn create(

@@ -10,6 +10,8 @@ import asyncio
 import json
 import sys
 
+import httpx
+
 from langgraph_sdk import get_client
 from langgraph_sdk.errors import APIStatusError
 
@@ -130,8 +132,89 @@ async def chat(client, args):
     return {"assistants": assistants, "parts": parts, "second": second, "state": await client.threads.get_state(tid)}
 
 
+async def refused(call):
+    """A request the server should refuse: its status and message, or that it was taken.
+    `runs.create` and `threads.*` raise the SDK's typed errors; `runs.wait` raises httpx's."""
+    try:
+        await call
+        return {"refused": False}
+    except APIStatusError as error:
+        return {"refused": True, "status": error.status_code, "message": str(error)}
+    except httpx.HTTPStatusError as error:
+        return {"refused": True, "status": error.response.status_code, "message": str(error)}
+
+
+async def time_travel(client, args):
+    """LangGraph's time-travel guide on a repaired run: the thread's history (a checkpoint per plan
+    version and per completed step), then runs from its checkpoints on the same thread — replayed
+    from plan version 2 (`input=None`, the guide's deprecated `checkpoint_id` field), with a state
+    update (`command.update`), and from the newest checkpoint given as a `checkpoint` object — and
+    the requests the server refuses."""
+    thread = await client.threads.create()
+    tid = thread["thread_id"]
+    created = {}
+    first = await client.runs.wait(tid, "flex", input=args["input"], on_run_created=lambda m: created.update(m))
+    parent = created["run_id"]
+
+    # The history, newest first; the checkpoint of plan version 2 and the newest one.
+    history = await client.threads.get_history(tid, limit=args.get("limit", 20))
+    state_before = await client.threads.get_state(tid)
+    v2 = next(s for s in history
+              if s["metadata"].get("frame") == "plan_generated" and s["values"].get("planVersion") == 2)
+    head = history[0]
+    page_by_id = await client.threads.get_history(tid, limit=2, before=v2["checkpoint"]["checkpoint_id"])
+    page_by_checkpoint = await client.threads.get_history(tid, limit=2, before=v2["checkpoint"])
+    plans = await client.threads.get_history(tid, metadata={"frame": "plan_generated"})
+
+    # Replay from v2, as the guide resumes: no input, the state's `checkpoint_id`.
+    replay_created = {}
+    replayed = await client.runs.wait(tid, "flex", input=None, checkpoint_id=v2["checkpoint_id"],
+                                      on_run_created=lambda m: replay_created.update(m))
+
+    # From v2 again, with the draft's output replaced (LangGraph's `command.update`).
+    edited = {"text": "an edited draft", "quality_score": 0.6}
+    update_created = {}
+    updated = await collect(client.runs.stream(
+        tid, "flex", command={"update": {"outputs": {"draft": edited}}},
+        checkpoint_id=v2["checkpoint"]["checkpoint_id"], stream_mode=["values", "updates", "custom"],
+        on_run_created=lambda m: update_created.update(m)))
+
+    # From the parent's newest checkpoint, given as a `checkpoint` object (as useStream sends it).
+    from_head = await client.runs.create(tid, "flex", checkpoint=head["checkpoint"])
+    joined = await client.runs.join(tid, from_head["run_id"])
+
+    # Refused, and nothing created.
+    runs_before = len(await client.runs.list(tid, limit=100))
+    v2_id = v2["checkpoint"]["checkpoint_id"]
+    refusals = {
+        "unknown": await refused(client.runs.create(tid, "flex", checkpoint_id=f"{parent}:999999")),
+        "not_a_checkpoint": await refused(client.runs.create(tid, "flex", checkpoint_id=f"{parent}:1")),
+        "resume_too": await refused(client.runs.create(tid, "flex", checkpoint_id=v2_id, command={"resume": True})),
+        "derived": await refused(client.runs.create(
+            tid, "flex", checkpoint_id=v2_id, command={"update": {"status": "completed"}})),
+        "not_done": await refused(client.runs.create(
+            tid, "flex", checkpoint_id=v2_id, command={"update": {"outputs": {"polish": edited}}})),
+        "stateless": await refused(client.runs.create(None, "flex", checkpoint_id=v2_id)),
+    }
+    runs_after = len(await client.runs.list(tid, limit=100))
+
+    return {
+        "thread_id": tid, "parent": parent, "first": first,
+        "history": history, "state_before": state_before,
+        "v2": v2_id, "head": head["checkpoint"]["checkpoint_id"],
+        "page_by_id": page_by_id, "page_by_checkpoint": page_by_checkpoint, "plans": plans,
+        "replayed": {"run_id": replay_created.get("run_id"), "values": replayed},
+        "updated": {"run_id": update_created.get("run_id"), "parts": updated},
+        "from_head": {"run": from_head, "joined": joined},
+        "refusals": refusals, "runs_before_refusals": runs_before, "runs_after_refusals": runs_after,
+        "history_after": await client.threads.get_history(tid, limit=50),
+        "state_after": await client.threads.get_state(tid),
+        "runs": await client.runs.list(tid, limit=100),
+    }
+
+
 SCENARIOS = {f.__name__: f for f in [stream, interrupt_and_resume, background_and_join, reconnect, cancel_and_busy,
-                                      failing, chat]}
+                                      failing, chat, time_travel]}
 
 
 async def main():

@@ -99,6 +99,8 @@ error_codes! {
         "No such run (or one the caller may not see).";
     TaskNotFound => "task_not_found", 404,
         "No such human task (or one the caller may not see).";
+    CheckpointNotFound => "checkpoint_not_found", 404,
+        "No such checkpoint of this thread (ids read `<runId>:<seq>`, as its history lists them).";
     ThreadNotFound => "thread_not_found", 404,
         "No such thread (or one the caller may not see).";
     AssistantNotFound => "assistant_not_found", 404,

@@ -144,6 +144,34 @@ pub fn of_type(conn: &mut DbConn, run_id: &str, event_type: &str, limit: i64) ->
     rows.into_iter().map(|row| logged(run_id, row)).collect()
 }
 
+/// The seq and type of each `plan_generated` and `node_complete` of a run, in order, then of its
+/// last frame when it is neither — the run's checkpoints as the LangGraph surface lists them —
+/// read without the frames' text.
+pub fn checkpoints(conn: &mut DbConn, run_id: &str) -> Result<Vec<(Seq, String)>, StoreError> {
+    let kinds = ["plan_generated", "node_complete"];
+    let rows: Vec<(i64, String)> = super::on_backend!(conn, |c| run_events::table
+        .filter(run_events::run_id.eq(run_id))
+        .filter(run_events::event_type.eq_any(kinds))
+        .order(run_events::seq)
+        .select((run_events::seq, run_events::event_type))
+        .load(c))?;
+    let last: Option<(i64, String)> = super::on_backend!(conn, |c| run_events::table
+        .filter(run_events::run_id.eq(run_id))
+        .order(run_events::seq.desc())
+        .select((run_events::seq, run_events::event_type))
+        .first(c)
+        .optional())?;
+    let mut rows = rows;
+    if let Some(last) = last.filter(|(_, kind)| !kinds.contains(&kind.as_str())) {
+        rows.push(last);
+    }
+    rows.into_iter()
+        .map(|(seq, kind)| {
+            Seq::from_stored(seq).map(|seq| (seq, kind)).map_err(|e| StoreError::Corrupt(format!("run {run_id}: {e}")))
+        })
+        .collect()
+}
+
 fn logged(run_id: &str, (seq, event_type, frame): (i64, String, String)) -> Result<LoggedFrame, StoreError> {
     let seq = Seq::from_stored(seq).map_err(|e| StoreError::Corrupt(format!("run {run_id}: {e}")))?;
     Ok(LoggedFrame { seq, event_type, json: frame.into(), secret_keys: None })

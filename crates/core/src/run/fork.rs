@@ -29,6 +29,9 @@ use crate::plan::{IndexedPlan, NodeId, NodeStatus, Phase, Plan, PlanMetadata};
 pub struct ForkPoint {
     pub from_version: Option<u32>,
     pub from_node: Option<String>,
+    /// The parent as it stood right after its frame `as_of` (a LangGraph checkpoint): the plan
+    /// version current then, and only the completions logged up to it done.
+    pub as_of: Option<Seq>,
 }
 
 /// What a fork changes: outputs of completed nodes, and the input facets whose values differ
@@ -48,6 +51,9 @@ pub struct ForkedFrom {
     pub version: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
+    /// The parent's frame the fork started after (a fork from a LangGraph checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<u64>,
 }
 
 /// Where a reused node's output comes from (`node_complete.reusedFrom`).
@@ -91,6 +97,8 @@ pub enum ForkError {
     NoPlan,
     #[error("the run has no plan version {version} (its versions are 1 to {latest})")]
     UnknownVersion { version: u32, latest: u32 },
+    #[error("the run has no frame {seq} (its last is {last})")]
+    UnknownFrame { seq: u64, last: u64 },
     #[error("plan version {version} has no node `{node}`")]
     UnknownNode { node: String, version: u32, pointer: String },
     #[error("node `{node}` had not completed at the fork point: there is no output to replace")]
@@ -104,6 +112,7 @@ impl ForkError {
     pub fn pointer(&self) -> String {
         match self {
             Self::NoPlan | Self::UnknownVersion { .. } => "/fromVersion".into(),
+            Self::UnknownFrame { .. } => "/asOf".into(),
             Self::UnknownNode { pointer, .. } => pointer.clone(),
             Self::NotCompleted { node } | Self::RunsAgain { node, .. } => format!("/outputs/{}", escape(node)),
         }
@@ -117,6 +126,7 @@ struct Parent<'a> {
     versions: Vec<(Seq, &'a Plan)>,
     /// Every `node_complete` with its seq, in log order.
     completions: Vec<(Seq, &'a str, &'a NodeComplete)>,
+    last: Seq,
 }
 
 impl<'a> Parent<'a> {
@@ -130,7 +140,8 @@ impl<'a> Parent<'a> {
                 _ => {}
             }
         }
-        Self { run_id, versions, completions }
+        let last = frames.last().map_or(Seq::ZERO, |f| f.seq);
+        Self { run_id, versions, completions, last }
     }
 }
 
@@ -146,7 +157,15 @@ pub fn resolve(
     if latest == 0 {
         return Err(ForkError::NoPlan);
     }
-    let version = point.from_version.unwrap_or(latest);
+    let version = match point.as_of {
+        Some(at) if at > parent.last => return Err(ForkError::UnknownFrame { seq: at.get(), last: parent.last.get() }),
+        // The version current right after that frame.
+        Some(at) => u32::try_from(parent.versions.iter().filter(|(seq, _)| *seq <= at).count()).unwrap_or(u32::MAX),
+        None => point.from_version.unwrap_or(latest),
+    };
+    if version == 0 {
+        return Err(ForkError::NoPlan);
+    }
     let index = usize::try_from(version).ok().filter(|v| (1..=parent.versions.len()).contains(v)).map(|v| v - 1);
     let index = index.ok_or(ForkError::UnknownVersion { version, latest })?;
     let (installed_at, source) = parent.versions[index];
@@ -154,8 +173,9 @@ pub fn resolve(
     // Completions up to the cut count as done: those of the version's own execution, and earlier
     // ones of the nodes the version kept (`completed` in it; a node it marked `pending` was to run
     // again).
-    let cut = match (point.from_version, &point.from_node) {
-        (Some(_), None) => installed_at,
+    let cut = match (point.as_of, point.from_version, &point.from_node) {
+        (Some(at), ..) => at.next(),
+        (None, Some(_), None) => installed_at,
         _ => parent.versions.get(index + 1).map_or(Seq::MAX, |(seq, _)| *seq),
     };
     let kept = |id: &str| plan.node(id).is_some_and(|n| n.status == NodeStatus::Completed);
@@ -219,7 +239,12 @@ pub fn resolve(
         draft_node_count: source.metadata.draft_node_count,
     };
     Ok(ForkPlan {
-        forked_from: ForkedFrom { run_id: run_id.to_string(), version, node_id: point.from_node.clone() },
+        forked_from: ForkedFrom {
+            run_id: run_id.to_string(),
+            version,
+            node_id: point.from_node.clone(),
+            as_of: point.as_of.map(Seq::get),
+        },
         plan: Plan { version: 1, nodes, edges: source.edges.clone(), metadata },
         reused,
     })

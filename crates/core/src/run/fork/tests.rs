@@ -55,11 +55,11 @@ fn reused(fork: &ForkPlan) -> Vec<(String, u64)> {
 
 #[test]
 fn from_a_version_reuses_only_what_was_done_before_that_version_ran() {
-    let point = ForkPoint { from_version: Some(2), from_node: None };
+    let point = ForkPoint { from_version: Some(2), from_node: None, as_of: None };
     let fork = resolve("p", &repaired(), &point, &ForkChanges::default()).unwrap();
     assert_eq!(fork.plan.version, 1);
     assert_eq!(fork.plan.metadata.phase, Phase::Fork);
-    assert_eq!(fork.forked_from, ForkedFrom { run_id: "p".into(), version: 2, node_id: None });
+    assert_eq!(fork.forked_from, ForkedFrom { run_id: "p".into(), version: 2, node_id: None, as_of: None });
     // v2 kept draft; it marked polish, done under v1, to run again.
     assert_eq!(reused(&fork), [("draft".to_string(), 4)]);
     assert_eq!(
@@ -72,8 +72,12 @@ fn from_a_version_reuses_only_what_was_done_before_that_version_ran() {
     );
     assert_eq!(fork.reused[0].output, json!({"v": "draft-1"}));
 
-    let first =
-        resolve("p", &repaired(), &ForkPoint { from_version: Some(1), from_node: None }, &ForkChanges::default());
+    let first = resolve(
+        "p",
+        &repaired(),
+        &ForkPoint { from_version: Some(1), from_node: None, as_of: None },
+        &ForkChanges::default(),
+    );
     assert_eq!(reused(&first.unwrap()), [], "nothing was done before version 1");
 }
 
@@ -82,7 +86,7 @@ fn without_a_point_everything_done_is_reused_and_a_node_reruns_with_what_follows
     let all = resolve("p", &repaired(), &ForkPoint::default(), &ForkChanges::default()).unwrap();
     assert_eq!(reused(&all), [("draft".to_string(), 4), ("polish".to_string(), 8), ("review".to_string(), 9)]);
 
-    let point = ForkPoint { from_version: None, from_node: Some("polish".into()) };
+    let point = ForkPoint { from_version: None, from_node: Some("polish".into()), as_of: None };
     let fork = resolve("p", &repaired(), &point, &ForkChanges::default()).unwrap();
     assert_eq!(reused(&fork), [("draft".to_string(), 4)]);
     assert_eq!(fork.forked_from.node_id.as_deref(), Some("polish"));
@@ -109,20 +113,42 @@ fn a_replaced_output_is_reused_as_given_and_what_follows_it_runs_again() {
 #[test]
 fn a_point_or_output_the_run_does_not_have_is_refused_with_its_pointer() {
     let refused = |point: ForkPoint, changes: ForkChanges| resolve("p", &repaired(), &point, &changes).unwrap_err();
-    let version = refused(ForkPoint { from_version: Some(3), from_node: None }, ForkChanges::default());
+    let version = refused(ForkPoint { from_version: Some(3), from_node: None, as_of: None }, ForkChanges::default());
     assert_eq!((version.pointer(), version.to_string().contains("1 to 2")), ("/fromVersion".into(), true));
-    let node = refused(ForkPoint { from_version: Some(1), from_node: Some("review".into()) }, ForkChanges::default());
+    let node = refused(
+        ForkPoint { from_version: Some(1), from_node: Some("review".into()), as_of: None },
+        ForkChanges::default(),
+    );
     assert_eq!(node.pointer(), "/fromNode");
     let early = ForkChanges { outputs: [("review".to_string(), json!({}))].into(), ..Default::default() };
-    let not_done = refused(ForkPoint { from_version: Some(2), from_node: None }, early.clone());
+    let not_done = refused(ForkPoint { from_version: Some(2), from_node: None, as_of: None }, early.clone());
     assert_eq!(
         (not_done.pointer(), matches!(not_done, ForkError::NotCompleted { .. })),
         ("/outputs/review".into(), true)
     );
-    let again = refused(ForkPoint { from_version: None, from_node: Some("polish".into()) }, early);
+    let again = refused(ForkPoint { from_version: None, from_node: Some("polish".into()), as_of: None }, early);
     assert!(matches!(again, ForkError::RunsAgain { .. }), "{again}");
     assert_eq!(
         resolve("p", &log(vec![run_started()]), &ForkPoint::default(), &ForkChanges::default()),
         Err(ForkError::NoPlan)
     );
+}
+
+#[test]
+fn as_of_a_frame_the_fork_takes_the_version_current_then_and_what_was_done_by_then() {
+    let at = |seq: u64| ForkPoint { as_of: Some(Seq::new(seq).unwrap()), ..ForkPoint::default() };
+    let at_v2 = resolve("p", &repaired(), &at(7), &ForkChanges::default()).unwrap();
+    let from_v2 = ForkPoint { from_version: Some(2), ..ForkPoint::default() };
+    assert_eq!(reused(&at_v2), reused(&resolve("p", &repaired(), &from_v2, &ForkChanges::default()).unwrap()));
+    assert_eq!(at_v2.forked_from.as_of, Some(7));
+
+    let after_polish = resolve("p", &repaired(), &at(8), &ForkChanges::default()).unwrap();
+    assert_eq!(reused(&after_polish), [("draft".to_string(), 4), ("polish".to_string(), 8)]);
+    assert_eq!(statuses(&after_polish)[2], ("review".to_string(), NodeStatus::Pending));
+
+    let in_v1 = resolve("p", &repaired(), &at(4), &ForkChanges::default()).unwrap();
+    assert_eq!((in_v1.forked_from.version, reused(&in_v1)), (1, vec![("draft".to_string(), 4)]));
+    assert_eq!(resolve("p", &repaired(), &at(2), &ForkChanges::default()), Err(ForkError::NoPlan));
+    let beyond = resolve("p", &repaired(), &at(99), &ForkChanges::default()).unwrap_err();
+    assert_eq!(beyond.pointer(), "/asOf");
 }

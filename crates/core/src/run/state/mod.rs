@@ -66,6 +66,8 @@ pub struct RunState {
     pub started_at: Option<DateTime<Utc>>,
     /// The `seq` of the last event applied; 0 before any.
     pub last_seq: Seq,
+    /// When the last event applied was recorded.
+    pub last_at: Option<DateTime<Utc>>,
     /// Planner calls asked for so far (the `attempt` of the last `plan_requested`).
     pub planner_attempts: u32,
     /// The replans granted so far, by what asked for them.
@@ -138,6 +140,7 @@ impl RunState {
             status: RunStatus::Pending,
             started_at: None,
             last_seq: Seq::ZERO,
+            last_at: None,
             planner_attempts: 0,
             replans: ReplanCounts::default(),
             plans: Vec::new(),
@@ -303,6 +306,7 @@ impl RunState {
             Event::PlanRejected(_) | Event::PlanUpdated(_) | Event::ValidationError(_) | Event::Retry(_) => {}
         }
         self.last_seq = at.seq;
+        self.last_at = Some(at.timestamp);
         Ok(())
     }
 
