@@ -224,3 +224,38 @@ async fn a_fork_killed_mid_step_resumes_without_running_reused_work() {
         "draft never started"
     );
 }
+
+/// A fork of a fork reuses what its parent reused or ran, naming its parent's frames; a run still
+/// waiting for an operator may be forked from what it has committed, and goes on waiting.
+#[tokio::test]
+async fn forks_of_forks_and_of_a_waiting_run() {
+    let (server, parent, _) = repaired().await;
+    let (status, first, _) = fork(&server, &parent, &json!({"fromVersion": 2})).await;
+    assert_eq!(status, 200);
+    let child = first[0].run_id.clone();
+    let calls = server.llm_calls().len();
+
+    let (status, second, _) = fork(&server, &child, &json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(frame_of(&second, "complete").payload["status"], "completed", "{:?}", kinds(&second));
+    let reused: Vec<(String, String)> = second
+        .iter()
+        .filter(|f| f.kind == "node_complete")
+        .map(|f| (f.node_id.clone().unwrap(), f.payload["reusedFrom"]["runId"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(reused, [("draft".to_string(), child.clone()), ("polish".to_string(), child.clone())]);
+    assert_eq!(server.llm_calls().len(), calls, "everything was reused: no model call");
+    assert!(!second.iter().any(|f| f.kind == "node_start"));
+
+    let mut gated = envelope();
+    gated["policies"] = json!({"approval": {"plan": "required"}});
+    let waiting = server.run(&gated).await;
+    let waiting_id = waiting[0].run_id.clone();
+    server.wait_for_status(&waiting_id, "awaiting_hitl").await;
+    let (status, frames, _) = fork(&server, &waiting_id, &json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(frame_of(&frames, "start").payload["forkedFrom"]["version"], 1);
+    assert!(frames.iter().any(|f| f.kind == "node_start"), "the fork runs what the waiting run had not");
+    let stored = flexrun::store::runs::get(&mut server.db(), &waiting_id).unwrap();
+    assert_eq!(stored.status.as_str(), "awaiting_hitl", "the parent goes on waiting");
+}

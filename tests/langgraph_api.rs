@@ -159,3 +159,68 @@ async fn threads_with_chosen_ids_and_the_one_assistant() {
     let other = call(&server, reqwest::Method::GET, "/assistants/agent", "alice-key", None).await;
     assert_eq!(other.status(), 404);
 }
+
+/// The history is also served on GET (`?limit=&before=`), as LangGraph's server does; an
+/// unknown `before` is refused.
+#[tokio::test]
+async fn the_history_is_also_served_on_get() {
+    let server = TestServer::start(repair_script(0.5, 0.9)).await;
+    let thread: Value = server
+        .http
+        .post(server.url("/threads"))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tid = thread["thread_id"].as_str().unwrap();
+    let mut on_thread = envelope();
+    on_thread["constraints"] = json!({"threadId": tid});
+    server.run(&on_thread).await;
+    let posted: Value = server
+        .http
+        .post(server.url(&format!("/threads/{tid}/history")))
+        .bearer_auth(OPERATOR_KEY)
+        .json(&json!({"limit": 3}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let got: Value = server
+        .http
+        .get(server.url(&format!("/threads/{tid}/history?limit=3")))
+        .bearer_auth(OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(posted, got);
+    assert_eq!(got.as_array().unwrap().len(), 3);
+    let before = got[0]["checkpoint_id"].as_str().unwrap();
+    let older: Value = server
+        .http
+        .get(server.url(&format!("/threads/{tid}/history?limit=1&before={before}")))
+        .bearer_auth(OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(older[0]["checkpoint"], got[1]["checkpoint"]);
+    let unknown = server
+        .http
+        .get(server.url(&format!("/threads/{tid}/history?before=nope:3")))
+        .bearer_auth(OPERATOR_KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status().as_u16(), 400);
+}

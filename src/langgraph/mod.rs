@@ -44,6 +44,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(threads::get_thread)
         .service(threads::thread_state_now)
         .service(threads::thread_history)
+        .service(threads::thread_history_get)
         .service(runs::stream_on_thread)
         .service(runs::stream_stateless)
         .service(runs::wait_on_thread)

@@ -285,3 +285,26 @@ pub async fn thread_history(
     let limit = PageSize { default: 10, max: 100 }.of_body(query.limit)?;
     Ok(HttpResponse::Ok().json(checkpoints::history(&services, &tid, query, limit).await?))
 }
+
+/// `GET /threads/{tid}/history?limit=&before=`: the same list, as LangGraph's server also serves it.
+#[get("/threads/{tid}/history")]
+pub async fn thread_history_get(
+    caller: Caller,
+    tid: web::Path<String>,
+    query: web::Query<HistoryQuery>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    visible_thread(&services, &caller, &tid).await?;
+    let query = query.into_inner();
+    let limit = PageSize { default: 10, max: 100 }.of_query(query.limit)?;
+    let history =
+        checkpoints::History { limit: query.limit, before: query.before.map(Value::String), ..Default::default() };
+    Ok(HttpResponse::Ok().json(checkpoints::history(&services, &tid, history, limit).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    limit: Option<i64>,
+    before: Option<String>,
+}
