@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::request::{self, Checkpoint, FromCheckpoint, Input};
-use super::runs::{GRAPH_METADATA, Started};
+use super::started::{GRAPH_METADATA, Started};
 use super::{chat_of, project, run_of_thread, state_at, time};
 use crate::error_code::ErrorCode;
 use crate::events::Seq;

@@ -16,6 +16,7 @@ mod checkpoints;
 mod project;
 pub mod request;
 mod runs;
+mod started;
 mod stream;
 mod threads;
 

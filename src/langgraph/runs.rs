@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 
 use super::checkpoints;
 use super::request::{self, Action, Input, RunRequest, StreamMode};
+use super::started::{GRAPH_METADATA, Started};
 use super::stream::{self, Translator};
 use super::threads::newest_run;
 use super::{chat_of, project, run_not_found, run_of_thread, state_at, time, visible_thread};
@@ -25,10 +26,6 @@ use crate::store::events::LoggedFrame;
 use crate::store::runs::RunRow;
 use crate::store::threads as thread_rows;
 use crate::thread::{self, ThreadId, ThreadRule};
-
-/// What a run on a thread adds to the thread's metadata, as LangGraph does (Agent Chat UI's
-/// thread list finds threads by it): `graph_id` and `assistant_id`, the one assistant.
-pub(super) const GRAPH_METADATA: &[(&str, &str)] = &[("graph_id", "\"flex\""), ("assistant_id", "\"flex\"")];
 
 /// A run begun by a request: its frames, and what a stream of them starts from.
 struct Began {
@@ -105,18 +102,6 @@ async fn begin(
         Action::Fork(from) => checkpoints::fork(services, caller, &thread, from).await?,
     };
     Ok(Began { thread_id: thread.thread_id, run_id: started.run_id.clone(), modes: request.modes, started })
-}
-
-/// A run a request started or resumed, and what a stream of its frames starts from.
-pub(super) struct Started {
-    pub(super) run_id: RunId,
-    /// The state its `frames` follow: a new run's before its first frame, a resumed run's
-    /// before the answer.
-    pub(super) state: RunState,
-    pub(super) objective: String,
-    /// The chat messages the run was started with, if it was started from a chat input.
-    pub(super) chat: Option<Vec<Value>>,
-    pub(super) frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
 }
 
 /// A new flex run on the thread, from a TaskEnvelope or chat messages.

@@ -1,0 +1,26 @@
+//! What a run begun through the LangGraph surface is to the handler that streams it — a new run, a
+//! resumed one or one started from a checkpoint alike — and what its start writes on the thread.
+
+use futures::stream::BoxStream;
+use serde_json::Value;
+
+use crate::run::RunId;
+use crate::run::follow::FollowError;
+use crate::run::state::RunState;
+use crate::store::events::LoggedFrame;
+
+/// What a run on a thread adds to the thread's metadata, as LangGraph does (Agent Chat UI's
+/// thread list finds threads by it): `graph_id` and `assistant_id`, the one assistant.
+pub const GRAPH_METADATA: &[(&str, &str)] = &[("graph_id", "\"flex\""), ("assistant_id", "\"flex\"")];
+
+/// A run a request started or resumed, and what a stream of its frames starts from.
+pub(super) struct Started {
+    pub(super) run_id: RunId,
+    /// The state its `frames` follow: a new run's before its first frame, a resumed run's
+    /// before the answer.
+    pub(super) state: RunState,
+    pub(super) objective: String,
+    /// The chat messages the run was started with, if it was started from a chat input.
+    pub(super) chat: Option<Vec<Value>>,
+    pub(super) frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
+}
