@@ -341,7 +341,8 @@ fn observed_to_the_end(
     run_id: &str,
 ) -> Vec<RunState> {
     let logged = server.event_log_text(run_id).len();
-    for _ in 0..250 {
+    // Up to 30 s: on two loaded cores a PostgreSQL writer's callbacks were seen to lag 5 s.
+    for _ in 0..1_500 {
         let seen =
             observed.lock().unwrap().get(run_id).and_then(|states| states.iter().map(|s| s.last_seq.count()).max());
         if seen == Some(logged) {
