@@ -49,6 +49,9 @@ pub enum ConfigError {
         "configuration: `llm.prices.{model:?}.{field}` = {value} is not a price (US dollars per million tokens, 0 or more)"
     )]
     Price { model: String, field: &'static str, value: f64 },
+    /// An endpoint or route of the model pool that cannot work.
+    #[error("configuration: `{key}` {problem}")]
+    Models { key: String, problem: String },
 }
 
 impl From<config::ConfigError> for ConfigError {
@@ -147,6 +150,57 @@ pub struct LlmSettings {
     /// [`Settings::prices`].
     #[serde(default)]
     prices: BTreeMap<String, PriceSettings>,
+    /// More endpoints beside `default` (these settings), by name (`[llm.endpoints.<name>]`).
+    #[serde(default)]
+    pub endpoints: BTreeMap<String, EndpointSettings>,
+    /// The chains of `<endpoint>/<model>` entries calls go along (`[llm.routes]`).
+    #[serde(default)]
+    pub routes: RouteSettings,
+    /// When an endpoint is skipped after failures (`[llm.breaker]`).
+    #[serde(default)]
+    pub breaker: BreakerConfig,
+}
+
+/// A named model endpoint (`[llm.endpoints.<name>]`); what it leaves out is `[llm]`'s.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSettings {
+    pub base_url: String,
+    /// The environment variable holding its API key (never the key itself); none: no key.
+    pub api_key_env: Option<String>,
+    /// The model names it serves (routes may name only these; empty: any).
+    #[serde(default)]
+    pub models: Vec<String>,
+    pub timeout_secs: Option<u64>,
+    pub max_concurrent_calls: Option<usize>,
+    pub planner_response_format: Option<PlannerResponseFormat>,
+}
+
+/// `[llm.routes]`: ordered fallback chains; empty: `default/<llm.model>`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSettings {
+    #[serde(default)]
+    pub planner: Vec<String>,
+    /// For `ai` capabilities without `preferredModels` of their own.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+}
+
+/// `[llm.breaker]`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerConfig {
+    /// Failures in a row that open an endpoint's breaker.
+    pub failures: u32,
+    /// How long an open breaker skips its endpoint before one call probes it.
+    pub cool_down_secs: u64,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        Self { failures: 5, cool_down_secs: 30 }
+    }
 }
 
 /// One model's prices as configured, in US dollars per million tokens.

@@ -11,7 +11,7 @@ use crate::capability::{
 use crate::config::Settings;
 use crate::events::Bus;
 use crate::facet::{FacetCatalog, FacetCatalogError};
-use crate::llm::LlmClient;
+use crate::llm::pool::ModelPool;
 use crate::mcp::{McpRegistryError, McpServers, Publish};
 use crate::planner::Planner;
 use crate::redact::Redaction;
@@ -67,6 +67,8 @@ pub struct Services {
     pub registry: Arc<Registry>,
     /// The registered MCP servers (their tools are in the registry).
     pub mcp: McpServers,
+    /// The model endpoints, with their breakers (health shows them).
+    pub models: Arc<ModelPool>,
     pub planner: Planner,
     pub executors: Executors,
     pub facets: FacetCatalog,
@@ -126,8 +128,10 @@ impl Services {
         let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
         let files = RegistrationFiles::read(settings.capabilities_dir().as_deref())?;
         let registry = Arc::new(Registry::load(store.clone(), policy.clone(), configured, files.capabilities).await?);
-        let llm = LlmClient::new(&settings.llm, settings.prices()?)?;
-        let planner = Planner::new(llm.clone(), settings.llm.planner_response_format);
+        let (pool, routes) = ModelPool::configure(&settings.llm, settings.prices()?, |name| std::env::var(name).ok())?;
+        let models = Arc::new(pool);
+        let planner = Planner::new(models.clone(), routes.planner.clone());
+        let llm = (models.clone(), routes.capabilities.clone());
         let limits = HttpLimits {
             max_response_bytes: settings.limits.max_capability_response_bytes,
             max_concurrent_calls: settings.http_capabilities.max_concurrent_calls,
@@ -153,6 +157,7 @@ impl Services {
             bus: Arc::new(Bus::default()),
             registry,
             mcp,
+            models,
             planner,
             executors,
             facets,

@@ -34,6 +34,7 @@ const RUNS_RESUMED: &str = "flexrun_runs_resumed_total";
 const RUNS_ENDED: &str = "flexrun_runs_ended_total";
 const REPLANS: &str = "flexrun_replans_total";
 const MODEL_CALLS: &str = "flexrun_model_calls_total";
+const MODEL_ENDPOINT_STATE: &str = "flexrun_model_endpoint_state";
 const MODEL_DURATION: &str = "flexrun_model_call_duration_seconds";
 const MODEL_TOKENS: &str = "flexrun_model_tokens_total";
 const MODEL_COST: &str = "flexrun_model_cost_usd_total";
@@ -64,7 +65,14 @@ pub fn describe() {
     describe_counter!(RUNS_RESUMED, "Runs picked up again after a restart");
     describe_counter!(RUNS_ENDED, "Runs ended, by status (completed, failed, cancelled) and error code");
     describe_counter!(REPLANS, "Replans granted, by reason (the reason the replan frames carry)");
-    describe_counter!(MODEL_CALLS, "Model calls, by purpose (planner, capability) and outcome (ok or the error kind)");
+    describe_counter!(
+        MODEL_CALLS,
+        "Model calls (each attempt), by purpose (planner, capability), endpoint, model asked for and outcome (ok or the error kind)"
+    );
+    describe_gauge!(
+        MODEL_ENDPOINT_STATE,
+        "A model endpoint's circuit breaker: 0 closed, 1 half open (probing), 2 open"
+    );
     describe_histogram!(MODEL_DURATION, Unit::Seconds, "Model call latency, by purpose");
     describe_counter!(
         MODEL_TOKENS,
@@ -164,9 +172,21 @@ pub fn budget_exceeded(limit: &'static str, action: &'static str) {
 }
 
 /// One model call: `outcome` is `ok` or the error's kind.
-pub fn model_call(purpose: &'static str, outcome: &'static str, elapsed: Duration) {
-    counter!(MODEL_CALLS, "purpose" => purpose, "outcome" => outcome).increment(1);
+pub fn model_call(purpose: &'static str, endpoint: &str, model: &str, outcome: &'static str, elapsed: Duration) {
+    let (endpoint, model) = (endpoint.to_string(), model.to_string());
+    counter!(MODEL_CALLS, "purpose" => purpose, "endpoint" => endpoint, "model" => model, "outcome" => outcome)
+        .increment(1);
     histogram!(MODEL_DURATION, "purpose" => purpose).record(elapsed.as_secs_f64());
+}
+
+/// An endpoint's circuit breaker moved: 0 closed, 1 half open (probing), 2 open.
+pub fn model_endpoint_state(endpoint: &str, state: &'static str) {
+    let value = match state {
+        "open" => 2.0,
+        "half_open" => 1.0,
+        _ => 0.0,
+    };
+    gauge!(MODEL_ENDPOINT_STATE, "endpoint" => endpoint.to_string()).set(value);
 }
 
 /// What one answered model call used. `model` is a label from a fixed set: the caller passes a

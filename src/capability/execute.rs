@@ -12,8 +12,10 @@ use super::resolver::GuardedResolver;
 use super::signal::{self, Reply};
 use super::{AddressGuard, Capability, CapabilityError, ContextBundle, Executor, RefusedAddress, check_output};
 use crate::contract::OutputContract;
+use crate::llm::pool::ModelPool;
 use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
-use crate::llm::{ChatRequest, LlmClient, Purpose, ResponseShape, parse_json_content};
+use crate::llm::route::RouteEntry;
+use crate::llm::{ChatRequest, Purpose, ResponseShape, parse_json_content};
 use crate::mcp::McpServers;
 use crate::slots::Slots;
 use crate::timeouts::Timeouts;
@@ -32,7 +34,9 @@ pub struct HttpLimits {
 /// Runs capabilities. One per server; cheap to share.
 #[derive(Clone)]
 pub struct Executors {
-    llm: LlmClient,
+    /// The model pool `ai` capabilities call, along `route` (`[llm.routes] capabilities`).
+    models: Arc<ModelPool>,
+    route: Arc<[RouteEntry]>,
     http: reqwest::Client,
     max_response_bytes: usize,
     /// Checks endpoints that name an address: the client resolves only names.
@@ -46,14 +50,18 @@ pub struct Executors {
 impl Executors {
     /// Executors whose `http` calls resolve names with the system resolver and reach only the
     /// addresses `addresses` allows.
-    pub fn new(llm: LlmClient, limits: HttpLimits, addresses: AddressGuard) -> Result<Self, reqwest::Error> {
-        Self::with_resolver(llm, limits, GuardedResolver::system(addresses))
+    pub fn new(
+        models: (Arc<ModelPool>, Vec<RouteEntry>),
+        limits: HttpLimits,
+        addresses: AddressGuard,
+    ) -> Result<Self, reqwest::Error> {
+        Self::with_resolver(models, limits, GuardedResolver::system(addresses))
     }
 
     /// Executors whose `http` calls resolve names with `resolver` (tests give names chosen
     /// addresses with it, without DNS).
     pub fn with_resolver(
-        llm: LlmClient,
+        (models, route): (Arc<ModelPool>, Vec<RouteEntry>),
         limits: HttpLimits,
         resolver: GuardedResolver,
     ) -> Result<Self, reqwest::Error> {
@@ -67,7 +75,16 @@ impl Executors {
             .dns_resolver(Arc::new(resolver))
             .build()?;
         let http_slots = Slots::new(limits.max_concurrent_calls, crate::telemetry::http_capability_call_waiting);
-        Ok(Self { llm, http, max_response_bytes: limits.max_response_bytes, addresses, http_slots, mcp: None })
+        let route = route.into();
+        Ok(Self {
+            models,
+            route,
+            http,
+            max_response_bytes: limits.max_response_bytes,
+            addresses,
+            http_slots,
+            mcp: None,
+        })
     }
 
     /// These executors, calling MCP tools through `mcp`.
@@ -135,7 +152,6 @@ impl Executors {
         bundle: &ContextBundle,
         timeout: Duration,
     ) -> Metered<Result<Value, CapabilityError>> {
-        let slot = self.llm.slot().await;
         let (system, user) = ai_prompt(capability, instructions, bundle);
         let name = schema_name(&capability.id);
         let shape = match &capability.output_contract {
@@ -146,8 +162,18 @@ impl Executors {
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
         };
-        let called = slot.complete(ChatRequest { purpose: Purpose::Capability, system, user, shape, timeout }).await;
-        called.map(|content| {
+        let routed = self
+            .models
+            .complete(&self.route, |_, model| ChatRequest {
+                purpose: Purpose::Capability,
+                model,
+                system: system.clone(),
+                user: user.clone(),
+                shape,
+                timeout,
+            })
+            .await;
+        routed.called.map(|content| {
             let content = content?;
             match capability.output_contract {
                 OutputContract::Freeform { .. } => Ok(parse_json_content(&content).unwrap_or(Value::String(content))),

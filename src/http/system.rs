@@ -40,7 +40,13 @@ pub async fn health(services: web::Data<Services>) -> HttpResponse {
         "uptimeSeconds": STARTED.get().map_or(0, |s| s.elapsed().as_secs()),
         "services": {
             "database": {"ok": database},
-            "llm": {"configured": !services.settings.llm.api_key.is_empty(), "model": services.settings.llm.model},
+            "llm": {
+                "configured": !services.settings.llm.api_key.is_empty(),
+                "model": services.settings.llm.model,
+                "endpoints": services.models.states().into_iter()
+                    .map(|(name, state)| json!({"name": name, "breaker": state}))
+                    .collect::<Vec<_>>(),
+            },
             "capabilities": {"count": capabilities},
         },
     });

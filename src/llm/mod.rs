@@ -10,7 +10,8 @@
 //!
 //! [`standin`] is a scripted stand-in for such a server (the demo and the tests), not a model.
 
-pub use flexrun_core::llm::{LlmError, prompt};
+pub use flexrun_core::llm::{LlmError, prompt, route};
+pub mod pool;
 pub mod standin;
 
 use std::sync::Arc;
@@ -41,6 +42,8 @@ pub enum ResponseShape<'a> {
 #[derive(Debug, Clone)]
 pub struct ChatRequest<'a> {
     pub purpose: Purpose,
+    /// The model asked for (a route entry's).
+    pub model: &'a str,
     pub system: String,
     pub user: String,
     pub shape: ResponseShape<'a>,
@@ -213,21 +216,32 @@ struct AssistantMessage {
 pub enum ClientError {
     #[error("cannot set up an HTTP client: {0}")]
     Http(#[from] reqwest::Error),
-    #[error("llm.base_url is not a URL a path can be added to")]
-    BaseUrl,
-    #[error("llm.api_key holds characters an HTTP header cannot carry")]
-    ApiKey,
+    #[error("the base_url of model endpoint `{0}` is not a URL a path can be added to")]
+    BaseUrl(String),
+    #[error("the API key of model endpoint `{0}` holds characters an HTTP header cannot carry")]
+    ApiKey(String),
 }
 
-/// A configured model client. Creating it makes no network call.
+/// What a client of one endpoint is made from.
+pub struct ClientSettings<'a> {
+    /// The endpoint's name (errors name it).
+    pub name: &'a str,
+    pub base_url: &'a str,
+    pub api_key: &'a str,
+    pub max_response_bytes: usize,
+    pub max_concurrent_calls: usize,
+}
+
+/// A configured client of one model endpoint. Creating it makes no network call.
 #[derive(Clone)]
 pub struct LlmClient {
+    /// The endpoint's name, as metrics label its calls.
+    name: String,
     http: reqwest::Client,
     /// `<base URL>/chat/completions`.
     url: reqwest::Url,
     /// `Bearer <key>`, marked sensitive; none without a key (local servers need none).
     authorization: Option<HeaderValue>,
-    model: String,
     /// What each model's tokens cost (`llm.prices`).
     prices: Arc<Prices>,
     /// The largest body read from the model endpoint.
@@ -239,29 +253,35 @@ pub struct LlmClient {
 }
 
 impl LlmClient {
-    /// A client for the configured endpoint, its calls priced with `prices`.
-    pub fn new(settings: &LlmSettings, prices: Prices) -> Result<Self, ClientError> {
+    /// A client for an endpoint, its calls priced with `prices`.
+    pub fn new(settings: &ClientSettings<'_>, prices: Arc<Prices>) -> Result<Self, ClientError> {
         let url = format!("{}/chat/completions", settings.base_url.trim_end_matches('/'));
-        let url = reqwest::Url::parse(&url).map_err(|_| ClientError::BaseUrl)?;
-        let key = settings.api_key.expose();
+        let url = reqwest::Url::parse(&url).map_err(|_| ClientError::BaseUrl(settings.name.to_string()))?;
+        let key = settings.api_key;
         let authorization = if key.is_empty() {
             None
         } else {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| ClientError::ApiKey)?;
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+                .map_err(|_| ClientError::ApiKey(settings.name.to_string()))?;
             value.set_sensitive(true);
             Some(value)
         };
         // Not even the protocol-level retries reqwest makes by default: every attempt is flexrun's.
         let http = reqwest::Client::builder().retry(reqwest::retry::never()).build()?;
         let slots = Slots::new(settings.max_concurrent_calls, crate::telemetry::model_call_waiting);
-        let model = settings.model.clone();
-        let (prices, limit) = (Arc::new(prices), settings.max_response_bytes);
-        Ok(Self { http, url, authorization, model, prices, limit, slots })
+        let name = settings.name.to_string();
+        Ok(Self { name, http, url, authorization, prices, limit: settings.max_response_bytes, slots })
     }
 
-    /// The model name sent with every request.
-    pub fn model(&self) -> &str {
-        &self.model
+    /// The `default` endpoint's settings (`[llm]`).
+    pub fn default_settings(settings: &LlmSettings) -> ClientSettings<'_> {
+        ClientSettings {
+            name: "default",
+            base_url: &settings.base_url,
+            api_key: settings.api_key.expose(),
+            max_response_bytes: settings.max_response_bytes,
+            max_concurrent_calls: settings.max_concurrent_calls,
+        }
     }
 
     /// Waits for a free slot for one call. Taken before the prompt is built, so the calls that
@@ -273,19 +293,19 @@ impl LlmClient {
 
     /// Sends one request and returns the assistant message content, with the call's usage.
     async fn complete(&self, request: ChatRequest<'_>) -> Metered<Result<String, LlmError>> {
-        let (purpose, started) = (request.purpose, std::time::Instant::now());
+        let (purpose, started, requested) = (request.purpose, std::time::Instant::now(), request.model);
         let called = self.call(request).await;
         let outcome = called.result.as_ref().map_or_else(LlmError::kind, |_| "ok");
-        crate::telemetry::model_call(purpose.as_str(), outcome, started.elapsed());
+        crate::telemetry::model_call(purpose.as_str(), &self.name, requested, outcome, started.elapsed());
         if let Some(usage) = &called.usage {
-            crate::telemetry::model_usage(self.label(&usage.model), usage);
+            crate::telemetry::model_usage(self.label(requested, &usage.model), usage);
         }
         called
     }
 
     async fn call(&self, request: ChatRequest<'_>) -> Metered<Result<String, LlmError>> {
         let body = Body {
-            model: &self.model,
+            model: request.model,
             messages: [
                 Message { role: "system", content: &request.system },
                 Message { role: "user", content: &request.user },
@@ -301,9 +321,10 @@ impl LlmClient {
             Ok(Err(error)) => return Metered::unmetered(Err(in_time(error, request.timeout))),
             Err(_) => return Metered::unmetered(Err(LlmError::Timeout(request.timeout))),
         };
+        let requested = request.model;
         let response = match answered {
             Answered::Completion(response) => response,
-            Answered::Unreadable(error) => return self.metered(None, Counts::default(), Err(error)),
+            Answered::Unreadable(error) => return self.metered(requested, None, Counts::default(), Err(error)),
         };
         let counts = counts(response.usage.as_deref());
         let choice = response.choices.into_iter().next();
@@ -312,19 +333,19 @@ impl LlmClient {
             .and_then(|c| c.message.content)
             .filter(|content| !content.trim().is_empty())
             .ok_or_else(|| LlmError::Empty(finish.unwrap_or_default()));
-        self.metered(response.model.as_deref(), counts, content)
+        self.metered(requested, response.model.as_deref(), counts, content)
     }
 
-    /// A model's name as a metric label: the configured model or a priced one, else `other` —
-    /// a response names its model, and labels must come from a fixed set.
-    fn label<'m>(&self, model: &'m str) -> &'m str {
-        if model == self.model || self.prices.of(Some(model), "").is_some() { model } else { "other" }
+    /// A model's name as a metric label: the one asked for or a priced one, else `other` — a
+    /// response names its model, and labels must come from a fixed set.
+    fn label<'m>(&self, requested: &str, model: &'m str) -> &'m str {
+        if model == requested || self.prices.of(Some(model), "").is_some() { model } else { "other" }
     }
 
     /// `result` of a call the endpoint answered, with its usage priced.
-    fn metered<T>(&self, reported: Option<&str>, counts: Counts, result: T) -> Metered<T> {
-        let usage = CallUsage::priced(&self.prices, &self.model, reported, counts);
-        Metered { result, usage: Some(usage) }
+    fn metered<T>(&self, requested: &str, reported: Option<&str>, counts: Counts, result: T) -> Metered<T> {
+        let usage = CallUsage::priced(&self.prices, requested, reported, counts);
+        Metered::answered(result, usage)
     }
 
     /// Posts `body` once and reads the completion, bounded; a non-success answer keeps its

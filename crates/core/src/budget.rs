@@ -294,7 +294,7 @@ mod tests {
 
     fn call(input: Option<u64>, output: Option<u64>, cost: Option<u64>) -> CallUsage {
         let counts = Counts { input_tokens: input, output_tokens: output, ..Counts::default() };
-        CallUsage { model: "m".into(), counts, cost: cost.map(Micros) }
+        CallUsage { model: "m".into(), counts, cost: cost.map(Micros), route: None }
     }
 
     fn defaults() -> BudgetDefaults {

@@ -140,13 +140,15 @@ pub struct CallUsage {
     pub counts: Counts,
     /// `None` when the model has no price or the call's tokens are unknown.
     pub cost: Option<Micros>,
+    /// The route entry asked, `<endpoint>/<model>` (set by the model pool).
+    pub route: Option<String>,
 }
 
 impl CallUsage {
     /// A call answered by `reported` (else `requested`) with `counts`, priced from `prices`.
     pub fn priced(prices: &Prices, requested: &str, reported: Option<&str>, counts: Counts) -> Self {
         let cost = prices.of(reported, requested).and_then(|price| price.cost(&counts));
-        Self { model: reported.unwrap_or(requested).to_string(), counts, cost }
+        Self { model: reported.unwrap_or(requested).to_string(), counts, cost, route: None }
     }
 }
 
@@ -156,16 +158,37 @@ impl CallUsage {
 pub struct Metered<T> {
     pub result: T,
     pub usage: Option<CallUsage>,
+    /// The route entries the call passed by before this result (a rate limit, an outage): the
+    /// run records each as a `retry` frame.
+    pub fallbacks: Vec<Fallback>,
+}
+
+/// A route entry a model call left behind, and the one it tried next.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fallback {
+    /// `<endpoint>/<model>` that failed.
+    pub failed: String,
+    /// `<endpoint>/<model>` tried next; none when the chain ran out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+    #[serde(skip)]
+    pub error: String,
 }
 
 impl<T> Metered<T> {
     /// A result no model call went into.
     pub fn unmetered(result: T) -> Self {
-        Self { result, usage: None }
+        Self { result, usage: None, fallbacks: Vec::new() }
+    }
+
+    /// A result of a call a model answered (or that failed on an answer), with its usage.
+    pub fn answered(result: T, usage: CallUsage) -> Self {
+        Self { result, usage: Some(usage), fallbacks: Vec::new() }
     }
 
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Metered<U> {
-        Metered { result: f(self.result), usage: self.usage }
+        Metered { result: f(self.result), usage: self.usage, fallbacks: self.fallbacks }
     }
 }
 
@@ -212,6 +235,10 @@ pub struct Usage {
     #[serde(flatten)]
     pub tally: Tally,
     pub models: Vec<String>,
+    /// The route entries (`<endpoint>/<model>` as asked) that answered, in the order they first
+    /// did: with `models` (as the responses name them), which model answered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answered_by: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by_model: Option<BTreeMap<String, Tally>>,
 }
@@ -232,6 +259,9 @@ impl Usage {
             if !usage.models.contains(&call.model) {
                 usage.models.push(call.model.clone());
             }
+            if let Some(route) = call.route.as_ref().filter(|r| !usage.answered_by.contains(r)) {
+                usage.answered_by.push(route.clone());
+            }
         }
         usage.by_model = (by_model.len() > 1).then_some(by_model);
         Some(usage)
@@ -244,6 +274,11 @@ impl Usage {
         for model in &other.models {
             if !self.models.contains(model) {
                 self.models.push(model.clone());
+            }
+        }
+        for route in &other.answered_by {
+            if !self.answered_by.contains(route) {
+                self.answered_by.push(route.clone());
             }
         }
         let Some(by_model) = &mut self.by_model else { return };

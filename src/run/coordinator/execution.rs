@@ -75,6 +75,9 @@ impl Coordinator {
                     return Ok(Step::Ended);
                 }
             };
+            let mut called = called;
+            let fallbacks = std::mem::take(&mut called.fallbacks);
+            self.stage(execution::fallbacks(RetryScope::Capability, Some(node_id.as_str()), fallbacks))?;
             self.log.called(Caller::Node(node_id.to_string()), called.usage);
             let Some(node) = plan.node(&node_id).cloned() else { continue };
             // While a replan is on its way, the plan is being replaced: no policy is looked at and

@@ -5,18 +5,16 @@ use serde_json::Value;
 
 use super::{Coordinator, Step};
 use crate::events::payload::{BudgetPhase, HitlSubject, ReplanInfo, RetryScope};
-use crate::llm::LlmError;
 use crate::plan::Diagnostic;
 use crate::planner::{self, PromptInput};
-use crate::run::decide::execution::{approval, retry};
+use crate::run::decide::execution::{approval, fallbacks, retry};
 use crate::run::decide::{Failure, planning};
 use crate::run::log::LogError;
 use crate::run::usage::Caller;
-use flexrun_core::usage::Metered;
 
-/// What one planner call came to: a draft (or a reply that is no draft at all), or the failure
-/// that ends the run.
-type Drafted = Result<Result<Value, Diagnostic>, Failure>;
+/// What one planner call came to: a draft (or a reply that is no draft at all) and the model that
+/// answered it, or the failure that ends the run.
+type Drafted = Result<(Result<Value, Diagnostic>, String), Failure>;
 
 impl Coordinator {
     /// One planning round: up to [`planner::DRAFT_ATTEMPTS`] drafts, the later ones told what was
@@ -42,16 +40,15 @@ impl Coordinator {
                 self.stage(vec![request])?;
             }
             let attempt = self.log.state().planner_attempts;
-            let draft = match self.draft_with_retries(&replan, &rejected).await? {
-                Ok(draft) => draft,
+            let (draft, model) = match self.draft_with_retries(&replan, &rejected).await? {
+                Ok(drafted) => drafted,
                 Err(failure) => {
                     return self.fail(failure.detail("attempt", attempt), Vec::new()).await.map(|_| Step::Ended);
                 }
             };
-            let model = self.services.planner.model();
             let compiled = draft
                 .map_err(|diagnostic| vec![diagnostic])
-                .and_then(|draft| planning::compile(&self.run(), &draft, attempt, phase, model));
+                .and_then(|draft| planning::compile(&self.run(), &draft, attempt, phase, &model));
             match compiled {
                 Ok(plan) => {
                     let events = planning::install(&self.run(), plan, replan);
@@ -86,13 +83,15 @@ impl Coordinator {
             let waits = self.before_waiting().await?;
             // Boxed: the call is kilobytes of state, which the coordinator's own future would
             // otherwise hold for the whole run (and every open run has one).
-            let called = match waits.until(Box::pin(self.ask_planner(replan, rejected))).await {
-                Ok(called) => called,
+            let asked = match waits.until(Box::pin(self.ask_planner(replan, rejected))).await {
+                Ok(asked) => asked,
                 Err(interrupt) => return Ok(Err(self.interrupted(interrupt))),
             };
+            let called = asked.called;
+            self.stage(fallbacks(RetryScope::Planner, None, called.fallbacks))?;
             self.log.called(Caller::Planner, called.usage);
             let error = match called.result {
-                Ok(draft) => return Ok(Ok(draft)),
+                Ok(draft) => return Ok(Ok((draft, asked.model))),
                 Err(error) => error,
             };
             let transient = error.is_transient();
@@ -108,11 +107,7 @@ impl Coordinator {
         }
     }
 
-    async fn ask_planner(
-        &self,
-        replan: &Option<ReplanInfo>,
-        rejected: &[Diagnostic],
-    ) -> Metered<Result<Result<Value, Diagnostic>, LlmError>> {
+    async fn ask_planner(&self, replan: &Option<ReplanInfo>, rejected: &[Diagnostic]) -> planner::Asked {
         let capabilities: Vec<_> = self.capabilities.values().cloned().collect();
         let run = self.run();
         let budget = run.state.budget.map(|limits| limits.prompt_lines(&self.log.spent())).unwrap_or_default();

@@ -442,6 +442,10 @@ pub struct Retry {
     pub max_retries: u32,
     pub delay_ms: u64,
     pub error: String,
+    /// A model call moving along its route: the entry that failed and the one tried next (at
+    /// once: `delayMs` 0). Such a retry does not count against `maxRetries`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<crate::usage::Fallback>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -2,6 +2,7 @@
 //! within its budget ([`prompt`]). The server's client makes the calls.
 
 pub mod prompt;
+pub mod route;
 
 use std::time::Duration;
 

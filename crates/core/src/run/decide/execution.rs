@@ -16,6 +16,7 @@ use crate::plan::{NodeStatus, PlanNode};
 use crate::retry::Retry as RetryDelay;
 use crate::run::state::RunState;
 use crate::run::status::RunStatus;
+use crate::usage::Fallback;
 
 /// Nodes that may start now, at most `capacity`: pending, every predecessor completed, and
 /// approved if they must be.
@@ -195,7 +196,29 @@ pub fn retry(scope: RetryScope, node_id: Option<String>, retry: RetryDelay, erro
         max_retries: retry.max_retries,
         delay_ms: u64::try_from(retry.delay.as_millis()).unwrap_or(u64::MAX),
         error: error.to_string(),
+        fallback: None,
     })
+}
+
+/// The `retry` frames of a model call's fallbacks along its route: each names the entry that
+/// failed, the one tried next and the failure; numbered along the route.
+pub fn fallbacks(scope: RetryScope, node_id: Option<&str>, fallbacks: Vec<Fallback>) -> Vec<Event> {
+    let along = u32::try_from(fallbacks.len()).unwrap_or(u32::MAX);
+    fallbacks
+        .into_iter()
+        .zip(1..)
+        .map(|(fallback, attempt)| {
+            Event::Retry(Retry {
+                node_id: node_id.map(String::from),
+                scope,
+                attempt,
+                max_retries: along,
+                delay_ms: 0,
+                error: crate::excerpt::excerpt(&fallback.error, crate::excerpt::MESSAGE).into_owned(),
+                fallback: Some(fallback),
+            })
+        })
+        .collect()
 }
 
 /// What the run does once no node of its plan runs.

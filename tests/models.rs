@@ -1,0 +1,180 @@
+//! Models as a routed pool: two stand-in model servers on loopback, the `[llm]` one (`default`)
+//! and a `backup` endpoint; calls go along their route, fall over on rate limits and outages but
+//! not on content errors, each fallback a `retry` frame naming both entries, and a circuit
+//! breaker skips an endpoint that keeps failing until a probe finds it well again.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use flexrun::llm::standin::{ChatCall, Script, StandIn};
+use serde_json::{Value, json};
+use support::*;
+
+/// The backup endpoint: plans `draft` (writer) and answers every capability call with 0.9.
+fn backup() -> StandIn {
+    StandIn::start(script(|call: &ChatCall| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }))
+        .unwrap()
+}
+
+/// A server whose `[llm]` model answers with `primary`, with `backup` as a second endpoint and
+/// `routes` (TOML lines under `[llm.routes]`).
+async fn pooled(primary: Script, backup: &StandIn, routes: &str) -> (TestServer, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("flexrun.toml");
+    let toml = format!(
+        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\n\n[llm.routes]\n{routes}\n\n\
+         [llm.breaker]\nfailures = 2\ncool_down_secs = 1\n",
+        backup.base_url
+    );
+    std::fs::write(&config, toml).unwrap();
+    let options = Options { env: vec![("FLEXRUN_CONFIG", config.display().to_string())], ..Options::default() };
+    (TestServer::start_with(primary, options).await, dir)
+}
+
+const BOTH: &str = "planner = [\"default/test-model\", \"backup/backup-model\"]\n\
+                    capabilities = [\"default/test-model\", \"backup/backup-model\"]";
+
+fn planner_calls(model: &StandIn) -> usize {
+    model.calls().iter().filter(|c| c.is_planner()).count()
+}
+
+fn fallbacks(frames: &[flexrun::events::ReceivedFrame]) -> Vec<Value> {
+    frames.iter().filter(|f| f.kind == "retry").map(|f| f.payload["fallback"].clone()).collect()
+}
+
+#[tokio::test]
+async fn an_overloaded_endpoint_falls_over_to_the_next_and_the_frames_say_which_answered() {
+    let backup = backup();
+    let primary = script(|call| if call.is_planner() { Reply::error(503, "overloaded") } else { post(0.9) });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+
+    let frames = server.run(&envelope()).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+    assert_eq!(fallbacks(&frames), [json!({"failed": "default/test-model", "next": "backup/backup-model"})]);
+    let retry = frame_of(&frames, "retry");
+    assert_eq!((retry.payload["scope"].as_str(), retry.payload["delayMs"].as_u64()), (Some("planner"), Some(0)));
+    assert!(retry.payload["error"].as_str().unwrap().contains("503"), "{}", retry.payload);
+    let generated = frame_of(&frames, "plan_generated");
+    assert_eq!(generated.payload["usage"]["answeredBy"], json!(["backup/backup-model"]));
+    assert_eq!(generated.payload["plan"]["metadata"]["plannerModel"], "backup-model");
+    assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (1, 1));
+    // The capability's route starts with the primary, which answers capability calls.
+    let draft = frames.iter().find(|f| f.kind == "node_complete").unwrap();
+    assert_eq!(draft.payload["usage"]["answeredBy"], json!(["default/test-model"]));
+}
+
+#[tokio::test]
+async fn a_short_rate_limit_is_waited_out_a_long_one_falls_over_and_a_bad_request_does_not() {
+    let backup = backup();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    // The first planner call is rate-limited for 1 s, the second for a minute, the third is a 400.
+    let primary = script(move |call| {
+        if !call.is_planner() {
+            return post(0.9);
+        }
+        match count.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::error_retry_after(429, "slow down", "1"),
+            1 => plan(&[("draft", "writer")]),
+            2 => Reply::error_retry_after(429, "come back later", "60"),
+            _ => Reply::error(400, "bad request"),
+        }
+    });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+
+    let frames = server.run(&envelope()).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed");
+    assert!(fallbacks(&frames).is_empty(), "waited out, on the same endpoint: {:?}", kinds(&frames));
+    assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (2, 0));
+
+    let frames = server.run(&envelope()).await;
+    assert_eq!(fallbacks(&frames), [json!({"failed": "default/test-model", "next": "backup/backup-model"})]);
+    assert_eq!(planner_calls(&backup), 1);
+
+    let frames = server.run(&envelope()).await;
+    assert!(fallbacks(&frames).is_empty(), "a content error does not fall over");
+    assert_eq!(planner_calls(&backup), 1);
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "failed");
+}
+
+#[tokio::test]
+async fn a_failing_endpoint_is_skipped_after_failures_in_a_row_then_probed_and_closed() {
+    let backup = backup();
+    let well = Arc::new(AtomicBool::new(false));
+    let healthy = well.clone();
+    let primary = script(move |call| match (call.is_planner(), healthy.load(Ordering::SeqCst)) {
+        (true, false) => Reply::error(503, "down"),
+        (true, true) => plan(&[("draft", "writer")]),
+        (false, _) => post(0.9),
+    });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+    let breaker = |health: &Value| {
+        let endpoints = health["services"]["llm"]["endpoints"].as_array().unwrap();
+        endpoints.iter().find(|e| e["name"] == "default").unwrap()["breaker"].as_str().unwrap().to_string()
+    };
+
+    for _ in 0..2 {
+        let frames = server.run(&envelope()).await;
+        assert_eq!(fallbacks(&frames).len(), 1);
+    }
+    assert_eq!(breaker(&server.get_json("/api/v1/health").await), "open");
+    let frames = server.run(&envelope()).await;
+    assert!(fallbacks(&frames).is_empty(), "the open endpoint is skipped, not tried");
+    assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (2, 3));
+
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(breaker(&server.get_json("/api/v1/health").await), "half_open");
+    well.store(true, Ordering::SeqCst);
+    let frames = server.run(&envelope()).await;
+    assert_eq!(frame_of(&frames, "plan_generated").payload["usage"]["answeredBy"], json!(["default/test-model"]));
+    assert_eq!(breaker(&server.get_json("/api/v1/health").await), "closed");
+    assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (3, 3));
+}
+
+#[tokio::test]
+async fn the_planner_and_capabilities_follow_routes_of_their_own() {
+    let backup = backup();
+    let primary = script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.2) });
+    let routes = "planner = [\"default/test-model\"]\ncapabilities = [\"backup/backup-model\"]";
+    let (server, _dir) = pooled(primary, &backup, routes).await;
+
+    let frames = server.run(&envelope()).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed");
+    assert_eq!(server.capability_calls("writer"), 0, "no capability call reached the planner's endpoint");
+    assert_eq!(backup.calls().iter().filter(|c| c.capability_id() == Some("writer")).count(), 1);
+    assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (1, 0));
+}
+
+#[test]
+fn a_route_the_pool_cannot_serve_keeps_the_server_from_starting_naming_its_key() {
+    let load = |toml: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("flexrun.toml");
+        std::fs::write(&config, toml).unwrap();
+        let path = config.display().to_string();
+        let settings =
+            flexrun::config::Settings::load_from(|name| (name == "FLEXRUN_CONFIG").then(|| path.clone())).unwrap();
+        let prices = settings.prices().unwrap();
+        flexrun::llm::pool::ModelPool::configure(&settings.llm, prices, |_| None).err().map(|e| e.to_string())
+    };
+    let refused = |toml: &str| load(toml).expect("refused");
+    assert!(refused("[llm.routes]\nplanner = [\"nowhere/m\"]").contains("llm.routes.planner[0]"));
+    assert!(refused("[llm.routes]\nplanner = [\"gpt-4o\"]").contains("not `<endpoint>/<model>`"));
+    let listed = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"x\"]\n[llm.routes]\ncapabilities = [\"b/y\"]";
+    assert!(refused(listed).contains("does not list"));
+    let keyless = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"FLEXRUN_TEST_NO_SUCH_KEY\"";
+    let message = refused(keyless);
+    assert!(
+        message.contains("llm.endpoints.b.api_key_env") && message.contains("FLEXRUN_TEST_NO_SUCH_KEY"),
+        "{message}"
+    );
+    assert!(refused("[llm.endpoints.b]\nbase_url = \"ftp://x\"").contains("llm.endpoints.b.base_url"));
+    assert_eq!(
+        load("[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\n[llm.routes]\nplanner = [\"b/any\"]"),
+        None
+    );
+}
