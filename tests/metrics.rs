@@ -99,10 +99,18 @@ async fn metrics_count_runs_replans_calls_streams_and_commits() {
     expect(r#"flexrun_runs_ended_total{status="cancelled",code="cancelled"}"#, 1.0);
     expect(r#"flexrun_replans_total{reason="goal_condition_failed"}"#, 1.0);
     // Planner: the repair run's two plans, the paused run's and the slow run's.
-    expect(r#"flexrun_model_calls_total{purpose="planner",outcome="ok"}"#, 4.0);
+    expect(r#"flexrun_model_calls_total{purpose="planner",endpoint="default",model="test-model",outcome="ok"}"#, 4.0);
     // Capabilities: writer fails once (retried), writer, editor; the slow run's tagger.
-    expect(r#"flexrun_model_calls_total{purpose="capability",outcome="status"}"#, 1.0);
-    expect(r#"flexrun_model_calls_total{purpose="capability",outcome="ok"}"#, 3.0);
+    expect(
+        r#"flexrun_model_calls_total{purpose="capability",endpoint="default",model="test-model",outcome="status"}"#,
+        1.0,
+    );
+    expect(
+        r#"flexrun_model_calls_total{purpose="capability",endpoint="default",model="test-model",outcome="ok"}"#,
+        3.0,
+    );
+    // The one endpoint's breaker stayed closed (one failure is not five in a row).
+    expect(r#"flexrun_model_endpoint_state{endpoint="default"}"#, 0.0);
     expect(r#"flexrun_capability_calls_total{agent_type="ai",outcome="model_error"}"#, 1.0);
     expect(r#"flexrun_capability_calls_total{agent_type="ai",outcome="ok"}"#, 3.0);
     expect(r#"flexrun_capability_call_duration_seconds_count{agent_type="ai"}"#, 4.0);

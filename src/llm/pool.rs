@@ -164,40 +164,34 @@ impl ModelPool {
     ) -> Routed {
         let mut fallbacks: Vec<(RouteEntry, LlmError)> = Vec::new();
         let mut last = None;
-        for entry in chain {
+        for (index, entry) in chain.iter().enumerate() {
             let Some(endpoint) = self.endpoints.get(&entry.endpoint) else { continue };
             if endpoint.admit() == Admission::Skip {
                 continue;
             }
-            let mut waited = false;
-            loop {
-                let slot = endpoint.client.slot().await;
-                let mut call = request(endpoint, &entry.model);
-                call.timeout = call.timeout.min(endpoint.timeout);
-                let called = slot.complete(call).await;
-                let error = match &called.result {
-                    Ok(_) => None,
-                    Err(error) => Some(after_failure(error, PATIENCE, waited)).zip(Some(error.clone())),
-                };
-                match error {
-                    // An answer, or a content error: the endpoint works.
-                    None | Some((AfterFailure::Stop, _)) => {
-                        endpoint.record(true, self.breaker);
-                        let mut called = Metered { fallbacks: linked(fallbacks, Some(entry)), ..called };
-                        if let Some(usage) = &mut called.usage {
-                            usage.route = Some(entry.to_string());
-                        }
-                        return Routed { called, answered_by: Some(entry.clone()) };
+            let slot = endpoint.client.slot().await;
+            let mut call = request(endpoint, &entry.model);
+            call.timeout = call.timeout.min(endpoint.timeout);
+            let called = slot.complete(call).await;
+            let failure = called.result.as_ref().err().map(|error| (after_failure(error, PATIENCE), error.clone()));
+            match failure {
+                // An answer, or a content error: the endpoint works.
+                None | Some((AfterFailure::Stop, _)) => {
+                    endpoint.record(true, self.breaker);
+                    let mut called = Metered { fallbacks: linked(fallbacks, Some(entry)), ..called };
+                    if let Some(usage) = &mut called.usage {
+                        usage.route = Some(entry.to_string());
                     }
-                    Some((AfterFailure::WaitThenSame(wait), _)) => {
-                        waited = true;
+                    return Routed { called, answered_by: Some(entry.clone()) };
+                }
+                Some((AfterFailure::NextEntry { wait }, error)) => {
+                    endpoint.record(false, self.breaker);
+                    fallbacks.push((entry.clone(), error));
+                    last = Some(called);
+                    // A short Retry-After is honoured before the next entry; after the last, the
+                    // run's own retry waits it out (and records it).
+                    if index + 1 < chain.len() && !wait.is_zero() {
                         tokio::time::sleep(wait).await;
-                    }
-                    Some((AfterFailure::NextEntry, error)) => {
-                        endpoint.record(false, self.breaker);
-                        fallbacks.push((entry.clone(), error));
-                        last = Some(called);
-                        break;
                     }
                 }
             }

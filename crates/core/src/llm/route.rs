@@ -37,24 +37,24 @@ impl std::fmt::Display for RouteEntry {
 /// What a failed call means for the rest of its chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterFailure {
-    /// The endpoint asked for a short wait (`Retry-After` within the pool's patience): wait, then
-    /// try the same entry once more.
-    WaitThenSame(Duration),
-    /// Rate-limited for longer, overloaded, down or too slow: the next entry, at once.
-    NextEntry,
+    /// Rate-limited, overloaded, down or too slow: the next entry — after `wait`, the
+    /// `Retry-After` a rate-limited endpoint asked for when it is short (zero otherwise: a
+    /// long one is not waited for, another endpoint is there).
+    NextEntry { wait: Duration },
     /// The answer's content was at fault (400, unreadable, schema-invalid): another endpoint
     /// would not change it; the call fails as it is.
     Stop,
 }
 
-/// What a failure of one entry means: 429 waits out a `Retry-After` up to `patience` (once),
-/// else falls over; 5xx, 408, timeouts and connection failures fall over; anything else stops.
-pub fn after_failure(error: &LlmError, patience: Duration, waited_already: bool) -> AfterFailure {
+/// What a failure of one entry means: 429 honours a `Retry-After` up to `patience`, then falls
+/// over (at once when it is longer); 5xx, 408, timeouts and connection failures fall over at
+/// once; anything else stops.
+pub fn after_failure(error: &LlmError, patience: Duration) -> AfterFailure {
     match error {
-        LlmError::Status { status: 429, retry_after: Some(wait), .. } if *wait <= patience && !waited_already => {
-            AfterFailure::WaitThenSame(*wait)
+        LlmError::Status { status: 429, retry_after: Some(wait), .. } if *wait <= patience => {
+            AfterFailure::NextEntry { wait: *wait }
         }
-        error if error.is_transient() => AfterFailure::NextEntry,
+        error if error.is_transient() => AfterFailure::NextEntry { wait: Duration::ZERO },
         _ => AfterFailure::Stop,
     }
 }
@@ -149,21 +149,21 @@ mod tests {
     }
 
     #[test]
-    fn rate_limits_wait_once_when_short_and_fall_over_when_long_content_errors_stop() {
+    fn rate_limits_fall_over_after_a_short_wait_or_at_once_content_errors_stop() {
         let patience = Duration::from_secs(2);
         let limited = |secs| LlmError::Status {
             status: 429,
             message: String::new(),
             retry_after: Some(Duration::from_secs(secs)),
         };
-        assert_eq!(after_failure(&limited(1), patience, false), AfterFailure::WaitThenSame(Duration::from_secs(1)));
-        assert_eq!(after_failure(&limited(1), patience, true), AfterFailure::NextEntry, "waited once already");
-        assert_eq!(after_failure(&limited(60), patience, false), AfterFailure::NextEntry);
+        let now = AfterFailure::NextEntry { wait: Duration::ZERO };
+        assert_eq!(after_failure(&limited(1), patience), AfterFailure::NextEntry { wait: Duration::from_secs(1) });
+        assert_eq!(after_failure(&limited(60), patience), now);
         let status = |status| LlmError::Status { status, message: String::new(), retry_after: None };
-        assert_eq!(after_failure(&status(503), patience, false), AfterFailure::NextEntry);
-        assert_eq!(after_failure(&LlmError::Timeout(patience), patience, false), AfterFailure::NextEntry);
-        assert_eq!(after_failure(&status(400), patience, false), AfterFailure::Stop);
-        assert_eq!(after_failure(&LlmError::Protocol("x".into()), patience, false), AfterFailure::Stop);
+        assert_eq!(after_failure(&status(503), patience), now);
+        assert_eq!(after_failure(&LlmError::Timeout(patience), patience), now);
+        assert_eq!(after_failure(&status(400), patience), AfterFailure::Stop);
+        assert_eq!(after_failure(&LlmError::Protocol("x".into()), patience), AfterFailure::Stop);
     }
 
     #[test]

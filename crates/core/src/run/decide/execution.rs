@@ -207,14 +207,16 @@ pub fn fallbacks(scope: RetryScope, node_id: Option<&str>, fallbacks: Vec<Fallba
     fallbacks
         .into_iter()
         .zip(1..)
-        .map(|(fallback, attempt)| {
+        .map(|(mut fallback, attempt)| {
+            // The failure is the frame's `error`; the fallback itself names the entries.
+            let error = std::mem::take(&mut fallback.error);
             Event::Retry(Retry {
                 node_id: node_id.map(String::from),
                 scope,
                 attempt,
                 max_retries: along,
                 delay_ms: 0,
-                error: crate::excerpt::excerpt(&fallback.error, crate::excerpt::MESSAGE).into_owned(),
+                error: crate::excerpt::excerpt(&error, crate::excerpt::MESSAGE).into_owned(),
                 fallback: Some(fallback),
             })
         })
