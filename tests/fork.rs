@@ -259,3 +259,27 @@ async fn forks_of_forks_and_of_a_waiting_run() {
     let stored = flexrun::store::runs::get(&mut server.db(), &waiting_id).unwrap();
     assert_eq!(stored.status.as_str(), "awaiting_hitl", "the parent goes on waiting");
 }
+
+/// An idempotency key re-joins the fork a first request made; the same key forking another run is
+/// a key reused (422), and nothing more is created.
+#[tokio::test]
+async fn an_idempotency_key_rejoins_the_fork_it_made() {
+    let (server, parent, _) = repaired().await;
+    let body = json!({"fromVersion": 2, "idempotencyKey": "fork-once"});
+    let url = server.url(&format!("/api/v1/flex/runs/{parent}/fork"));
+    let first = server.http.post(&url).bearer_auth(OPERATOR_KEY).json(&body).send().await.unwrap();
+    let fork_id = first.headers()["x-flexrun-run-id"].to_str().unwrap().to_string();
+    read_frames(first, usize::MAX).await;
+    let runs_before = runs(&server);
+    let again = server.http.post(&url).bearer_auth(OPERATOR_KEY).json(&body).send().await.unwrap();
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(again.headers()["x-flexrun-run-id"].to_str().unwrap(), fork_id);
+    let frames = read_frames(again, usize::MAX).await;
+    assert_eq!(frames[0].kind, "start", "the fork's stream from its start");
+
+    let other = server.run(&envelope()).await[0].run_id.clone();
+    let runs_now = runs(&server);
+    let (status, _, error) = fork(&server, &other, &body).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (422, Some("idempotency_key_reused")), "{error}");
+    assert_eq!((runs_before, runs(&server)), (runs_now - 1, runs_now), "nothing more was created");
+}

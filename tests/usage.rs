@@ -56,18 +56,21 @@ async fn each_answered_call_is_recorded_exactly_on_its_outcome_frame_and_adds_up
 
     // 800 uncached input tokens × 2 + 200 cached × 0.5 + 100 output × 8 = 2,500 µ$.
     let planner = json!({"calls": 1, "inputTokens": 1_000, "outputTokens": 100, "cachedInputTokens": 200,
-                         "reasoningTokens": 30, "costUsd": 0.0025, "models": ["test-model"]});
+                         "reasoningTokens": 30, "costUsd": 0.0025, "models": ["test-model"],
+                         "answeredBy": ["default/test-model"]});
     assert_eq!(frame_of(&frames, "plan_generated").payload["usage"], planner);
     assert!(frame_of(&frames, "retry").payload.get("usage").is_none(), "a call without an answer used nothing");
     // 500 × 2 + 50 × 8 = 1,400 µ$.
     let writer = json!({"calls": 1, "inputTokens": 500, "outputTokens": 50, "cachedInputTokens": 0,
-                        "reasoningTokens": 10, "costUsd": 0.0014, "models": ["test-model-2026-01"]});
+                        "reasoningTokens": 10, "costUsd": 0.0014, "models": ["test-model-2026-01"],
+                        "answeredBy": ["default/test-model"]});
     assert_eq!(frame_of(&frames, "node_complete").payload["usage"], writer);
     for kind in ["start", "plan_requested", "node_start"] {
         assert!(frame_of(&frames, kind).payload.get("usage").is_none(), "{kind} records no call");
     }
     let total = json!({"calls": 2, "inputTokens": 1_500, "outputTokens": 150, "cachedInputTokens": 200,
-                       "reasoningTokens": 40, "costUsd": 0.0039, "models": ["test-model", "test-model-2026-01"]});
+                       "reasoningTokens": 40, "costUsd": 0.0039, "models": ["test-model", "test-model-2026-01"],
+                       "answeredBy": ["default/test-model"]});
     let mut with_models = total.clone();
     with_models["byModel"] = json!({
         "test-model": {"calls": 1, "inputTokens": 1_000, "outputTokens": 100, "cachedInputTokens": 200,
@@ -126,18 +129,21 @@ async fn unknown_counts_stay_unknown_and_every_attempt_that_was_answered_counts(
     assert_eq!(
         frame_of(&frames, "plan_rejected").payload["usage"],
         json!({"calls": 1, "inputTokens": 300, "outputTokens": 20, "cachedInputTokens": null,
-               "reasoningTokens": null, "costUsd": null, "models": ["test-model"]})
+               "reasoningTokens": null, "costUsd": null, "models": ["test-model"],
+               "answeredBy": ["default/test-model"]})
     );
     assert_eq!(
         frame_of(&frames, "plan_generated").payload["usage"],
         json!({"calls": 1, "inputTokens": null, "outputTokens": null, "cachedInputTokens": null,
-               "reasoningTokens": null, "costUsd": null, "models": ["test-model"]})
+               "reasoningTokens": null, "costUsd": null, "models": ["test-model"],
+               "answeredBy": ["default/test-model"]})
     );
     assert!(frame_of(&frames, "policy_update").payload.get("usage").is_none(), "the retry is not the outcome");
     assert_eq!(
         frame_of(&frames, "node_complete").payload["usage"],
         json!({"calls": 2, "inputTokens": 810, "outputTokens": 81, "cachedInputTokens": 100,
-               "reasoningTokens": null, "costUsd": null, "models": ["test-model"]})
+               "reasoningTokens": null, "costUsd": null, "models": ["test-model"],
+               "answeredBy": ["default/test-model"]})
     );
     let complete = &frame_of(&frames, "complete").payload["usage"];
     assert_eq!(complete["calls"], 4);
