@@ -180,3 +180,49 @@ fn a_route_the_pool_cannot_serve_keeps_the_server_from_starting_naming_its_key()
         None
     );
 }
+
+/// A run may choose its own chains among what the server serves (`policies.models`), and a
+/// capability its own (`preferredModels`); an entry the server does not serve is refused with its
+/// pointer, and nothing is created.
+#[tokio::test]
+async fn a_run_and_a_capability_choose_their_own_chains_among_what_the_server_serves() {
+    let backup = backup();
+    let primary = script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+
+    let mut own = envelope();
+    own["policies"] = json!({"models": {"planner": ["backup/backup-model"]}});
+    let frames = server.run(&own).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed");
+    assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (0, 1), "the run's planner chain");
+    assert_eq!(server.capability_calls("writer"), 1, "capabilities keep the server's route");
+
+    let mut unknown = envelope();
+    unknown["policies"] = json!({"models": {"capabilities": ["backup/backup-model", "elsewhere/x"]}});
+    let response = server.post_run(&unknown).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["details"][0]["path"], "/policies/models/capabilities/1", "{body}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 1, "nothing was created");
+
+    let mut writer = ai_capability("writer", &["brief"], &["post_copy"], json!({"type": "object"}));
+    writer["preferredModels"] = json!(["backup/backup-model"]);
+    let register = |registration: Value| {
+        server
+            .http
+            .post(server.url("/api/v1/flex/capabilities/register"))
+            .bearer_auth(OPERATOR_KEY)
+            .json(&registration)
+            .send()
+    };
+    assert_eq!(register(writer.clone()).await.unwrap().status().as_u16(), 201);
+    server.run(&envelope()).await;
+    assert_eq!(backup.calls().iter().filter(|c| c.capability_id() == Some("writer")).count(), 1);
+    assert_eq!(server.capability_calls("writer"), 1, "the writer's own chain");
+
+    writer["preferredModels"] = json!(["backup/other-model"]);
+    let refused = register(writer).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["details"][0]["path"], "/preferredModels/0", "{body}");
+}
