@@ -65,6 +65,16 @@ async fn an_overloaded_endpoint_falls_over_to_the_next_and_the_frames_say_which_
     // The capability's route starts with the primary, which answers capability calls.
     let draft = frames.iter().find(|f| f.kind == "node_complete").unwrap();
     assert_eq!(draft.payload["usage"]["answeredBy"], json!(["default/test-model"]));
+
+    // Which model answered each step: in the run document and the console's step panel.
+    let run_id = &frames[0].run_id;
+    let document = server.get_json(&format!("/api/v1/flex/runs/{run_id}")).await;
+    assert_eq!(document["nodes"][0]["usage"]["answeredBy"], json!(["default/test-model"]));
+    let page = server.http.get(server.url(&format!("/ui/runs/{run_id}"))).send().await.unwrap().text().await.unwrap();
+    assert!(
+        page.contains(r#"data-testid="node-answered-by">default/test-model (the responses named test-model)"#),
+        "{page}"
+    );
 }
 
 #[tokio::test]
@@ -225,4 +235,49 @@ async fn a_run_and_a_capability_choose_their_own_chains_among_what_the_server_se
     assert_eq!(refused.status().as_u16(), 400);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"]["details"][0]["path"], "/preferredModels/0", "{body}");
+}
+
+/// flexrun killed with SIGKILL while a call waits on the fallback endpoint: after the restart the
+/// run plans again along its route and finishes, its one step run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_during_a_fallback_the_run_finishes_with_no_step_twice() {
+    let hold = Arc::new(AtomicBool::new(true));
+    let holding = hold.clone();
+    let backup = StandIn::start(script(move |call| {
+        let reply = if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) };
+        if holding.load(Ordering::SeqCst) && call.is_planner() { reply.after(Duration::from_secs(600)) } else { reply }
+    }))
+    .unwrap();
+    let primary =
+        StandIn::start(script(|call| if call.is_planner() { Reply::error(503, "down") } else { post(0.9) })).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("models.toml");
+    let toml = format!(
+        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\n\n[llm.routes]\n{BOTH}\n",
+        backup.base_url
+    );
+    std::fs::write(&config, toml).unwrap();
+    let path = config.display().to_string();
+    let env = [("FLEXRUN_CONFIG", path.as_str())];
+    let mut server = process::ServerProcess::start(dir.path(), &primary.base_url, &default_capabilities(), &env).await;
+    let (run_id, _response) = server.post_run(&envelope()).await;
+    for _ in 0..200 {
+        if planner_calls(&backup) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(planner_calls(&backup), 1, "the call fell over to the backup, which holds it");
+    server.kill();
+    hold.store(false, Ordering::SeqCst);
+    server.restart().await;
+
+    let frames = server.reattach(&run_id, 0).await;
+    let complete = frames.iter().find(|f| f.kind == "complete").expect("the run completes");
+    assert_eq!(complete.payload["status"], "completed", "{:?}", kinds(&frames));
+    let drafts = frames.iter().filter(|f| f.kind == "node_complete").count();
+    let writer_calls =
+        primary.calls().iter().chain(backup.calls().iter()).filter(|c| c.capability_id() == Some("writer")).count();
+    assert_eq!((drafts, writer_calls), (1, 1), "the step ran once");
+    assert_eq!(fallbacks(&frames), [json!({"failed": "default/test-model", "next": "backup/backup-model"})]);
 }
