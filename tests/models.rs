@@ -26,7 +26,8 @@ async fn pooled(primary: Script, backup: &StandIn, routes: &str) -> (TestServer,
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("flexrun.toml");
     let toml = format!(
-        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\n\n[llm.routes]\n{routes}\n\n\
+        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\nplanner_response_format = \"none\"\n\n\
+         [llm.routes]\n{routes}\n\n\
          [llm.breaker]\nfailures = 2\ncool_down_secs = 1\n",
         backup.base_url
     );
@@ -62,6 +63,14 @@ async fn an_overloaded_endpoint_falls_over_to_the_next_and_the_frames_say_which_
     assert_eq!(generated.payload["usage"]["answeredBy"], json!(["backup/backup-model"]));
     assert_eq!(generated.payload["plan"]["metadata"]["plannerModel"], "backup-model");
     assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (1, 1));
+    // Each endpoint is asked for its model, in its own answer format (the backup's: plain text).
+    let asked = |model: &StandIn| model.calls().into_iter().find(ChatCall::is_planner).unwrap().body;
+    let (first, second) = (asked(&server.llm), asked(&backup));
+    assert_eq!(
+        (first["model"].as_str(), first["response_format"]["type"].as_str()),
+        (Some("test-model"), Some("json_schema"))
+    );
+    assert_eq!((second["model"].as_str(), second.get("response_format")), (Some("backup-model"), None));
     // The capability's route starts with the primary, which answers capability calls.
     let draft = frames.iter().find(|f| f.kind == "node_complete").unwrap();
     assert_eq!(draft.payload["usage"]["answeredBy"], json!(["default/test-model"]));
