@@ -26,7 +26,8 @@ async fn pooled(primary: Script, backup: &StandIn, routes: &str) -> (TestServer,
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("flexrun.toml");
     let toml = format!(
-        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\nplanner_response_format = \"none\"\n\n\
+        "[llm]\ntimeout_secs = 1\n\n\
+         [llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\nplanner_response_format = \"none\"\n\n\
          [llm.routes]\n{routes}\n\n\
          [llm.breaker]\nfailures = 2\ncool_down_secs = 1\n",
         backup.base_url
@@ -84,6 +85,31 @@ async fn an_overloaded_endpoint_falls_over_to_the_next_and_the_frames_say_which_
         page.contains(r#"data-testid="node-answered-by">default/test-model (the responses named test-model)"#),
         "{page}"
     );
+}
+
+/// A primary that does not answer within the call's time, or drops the connection, is fallen
+/// over at once.
+#[tokio::test]
+async fn a_timeout_or_a_dropped_connection_falls_over() {
+    let backup = backup();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let primary = script(move |call| {
+        if !call.is_planner() {
+            return post(0.9);
+        }
+        match count.fetch_add(1, Ordering::SeqCst) {
+            0 => plan(&[("draft", "writer")]).after(Duration::from_secs(5)),
+            _ => Reply::reset(),
+        }
+    });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+    for _ in 0..2 {
+        let frames = server.run(&envelope()).await;
+        assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+        assert_eq!(fallbacks(&frames), [json!({"failed": "default/test-model", "next": "backup/backup-model"})]);
+    }
+    assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (2, 2));
 }
 
 #[tokio::test]
@@ -185,6 +211,7 @@ fn a_route_the_pool_cannot_serve_keeps_the_server_from_starting_naming_its_key()
     let refused = |toml: &str| load(toml).expect("refused");
     assert!(refused("[llm.routes]\nplanner = [\"nowhere/m\"]").contains("llm.routes.planner[0]"));
     assert!(refused("[llm.routes]\nplanner = [\"gpt-4o\"]").contains("not `<endpoint>/<model>`"));
+    assert!(refused("[llm.routes]\ncapabilities = []").contains("llm.routes.capabilities` is empty"));
     let listed = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"x\"]\n[llm.routes]\ncapabilities = [\"b/y\"]";
     assert!(refused(listed).contains("does not list"));
     let keyless = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"FLEXRUN_TEST_NO_SUCH_KEY\"";

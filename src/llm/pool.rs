@@ -107,9 +107,12 @@ impl ModelPool {
             setups.push(named(settings, name, endpoint, &env, &client)?);
             served.insert(name, &endpoint.models);
         }
-        let chain = |key: &str, entries: &[String]| -> Result<Vec<RouteEntry>, ConfigError> {
-            if entries.is_empty() {
+        let chain = |key: &str, entries: &Option<Vec<String>>| -> Result<Vec<RouteEntry>, ConfigError> {
+            let Some(entries) = entries else {
                 return Ok(vec![RouteEntry { endpoint: DEFAULT.into(), model: settings.model.clone() }]);
+            };
+            if entries.is_empty() {
+                return Err(problem(format!("llm.routes.{key}"), "is empty: a route needs at least one entry".into()));
             }
             entries
                 .iter()
