@@ -26,8 +26,7 @@ async fn pooled(primary: Script, backup: &StandIn, routes: &str) -> (TestServer,
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("flexrun.toml");
     let toml = format!(
-        "[llm]\ntimeout_secs = 1\n\n\
-         [llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\nplanner_response_format = \"none\"\n\n\
+        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\nplanner_response_format = \"none\"\n\n\
          [llm.routes]\n{routes}\n\n\
          [llm.breaker]\nfailures = 2\ncool_down_secs = 1\n",
         backup.base_url
@@ -87,29 +86,42 @@ async fn an_overloaded_endpoint_falls_over_to_the_next_and_the_frames_say_which_
     );
 }
 
-/// A primary that does not answer within the call's time, or drops the connection, is fallen
+/// An endpoint that does not answer within its `timeout_secs`, or drops the connection, is fallen
 /// over at once.
 #[tokio::test]
 async fn a_timeout_or_a_dropped_connection_falls_over() {
     let backup = backup();
     let seen = Arc::new(AtomicUsize::new(0));
     let count = seen.clone();
-    let primary = script(move |call| {
-        if !call.is_planner() {
-            return post(0.9);
-        }
-        match count.fetch_add(1, Ordering::SeqCst) {
-            0 => plan(&[("draft", "writer")]).after(Duration::from_secs(5)),
-            _ => Reply::reset(),
-        }
-    });
-    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+    let slow = StandIn::start(script(move |_| match count.fetch_add(1, Ordering::SeqCst) {
+        0 => plan(&[("draft", "writer")]).after(Duration::from_secs(5)),
+        _ => Reply::reset(),
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("flexrun.toml");
+    let toml = format!(
+        "[llm.endpoints.slow]\nbase_url = \"{}\"\ntimeout_secs = 1\n\n\
+         [llm.endpoints.backup]\nbase_url = \"{}\"\n\n\
+         [llm.routes]\nplanner = [\"slow/test-model\", \"backup/backup-model\"]\n",
+        slow.base_url, backup.base_url
+    );
+    std::fs::write(&config, toml).unwrap();
+    let options = Options { env: vec![("FLEXRUN_CONFIG", config.display().to_string())], ..Options::default() };
+    let server = TestServer::start_with(script(|_| post(0.9)), options).await;
+    let fell_over = [json!({"failed": "slow/test-model", "next": "backup/backup-model"})];
     for _ in 0..2 {
         let frames = server.run(&envelope()).await;
         assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
-        assert_eq!(fallbacks(&frames), [json!({"failed": "default/test-model", "next": "backup/backup-model"})]);
+        assert_eq!(fallbacks(&frames), fell_over);
     }
-    assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (2, 2));
+    let errors: Vec<String> = server
+        .event_log_text(&server.run(&envelope()).await[0].run_id)
+        .into_iter()
+        .filter(|f| f.contains("\"fallback\""))
+        .collect();
+    assert!(errors.iter().all(|f| f.contains("slow/test-model")), "{errors:?}");
+    assert_eq!((slow.calls().len(), planner_calls(&backup)), (3, 3));
 }
 
 #[tokio::test]
