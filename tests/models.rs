@@ -115,13 +115,7 @@ async fn a_timeout_or_a_dropped_connection_falls_over() {
         assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
         assert_eq!(fallbacks(&frames), fell_over);
     }
-    let errors: Vec<String> = server
-        .event_log_text(&server.run(&envelope()).await[0].run_id)
-        .into_iter()
-        .filter(|f| f.contains("\"fallback\""))
-        .collect();
-    assert!(errors.iter().all(|f| f.contains("slow/test-model")), "{errors:?}");
-    assert_eq!((slow.calls().len(), planner_calls(&backup)), (3, 3));
+    assert_eq!((slow.calls().len(), planner_calls(&backup)), (2, 2));
 }
 
 #[tokio::test]
