@@ -323,3 +323,26 @@ async fn killed_during_a_fallback_the_run_finishes_with_no_step_twice() {
     assert_eq!((drafts, writer_calls), (1, 1), "the step ran once");
     assert_eq!(fallbacks(&frames), [json!({"failed": "default/test-model", "next": "backup/backup-model"})]);
 }
+
+/// `flexrun serve` with a route naming an endpoint it does not have, or an endpoint whose key
+/// variable is not set, exits before listening, naming the key; the key's value is never printed.
+#[tokio::test]
+async fn serve_refuses_to_start_with_a_route_it_cannot_serve() {
+    for (toml, key) in [
+        ("[llm.routes]\nplanner = [\"nowhere/model\"]\n", "llm.routes.planner[0]"),
+        (
+            "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"FLEXRUN_TEST_UNSET_KEY\"\n",
+            "llm.endpoints.b.api_key_env",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("flexrun.toml");
+        std::fs::write(&config, toml).unwrap();
+        let path = config.display().to_string();
+        let env = [("FLEXRUN_CONFIG", path.as_str())];
+        let (status, log) = process::ServerProcess::refused(dir.path(), "http://127.0.0.1:9/v1", &[], &env).await;
+        assert!(!status.success(), "{log}");
+        assert!(log.contains(key), "{key} named: {log}");
+        assert!(!log.contains("test-key"), "no key's value: {log}");
+    }
+}
