@@ -176,15 +176,15 @@ pub struct EndpointSettings {
     pub planner_response_format: Option<PlannerResponseFormat>,
 }
 
-/// `[llm.routes]`: ordered fallback chains; empty: `default/<llm.model>`.
+/// `[llm.routes]`: ordered fallback chains; left out: `default/<llm.model>`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSettings {
     #[serde(default)]
-    pub planner: Vec<String>,
+    pub planner: Option<Vec<String>>,
     /// For `ai` capabilities without `preferredModels` of their own.
     #[serde(default)]
-    pub capabilities: Vec<String>,
+    pub capabilities: Option<Vec<String>>,
 }
 
 /// `[llm.breaker]`.

@@ -26,7 +26,8 @@ async fn pooled(primary: Script, backup: &StandIn, routes: &str) -> (TestServer,
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("flexrun.toml");
     let toml = format!(
-        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\n\n[llm.routes]\n{routes}\n\n\
+        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\nplanner_response_format = \"none\"\n\n\
+         [llm.routes]\n{routes}\n\n\
          [llm.breaker]\nfailures = 2\ncool_down_secs = 1\n",
         backup.base_url
     );
@@ -62,9 +63,59 @@ async fn an_overloaded_endpoint_falls_over_to_the_next_and_the_frames_say_which_
     assert_eq!(generated.payload["usage"]["answeredBy"], json!(["backup/backup-model"]));
     assert_eq!(generated.payload["plan"]["metadata"]["plannerModel"], "backup-model");
     assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (1, 1));
+    // Each endpoint is asked for its model, in its own answer format (the backup's: plain text).
+    let asked = |model: &StandIn| model.calls().into_iter().find(ChatCall::is_planner).unwrap().body;
+    let (first, second) = (asked(&server.llm), asked(&backup));
+    assert_eq!(
+        (first["model"].as_str(), first["response_format"]["type"].as_str()),
+        (Some("test-model"), Some("json_schema"))
+    );
+    assert_eq!((second["model"].as_str(), second.get("response_format")), (Some("backup-model"), None));
     // The capability's route starts with the primary, which answers capability calls.
     let draft = frames.iter().find(|f| f.kind == "node_complete").unwrap();
     assert_eq!(draft.payload["usage"]["answeredBy"], json!(["default/test-model"]));
+
+    // Which model answered each step: in the run document and the console's step panel.
+    let run_id = &frames[0].run_id;
+    let document = server.get_json(&format!("/api/v1/flex/runs/{run_id}")).await;
+    assert_eq!(document["nodes"][0]["usage"]["answeredBy"], json!(["default/test-model"]));
+    let page = server.http.get(server.url(&format!("/ui/runs/{run_id}"))).send().await.unwrap().text().await.unwrap();
+    assert!(
+        page.contains(r#"data-testid="node-answered-by">default/test-model (the responses named test-model)"#),
+        "{page}"
+    );
+}
+
+/// An endpoint that does not answer within its `timeout_secs`, or drops the connection, is fallen
+/// over at once.
+#[tokio::test]
+async fn a_timeout_or_a_dropped_connection_falls_over() {
+    let backup = backup();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let slow = StandIn::start(script(move |_| match count.fetch_add(1, Ordering::SeqCst) {
+        0 => plan(&[("draft", "writer")]).after(Duration::from_secs(5)),
+        _ => Reply::reset(),
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("flexrun.toml");
+    let toml = format!(
+        "[llm.endpoints.slow]\nbase_url = \"{}\"\ntimeout_secs = 1\n\n\
+         [llm.endpoints.backup]\nbase_url = \"{}\"\n\n\
+         [llm.routes]\nplanner = [\"slow/test-model\", \"backup/backup-model\"]\n",
+        slow.base_url, backup.base_url
+    );
+    std::fs::write(&config, toml).unwrap();
+    let options = Options { env: vec![("FLEXRUN_CONFIG", config.display().to_string())], ..Options::default() };
+    let server = TestServer::start_with(script(|_| post(0.9)), options).await;
+    let fell_over = [json!({"failed": "slow/test-model", "next": "backup/backup-model"})];
+    for _ in 0..2 {
+        let frames = server.run(&envelope()).await;
+        assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+        assert_eq!(fallbacks(&frames), fell_over);
+    }
+    assert_eq!((slow.calls().len(), planner_calls(&backup)), (2, 2));
 }
 
 #[tokio::test]
@@ -166,6 +217,7 @@ fn a_route_the_pool_cannot_serve_keeps_the_server_from_starting_naming_its_key()
     let refused = |toml: &str| load(toml).expect("refused");
     assert!(refused("[llm.routes]\nplanner = [\"nowhere/m\"]").contains("llm.routes.planner[0]"));
     assert!(refused("[llm.routes]\nplanner = [\"gpt-4o\"]").contains("not `<endpoint>/<model>`"));
+    assert!(refused("[llm.routes]\ncapabilities = []").contains("llm.routes.capabilities` is empty"));
     let listed = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"x\"]\n[llm.routes]\ncapabilities = [\"b/y\"]";
     assert!(refused(listed).contains("does not list"));
     let keyless = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"FLEXRUN_TEST_NO_SUCH_KEY\"";
@@ -179,4 +231,118 @@ fn a_route_the_pool_cannot_serve_keeps_the_server_from_starting_naming_its_key()
         load("[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\n[llm.routes]\nplanner = [\"b/any\"]"),
         None
     );
+}
+
+/// A run may choose its own chains among what the server serves (`policies.models`), and a
+/// capability its own (`preferredModels`); an entry the server does not serve is refused with its
+/// pointer, and nothing is created.
+#[tokio::test]
+async fn a_run_and_a_capability_choose_their_own_chains_among_what_the_server_serves() {
+    let backup = backup();
+    let primary = script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+
+    let mut own = envelope();
+    own["policies"] = json!({"models": {"planner": ["backup/backup-model"]}});
+    let frames = server.run(&own).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed");
+    assert_eq!((planner_calls(&server.llm), planner_calls(&backup)), (0, 1), "the run's planner chain");
+    assert_eq!(server.capability_calls("writer"), 1, "capabilities keep the server's route");
+
+    let mut unknown = envelope();
+    unknown["policies"] = json!({"models": {"capabilities": ["backup/backup-model", "elsewhere/x"]}});
+    let response = server.post_run(&unknown).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["details"][0]["path"], "/policies/models/capabilities/1", "{body}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 1, "nothing was created");
+
+    let mut writer = ai_capability("writer", &["brief"], &["post_copy"], json!({"type": "object"}));
+    writer["preferredModels"] = json!(["backup/backup-model"]);
+    let register = |registration: Value| {
+        server
+            .http
+            .post(server.url("/api/v1/flex/capabilities/register"))
+            .bearer_auth(OPERATOR_KEY)
+            .json(&registration)
+            .send()
+    };
+    assert_eq!(register(writer.clone()).await.unwrap().status().as_u16(), 201);
+    server.run(&envelope()).await;
+    assert_eq!(backup.calls().iter().filter(|c| c.capability_id() == Some("writer")).count(), 1);
+    assert_eq!(server.capability_calls("writer"), 1, "the writer's own chain");
+
+    writer["preferredModels"] = json!(["backup/other-model"]);
+    let refused = register(writer).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["details"][0]["path"], "/preferredModels/0", "{body}");
+}
+
+/// flexrun killed with SIGKILL while a call waits on the fallback endpoint: after the restart the
+/// run plans again along its route and finishes, its one step run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_during_a_fallback_the_run_finishes_with_no_step_twice() {
+    let hold = Arc::new(AtomicBool::new(true));
+    let holding = hold.clone();
+    let backup = StandIn::start(script(move |call| {
+        let reply = if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) };
+        if holding.load(Ordering::SeqCst) && call.is_planner() { reply.after(Duration::from_secs(600)) } else { reply }
+    }))
+    .unwrap();
+    let primary =
+        StandIn::start(script(|call| if call.is_planner() { Reply::error(503, "down") } else { post(0.9) })).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("models.toml");
+    let toml = format!(
+        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\n\n[llm.routes]\n{BOTH}\n",
+        backup.base_url
+    );
+    std::fs::write(&config, toml).unwrap();
+    let path = config.display().to_string();
+    let env = [("FLEXRUN_CONFIG", path.as_str())];
+    let mut server = process::ServerProcess::start(dir.path(), &primary.base_url, &default_capabilities(), &env).await;
+    let (run_id, _response) = server.post_run(&envelope()).await;
+    for _ in 0..200 {
+        if planner_calls(&backup) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(planner_calls(&backup), 1, "the call fell over to the backup, which holds it");
+    server.kill();
+    hold.store(false, Ordering::SeqCst);
+    server.restart().await;
+
+    let frames = server.reattach(&run_id, 0).await;
+    let complete = frames.iter().find(|f| f.kind == "complete").expect("the run completes");
+    assert_eq!(complete.payload["status"], "completed", "{:?}", kinds(&frames));
+    let drafts = frames.iter().filter(|f| f.kind == "node_complete").count();
+    let writer_calls =
+        primary.calls().iter().chain(backup.calls().iter()).filter(|c| c.capability_id() == Some("writer")).count();
+    assert_eq!((drafts, writer_calls), (1, 1), "the step ran once");
+    assert_eq!(fallbacks(&frames), [json!({"failed": "default/test-model", "next": "backup/backup-model"})]);
+}
+
+/// `flexrun serve` with a route naming an endpoint it does not have, or an endpoint whose key
+/// variable is not set, exits before listening, naming the key; the key's value is never printed.
+#[tokio::test]
+async fn serve_refuses_to_start_with_a_route_it_cannot_serve() {
+    for (toml, key) in [
+        ("[llm.routes]\nplanner = [\"nowhere/model\"]\n", "llm.routes.planner[0]"),
+        (
+            "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"FLEXRUN_TEST_UNSET_KEY\"\n",
+            "llm.endpoints.b.api_key_env",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("flexrun.toml");
+        std::fs::write(&config, toml).unwrap();
+        let path = config.display().to_string();
+        let env = [("FLEXRUN_CONFIG", path.as_str())];
+        let (status, log) = process::ServerProcess::refused(dir.path(), "http://127.0.0.1:9/v1", &[], &env).await;
+        assert!(!status.success(), "{log}");
+        assert!(log.contains(key), "{key} named: {log}");
+        assert!(!log.contains("test-key"), "no key's value: {log}");
+    }
 }

@@ -162,9 +162,10 @@ impl Executors {
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
         };
+        let chain = self.chain(capability, bundle);
         let routed = self
             .models
-            .complete(&self.route, |_, model| ChatRequest {
+            .complete(&chain, |_, model| ChatRequest {
                 purpose: Purpose::Capability,
                 model,
                 system: system.clone(),
@@ -179,6 +180,20 @@ impl Executors {
                 OutputContract::Freeform { .. } => Ok(parse_json_content(&content).unwrap_or(Value::String(content))),
                 _ => parse_json_content(&content).map_err(CapabilityError::NotJson),
             }
+        })
+    }
+
+    /// The chain an `ai` capability's call goes along: the run's (`policies.models`), else the
+    /// capability's `preferredModels`, else the server's route. Both were checked against the
+    /// endpoints when given; one the configuration no longer serves falls back to the route.
+    fn chain(&self, capability: &Capability, bundle: &ContextBundle) -> Vec<RouteEntry> {
+        let asked = if bundle.models.is_empty() { &capability.preferred_models } else { &bundle.models };
+        if asked.is_empty() {
+            return self.route.to_vec();
+        }
+        self.models.chain(asked).unwrap_or_else(|problem| {
+            tracing::warn!(capability = %capability.id, problem = %crate::excerpt::log(&problem), "model chain not served; using the route");
+            self.route.to_vec()
         })
     }
 

@@ -36,6 +36,8 @@ pub struct NodePanel {
     pub usage: Option<String>,
     /// A fork's step that did not run: the run and step whose output it took.
     pub reused_from: Option<(String, String)>,
+    /// Which model answered its calls: the route entries asked, and the models the responses named.
+    pub answered_by: Option<String>,
 }
 
 /// The panels of `plan`'s steps in plan order; `retries` counts retry frames by node id.
@@ -69,6 +71,10 @@ pub fn panels(view: &RunView, plan: &Plan, retries: &HashMap<String, u32>, redac
                 took: row.and_then(took),
                 usage: row.and_then(|r| r.usage.as_ref()).map(ToString::to_string),
                 reused_from: row.and_then(|r| r.reused_from.as_ref()).map(|f| (f.run_id.clone(), f.node_id.clone())),
+                answered_by: row
+                    .and_then(|r| r.usage.as_ref())
+                    .filter(|u| !u.answered_by.is_empty())
+                    .map(|u| format!("{} (the responses named {})", u.answered_by.join(", "), u.models.join(", "))),
                 id,
             }
         })

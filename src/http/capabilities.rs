@@ -16,6 +16,15 @@ pub async fn register(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let registration: Value = body.json()?;
+    let preferred: Vec<String> = registration
+        .get("preferredModels")
+        .and_then(Value::as_array)
+        .map(|models| models.iter().filter_map(|m| m.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let problems = services.models.check(&preferred, "/preferredModels");
+    if !problems.is_empty() {
+        return Err(crate::capability::RegistryError::Invalid(problems).into());
+    }
     let capability = services.registry.register(registration, "api").await?;
     let count = services.registry.snapshot().len();
     Ok(HttpResponse::Created()

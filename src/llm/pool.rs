@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use super::{ChatRequest, ClientSettings, LlmClient, LlmError};
 use crate::config::{ConfigError, EndpointSettings, LlmSettings, PlannerResponseFormat};
+use crate::validation::FieldError;
 use flexrun_core::usage::Prices;
 
 /// The longest `Retry-After` a rate-limited entry is waited for before its chain moves on.
@@ -106,9 +107,12 @@ impl ModelPool {
             setups.push(named(settings, name, endpoint, &env, &client)?);
             served.insert(name, &endpoint.models);
         }
-        let chain = |key: &str, entries: &[String]| -> Result<Vec<RouteEntry>, ConfigError> {
-            if entries.is_empty() {
+        let chain = |key: &str, entries: &Option<Vec<String>>| -> Result<Vec<RouteEntry>, ConfigError> {
+            let Some(entries) = entries else {
                 return Ok(vec![RouteEntry { endpoint: DEFAULT.into(), model: settings.model.clone() }]);
+            };
+            if entries.is_empty() {
+                return Err(problem(format!("llm.routes.{key}"), "is empty: a route needs at least one entry".into()));
             }
             entries
                 .iter()
@@ -139,6 +143,19 @@ impl ModelPool {
                     Some(_) => Err(format!("endpoint `{}` does not serve model `{}`", entry.endpoint, entry.model)),
                     None => Err(format!("no model endpoint is named `{}`", entry.endpoint)),
                 }
+            })
+            .collect()
+    }
+
+    /// The problems of `entries` given at `at` (an envelope's `policies.models`, a capability's
+    /// `preferredModels`): each entry this pool does not serve, with its pointer.
+    pub fn check(&self, entries: &[String], at: &str) -> Vec<FieldError> {
+        entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, entry)| {
+                let problem = self.chain(std::slice::from_ref(entry)).err()?;
+                Some(FieldError::new(format!("{at}/{i}"), "unknown_model", problem))
             })
             .collect()
     }

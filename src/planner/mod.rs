@@ -34,14 +34,21 @@ impl Planner {
         Self { pool, route }
     }
 
-    /// Asks for one draft along the planner's route, with the call's usage and fallbacks. The
+    /// The pool the planner calls (a run's own chain is checked against it).
+    pub fn pool(&self) -> &ModelPool {
+        &self.pool
+    }
+
+    /// Asks for one draft along `chain` (else the planner's route), with the call's usage and
+    /// fallbacks. The
     /// outer error is a failed call; the inner one a reply that is not JSON (a content problem,
     /// handled like any other rejected draft). Each endpoint is asked in its own answer format.
-    pub async fn draft(&self, input: &PromptInput<'_>, timeout: Duration) -> Asked {
+    pub async fn draft(&self, input: &PromptInput<'_>, timeout: Duration, chain: Option<&[RouteEntry]>) -> Asked {
         let (system, user) = prompt::build(input);
+        let chain = chain.unwrap_or(&self.route);
         let routed = self
             .pool
-            .complete(&self.route, |endpoint, model| ChatRequest {
+            .complete(chain, |endpoint, model| ChatRequest {
                 purpose: Purpose::Planner,
                 model,
                 system: system.clone(),
@@ -56,7 +63,7 @@ impl Planner {
                 timeout,
             })
             .await;
-        let model = routed.answered_by.or_else(|| self.route.first().cloned()).map(|e| e.model).unwrap_or_default();
+        let model = routed.answered_by.or_else(|| chain.first().cloned()).map(|e| e.model).unwrap_or_default();
         let called = routed
             .called
             .map(|content| Ok(parse_json_content(&content?).map_err(|problem| Diagnostic::not_json(&problem))));

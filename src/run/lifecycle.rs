@@ -119,6 +119,13 @@ async fn create(
     let replan_limits = ReplanLimits::resolve(&envelope.replan, &services.settings.replan);
     let budget = BudgetLimits::resolve(&envelope.budget, &services.budget)
         .map_err(|problem| StartError::Envelope(EnvelopeError::Invalid(vec![problem])))?;
+    // A run's own model chains name only what this server serves.
+    let models = &envelope.models;
+    let mut problems = services.models.check(&models.planner, "/policies/models/planner");
+    problems.extend(services.models.check(&models.capabilities, "/policies/models/capabilities"));
+    if !problems.is_empty() {
+        return Err(StartError::Envelope(EnvelopeError::Invalid(problems)));
+    }
     let start = Event::Start(Start {
         run_id: run_id.to_string(),
         thread_id: envelope.thread_id.clone(),

@@ -119,6 +119,8 @@ impl Coordinator {
             replan: planning::replan_prompt(&run, replan),
             rejected_draft: rejected,
         };
-        self.services.planner.draft(&input, self.timeouts.model_call).await
+        let planner = &self.services.planner;
+        let chain = planner.pool().chain(&self.envelope.models.planner).ok().filter(|chain| !chain.is_empty());
+        planner.draft(&input, self.timeouts.model_call, chain.as_deref()).await
     }
 }

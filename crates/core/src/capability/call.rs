@@ -49,6 +49,10 @@ pub struct ContextBundle {
     /// An MCP tool node that asked a question and was answered: what its call sends back.
     #[serde(skip)]
     pub tool_answer: Option<ToolAnswer>,
+    /// The run's own model chain for `ai` capabilities (`policies.models.capabilities`; empty:
+    /// the capability's `preferredModels`, else the server's route).
+    #[serde(skip)]
+    pub models: Vec<String>,
 }
 
 /// The post-conditions the previous output failed, and how many attempts are left.

@@ -144,6 +144,10 @@ pub struct Capability {
     pub post_conditions: Vec<GoalCondition>,
     /// `metadata.postConditionPolicy.maxRetries`: attempts after a failed post-condition.
     pub post_condition_retries: Option<u32>,
+    /// `preferredModels`: the `<endpoint>/<model>` chain an `ai` capability's calls go along
+    /// instead of `[llm.routes] capabilities` (empty: that route). The server checks them
+    /// against its endpoints when the capability is registered.
+    pub preferred_models: Vec<String>,
     /// The registration as submitted (stored, and returned by `GET /capabilities`).
     pub registration: Value,
 }
@@ -184,6 +188,8 @@ struct RawRegistration {
     input_facets: Vec<String>,
     #[serde(default)]
     output_facets: Vec<String>,
+    #[serde(default)]
+    preferred_models: Vec<String>,
 }
 
 impl Capability {
@@ -236,6 +242,7 @@ impl Capability {
                 output_contract,
                 post_conditions,
                 post_condition_retries,
+                preferred_models: raw.preferred_models,
                 registration,
             }),
             _ => Err(errors),

@@ -52,6 +52,9 @@ pub struct TaskEnvelope {
     pub runtime_policies: Vec<RuntimePolicy>,
     /// `policies.retry`.
     pub retry: RetryOverrides,
+    /// `policies.models`: the chains of `<endpoint>/<model>` this run's calls go along, instead
+    /// of the server's routes (the server checks them when the run starts).
+    pub models: ModelPolicy,
     /// `policies.timeouts`.
     pub timeouts: TimeoutOverrides,
     pub special_instructions: Vec<String>,
@@ -82,6 +85,14 @@ pub struct Approval {
     pub plan: bool,
     pub destructive_tools: bool,
     pub completion: bool,
+}
+
+/// `policies.models`: a run's own model chains (empty: the server's routes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
+pub struct ModelPolicy {
+    pub planner: Vec<String>,
+    pub capabilities: Vec<String>,
 }
 
 /// `policies.replan`: per-run overrides of the configured replan caps.
@@ -143,6 +154,7 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         budget: policy_at(policies, "budget", "/policies/budget")?,
         runtime_policies,
         retry: policy_at(policies, "retry", "/policies/retry")?,
+        models: policy_at(policies, "models", "/policies/models")?,
         timeouts: policy_at(policies, "timeouts", "/policies/timeouts")?,
         special_instructions: string_list(raw.get("specialInstructions")),
         approval: Approval {

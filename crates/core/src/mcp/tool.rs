@@ -90,6 +90,7 @@ pub fn capability(server: &McpServer, tool: ToolDescription) -> Result<Capabilit
         output_facets: vec![facet],
         post_conditions: Vec::new(),
         post_condition_retries: None,
+        preferred_models: Vec::new(),
         registration,
     })
 }

@@ -151,6 +151,7 @@ pub fn bundle(run: &Run, node: &PlanNode) -> ContextBundle {
         arguments: node.arguments.clone(),
         attempt: 1,
         tool_answer: if rerun { None } else { tool_answer(state, node) },
+        models: run.envelope.models.capabilities.clone(),
     }
 }
 
