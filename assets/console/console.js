@@ -343,9 +343,32 @@ function followFeed() {
       body.prepend(row);
       table.hidden = false;
       document.querySelector("[data-testid=empty]")?.setAttribute("hidden", "");
+      keepOnePage(table);
     }
     selectionChanged();
   });
+}
+
+// The first page keeps one page of rows as new runs arrive: the oldest go, and "Older runs" then
+// starts after the last row still shown, so a run that left the page is on the next one.
+function keepOnePage(table) {
+  const body = table.tBodies[0];
+  const size = Number(table.dataset.pageSize);
+  if (!size || body.rows.length <= size) return;
+  while (body.rows.length > size) body.rows[body.rows.length - 1].remove();
+  let older = document.querySelector("a[data-testid=older]");
+  if (!older) {
+    const paragraph = document.createElement("p");
+    older = document.createElement("a");
+    older.className = "next";
+    older.dataset.testid = "older";
+    older.textContent = "Older runs";
+    paragraph.append(older);
+    table.closest("form")?.after(paragraph);
+  }
+  const url = new URL(location.href);
+  url.searchParams.set("cursor", body.rows[body.rows.length - 1].dataset.runId);
+  older.href = `${url.pathname}${url.search}`;
 }
 
 // Bulk cancel: an operator selects runs in the list and cancels them together; each cancel is

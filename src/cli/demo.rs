@@ -29,7 +29,8 @@ const CAPABILITIES: [(&str, &str); 4] = [
 
 const ENVELOPE: &str = include_str!("../../examples/demo-envelope.json");
 
-/// Runs the demo; with `serve` (an address), keeps the server up afterwards until Ctrl-C.
+/// Runs the demo; with `serve` (an address), keeps the server up afterwards until Ctrl-C or
+/// SIGTERM.
 pub async fn run(serve: Option<&str>) -> anyhow::Result<ExitCode> {
     print_line("flexrun demo");
     print_line("  The model is a scripted STAND-IN on loopback, not a real LLM: set FLEXRUN_LLM_BASE_URL,");
@@ -74,8 +75,8 @@ pub async fn run(serve: Option<&str>) -> anyhow::Result<ExitCode> {
     let completed = matches!(&outcome, Ok(Outcome::Complete(c)) if c.status == CompleteStatus::Completed);
     if serve.is_some() {
         print_line(&format!("\nThe console: {base}/  (the run is at the top of the list; New run launches more)"));
-        print_line("The server and the stand-in model stay up until Ctrl-C.");
-        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        print_line("The server and the stand-in model stay up until Ctrl-C (or SIGTERM).");
+        super::stop_requested().await;
     }
     handle.stop(true).await;
     stand_in.stop().await;

@@ -128,7 +128,7 @@ enum Command {
     /// scripted stand-in model on loopback. Needs no API key.
     Demo {
         /// Keep the server (and the stand-in model) up after the run, and print the console's
-        /// URL: click through the finished run and launch more. Ctrl-C stops it.
+        /// URL: click through the finished run and launch more. Ctrl-C (or SIGTERM) stops it.
         #[arg(long)]
         serve: bool,
         /// Where the server listens with `--serve`.
@@ -314,6 +314,23 @@ async fn serve() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Resolves when the process is asked to stop: SIGTERM (a service manager, a container's stop) or
+/// SIGINT (Ctrl-C).
+pub(crate) async fn stop_requested() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut terminate) => {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
 /// Drains as soon as SIGTERM or SIGINT arrives, while the HTTP server closes its connections
 /// (which may take its shutdown timeout): the coordinators stop at their next wait, and the
 /// leases of the runs they stop are handed back as soon as they have. Waiting for the HTTP server
@@ -321,12 +338,7 @@ async fn serve() -> anyhow::Result<ExitCode> {
 /// meanwhile, and another node would take the runs as a crashed node's. `serve` drains once more
 /// when the server has closed, for runs an operator's command claimed meanwhile.
 async fn drain_on_signal(services: std::sync::Arc<crate::services::Services>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut terminate) = signal(SignalKind::terminate()) else { return };
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    stop_requested().await;
     let grace = std::time::Duration::from_secs(services.settings.cluster.drain_seconds);
     if let Err(error) = crate::run::lease::drain(&services, grace).await {
         tracing::warn!(error = %crate::excerpt::log(error), "handing back leases failed; they run out instead");

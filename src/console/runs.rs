@@ -173,6 +173,8 @@ struct RunsPage {
     feed: String,
     /// The first page shows new runs as they start; later pages do not.
     first_page: bool,
+    /// Rows a page shows: the first page, growing with new runs, drops its oldest beyond it.
+    page_size: i64,
     operator: bool,
 }
 
@@ -202,6 +204,7 @@ pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::D
         next_page,
         feed: format!("/ui/feed?{}", parsed.url_query(&[("list", "1")])),
         first_page,
+        page_size: PAGE,
         operator: caller.role == Role::Operator,
         text: parsed.text,
     })
