@@ -318,19 +318,23 @@ async fn a_known_path_with_another_method_is_405() {
 /// service manager or a container stops it) as it does on Ctrl-C.
 #[tokio::test]
 async fn the_demo_server_stops_on_sigterm() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let bind = format!("127.0.0.1:{port}");
-    let mut demo = flexrun(&["demo", "--serve", "--bind", &bind]).stdout(Stdio::null()).spawn().unwrap();
-    let health = format!("http://{bind}/api/v1/health");
-    let mut up = false;
-    for _ in 0..300 {
-        if reqwest::get(&health).await.is_ok_and(|r| r.status().is_success()) {
-            up = true;
-            break;
+    let mut demo = flexrun(&["demo", "--serve", "--bind", &bind]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
+    let waiting = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("stay up until") {
+                return true;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(up, "the demo's server answers");
+        false
+    };
+    let up = tokio::time::timeout(Duration::from_secs(60), waiting).await.expect("the demo ran");
+    assert!(up, "the demo ran and keeps its server up");
+    let health = format!("http://{bind}/api/v1/health");
+    assert!(reqwest::get(&health).await.unwrap().status().is_success());
     let pid = demo.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let status = tokio::time::timeout(Duration::from_secs(20), demo.wait()).await.expect("it stops").unwrap();

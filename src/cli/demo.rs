@@ -32,6 +32,7 @@ const ENVELOPE: &str = include_str!("../../examples/demo-envelope.json");
 /// Runs the demo; with `serve` (an address), keeps the server up afterwards until Ctrl-C or
 /// SIGTERM.
 pub async fn run(serve: Option<&str>) -> anyhow::Result<ExitCode> {
+    let mut stop = super::StopSignal::listen();
     print_line("flexrun demo");
     print_line("  The model is a scripted STAND-IN on loopback, not a real LLM: set FLEXRUN_LLM_BASE_URL,");
     print_line("  FLEXRUN_LLM_API_KEY and FLEXRUN_LLM_MODEL and use `flexrun serve` + `flexrun run` for a real one.\n");
@@ -76,7 +77,7 @@ pub async fn run(serve: Option<&str>) -> anyhow::Result<ExitCode> {
     if serve.is_some() {
         print_line(&format!("\nThe console: {base}/  (the run is at the top of the list; New run launches more)"));
         print_line("The server and the stand-in model stay up until Ctrl-C (or SIGTERM).");
-        super::stop_requested().await;
+        stop.arrived().await;
     }
     handle.stop(true).await;
     stand_in.stop().await;

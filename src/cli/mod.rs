@@ -314,20 +314,36 @@ async fn serve() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Resolves when the process is asked to stop: SIGTERM (a service manager, a container's stop) or
-/// SIGINT (Ctrl-C).
-pub(crate) async fn stop_requested() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut terminate) => {
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+/// The process being asked to stop: SIGTERM (a service manager, a container's stop) or SIGINT
+/// (Ctrl-C). Listening starts when it is made, so a signal that arrives before anyone waits is
+/// not missed (the HTTP servers handle these signals too, by stopping).
+pub(crate) struct StopSignal {
+    terminate: Option<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignal {
+    pub(crate) fn listen() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        Self { terminate: signal(SignalKind::terminate()).ok(), interrupt: signal(SignalKind::interrupt()).ok() }
+    }
+
+    /// Resolves once either signal arrived (never, if neither could be listened to).
+    pub(crate) async fn arrived(&mut self) {
+        tokio::select! {
+            _ = received(self.terminate.as_mut()) => {}
+            _ = received(self.interrupt.as_mut()) => {}
         }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The next delivery of `signal`; never for one not listened to.
+async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
         }
+        None => std::future::pending().await,
     }
 }
 
@@ -338,7 +354,7 @@ pub(crate) async fn stop_requested() {
 /// meanwhile, and another node would take the runs as a crashed node's. `serve` drains once more
 /// when the server has closed, for runs an operator's command claimed meanwhile.
 async fn drain_on_signal(services: std::sync::Arc<crate::services::Services>) {
-    stop_requested().await;
+    StopSignal::listen().arrived().await;
     let grace = std::time::Duration::from_secs(services.settings.cluster.drain_seconds);
     if let Err(error) = crate::run::lease::drain(&services, grace).await {
         tracing::warn!(error = %crate::excerpt::log(error), "handing back leases failed; they run out instead");
