@@ -3,7 +3,6 @@
 
 use std::sync::{Arc, LazyLock};
 
-use actix_web::http::header;
 use actix_web::{HttpRequest, Responder, post, web};
 use serde_json::{Value, json};
 
@@ -11,8 +10,7 @@ use super::auth::Caller;
 use super::body::Body;
 use super::error::ApiError;
 use super::idempotency;
-use super::runs::{correlation_id, visible};
-use super::sse::frame_stream;
+use super::runs::{correlation_id, started, visible};
 use crate::envelope::{self, EnvelopeError};
 use crate::run::fork::{self, ForkOrder};
 use crate::run::{RunId, Stored};
@@ -53,13 +51,7 @@ pub async fn fork_run(
     let services: Arc<Services> = services.into_inner();
     let parent = Stored::read(&services, &parent_id).await?;
     let run = fork::fork(&services, &parent, order, correlation_id, idempotency, &caller.principal).await?;
-    let mut response = frame_stream(run.frames, &services.redaction, &services.backlogs).customize();
-    if run.replayed {
-        response = response.insert_header(("idempotent-replayed", "true"));
-    }
-    Ok(response
-        .insert_header((header::LOCATION, format!("/api/v1/flex/runs/{}/stream", run.run_id)))
-        .insert_header(("x-flexrun-run-id", run.run_id.to_string())))
+    Ok(started(run, &services))
 }
 
 /// The fork's order from a request its schema accepted; a given envelope is validated like a

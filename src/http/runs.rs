@@ -19,7 +19,7 @@ use crate::error_code::ErrorCode;
 use crate::events::Seq;
 use crate::run::follow::follow;
 use crate::run::view::{RunList, RunQuery, RunView, ViewError};
-use crate::run::{RunId, RunStatus};
+use crate::run::{RunId, RunStatus, StartedRun};
 use crate::services::Services;
 use crate::store::runs::RunRow;
 use crate::store::{StoreError, events as event_log, runs};
@@ -49,13 +49,19 @@ pub async fn run_stream(
     };
     let services: Arc<Services> = services.into_inner();
     let run = crate::run::start(&services, envelope, correlation_id, idempotency, &owner, ThreadRule::Shared).await?;
+    Ok(started(run, &services))
+}
+
+/// A run just started (or re-joined by its idempotency key), streamed: its frames, where to
+/// re-attach, its id.
+pub(super) fn started(run: StartedRun, services: &Services) -> impl Responder + use<> {
     let mut response = frame_stream(run.frames, &services.redaction, &services.backlogs).customize();
     if run.replayed {
         response = response.insert_header(("idempotent-replayed", "true"));
     }
-    Ok(response
+    response
         .insert_header((header::LOCATION, format!("/api/v1/flex/runs/{}/stream", run.run_id)))
-        .insert_header(("x-flexrun-run-id", run.run_id.to_string())))
+        .insert_header(("x-flexrun-run-id", run.run_id.to_string()))
 }
 
 /// The envelope's `constraints.threadId`, if clients can address it (`crate::thread::ThreadId`).

@@ -20,9 +20,9 @@ use crate::run::fork::{ForkError, ForkOrder};
 use crate::run::state::RunState;
 use crate::run::{RunId, Stored};
 use crate::services::Services;
+use crate::store::events;
 use crate::store::runs::RunRow;
 use crate::store::threads::{self as thread_rows, ThreadRow};
-use crate::store::{StoreError, events};
 use crate::thread::{self, ThreadRule};
 use crate::validation::FieldError;
 use flexrun_core::run::fork::ForkPoint;
@@ -71,37 +71,32 @@ pub async fn history(services: &Services, thread_id: &str, query: History, limit
         })?),
     };
     let id = thread_id.to_string();
-    let listed = services
-        .store
-        .read(move |conn| {
-            let runs = thread_rows::runs(conn, &id, RUNS_SCANNED)?;
-            let mut listed = Vec::with_capacity(runs.len());
-            for run in runs {
-                let checkpoints = events::checkpoints(conn, &run.run_id)?;
-                listed.push((run, checkpoints));
-            }
-            Ok::<_, StoreError>(listed)
-        })
-        .await?;
-    if let Some(before) = &before
-        && !listed
+    let runs = services.store.read(move |conn| thread_rows::runs(conn, &id, RUNS_SCANNED)).await?;
+    // Newest first; a listing starts at `before`'s run, which must be one of this thread's.
+    let start = match &before {
+        None => 0,
+        Some(before) => runs
             .iter()
-            .any(|(run, cps)| run.run_id == before.run_id && cps.iter().any(|(s, _)| s.get() == before.seq))
-    {
-        return Err(ApiError::new(ErrorCode::InvalidRequest, "`before` names no checkpoint of this thread"));
-    }
+            .position(|run| run.run_id == before.run_id)
+            .ok_or_else(|| ApiError::new(ErrorCode::InvalidRequest, "`before` names no checkpoint of this thread"))?,
+    };
     let wanted = usize::try_from(limit).unwrap_or_default();
     let mut states = Vec::new();
-    let mut passed_before = before.is_none();
-    for (index, (run, checkpoints)) in listed.iter().enumerate() {
-        // The run before this one on the thread: a run's first checkpoint follows its last.
-        let previous = listed.get(index + 1).and_then(|(older, cps)| cps.last().map(|(s, _)| id_of(&older.run_id, *s)));
-        let entries = entries(run, checkpoints, previous);
+    // Each run's checkpoints are read once, when the listing reaches it (its older neighbour's
+    // too: a run's first checkpoint follows the older run's last).
+    let mut checkpoints = run_checkpoints(services, runs.get(start)).await?;
+    for (index, run) in runs.iter().enumerate().skip(start) {
+        let older = run_checkpoints(services, runs.get(index + 1)).await?;
+        let previous =
+            runs.get(index + 1).zip(older.last()).map(|(older_run, (seq, _))| id_of(&older_run.run_id, *seq));
+        let mut entries = entries(run, &checkpoints, previous);
+        if let Some(before) = before.as_ref().filter(|b| b.run_id == run.run_id) {
+            let Some(at) = entries.iter().position(|e| e.seq.get() == before.seq) else {
+                return Err(ApiError::new(ErrorCode::InvalidRequest, "`before` names no checkpoint of this thread"));
+            };
+            entries.truncate(at);
+        }
         for entry in entries.into_iter().rev() {
-            if !passed_before {
-                passed_before = before.as_ref().is_some_and(|b| b.run_id == run.run_id && b.seq == entry.seq.get());
-                continue;
-            }
             let state = checkpoint_state(services, thread_id, run, &entry).await?;
             let matches = query
                 .metadata
@@ -114,8 +109,16 @@ pub async fn history(services: &Services, thread_id: &str, query: History, limit
                 }
             }
         }
+        checkpoints = older;
     }
     Ok(states)
+}
+
+/// The checkpoints of `run` (none for no run).
+async fn run_checkpoints(services: &Services, run: Option<&RunRow>) -> Result<Vec<(Seq, String)>, ApiError> {
+    let Some(run) = run else { return Ok(Vec::new()) };
+    let id = run.run_id.clone();
+    Ok(services.store.read(move |conn| events::checkpoints(conn, &id)).await?)
 }
 
 /// A run's checkpoints, oldest first, each with the one before it: the previous checkpoint of
