@@ -112,6 +112,7 @@ pub struct Settings {
     pub http_capabilities: HttpCapabilitySettings,
     pub redaction: RedactionSettings,
     pub cluster: ClusterSettings,
+    pub telemetry: TelemetrySettings,
     #[serde(default)]
     pub facets: BTreeMap<String, FacetDefinition>,
 }
@@ -125,6 +126,38 @@ pub struct ClusterSettings {
     pub lease_seconds: u64,
     pub drain_seconds: u64,
     pub poll_millis: u64,
+}
+
+/// OpenTelemetry traces (`crate::traces`, `docs/observability.md`). The standard `OTEL_*`
+/// variables override these keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// The OTLP/HTTP base URL: spans go to `<endpoint>/v1/traces`. Empty: no export.
+    pub endpoint: String,
+    /// The traces URL itself, used as is; wins over `endpoint`.
+    pub traces_endpoint: String,
+    /// Headers sent with every export, `name=value` pairs separated by commas (values
+    /// percent-encoded), as `OTEL_EXPORTER_OTLP_HEADERS` has them: often a collector's key.
+    pub headers: Secret,
+    pub service_name: String,
+    /// `always_on`, `always_off`, `traceidratio`, `parentbased_always_on`,
+    /// `parentbased_always_off` or `parentbased_traceidratio`: decided once per run, at its start.
+    pub sampler: String,
+    /// The ratio of the `traceidratio` samplers, 0 to 1.
+    pub sampler_arg: f64,
+    /// Turns the export off whatever else is set (`OTEL_SDK_DISABLED=true`).
+    pub disabled: bool,
+    /// Prompts, outputs and tool arguments on spans (redacted); off by default.
+    pub capture_message_content: bool,
+    /// Spans waiting to be sent; more are dropped (and counted) rather than held.
+    pub queue_size: usize,
+    /// The most spans one export request carries.
+    pub max_export_batch_size: usize,
+    /// How long a span waits for others to share its export request, milliseconds.
+    pub schedule_delay_millis: u64,
+    /// How long one export request may take, milliseconds; then its spans are dropped.
+    pub export_timeout_millis: u64,
 }
 
 /// Values hidden on every read path (`crate::redact`).
@@ -381,6 +414,18 @@ const ENV_OVERRIDES: &[(&str, &[&str])] = &[
     ("cluster.node_id", &["FLEXRUN_NODE_ID"]),
     ("cluster.lease_seconds", &["FLEXRUN_LEASE_SECONDS"]),
     ("cluster.drain_seconds", &["FLEXRUN_DRAIN_SECONDS"]),
+    ("telemetry.endpoint", &["OTEL_EXPORTER_OTLP_ENDPOINT"]),
+    ("telemetry.traces_endpoint", &["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]),
+    ("telemetry.headers", &["OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"]),
+    ("telemetry.service_name", &["OTEL_SERVICE_NAME"]),
+    ("telemetry.sampler", &["OTEL_TRACES_SAMPLER"]),
+    ("telemetry.sampler_arg", &["OTEL_TRACES_SAMPLER_ARG"]),
+    ("telemetry.disabled", &["OTEL_SDK_DISABLED"]),
+    ("telemetry.capture_message_content", &["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"]),
+    ("telemetry.schedule_delay_millis", &["OTEL_BSP_SCHEDULE_DELAY"]),
+    ("telemetry.max_export_batch_size", &["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"]),
+    ("telemetry.queue_size", &["OTEL_BSP_MAX_QUEUE_SIZE"]),
+    ("telemetry.export_timeout_millis", &["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]),
 ];
 
 fn as_u64(value: usize) -> u64 {
@@ -439,6 +484,7 @@ impl Settings {
         self.prices()?;
         self.budget()?;
         self.auth.check()?;
+        self.telemetry.check()?;
         let bind = self.bind_addr()?;
         if !self.auth.enabled() && !self.auth.allow_anonymous && !bind.ip().is_loopback() {
             return Err(ConfigError::AnonymousPublic { bind });

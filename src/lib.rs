@@ -38,6 +38,7 @@ pub mod slots;
 
 pub mod telemetry;
 pub mod thread;
+pub mod traces;
 
 /// Every surface served beside the flex API: the console and the LangGraph-compatible API.
 pub fn surfaces(cfg: &mut actix_web::web::ServiceConfig) {

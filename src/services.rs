@@ -1,6 +1,7 @@
 //! The composition root: every long-lived part of a flexrun server, built once at start-up and
 //! shared by the HTTP handlers and the run coordinators.
 
+use crate::traces::Traces;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +90,8 @@ pub struct Services {
     pub commit_observer: Option<CommitObserver>,
     /// The runtime run coordinators are spawned on (the HTTP workers run their own).
     pub runtime: tokio::runtime::Handle,
+    /// Where runs' spans go (`[telemetry]`); off without an endpoint.
+    pub traces: Traces,
 }
 
 impl Services {
@@ -151,6 +154,7 @@ impl Services {
         let redaction = Redaction::new(&settings.redaction.extra_keys);
         let backlogs = Backlogs::new(settings.limits.stream_backlog_bytes);
         let budget = settings.budget()?;
+        let traces = Traces::start(&settings.telemetry, redaction.clone())?;
         Ok(Arc::new(Self {
             settings,
             store,
@@ -169,6 +173,7 @@ impl Services {
             identity,
             commit_observer: hooks.observer,
             runtime: tokio::runtime::Handle::current(),
+            traces,
         }))
     }
 }

@@ -56,6 +56,7 @@ const NOTIFICATIONS: &str = "flexrun_notifications_total";
 const NOTIFICATION_LAG: &str = "flexrun_notification_lag_seconds";
 const BACKLOG_BYTES: &str = "flexrun_stream_backlog_bytes";
 const SLOW_READERS_CUT: &str = "flexrun_slow_readers_cut_total";
+const OTEL_SPANS_DROPPED: &str = "flexrun_otel_spans_dropped_total";
 
 /// Gives every metric its help text and unit (once the recorder is installed).
 pub fn describe() {
@@ -107,6 +108,11 @@ pub fn describe() {
     describe_counter!(
         SLOW_READERS_CUT,
         "Streams cut off because their clients read too slowly while the node's stream backlog was full"
+    );
+    describe_counter!(
+        OTEL_SPANS_DROPPED,
+        "Trace spans not exported, by reason (queue_full: the export queue was full; export_failed: the collector \
+         failed or did not answer in time)"
     );
     describe_histogram!(DB_COMMIT_DURATION, Unit::Seconds, "Time to commit one batch of writes");
     describe_histogram!(DB_WRITES_PER_COMMIT, "Writes (of any number of runs) committed together");
@@ -255,6 +261,11 @@ pub fn backlog_bytes(bytes: u64) {
 /// A slow reader's stream was cut off to keep the node's backlogs within their bound.
 pub fn slow_reader_cut() {
     counter!(SLOW_READERS_CUT).increment(1);
+}
+
+/// Spans the trace export dropped (`crate::traces::export`).
+pub fn otel_spans_dropped(reason: &'static str, count: usize) {
+    counter!(OTEL_SPANS_DROPPED, "reason" => reason).increment(u64::try_from(count).unwrap_or(u64::MAX));
 }
 
 pub fn runs_owned(count: usize) {

@@ -234,7 +234,11 @@ impl Executors {
         self.addresses.check_url(endpoint).map_err(CapabilityError::AddressRefused)?;
         let _slot = self.http_slots.take().await;
         let call = async {
-            let response = self.http.post(endpoint.clone()).json(bundle).send().await.map_err(connection)?;
+            let mut post = self.http.post(endpoint.clone()).json(bundle);
+            if let Some(scope) = crate::traces::SpanScope::current() {
+                post = post.header("traceparent", scope.traceparent());
+            }
+            let response = post.send().await.map_err(connection)?;
             let status = response.status();
             let retry_after = response
                 .headers()

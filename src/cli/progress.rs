@@ -299,6 +299,7 @@ mod tests {
             replan_limits: None,
             budget: None,
             forked_from: None,
+            trace: None,
         });
         assert_eq!(describe(&frame(start)), Shown::line("▶ run r1".into()));
         let started = Event::NodeStart(NodeStart {

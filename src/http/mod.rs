@@ -19,6 +19,7 @@ pub mod site;
 mod sse;
 mod system;
 mod throttle;
+mod traceparent;
 
 pub use auth::{Caller, Operator, Role, authenticate, by_session};
 pub use body::Body;
@@ -26,6 +27,7 @@ pub use error::ApiError;
 pub use operator::answer as resume_answer;
 pub use runs::query_escape;
 pub use sse::{Compact, KEEP_ALIVE, compact, sliced};
+pub use traceparent::CallerSpan;
 
 use std::net::TcpListener;
 use std::sync::{Arc, LazyLock};

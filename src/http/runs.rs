@@ -14,12 +14,13 @@ use super::error::ApiError;
 use super::idempotency;
 use super::paging::{self, PageSize};
 use super::sse::frame_stream;
+use super::traceparent::CallerSpan;
 use crate::envelope;
 use crate::error_code::ErrorCode;
 use crate::events::Seq;
 use crate::run::follow::follow;
 use crate::run::view::{RunList, RunQuery, RunView, ViewError};
-use crate::run::{RunId, RunStatus, StartedRun};
+use crate::run::{Origin, RunId, RunStatus, StartedRun};
 use crate::services::Services;
 use crate::store::runs::RunRow;
 use crate::store::{StoreError, events as event_log, runs};
@@ -33,6 +34,7 @@ use crate::validation::FieldError;
 pub async fn run_stream(
     req: HttpRequest,
     caller: Caller,
+    CallerSpan(trace_parent): CallerSpan,
     body: Body,
     services: web::Data<Services>,
 ) -> Result<impl Responder, ApiError> {
@@ -48,7 +50,8 @@ pub async fn run_stream(
         None => caller.principal.clone(),
     };
     let services: Arc<Services> = services.into_inner();
-    let run = crate::run::start(&services, envelope, correlation_id, idempotency, &owner, ThreadRule::Shared).await?;
+    let origin = Origin { correlation_id, idempotency, owner: &owner, thread_rule: ThreadRule::Shared, trace_parent };
+    let run = crate::run::start(&services, envelope, origin).await?;
     Ok(started(run, &services))
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use actix_web::{HttpRequest, HttpResponse, get, post, web};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, get, post, web};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Map, Value, json};
@@ -16,7 +16,7 @@ use super::threads::newest_run;
 use super::{chat_of, project, run_not_found, run_of_thread, state_at, time, visible_thread};
 use crate::error_code::ErrorCode;
 use crate::events::Seq;
-use crate::http::{ApiError, Body, Caller, Role};
+use crate::http::{ApiError, Body, Caller, CallerSpan, Role};
 use crate::run::follow::{FollowError, follow};
 use crate::run::operator::{Actor, Command};
 use crate::run::state::RunState;
@@ -26,6 +26,7 @@ use crate::store::events::LoggedFrame;
 use crate::store::runs::RunRow;
 use crate::store::threads as thread_rows;
 use crate::thread::{self, ThreadId, ThreadRule};
+use flexrun_core::trace::TraceParent;
 
 /// A run begun by a request: its frames, and what a stream of them starts from.
 struct Began {
@@ -63,6 +64,7 @@ async fn begin(
     caller: &Caller,
     thread_id: Option<&str>,
     body: &Body,
+    trace_parent: Option<TraceParent>,
 ) -> Result<Began, ApiError> {
     let body: Value = body.json()?;
     if let Some(assistant) = request::unknown_assistant(&body) {
@@ -90,7 +92,7 @@ async fn begin(
         Action::Start(input) => {
             let owner = thread::run_owner(&thread, caller);
             let newest = if matches!(input, Input::Chat(_)) { newest().await? } else { None };
-            start(services, &owner, &thread.thread_id, input, newest.as_ref()).await?
+            start(services, &owner, &thread.thread_id, input, newest.as_ref(), trace_parent).await?
         }
         Action::Resume(value) => {
             let resumed = resume(services, caller, newest().await?, value).await?;
@@ -114,6 +116,7 @@ async fn start(
     thread_id: &str,
     input: &Input,
     newest: Option<&RunRow>,
+    trace_parent: Option<TraceParent>,
 ) -> Result<Started, ApiError> {
     // A chat continues the conversation of the thread's previous chat run, with its answer.
     let mut history = Vec::new();
@@ -133,7 +136,14 @@ async fn start(
     // (`thread_busy`, 409), on this node or any other; else it names the graph in the thread's
     // metadata.
     let rule = ThreadRule::OneActiveRun { metadata: GRAPH_METADATA };
-    let started = run::start(services, envelope, Some(correlation_id.clone()), None, owner, rule).await?;
+    let origin = run::Origin {
+        correlation_id: Some(correlation_id.clone()),
+        idempotency: None,
+        owner,
+        thread_rule: rule,
+        trace_parent,
+    };
+    let started = run::start(services, envelope, origin).await?;
     // Before `start`: the stream's first frame brings the inputs and caps.
     let state = RunState::new(&started.run_id, &correlation_id);
     Ok(Started { run_id: started.run_id, state, objective, chat, frames: started.frames })
@@ -186,7 +196,9 @@ async fn stream_run(
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let services = services.into_inner();
-    let (translator, thread_id, frames) = begin(&services, &caller, thread_id, &body).await?.translator(&services);
+    let CallerSpan(span) = CallerSpan::extract(&req).await?;
+    let (translator, thread_id, frames) =
+        begin(&services, &caller, thread_id, &body, span).await?.translator(&services);
     Ok(stream::respond(&req, translator, frames, &thread_id, &services.backlogs))
 }
 
@@ -215,12 +227,12 @@ pub async fn stream_stateless(
 
 async fn create_run(
     services: web::Data<Services>,
-    caller: Caller,
+    (caller, CallerSpan(span)): (Caller, CallerSpan),
     thread_id: Option<&str>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let services = services.into_inner();
-    let began = begin(&services, &caller, thread_id, &body).await?;
+    let began = begin(&services, &caller, thread_id, &body, span).await?;
     let run = began.row(&services).await?;
     // The run goes on without a reader; its frames are in the log for anyone who joins.
     drop(began.started.frames);
@@ -232,21 +244,23 @@ async fn create_run(
 #[post("/threads/{tid}/runs")]
 pub async fn create_on_thread(
     caller: Caller,
+    span: CallerSpan,
     tid: web::Path<String>,
     body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    create_run(services, caller, Some(&tid), body).await
+    create_run(services, (caller, span), Some(&tid), body).await
 }
 
 /// `POST /runs`: a background run on a thread of its own.
 #[post("/runs")]
 pub async fn create_stateless(
     caller: Caller,
+    span: CallerSpan,
     body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    create_run(services, caller, None, body).await
+    create_run(services, (caller, span), None, body).await
 }
 
 /// Reads a run's frames to its end or pause, then answers with its values (with its open
@@ -273,12 +287,12 @@ async fn settled_values(
 
 async fn wait_run(
     services: web::Data<Services>,
-    caller: Caller,
+    (caller, CallerSpan(span)): (Caller, CallerSpan),
     thread_id: Option<&str>,
     body: Body,
 ) -> Result<HttpResponse, ApiError> {
     let services = services.into_inner();
-    let began = begin(&services, &caller, thread_id, &body).await?;
+    let began = begin(&services, &caller, thread_id, &body, span).await?;
     let run = began.row(&services).await?;
     settled_values(&services, &began.thread_id, run, began.started.frames).await
 }
@@ -288,21 +302,23 @@ async fn wait_run(
 #[post("/threads/{tid}/runs/wait")]
 pub async fn wait_on_thread(
     caller: Caller,
+    span: CallerSpan,
     tid: web::Path<String>,
     body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    wait_run(services, caller, Some(&tid), body).await
+    wait_run(services, (caller, span), Some(&tid), body).await
 }
 
 /// `POST /runs/wait`.
 #[post("/runs/wait")]
 pub async fn wait_stateless(
     caller: Caller,
+    span: CallerSpan,
     body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    wait_run(services, caller, None, body).await
+    wait_run(services, (caller, span), None, body).await
 }
 
 /// `GET /threads/{tid}/runs`: the thread's runs, newest first.

@@ -13,6 +13,7 @@
 pub use flexrun_core::llm::{LlmError, prompt, route};
 pub mod pool;
 pub mod standin;
+mod traced;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,7 @@ use tokio::sync::SemaphorePermit;
 
 use crate::config::LlmSettings;
 use crate::slots::Slots;
+use traced::ChatSpan;
 
 /// The shape the answer must have.
 #[derive(Debug, Clone, Copy)]
@@ -135,6 +137,9 @@ impl<'a> ResponseShape<'a> {
 /// The parts of a chat completion flexrun reads.
 #[derive(Deserialize)]
 struct Completion {
+    /// The response's id, read only for a trace (and never failing the answer if odd).
+    #[serde(default)]
+    id: Option<Box<serde_json::value::RawValue>>,
     choices: Vec<Choice>,
     /// The model that answered, as the server names it.
     #[serde(default)]
@@ -294,7 +299,11 @@ impl LlmClient {
     /// Sends one request and returns the assistant message content, with the call's usage.
     async fn complete(&self, request: ChatRequest<'_>) -> Metered<Result<String, LlmError>> {
         let (purpose, started, requested) = (request.purpose, std::time::Instant::now(), request.model);
-        let called = self.call(request).await;
+        let mut span = ChatSpan::start(&request, &self.url);
+        let called = self.call(request, span.as_mut()).await;
+        if let Some(span) = span {
+            span.end(&called);
+        }
         let outcome = called.result.as_ref().map_or_else(LlmError::kind, |_| "ok");
         crate::telemetry::model_call(purpose.as_str(), &self.name, requested, outcome, started.elapsed());
         if let Some(usage) = &called.usage {
@@ -303,7 +312,7 @@ impl LlmClient {
         called
     }
 
-    async fn call(&self, request: ChatRequest<'_>) -> Metered<Result<String, LlmError>> {
+    async fn call(&self, request: ChatRequest<'_>, span: Option<&mut ChatSpan>) -> Metered<Result<String, LlmError>> {
         let body = Body {
             model: request.model,
             messages: [
@@ -316,7 +325,8 @@ impl LlmClient {
             Ok(body) => body,
             Err(e) => return Metered::unmetered(Err(LlmError::Request(e.to_string()))),
         };
-        let answered = match tokio::time::timeout(request.timeout, self.post(body)).await {
+        let traceparent = span.as_deref().map(ChatSpan::traceparent);
+        let answered = match tokio::time::timeout(request.timeout, self.post(body, traceparent)).await {
             Ok(Ok(answered)) => answered,
             Ok(Err(error)) => return Metered::unmetered(Err(in_time(error, request.timeout))),
             Err(_) => return Metered::unmetered(Err(LlmError::Timeout(request.timeout))),
@@ -328,6 +338,12 @@ impl LlmClient {
         };
         let counts = counts(response.usage.as_deref());
         let choice = response.choices.into_iter().next();
+        if let Some(span) = span {
+            let content = choice.as_ref().and_then(|c| c.message.content.as_deref());
+            let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref());
+            let id = response.id.as_deref().and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
+            span.answered(id.as_deref(), response.model.as_deref(), finish, content);
+        }
         let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref()).map(|r| format!(" (finish reason {r})"));
         let content = choice
             .and_then(|c| c.message.content)
@@ -350,8 +366,11 @@ impl LlmClient {
 
     /// Posts `body` once and reads the completion, bounded; a non-success answer keeps its
     /// status, message and `Retry-After`.
-    async fn post(&self, body: Vec<u8>) -> Result<Answered, LlmError> {
+    async fn post(&self, body: Vec<u8>, traceparent: Option<String>) -> Result<Answered, LlmError> {
         let mut post = self.http.post(self.url.clone()).header(header::CONTENT_TYPE, "application/json");
+        if let Some(traceparent) = traceparent {
+            post = post.header("traceparent", traceparent);
+        }
         if let Some(authorization) = &self.authorization {
             post = post.header(header::AUTHORIZATION, authorization.clone());
         }

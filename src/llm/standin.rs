@@ -19,6 +19,8 @@ pub struct ChatCall {
     pub system: String,
     pub user: String,
     pub body: Value,
+    /// The request's `traceparent` header, if it carried one.
+    pub traceparent: Option<String>,
 }
 
 impl ChatCall {
@@ -33,7 +35,7 @@ impl ChatCall {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        Self { system: text_of("system"), user: text_of("user"), body }
+        Self { system: text_of("system"), user: text_of("user"), body, traceparent: None }
     }
 
     /// Whether this is a planner request (as opposed to an `ai` capability call).
@@ -192,8 +194,9 @@ impl StandIn {
 
 type State = web::Data<(Script, Arc<Mutex<Vec<ChatCall>>>)>;
 
-async fn complete(state: State, body: web::Json<Value>) -> HttpResponse {
-    let call = ChatCall::from_body(body.into_inner());
+async fn complete(state: State, request: actix_web::HttpRequest, body: web::Json<Value>) -> HttpResponse {
+    let mut call = ChatCall::from_body(body.into_inner());
+    call.traceparent = request.headers().get("traceparent").and_then(|value| value.to_str().ok()).map(String::from);
     state.1.lock().unwrap_or_else(|p| p.into_inner()).push(call.clone());
     let prompt_chars = call.system.chars().count() + call.user.chars().count();
     let asked = call.body["model"].as_str().unwrap_or("flexrun-stand-in").to_string();

@@ -368,11 +368,15 @@ impl McpServers {
         let Value::Object(arguments) = arguments else {
             return Err(CapabilityError::ArgumentUnresolved("the arguments, resolved, are not a JSON object".into()));
         };
-        let meta = Map::from_iter([
+        let mut meta = Map::from_iter([
             ("flexrun/runId".to_string(), json!(bundle.run_id)),
             ("flexrun/nodeId".to_string(), json!(bundle.node_id)),
             ("flexrun/attempt".to_string(), json!(bundle.attempt)),
         ]);
+        // The step's span, as the OpenTelemetry MCP conventions carry it: in `_meta`.
+        if let Some(scope) = crate::traces::SpanScope::current() {
+            meta.insert("traceparent".to_string(), json!(scope.traceparent()));
+        }
         let session = self.session(&server, changed).await.map_err(|e| self.unreachable(&server.id, e))?;
         let mut round = bundle.tool_answer.as_ref().map_or_else(Round::default, |answer| Round {
             input_responses: Some(answer.input_responses()),

@@ -58,7 +58,8 @@ pub async fn fork(
 ) -> Result<StartedRun, ForkError> {
     let thread_rule = order.thread_rule;
     let (plan, envelope) = prepare(services, parent, order)?;
-    Ok(lifecycle::start_fork(services, envelope, plan, correlation_id, idempotency, owner, thread_rule).await?)
+    let origin = lifecycle::Origin { correlation_id, idempotency, owner, thread_rule, trace_parent: None };
+    Ok(lifecycle::start_fork(services, envelope, plan, origin).await?)
 }
 
 /// The fork's plan and envelope, every check done: nothing is created before this succeeds.

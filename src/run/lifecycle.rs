@@ -29,6 +29,7 @@ use crate::store::events::LoggedFrame;
 use crate::store::runs::{self, RunRow};
 use crate::thread::ThreadRule;
 use flexrun_core::run::fork::ForkPlan;
+use flexrun_core::trace::TraceParent;
 
 /// A run that was just created (or, for a repeated idempotency key, found again).
 pub struct StartedRun {
@@ -59,6 +60,17 @@ pub enum StartError {
     Envelope(#[from] EnvelopeError),
 }
 
+/// Who starts a run, and how: what the request said besides the envelope.
+pub struct Origin<'a> {
+    pub correlation_id: Option<String>,
+    pub idempotency: Option<Idempotency>,
+    /// The principal the run belongs to.
+    pub owner: &'a str,
+    pub thread_rule: ThreadRule,
+    /// The caller's span (`traceparent`): the run's trace is its child.
+    pub trace_parent: Option<TraceParent>,
+}
+
 /// Creates a run for a validated envelope and starts its coordinator in the background.
 ///
 /// With [`ThreadRule::OneActiveRun`] the first commit fails with [`StoreError::ThreadBusy`] if
@@ -70,12 +82,9 @@ pub enum StartError {
 pub async fn start(
     services: &Arc<Services>,
     envelope: TaskEnvelope,
-    correlation_id: Option<String>,
-    idempotency: Option<Idempotency>,
-    owner: &str,
-    thread_rule: ThreadRule,
+    origin: Origin<'_>,
 ) -> Result<StartedRun, StartError> {
-    create(services, envelope, correlation_id, idempotency, owner, thread_rule, None).await
+    create(services, envelope, origin, None).await
 }
 
 /// Creates a fork of another run, as [`start`] creates a run: its first commit holds the row, the
@@ -85,23 +94,18 @@ pub(super) async fn start_fork(
     services: &Arc<Services>,
     envelope: TaskEnvelope,
     fork: ForkPlan,
-    correlation_id: Option<String>,
-    idempotency: Option<Idempotency>,
-    owner: &str,
-    thread_rule: ThreadRule,
+    origin: Origin<'_>,
 ) -> Result<StartedRun, StartError> {
-    create(services, envelope, correlation_id, idempotency, owner, thread_rule, Some(fork)).await
+    create(services, envelope, origin, Some(fork)).await
 }
 
 async fn create(
     services: &Arc<Services>,
     mut envelope: TaskEnvelope,
-    correlation_id: Option<String>,
-    idempotency: Option<Idempotency>,
-    owner: &str,
-    thread_rule: ThreadRule,
+    origin: Origin<'_>,
     fork: Option<ForkPlan>,
 ) -> Result<StartedRun, StartError> {
+    let Origin { correlation_id, idempotency, owner, thread_rule, trace_parent } = origin;
     let run_id = RunId::generate();
     let correlation_id =
         correlation_id.or_else(|| envelope.correlation_id.clone()).unwrap_or_else(|| Uuid::now_v7().to_string());
@@ -134,6 +138,7 @@ async fn create(
         replan_limits: Some(replan_limits),
         budget,
         forked_from: fork.as_ref().map(|fork| fork.forked_from.clone()),
+        trace: services.traces.begin_run(trace_parent),
     });
     let now = crate::store::now();
     let row = RunRow {

@@ -22,6 +22,7 @@ use super::id::RunId;
 use super::lease::claims::Claim;
 use super::lease::notify;
 use super::projection::{RowWrite, project, stored};
+use super::spans;
 use super::state::{ApplyError, At, RunState};
 use super::status::RunStatus;
 use super::usage::{Caller, Unrecorded};
@@ -34,6 +35,7 @@ use crate::store::runs::{self, Outcome, Progress, RunRow};
 use crate::store::{Store, StoreError, events, leases};
 use crate::telemetry;
 use crate::thread::ThreadRule;
+use crate::traces::Traces;
 use flexrun_core::usage::{CallUsage, Usage};
 
 /// Why an event was not recorded.
@@ -76,6 +78,9 @@ pub struct RunLog {
     /// Model calls made whose outcome is not staged yet: their usage goes on the frame that
     /// records it (`flexrun_core::run::usage`).
     unrecorded: Unrecorded,
+    /// Where the run's spans go: the log sends those its frames close (an operator's wait, the
+    /// run itself).
+    traces: Traces,
 }
 
 impl RunLog {
@@ -118,6 +123,7 @@ impl RunLog {
             created,
             granted: Vec::new(),
             unrecorded: Unrecorded::default(),
+            traces: services.traces.clone(),
             state,
         }
     }
@@ -143,6 +149,9 @@ impl RunLog {
             // The frame shows milliseconds: the state applies the time the frame shows.
             let at = At { seq: self.state.last_seq.next(), timestamp: Utc::now().trunc_subsecs(3) };
             let rows = project(&self.state, at, &event);
+            if let Event::HitlResolved(resolved) = &event {
+                spans::operator_wait(&self.traces, &self.state, resolved);
+            }
             self.state.apply(at, &event)?;
             self.granted.extend(event.granted_replan());
             self.header.plan_version = Some(self.state.plan_version()).filter(|v| *v > 0);
@@ -261,6 +270,7 @@ impl RunLog {
         if let Some(status) = ended {
             let code = self.state.end.as_ref().map(|end| end.error_summary().0).unwrap_or_default();
             telemetry::run_ended(status.as_str(), code);
+            spans::ended(&self.traces, &self.state);
         }
     }
 

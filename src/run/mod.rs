@@ -29,6 +29,7 @@ pub mod lifecycle;
 pub mod log;
 pub mod projection;
 pub mod recovery;
+mod spans;
 pub mod stored;
 pub mod view;
 
@@ -37,7 +38,7 @@ pub use flexrun_core::run::{context, decide, id, legacy, operator, state, status
 
 pub use control::{Applied, ControlError, apply};
 pub use id::RunId;
-pub use lifecycle::{Idempotency, StartError, StartedRun, start};
+pub use lifecycle::{Idempotency, Origin, StartError, StartedRun, start};
 pub use recovery::recover;
 pub use status::{RunStatus, UnknownStatus};
 pub use stored::{ResumeError, Stored, fold};

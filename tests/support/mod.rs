@@ -24,6 +24,7 @@ pub use flexrun::llm::standin::{Reply, script};
 pub mod browser;
 pub mod database;
 pub mod mcp;
+pub mod otlp;
 pub mod process;
 
 pub const OPERATOR_KEY: &str = "operator-test-key";
@@ -401,12 +402,14 @@ pub fn post(score: f64) -> Reply {
     Reply::json(json!({"text": format!("post scored {score}"), "quality_score": score}))
 }
 
-type EndpointState = actix_web::web::Data<(Arc<Mutex<Vec<Value>>>, Vec<(u16, Value)>)>;
+type EndpointState = actix_web::web::Data<(Arc<Mutex<Vec<Value>>>, Vec<(u16, Value)>, Arc<Mutex<Vec<Option<String>>>>)>;
 
-/// A scripted HTTP capability endpoint on loopback that records the bodies it receives.
+/// A scripted HTTP capability endpoint on loopback that records the bodies it receives (and
+/// their `traceparent` headers).
 pub struct HttpCapability {
     pub url: String,
     pub bodies: Arc<Mutex<Vec<Value>>>,
+    pub traceparents: Arc<Mutex<Vec<Option<String>>>>,
     handle: ServerHandle,
 }
 
@@ -421,17 +424,23 @@ impl HttpCapability {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/capability", listener.local_addr().unwrap());
         let bodies = Arc::new(Mutex::new(Vec::new()));
-        let state = actix_web::web::Data::new((bodies.clone(), replies));
+        let traceparents = Arc::new(Mutex::new(Vec::new()));
+        let state = actix_web::web::Data::new((bodies.clone(), replies, traceparents.clone()));
         let server = actix_web::HttpServer::new(move || {
             actix_web::App::new().app_data(state.clone()).route(
                 "/capability",
-                actix_web::web::post().to(|state: EndpointState, body: actix_web::web::Json<Value>| async move {
-                    let mut bodies = state.0.lock().unwrap();
-                    bodies.push(body.into_inner());
-                    let (status, response) = &state.1[(bodies.len() - 1).min(state.1.len() - 1)];
-                    actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(*status).unwrap())
-                        .json(response)
-                }),
+                actix_web::web::post().to(
+                    |state: EndpointState, req: actix_web::HttpRequest, body: actix_web::web::Json<Value>| async move {
+                        let traceparent =
+                            req.headers().get("traceparent").and_then(|v| v.to_str().ok()).map(String::from);
+                        state.2.lock().unwrap().push(traceparent);
+                        let mut bodies = state.0.lock().unwrap();
+                        bodies.push(body.into_inner());
+                        let (status, response) = &state.1[(bodies.len() - 1).min(state.1.len() - 1)];
+                        actix_web::HttpResponse::build(actix_web::http::StatusCode::from_u16(*status).unwrap())
+                            .json(response)
+                    },
+                ),
             )
         })
         .workers(1)
@@ -441,7 +450,7 @@ impl HttpCapability {
         .run();
         let handle = server.handle();
         tokio::spawn(server);
-        Self { url, bodies, handle }
+        Self { url, bodies, traceparents, handle }
     }
 
     pub fn received(&self) -> Vec<Value> {

@@ -205,7 +205,7 @@ impl Drop for ServerProcess {
 /// another test's requests — and the restart then fails with "address already in use". So the
 /// port comes from just below that range, which the kernel never hands out by itself, and each
 /// port is handed out once per test process.
-pub(super) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let ephemeral_low = ephemeral_range_start();
     let span = ephemeral_low.saturating_sub(RESERVED_BELOW).max(1);

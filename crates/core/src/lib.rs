@@ -33,6 +33,7 @@ pub mod run;
 pub mod runtime_policy;
 pub mod settings;
 pub mod timeouts;
+pub mod trace;
 pub mod usage;
 pub mod validation;
 pub mod vocabulary;

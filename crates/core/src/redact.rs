@@ -182,6 +182,29 @@ impl Redaction {
         }
     }
 
+    /// The text values under secret keys anywhere in `value`: for scrubbing them out of text
+    /// made from it (a prompt quoting a run's inputs), where no key is left to judge by.
+    pub fn secret_values(&self, value: &Value) -> Vec<String> {
+        let mut found = Vec::new();
+        self.collect_secrets(value, &mut found);
+        found
+    }
+
+    fn collect_secrets(&self, value: &Value, found: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    match value {
+                        Value::String(text) if !text.is_empty() && self.is_secret(key) => found.push(text.clone()),
+                        other => self.collect_secrets(other, found),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| self.collect_secrets(item, found)),
+            _ => {}
+        }
+    }
+
     /// A formatter that writes JSON as `serde_json` writes it compactly, and notes whether an
     /// object key it writes may name a secret ([`KeyWatch::found`]). A frame is judged so as it is
     /// encoded: its live streams need not search its text again ([`Self::text`]).
@@ -480,6 +503,13 @@ mod tests {
         }
         assert!(!r.is_secret("tenant"));
         assert!(Redaction::new(&["tenant".into()]).is_secret("tenantId"), "operators add markers");
+    }
+
+    #[test]
+    fn the_values_of_secret_keys_are_found_at_any_depth() {
+        let redaction = Redaction::new(&[]);
+        let value = json!({"apiKey": "k1", "nested": [{"password": "p2", "name": "shown"}], "token": 5, "secret": ""});
+        assert_eq!(redaction.secret_values(&value), vec!["k1".to_string(), "p2".to_string()]);
     }
 
     #[test]

@@ -14,12 +14,14 @@ use crate::plan::{NodeId, NodeStatus, PlanNode};
 use crate::run::decide::post_conditions::{self, Failed as PostConditionsFailed};
 use crate::run::decide::{Effect, Failure, Outcome, ending, execution, node_errors, policies, signals};
 use crate::run::log::LogError;
+use crate::run::spans::{self, AttemptSpan};
 use crate::run::usage::Caller;
+use crate::traces::{OpenSpan, SpanScope};
 use flexrun_core::usage::Metered;
 
 /// A node's capability call in flight: it returns the node's id with the reply (and the usage
-/// of its model call).
-type NodeRun = BoxFuture<'static, (NodeId, Metered<Result<Reply, CapabilityError>>)>;
+/// of its model call), and the attempt's span if the run is traced.
+type NodeRun = BoxFuture<'static, (NodeId, Metered<Result<Reply, CapabilityError>>, Option<OpenSpan>)>;
 
 impl Coordinator {
     /// Runs every pending node of the current plan, independent ones concurrently. After a node
@@ -60,7 +62,7 @@ impl Coordinator {
                 break;
             }
             let waits = self.before_waiting().await?;
-            let (node_id, called) = match waits.until(running.next()).await {
+            let (node_id, called, span) = match waits.until(running.next()).await {
                 Ok(Some(next)) => next,
                 Ok(None) => break,
                 Err(interrupt) => {
@@ -80,10 +82,13 @@ impl Coordinator {
             self.stage(execution::fallbacks(RetryScope::Capability, Some(node_id.as_str()), fallbacks))?;
             self.log.called(Caller::Node(node_id.to_string()), called.usage);
             let Some(node) = plan.node(&node_id).cloned() else { continue };
+            let attempt = AttemptSpan::of(span, &called.result);
             // While a replan is on its way, the plan is being replaced: no policy is looked at and
             // a further REPLAN signal asks for nothing more.
             let replacing = replan_asked.is_some();
-            match self.on_reply(&node, called.result, replacing, first_failure.is_none(), &mut running)? {
+            let effect = self.on_reply(&node, called.result, replacing, first_failure.is_none(), &mut running)?;
+            attempt.end(self.log.state().nodes.get(&node_id).copied());
+            match effect {
                 Effect::Continue => {}
                 Effect::Replan(replan) => {
                     replan_asked.get_or_insert(replan);
@@ -249,15 +254,38 @@ impl Coordinator {
         let executors = self.services.executors.clone();
         let timeouts = self.timeouts;
         let node_id = node.id.clone();
+        let (mut span, scope) = self.attempt_span(node, capability.as_deref(), &bundle);
         Box::pin(async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
+                span.as_mut().map(OpenSpan::starts_now);
             }
-            let result = match capability {
-                Some(capability) => executors.run(&capability, &bundle, &timeouts).await,
-                None => Metered::unmetered(Err(executors.unregistered(&bundle.capability_id))),
+            let call = async {
+                match capability {
+                    Some(capability) => executors.run(&capability, &bundle, &timeouts).await,
+                    None => Metered::unmetered(Err(executors.unregistered(&bundle.capability_id))),
+                }
             };
-            (node_id, result)
+            let result = match scope {
+                Some(scope) => scope.enter(call).await,
+                None => call.await,
+            };
+            (node_id, result, span)
         })
+    }
+
+    /// The span of a step attempt and the scope its capability runs in, if the run is traced.
+    fn attempt_span(
+        &self,
+        node: &PlanNode,
+        capability: Option<&crate::capability::Capability>,
+        bundle: &crate::capability::ContextBundle,
+    ) -> (Option<OpenSpan>, Option<SpanScope>) {
+        let (traces, state) = (&self.services.traces, self.log.state());
+        let executor = capability.map(|c| c.executor.executor_type());
+        let inputs = || serde_json::Value::Object(bundle.inputs.clone());
+        let span = spans::tool(traces, state, node, executor, bundle.attempt, inputs);
+        let scope = span.as_ref().and_then(|span| spans::scope(traces, state, span, &inputs()));
+        (span, scope)
     }
 }

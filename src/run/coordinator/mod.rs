@@ -22,6 +22,7 @@ use super::decide::{self, Effect, Failure, Run, ending, goals, node_errors};
 use super::log::{LogError, RunLog};
 use super::operator::Actor;
 use super::projection::RowWrite;
+use super::spans;
 use crate::budget::{OnExceeded, Reached};
 use crate::capability::Capabilities;
 use crate::envelope::TaskEnvelope;
@@ -167,8 +168,16 @@ impl Coordinator {
     /// is: the run keeps its last committed state (and is resumed from it after a restart).
     pub(super) async fn drive(mut self: Box<Self>, from: Resume) {
         use futures::FutureExt;
+        use tracing::Instrument;
         let run_id = self.log.run_id().to_string();
-        match std::panic::AssertUnwindSafe(self.run_to_end(from)).catch_unwind().await {
+        // A traced run's log lines carry its trace and root span: a line leads to its trace.
+        let span = match self.log.state().trace {
+            Some(trace) => tracing::info_span!("run", trace_id = %trace.trace_id, span_id = %trace.span_id),
+            None => tracing::Span::none(),
+        };
+        let driven = std::panic::AssertUnwindSafe(self.run_to_end(from)).catch_unwind().instrument(span.clone()).await;
+        let _entered = span.enter();
+        match driven {
             Ok(Ok(())) => {}
             Ok(Err(LogError::Draining)) => tracing::info!(%run_id, "the node drains: the run is handed back"),
             Ok(Err(LogError::Store(StoreError::Fenced(_)))) => {
@@ -283,7 +292,9 @@ impl Coordinator {
     /// result's approval, fails, or replans (the repair's frames are committed with the replan
     /// round's first `plan_requested`).
     async fn evaluate_goals(&mut self) -> Result<Step<ReplanInfo>, LogError> {
+        let started = std::time::SystemTime::now();
         let evaluated = goals::evaluate(&self.run());
+        spans::goal_round(&self.services.traces, self.log.state(), started, evaluated.record.as_ref());
         self.stage(evaluated.events)?;
         let run_id = self.log.run_id().as_str();
         let record = evaluated.record.map(|evaluation| RowWrite::evaluation(run_id, evaluation));

@@ -10,7 +10,9 @@ use crate::planner::{self, PromptInput};
 use crate::run::decide::execution::{approval, fallbacks, retry};
 use crate::run::decide::{Failure, planning};
 use crate::run::log::LogError;
+use crate::run::spans;
 use crate::run::usage::Caller;
+use crate::traces::SpanScope;
 
 /// What one planner call came to: a draft (or a reply that is no draft at all) and the model that
 /// answered it, or the failure that ends the run.
@@ -23,7 +25,28 @@ impl Coordinator {
     pub(super) async fn plan_round(
         &mut self,
         replan: Option<ReplanInfo>,
+        requested: bool,
+    ) -> Result<Step<()>, LogError> {
+        let traces = &self.services.traces;
+        let span = spans::plan(traces, self.log.state(), &replan);
+        let scope = span.as_ref().and_then(|span| {
+            let inputs = || traces.secret_values(&Value::Object(self.envelope.inputs.clone()));
+            traces.scope(Some(span.id()), self.log.run_id().as_str(), inputs)
+        });
+        let asked_before = self.log.state().planner_attempts.saturating_sub(u32::from(requested));
+        let step = self.drafts(replan, requested, scope).await;
+        let state = self.log.state();
+        let failed = state.end.as_ref().filter(|end| end.error.is_some()).map(|end| end.error_summary());
+        spans::plan_ended(span, state.planner_attempts.saturating_sub(asked_before), failed);
+        step
+    }
+
+    /// The drafts of a planning round (in `scope`, when the run is traced).
+    async fn drafts(
+        &mut self,
+        replan: Option<ReplanInfo>,
         mut requested: bool,
+        scope: Option<SpanScope>,
     ) -> Result<Step<()>, LogError> {
         let phase = planning::phase(&replan);
         if !requested {
@@ -40,7 +63,7 @@ impl Coordinator {
                 self.stage(vec![request])?;
             }
             let attempt = self.log.state().planner_attempts;
-            let (draft, model) = match self.draft_with_retries(&replan, &rejected).await? {
+            let (draft, model) = match self.draft_with_retries(&replan, &rejected, &scope).await? {
                 Ok(drafted) => drafted,
                 Err(failure) => {
                     return self.fail(failure.detail("attempt", attempt), Vec::new()).await.map(|_| Step::Ended);
@@ -77,13 +100,19 @@ impl Coordinator {
         &mut self,
         replan: &Option<ReplanInfo>,
         rejected: &[Diagnostic],
+        scope: &Option<SpanScope>,
     ) -> Result<Drafted, LogError> {
         let mut backoff = self.retry.backoff();
         loop {
             let waits = self.before_waiting().await?;
             // Boxed: the call is kilobytes of state, which the coordinator's own future would
             // otherwise hold for the whole run (and every open run has one).
-            let asked = match waits.until(Box::pin(self.ask_planner(replan, rejected))).await {
+            let asking = self.ask_planner(replan, rejected);
+            let asked = match scope.clone() {
+                Some(scope) => waits.until(Box::pin(scope.enter(asking))).await,
+                None => waits.until(Box::pin(asking)).await,
+            };
+            let asked = match asked {
                 Ok(asked) => asked,
                 Err(interrupt) => return Ok(Err(self.interrupted(interrupt))),
             };

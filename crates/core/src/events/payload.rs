@@ -45,6 +45,9 @@ pub struct Start {
     /// The run this one was forked from, and where (`crate::run::fork`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkedFrom>,
+    /// The run's trace and root span, when it is traced (`crate::trace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::trace::RunTrace>,
 }
 
 /// What asked for a replan (`replan.reason`, `trigger.reason`).

@@ -156,6 +156,7 @@ pub fn bare_start() -> Start {
         replan_limits: None,
         budget: None,
         forked_from: None,
+        trace: None,
     }
 }
 

@@ -114,6 +114,8 @@ pub struct RunState {
     pub budget: Option<BudgetLimits>,
     /// What the run's model calls used, as its frames record it.
     pub usage: RunUsage,
+    /// The run's trace (its `start` says), when it is traced.
+    pub trace: Option<crate::trace::RunTrace>,
 }
 
 /// Why an event cannot be applied: the log is not one flexrun wrote (or a bug wrote it).
@@ -165,6 +167,7 @@ impl RunState {
             reused: HashMap::default(),
             budget: None,
             usage: RunUsage::default(),
+            trace: None,
         }
     }
 
@@ -325,6 +328,7 @@ impl RunState {
         self.replan_limits = start.replan_limits;
         self.budget = start.budget;
         self.forked_from = start.forked_from.clone();
+        self.trace = start.trace;
         let inputs = start.inputs.clone().unwrap_or_default();
         self.context = RunContext::seeded(inputs, &rfc3339(at.timestamp));
     }
