@@ -64,6 +64,12 @@ fn nests(child: &Value, parent: &Value) -> bool {
     start(child) >= start(parent) && end(child) <= end(parent) && start(child) <= end(child)
 }
 
+/// Posts `body` to `path` with a `traceparent` header.
+async fn post_traced(server: &TestServer, path: &str, traceparent: &str, body: &Value) -> reqwest::Response {
+    let request = server.http.post(server.url(path)).bearer_auth(OPERATOR_KEY).header("traceparent", traceparent);
+    request.json(body).send().await.unwrap()
+}
+
 async fn root_of(receiver: &OtlpReceiver) -> Vec<Value> {
     receiver.wait_for_spans(|spans| spans.iter().any(|s| s["name"] == "invoke_workflow flexrun"), PATIENCE).await
 }
@@ -163,15 +169,9 @@ async fn a_callers_traceparent_is_the_runs_parent_and_http_steps_carry_their_spa
     let writer = http_capability("http.writer", &["brief"], &["post_copy"], schema, &endpoint.url);
     let options = Options { env: exporting(&receiver), capabilities: vec![writer], ..Options::default() };
     let server = TestServer::start_with(planner_then(&[("draft", "http.writer")], post(0.9)), options).await;
-    let response = server
-        .http
-        .post(server.url("/api/v1/flex/run.stream"))
-        .bearer_auth(OPERATOR_KEY)
-        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
-        .json(&envelope())
-        .send()
-        .await
-        .unwrap();
+    let response =
+        post_traced(&server, "/api/v1/flex/run.stream", &format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"), &envelope())
+            .await;
     let frames = read_frames(response, 50).await;
     assert_eq!(frames.last().unwrap().payload["status"], "completed");
     let spans = root_of(&receiver).await;
@@ -191,15 +191,9 @@ async fn a_header_that_is_no_traceparent_starts_a_trace_of_its_own() {
     let receiver = OtlpReceiver::start().await;
     let options = Options { env: exporting(&receiver), ..Options::default() };
     let server = TestServer::start_with(planner_then(&[("draft", "writer")], post(0.9)), options).await;
-    let response = server
-        .http
-        .post(server.url("/api/v1/flex/run.stream"))
-        .bearer_auth(OPERATOR_KEY)
-        .header("traceparent", format!("00-{CALLER_TRACE}-0000000000000000-01"))
-        .json(&envelope())
-        .send()
-        .await
-        .unwrap();
+    let response =
+        post_traced(&server, "/api/v1/flex/run.stream", &format!("00-{CALLER_TRACE}-0000000000000000-01"), &envelope())
+            .await;
     assert_eq!(response.status(), 200);
     let frames = read_frames(response, 50).await;
     assert_eq!(frames.last().unwrap().payload["status"], "completed");
@@ -321,4 +315,54 @@ async fn a_run_killed_mid_step_goes_on_in_the_same_trace() {
     assert_eq!(one(&spans, "plan flexrun")["parentSpanId"], root["spanId"]);
     let started = |s: &Value| s["startTimeUnixNano"].as_u64().unwrap();
     assert!(started(root) <= started(one(&spans, "plan flexrun")), "the root starts when the run did");
+}
+
+/// An operator's wait is a span from the request to the decision, under the run's root — made by
+/// the commit that records the decision, not by a process that watched the wait.
+#[tokio::test]
+async fn an_operator_wait_is_a_span_from_request_to_decision() {
+    let receiver = OtlpReceiver::start().await;
+    let options = Options { env: exporting(&receiver), ..Options::default() };
+    let server = TestServer::start_with(planner_then(&[("draft", "writer")], post(0.9)), options).await;
+    let frames = server.run(&gated_envelope()).await;
+    let asked = frame_of(&frames, "hitl_request");
+    let run_id = frames[0].run_id.clone();
+    let request = asked.payload["request"]["id"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (status, after, _) = resume(&server, decision(&run_id, &request, true, None)).await;
+    assert_eq!(status, 200);
+    assert_eq!(after.last().unwrap().payload["status"], "completed");
+
+    let spans = root_of(&receiver).await;
+    let root = one(&spans, "invoke_workflow flexrun");
+    let wait = one(&spans, "flexrun.operator_wait");
+    assert_eq!(wait["parentSpanId"], root["spanId"]);
+    assert_eq!(wait["attributes"]["flexrun.operator_wait.kind"], "approval");
+    assert_eq!(wait["attributes"]["flexrun.operator_wait.subject"], "plan");
+    assert_eq!(wait["attributes"]["flexrun.operator_wait.decision"], "approved");
+    let took = wait["endTimeUnixNano"].as_u64().unwrap() - wait["startTimeUnixNano"].as_u64().unwrap();
+    assert!(took >= 40_000_000, "the wait spans the 50 ms before the decision: {took} ns");
+    assert!(nests(wait, root));
+}
+
+/// The LangGraph surface's run endpoints take the caller's `traceparent` as `run.stream` does.
+#[tokio::test]
+async fn a_langgraph_run_is_a_child_of_the_callers_span() {
+    let receiver = OtlpReceiver::start().await;
+    let options = Options { env: exporting(&receiver), ..Options::default() };
+    let server = TestServer::start_with(planner_then(&[("draft", "writer")], post(0.9)), options).await;
+    let response = server
+        .http
+        .post(server.url("/runs/wait"))
+        .bearer_auth(OPERATOR_KEY)
+        .header("traceparent", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
+        .json(&json!({"assistant_id": "flex", "input": envelope()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let spans = root_of(&receiver).await;
+    let root = one(&spans, "invoke_workflow flexrun");
+    assert_eq!((root["traceId"].as_str(), root["parentSpanId"].as_str()), (Some(CALLER_TRACE), Some(CALLER_SPAN)));
+    assert_eq!(root["attributes"]["flexrun.run.status"], "completed");
 }

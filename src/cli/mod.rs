@@ -273,6 +273,9 @@ fn log_filter(variable: Result<String, std::env::VarError>, default: &str) -> an
 /// Where the HTTP library reports requests it could not parse.
 const CLIENT_PARSE_ERRORS: &str = "actix_http::h1::dispatcher=off";
 
+/// How long a stopping process waits for its last spans to reach the collector.
+pub(crate) const TRACE_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn serve() -> anyhow::Result<ExitCode> {
     let settings = Settings::load()?;
     let bind = settings.bind_addr()?;
@@ -311,6 +314,7 @@ async fn serve() -> anyhow::Result<ExitCode> {
     if let Some(identity) = &services.identity {
         identity.release().await;
     }
+    services.traces.flush(TRACE_FLUSH).await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -76,6 +76,13 @@ impl Traces {
         self.on.is_some()
     }
 
+    /// Sends the spans queued so far, waiting at most `patience` (before the process exits).
+    pub async fn flush(&self, patience: std::time::Duration) {
+        if let Some(on) = &self.on {
+            on.exporter.flush(patience).await;
+        }
+    }
+
     /// The trace of a run starting now, under the caller's span `parent` if it sent one; `None`
     /// when export is off or the sampler leaves the run out (then it is never traced).
     pub fn begin_run(&self, parent: Option<TraceParent>) -> Option<RunTrace> {
