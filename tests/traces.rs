@@ -366,3 +366,31 @@ async fn a_langgraph_run_is_a_child_of_the_callers_span() {
     assert_eq!((root["traceId"].as_str(), root["parentSpanId"].as_str()), (Some(CALLER_TRACE), Some(CALLER_SPAN)));
     assert_eq!(root["attributes"]["flexrun.run.status"], "completed");
 }
+
+/// An MCP tool's step is an `extension` tool span, and its call carries the span in `_meta`.
+#[tokio::test]
+async fn an_mcp_tool_step_carries_its_span_in_the_calls_meta() {
+    let receiver = OtlpReceiver::start().await;
+    let py = support::mcp::McpProcess::python().await;
+    let plan = json!({"nodes": [{"stage": "first", "capabilityId": "py.add", "arguments": {"a": 2, "b": 3}}]});
+    let options = Options { env: exporting(&receiver), capabilities: Vec::new(), ..Options::default() };
+    let server = TestServer::start_with(script(move |_| Reply::json(plan.clone())), options).await;
+    let registration = json!({"id": "py", "url": py.url(), "outputFacets": {"add": "sum"}});
+    let registered = server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await;
+    assert_eq!(registered.unwrap().status(), 201);
+    let task = json!({
+        "objective": "Add numbers with a tool",
+        "inputs": {},
+        "outputContract": {"mode": "facets", "facets": ["sum"]},
+        "goal_condition": [{"facet": "sum", "path": "/total", "condition": {"jsonLogic": {"==": [{"var": "total"}, 5]}}}]
+    });
+    let frames = server.run(&task).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+
+    let spans = root_of(&receiver).await;
+    let tool = one(&spans, "execute_tool py.add");
+    assert_eq!(tool["attributes"]["gen_ai.tool.type"], "extension");
+    let calls = py.calls().await;
+    let expected = format!("00-{}-{}-01", tool["traceId"].as_str().unwrap(), tool["spanId"].as_str().unwrap());
+    assert_eq!(calls[0]["meta"]["traceparent"], json!(expected), "{calls:?}");
+}
