@@ -394,3 +394,38 @@ async fn an_mcp_tool_step_carries_its_span_in_the_calls_meta() {
     let expected = format!("00-{}-{}-01", tool["traceId"].as_str().unwrap(), tool["spanId"].as_str().unwrap());
     assert_eq!(calls[0]["meta"]["traceparent"], json!(expected), "{calls:?}");
 }
+
+/// A run that fails is a root span with error status and the failure's code; its log line leads to
+/// its trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_is_an_error_trace_and_its_log_names_the_trace() {
+    let receiver = OtlpReceiver::start().await;
+    let endpoint = HttpCapability::start(400, json!({"error": "no"}));
+    let schema = json!({"type": "object", "required": ["text"]});
+    let writer = http_capability("http.writer", &["brief"], &["post_copy"], schema, &endpoint.url);
+    let model = flexrun::llm::standin::StandIn::start(planner_then(&[("draft", "http.writer")], post(0.9))).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let otlp = receiver.endpoint();
+    let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "20")];
+    let server = ServerProcess::start(dir.path(), &model.base_url, &[writer], &env).await;
+    let (_, response) = server.post_run(&envelope()).await;
+    let frames = read_frames(response, 50).await;
+    let complete = frames.last().unwrap();
+    assert_eq!(complete.payload["status"], "failed");
+    let code = complete.payload["error"]["code"].as_str().unwrap();
+
+    let spans = root_of(&receiver).await;
+    let root = one(&spans, "invoke_workflow flexrun");
+    assert_eq!(root["status"]["code"], "STATUS_CODE_ERROR");
+    assert_eq!(root["attributes"]["error.type"], code);
+    assert_eq!(root["attributes"]["flexrun.run.status"], "failed");
+    let tool = one(&spans, "execute_tool http.writer");
+    assert_eq!(tool["status"]["code"], "STATUS_CODE_ERROR");
+    assert_eq!(tool["attributes"]["flexrun.node.status"], "failed");
+    assert!(tool["attributes"]["error.type"].is_string());
+
+    let trace_id = root["traceId"].as_str().unwrap();
+    let log = server.log();
+    let line = log.lines().find(|l| l.contains("run ended without completing")).expect("the failure is logged");
+    assert!(line.contains(&format!("trace_id={trace_id}")), "{line}");
+}
