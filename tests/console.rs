@@ -254,10 +254,39 @@ async fn an_operator_approves_rejects_and_cancels_paused_runs_from_their_pages()
     let planner = server.planner_calls();
     assert!(planner.last().unwrap().user.contains("add a polish step"), "the feedback reached the planner");
 
-    // Cancel.
+    // Cancel asks first, with a reason to give: kept, nothing changes; confirmed, the run ends and
+    // the reason is recorded with the cancel.
     client.goto(&server.url(&format!("/ui/runs/{rejected}"))).await.unwrap();
     click("Cancel").await;
+    let dialog = "dialog[data-testid=confirm]";
+    browser.wait_until("the dialog asks", &format!("return document.querySelector('{dialog}').open")).await;
+    assert_eq!(browser.text(&format!("{dialog} h2")).await, "Cancel this run?");
+    browser.click_button(dialog, "Keep it running").await;
+    browser.wait_until("the dialog closed", &format!("return !document.querySelector('{dialog}').open")).await;
+    assert_eq!(browser.text("[data-testid=status]").await, "awaiting_hitl");
+    click("Cancel").await;
+    browser.fill(&format!("{dialog} textarea[name=reason]"), "wrong brief").await;
+    browser.click_button(dialog, "Cancel the run").await;
     browser.wait_for_text("[data-testid=status]", "cancelled").await;
+    assert_eq!(browser.text("[data-testid=failure-note]").await, "wrong brief");
+    let log = server.event_log(&rejected);
+    let complete = &log.last().unwrap().2["payload"];
+    assert_eq!((&complete["status"], &complete["error"]["note"]), (&json!("cancelled"), &json!("wrong brief")));
+
+    // Reject without feedback says it fails the run, and asks before it does.
+    let failing = paused().await;
+    client.goto(&server.url(&format!("/ui/runs/{failing}"))).await.unwrap();
+    assert!(browser.text("[data-testid=reject-hint]").await.contains("without feedback fails the run"));
+    click("Reject").await;
+    browser.wait_until("the dialog asks", &format!("return document.querySelector('{dialog}').open")).await;
+    assert_eq!(browser.text(&format!("{dialog} h2")).await, "Reject and fail the run?");
+    browser.click_button(dialog, "Keep waiting").await;
+    browser.wait_until("the dialog closed", &format!("return !document.querySelector('{dialog}').open")).await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions WHERE decision = 'rejected'"), 1, "only v1's");
+    click("Reject").await;
+    browser.click_button(dialog, "Reject and fail the run").await;
+    browser.wait_for_text("[data-testid=status]", "failed").await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions WHERE decision = 'rejected'"), 2);
 
     // A stale page: the run was cancelled elsewhere; Approve shows why it cannot.
     let stale = paused().await;
@@ -488,5 +517,58 @@ async fn the_browser_enforces_the_pages_content_security_policy() {
     let errors = browser.console_errors().await;
     let violations = errors.iter().filter(|e| e.contains("Content Security Policy")).count();
     assert!(violations >= 3, "each is reported: {errors:?}");
+    browser.close().await;
+}
+
+/// A run that did not complete says why at the top of its page: in words, with the step that
+/// failed linked to its panel, or the goal-condition round that was why; the raw error one click
+/// away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_run_says_why_at_the_top_of_its_page() {
+    let endpoint = HttpCapability::start(400, json!({"error": "bad request"}));
+    let schema = json!({"type": "object", "required": ["text"]});
+    let writer = http_capability("http.writer", &["brief"], &["post_copy"], schema, &endpoint.url);
+    let mut capabilities = default_capabilities();
+    capabilities.push(writer);
+    let script = script(|call| {
+        if !call.is_planner() {
+            return post(0.5);
+        }
+        if call.user.contains("http.writer") && call.user.contains("Use http.writer") {
+            return plan(&[("draft", "http.writer")]);
+        }
+        plan(&[("draft", "writer")])
+    });
+    let server = TestServer::start_with(script, Options { capabilities, ..Options::default() }).await;
+    let mut task = envelope();
+    task["policies"] = json!({"replan": {"maxGoalConditionReplans": 0}});
+    let never_good = server.run(&task).await;
+    assert_eq!(never_good.last().unwrap().payload["status"], "failed");
+    task["objective"] = json!("Use http.writer");
+    let broken = server.run(&task).await;
+    assert_eq!(broken.last().unwrap().payload["error"]["code"], "node_failed");
+
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url(&format!("/ui/runs/{}", broken[0].run_id))).await.unwrap();
+    assert_eq!(browser.text("[data-testid=failure-summary] h2").await, "A step failed");
+    let step = browser.text("[data-testid=failure-summary]").await;
+    assert!(step.contains("The step's capability answered with an HTTP error (capability_http_error)"), "{step}");
+    assert!(client.find(Locator::Css("[data-testid=run-error]")).await.unwrap().text().await.unwrap().is_empty());
+    client.find(Locator::Css("[data-testid=failed-step]")).await.unwrap().click().await.unwrap();
+    browser.wait_until("the step's panel opened", "return document.getElementById('node-draft').open").await;
+    client.find(Locator::Css("[data-testid=failure-summary] summary")).await.unwrap().click().await.unwrap();
+    assert!(browser.text("[data-testid=run-error]").await.contains("\"nodeId\": \"draft\""));
+
+    client.goto(&server.url(&format!("/ui/runs/{}", never_good[0].run_id))).await.unwrap();
+    let summary = browser.text("[data-testid=failure-summary]").await;
+    assert!(summary.contains("The goal conditions still failed when no repair was left"), "{summary}");
+    assert_eq!(
+        client.find(Locator::Css("[data-testid=failed-round]")).await.unwrap().attr("href").await.unwrap().as_deref(),
+        Some("#checks")
+    );
+    assert!(client.find(Locator::Css("#checks tr.fail")).await.is_ok(), "the round it links to failed");
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;
 }

@@ -73,7 +73,8 @@ async fn a_human_task_is_answered_with_a_form_from_its_output_schema() {
     browser.fill("form[data-action=decline] [name=reason]", "off brand").await;
     browser.click_button("section.actions", "Decline").await;
     browser.wait_for_text("[data-testid=status]", "failed").await;
-    assert!(browser.text("[data-testid=run-error]").await.contains("human_task_declined"));
+    assert!(browser.text("[data-testid=failure-summary]").await.contains("An operator declined a human task"));
+    assert_eq!(browser.text("[data-testid=failure-code]").await, "human_task_declined");
     let errors = browser.console_errors().await;
     assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;
@@ -194,12 +195,23 @@ async fn the_run_list_updates_live_and_cancels_selected_runs_together() {
         client.find(Locator::Css(&format!("{} input[name=selected]", row(id)))).await.unwrap().click().await.unwrap();
     }
     browser.click_button("form.bulk", "Cancel selected runs").await;
+    let dialog = "dialog[data-testid=confirm]";
+    assert_eq!(browser.text(&format!("{dialog} h2")).await, "Cancel the 2 selected runs?");
+    browser.fill(&format!("{dialog} textarea[name=reason]"), "duplicates").await;
+    browser.click_button(dialog, "Cancel 2 runs").await;
     browser.wait_for_text(&row(&first), "cancelled").await;
     browser.wait_for_text(&row(&second), "cancelled").await;
     browser
         .wait_until("no decision pending", "return document.querySelector('[data-testid=pending-count]').hidden")
         .await;
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs WHERE status = 'cancelled'"), 2);
+    for id in [&first, &second] {
+        assert_eq!(
+            server.event_log(id).last().unwrap().2["payload"]["error"]["note"],
+            "duplicates",
+            "the reason is recorded"
+        );
+    }
     let same = client.execute("return window.sameDocument === true", vec![]).await.unwrap();
     assert_eq!(same, json!(true), "the list was pushed, never reloaded");
     browser.screenshot("runs-live").await;

@@ -153,8 +153,74 @@ function request(form, runId) {
     case "replan":
       return [`/api/v1/flex/runs/${runId}/replan`, { feedback }];
     default:
-      return [`/api/v1/flex/runs/${runId}/cancel`, {}];
+      return [`/api/v1/flex/runs/${runId}/cancel`, cancelBody(form.dataset.reason)];
   }
+}
+
+// A cancel's body: the operator's reason, if given, is recorded with it (`note`).
+function cancelBody(reason) {
+  return reason ? { note: reason } : {};
+}
+
+// Asks before a destructive action, in the page's one <dialog> (keyboard and screen reader
+// friendly: it is modal, focus starts on the safe choice, Escape keeps things as they are).
+// Resolves to the reason typed (when `reason` is asked for), "" without one, or null when the
+// operator kept things as they are.
+function confirmed({ title, message, go, keep, reason = false }) {
+  const dialog = document.querySelector("dialog[data-testid=confirm]");
+  dialog.querySelector("#confirm-title").textContent = title;
+  dialog.querySelector("#confirm-message").textContent = message;
+  dialog.querySelector("[data-testid=confirm-go]").textContent = go;
+  dialog.querySelector("[data-testid=confirm-keep]").textContent = keep;
+  const box = dialog.querySelector("textarea[name=reason]");
+  box.value = "";
+  dialog.querySelector("[data-testid=confirm-reason-label]").hidden = !reason;
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "go" ? box.value.trim() : null), { once: true });
+    dialog.showModal();
+  });
+}
+
+// What a form's action will do, asked before anything is sent when it cannot be undone: a
+// Reject without feedback fails the run, a Cancel ends it. False: the operator kept things as
+// they are.
+async function confirmedAction(form) {
+  if (form.dataset.action === "cancel") {
+    const reason = await confirmed({
+      title: "Cancel this run?",
+      message: "The run stops now: steps in flight are dropped and it ends cancelled. This cannot be undone.",
+      go: "Cancel the run",
+      keep: "Keep it running",
+      reason: true,
+    });
+    if (reason === null) return false;
+    form.dataset.reason = reason;
+    return true;
+  }
+  if (form.hasAttribute("data-reject") && !form.querySelector("[name=feedback]").value.trim()) {
+    const go = await confirmed({
+      title: "Reject and fail the run?",
+      message: "Without feedback, rejecting ends the run as failed; it cannot go on. To have it planned again, write what should change as feedback instead.",
+      go: "Reject and fail the run",
+      keep: "Keep waiting",
+    });
+    return go !== null;
+  }
+  return true;
+}
+
+// A Reject form says what it will do as the feedback is written.
+for (const form of document.querySelectorAll("form[data-reject]")) {
+  const hint = form.querySelector("[data-testid=reject-hint]");
+  const feedback = form.querySelector("[name=feedback]");
+  const say = () => {
+    hint.textContent = feedback.value.trim()
+      ? "Rejecting sends this feedback to the planner: the run is planned again."
+      : "Rejecting without feedback fails the run. Write what should change to have it planned again.";
+  };
+  feedback.addEventListener("input", say);
+  say();
 }
 
 // The limits a budget form raises: each filled field as a number (none filled: no budget sent,
@@ -283,8 +349,9 @@ async function act(form, section) {
 
 for (const section of document.querySelectorAll("section.actions")) {
   for (const form of section.querySelectorAll("form[data-action]")) {
-    form.addEventListener("submit", (event) => {
+    form.addEventListener("submit", async (event) => {
       event.preventDefault();
+      if (!(await confirmedAction(form))) return;
       for (const button of section.querySelectorAll("button")) button.disabled = true;
       act(form, section)
         .catch(() => {
@@ -383,13 +450,22 @@ function selectionChanged() {
 async function cancelSelected() {
   const problem = bulk.querySelector("[data-testid=bulk-problem]");
   problem.hidden = true;
+  const selected = bulk.querySelectorAll("input[name=selected]:checked");
+  const reason = await confirmed({
+    title: selected.length === 1 ? "Cancel the selected run?" : `Cancel the ${selected.length} selected runs?`,
+    message: "Each stops now: steps in flight are dropped and it ends cancelled. This cannot be undone.",
+    go: selected.length === 1 ? "Cancel the run" : `Cancel ${selected.length} runs`,
+    keep: "Keep them running",
+    reason: true,
+  });
+  if (reason === null) return;
   const refused = [];
-  for (const box of bulk.querySelectorAll("input[name=selected]:checked")) {
+  for (const box of selected) {
     const response = await fetch(`/api/v1/flex/runs/${encodeURIComponent(box.value)}/cancel`, {
       method: "POST",
       credentials: "same-origin",
       headers: { "content-type": "application/json" },
-      body: "{}",
+      body: JSON.stringify(cancelBody(reason)),
     }).catch(() => undefined);
     if (response?.ok) {
       box.checked = false;

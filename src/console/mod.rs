@@ -11,6 +11,7 @@ mod capabilities;
 mod checks;
 mod composer;
 mod events;
+mod failure;
 mod feed;
 mod graph;
 mod headers;

@@ -2,6 +2,7 @@
 //! versions, node panels and goal-condition rounds, the final output, and the tail of its
 //! frames, followed live.
 
+use super::failure::FailureSummary;
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
 use serde::Deserialize;
@@ -49,7 +50,9 @@ struct RunPage {
     last_seq: u64,
     plan: Option<PlanSection>,
     result: Option<String>,
+    /// The raw error, one click away from its summary.
     error: Option<String>,
+    failure: Option<FailureSummary>,
     /// The run this one was started again from (or forked from: `forked_from` says where), and
     /// the runs started again or forked from this one.
     parent: Option<String>,
@@ -142,6 +145,7 @@ pub async fn show(
         plan: PlanSection::of(&view, query.version, &retries, redaction),
         result,
         error,
+        failure: FailureSummary::of(&view.run.error),
         forked_from: view.run.forked_from.as_ref().map(|from| match &from.node_id {
             Some(node) => format!("plan version {}, step {node}", from.version),
             None => format!("plan version {}", from.version),
