@@ -206,10 +206,23 @@ async fn a_header_that_is_no_traceparent_starts_a_trace_of_its_own() {
 #[tokio::test]
 async fn a_dead_collector_costs_runs_nothing_and_its_drops_are_counted() {
     let dead = format!("http://127.0.0.1:{}", support::process::free_port());
+    runs_go_on_and_every_span_is_counted_dropped(dead).await;
+}
+
+#[tokio::test]
+async fn a_collector_that_never_answers_costs_runs_nothing_and_its_drops_are_counted() {
+    let hanging = OtlpReceiver::start_in_mode("hang").await;
+    runs_go_on_and_every_span_is_counted_dropped(hanging.endpoint()).await;
+    assert!(hanging.spans().await.is_empty());
+}
+
+/// Three repair runs with export to `endpoint`, which takes no span: each completes as it would
+/// without export, and all their spans are counted as dropped.
+async fn runs_go_on_and_every_span_is_counted_dropped(endpoint: String) {
     let env = vec![
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", dead),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
         ("OTEL_BSP_SCHEDULE_DELAY", "10".into()),
-        ("OTEL_EXPORTER_OTLP_TIMEOUT", "500".into()),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "300".into()),
     ];
     let server = TestServer::start_with(repair_with_usage(), Options { env, ..Options::default() }).await;
     for _ in 0..3 {
