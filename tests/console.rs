@@ -572,3 +572,50 @@ async fn a_failed_run_says_why_at_the_top_of_its_page() {
     assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;
 }
+
+/// The run page follows a run from its start without a reload: opened while the planner works it
+/// has no plan; then v1's graph, v1's failing goal round, v2 appearing and becoming current, its
+/// steps turning complete, the run completed — the same document all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_page_follows_a_run_live_from_planning_to_completed() {
+    let think = std::time::Duration::from_millis(1500);
+    let work = std::time::Duration::from_millis(700);
+    let script = script(move |call| {
+        if call.is_planner() {
+            let repair = call.user.contains("### GOAL CONDITION REPAIR");
+            let stages: &[(&str, &str)] =
+                if repair { &[("draft", "writer"), ("polish", "editor")] } else { &[("draft", "writer")] };
+            return plan(stages).after(think);
+        }
+        match call.capability_id() {
+            Some("writer") => post(0.5).after(work),
+            _ => post(0.9).after(work),
+        }
+    });
+    let server = TestServer::start(script).await;
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    let run_id = read_frames(server.post_run(&envelope()).await, 1).await[0].run_id.clone();
+    client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();
+    client.execute("window.sameDocument = true; return true", vec![]).await.unwrap();
+    assert_eq!(browser.text("[data-testid=status]").await, "planning");
+    assert!(client.find(Locator::Css("[data-testid=plan]")).await.is_err(), "no plan while the planner works");
+
+    let steps = [
+        ("v1's graph", "return !!document.querySelector('g[data-node-id=draft]')"),
+        ("v1's failing goal round", "return !!document.querySelector('#checks tr.fail')"),
+        ("v2 current", "return document.querySelector('.versions a[aria-current=true]')?.textContent === 'v2'"),
+        ("polish completed", "return document.querySelector('g[data-node-id=polish]')?.dataset.status === 'completed'"),
+        ("the run completed", "return document.querySelector('[data-testid=status]').textContent === 'completed'"),
+    ];
+    for (what, script) in steps {
+        browser.wait_until(what, script).await;
+    }
+    let output = browser.text("[data-testid=result]").await;
+    assert!(output.contains("0.9"), "{output}");
+    let same = client.execute("return window.sameDocument === true", vec![]).await.unwrap();
+    assert_eq!(same, json!(true), "followed live, never reloaded");
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}

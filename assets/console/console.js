@@ -36,8 +36,61 @@ function localTimes(root) {
 // stream ends after one of them (a `hitl_request` earlier in the replay is not the end).
 const pausing = new Set(["complete", "hitl_request"]);
 
-// Frames after which the page's server-rendered parts (header, actions) are out of date.
-const rerender = new Set(["hitl_request", "hitl_resolved", "complete"]);
+// The live run page: after frames arrive, the page's server-rendered parts (`[data-live]`: the
+// header, the failure summary, the actions, the plan with its graph, goal round and step panels,
+// the output) are read again and swapped in place — at most one read at a time, the frames of a
+// burst taken together. Open step panels stay open; the actions are swapped only when what they
+// offer changed (`data-live-key`), never under an operator typing.
+let refreshing = false;
+let refreshAgain = false;
+
+function refreshSoon() {
+  if (refreshing) {
+    refreshAgain = true;
+    return;
+  }
+  refreshing = true;
+  setTimeout(refreshLive, 150);
+}
+
+async function refreshLive() {
+  try {
+    const response = await fetch(location.href, { credentials: "same-origin", headers: { accept: "text/html" } });
+    if (response.ok) swapLive(new DOMParser().parseFromString(await response.text(), "text/html"));
+  } catch {
+    // The next frame tries again; the event list goes on meanwhile.
+  } finally {
+    refreshing = false;
+    if (refreshAgain) {
+      refreshAgain = false;
+      refreshSoon();
+    }
+  }
+}
+
+// What the server last rendered of each live part, by name: a part is swapped only when that
+// changed (the page's own copy differs anyway once its times are shown in local time).
+const rendered = new Map();
+for (const part of document.querySelectorAll("[data-live]")) rendered.set(part.dataset.live, part.innerHTML);
+
+function swapLive(fresh) {
+  for (const next of fresh.querySelectorAll("[data-live]")) {
+    const name = next.dataset.live;
+    const shown = document.querySelector(`[data-live="${CSS.escape(name)}"]`);
+    if (!shown || rendered.get(name) === next.innerHTML) continue;
+    if (next.dataset.liveKey !== undefined && next.dataset.liveKey === shown.dataset.liveKey) continue;
+    rendered.set(name, next.innerHTML);
+    const open = [...shown.querySelectorAll("details[open][id]")].map((details) => details.id);
+    const adopted = document.adoptNode(next);
+    shown.replaceWith(adopted);
+    for (const id of open) {
+      const details = document.getElementById(id);
+      if (details instanceof HTMLDetailsElement) details.open = true;
+    }
+    localTimes(adopted);
+    bindActions(adopted);
+  }
+}
 
 // One frame as a line of the list, built as the server renders it (`event_list.html`).
 function eventItem(frame, seq) {
@@ -97,12 +150,8 @@ function followEvents(list) {
     }
     last = frame.type;
     if (frame.type === "complete") source.close();
-    // A live frame that changes what the server rendered (a new request to answer, a request
-    // closed, the end): show the page as it is now.
-    if (frame.seq > renderedSeq && rerender.has(frame.type)) {
-      source.close();
-      location.reload();
-    }
+    // A frame the page was not rendered with: what the server renders of the run changed.
+    if (frame.seq > renderedSeq) refreshSoon();
   };
   let last = list.lastElementChild?.dataset.type || null;
   source.onerror = () => {
@@ -211,16 +260,18 @@ async function confirmedAction(form) {
 }
 
 // A Reject form says what it will do as the feedback is written.
-for (const form of document.querySelectorAll("form[data-reject]")) {
-  const hint = form.querySelector("[data-testid=reject-hint]");
-  const feedback = form.querySelector("[name=feedback]");
-  const say = () => {
-    hint.textContent = feedback.value.trim()
-      ? "Rejecting sends this feedback to the planner: the run is planned again."
-      : "Rejecting without feedback fails the run. Write what should change to have it planned again.";
-  };
-  feedback.addEventListener("input", say);
-  say();
+function bindRejectHints(root) {
+  for (const form of root.querySelectorAll("form[data-reject]")) {
+    const hint = form.querySelector("[data-testid=reject-hint]");
+    const feedback = form.querySelector("[name=feedback]");
+    const say = () => {
+      hint.textContent = feedback.value.trim()
+        ? "Rejecting sends this feedback to the planner: the run is planned again."
+        : "Rejecting without feedback fails the run. Write what should change to have it planned again.";
+    };
+    feedback.addEventListener("input", say);
+    say();
+  }
 }
 
 // The limits a budget form raises: each filled field as a number (none filled: no budget sent,
@@ -347,7 +398,13 @@ async function act(form, section) {
   problem.hidden = false;
 }
 
-for (const section of document.querySelectorAll("section.actions")) {
+// The operator actions under `root` (the page, or a part of it just swapped in).
+function bindActions(root) {
+  bindRejectHints(root);
+  for (const section of root.querySelectorAll("section.actions")) bindSection(section);
+}
+
+function bindSection(section) {
   for (const form of section.querySelectorAll("form[data-action]")) {
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
@@ -365,6 +422,8 @@ for (const section of document.querySelectorAll("section.actions")) {
     });
   }
 }
+
+bindActions(document);
 
 // The feed (`/ui/feed`): the pending count in the navigation on every page, and on the run list
 // each run that starts or changes, as its row (rendered by the server). The run list opens the

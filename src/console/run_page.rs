@@ -50,6 +50,9 @@ struct RunPage {
     last_seq: u64,
     plan: Option<PlanSection>,
     result: Option<String>,
+    /// What the actions offered depend on: the live page replaces them only when it changes (not
+    /// under an operator typing feedback).
+    actions_key: String,
     /// The raw error, one click away from its summary.
     error: Option<String>,
     failure: Option<FailureSummary>,
@@ -128,11 +131,15 @@ pub async fn show(
     let redaction = &services.redaction;
     let result = Some(&view.run.result).filter(|v| !v.is_null()).map(|v| shown::json(redaction, v));
     let error = Some(&view.run.error).filter(|v| !v.is_null()).map(|v| shown::json(redaction, v));
+    let pending = pending(&services, &view).filter(|_| operator && waiting);
+    let (can_replan, can_cancel) = (operator && waiting, operator && !status.is_terminal());
+    let actions_key = format!("{}|{can_replan}|{can_cancel}", pending.as_ref().map_or("", |p| p.id.as_str()));
     page::html(&RunPage {
         chrome: Chrome::new("runs", Some(&viewer)),
-        pending: pending(&services, &view).filter(|_| operator && waiting),
-        can_replan: operator && waiting,
-        can_cancel: operator && !status.is_terminal(),
+        pending,
+        can_replan,
+        can_cancel,
+        actions_key,
         run_id: run_id.to_string(),
         objective: view.run.objective.clone(),
         status: status.as_str().to_string(),

@@ -54,10 +54,17 @@ impl Browser {
         panic!("chromedriver did not start a session: {last_error:?}");
     }
 
-    /// The text of the first element `css` selects, once there is one (waiting up to 10 s).
+    /// The text of the first element `css` selects, once there is one (waiting up to 10 s). The
+    /// run page swaps its live parts as frames arrive: an element swapped out between finding it
+    /// and reading it is found again.
     pub async fn text(&self, css: &str) -> String {
-        let element = self.client.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css(css)).await;
-        element.unwrap_or_else(|e| panic!("no element {css}: {e}")).text().await.unwrap()
+        for _ in 0..3 {
+            let element = self.client.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css(css)).await;
+            if let Ok(text) = element.unwrap_or_else(|e| panic!("no element {css}: {e}")).text().await {
+                return text;
+            }
+        }
+        panic!("{css} kept being replaced while it was read");
     }
 
     /// Waits up to 10 s until the first element `css` selects has text containing `wanted`.
