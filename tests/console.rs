@@ -619,3 +619,42 @@ async fn the_run_page_follows_a_run_live_from_planning_to_completed() {
     assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;
 }
+
+/// A plan approval in the inbox is decided with the plan in view: its steps in order with their
+/// capabilities and instructions, its graph, why the version exists and what changed from the
+/// one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inbox_plan_approval_shows_the_plan_and_why_it_exists() {
+    let server = TestServer::start(feedback_replan_script()).await;
+    let frames = server.run(&gated_envelope()).await;
+    let run_id = frames[0].run_id.clone();
+    let request = frame_of(&frames, "hitl_request").payload["request"]["id"].as_str().unwrap().to_string();
+    let (status, _, _) = resume(&server, decision(&run_id, &request, false, Some("add a polish step"))).await;
+    assert_eq!(status, 200);
+    server.wait_for_status(&run_id, "awaiting_hitl").await;
+
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url("/ui/inbox")).await.unwrap();
+    let glance = "[data-testid=inbox] [data-testid=plan-glance]";
+    let why = browser.text(&format!("{glance} [data-testid=why]")).await;
+    assert!(
+        why.starts_with("Version 2 exists because operator rejected") && why.contains("“add a polish step”"),
+        "{why}"
+    );
+    assert_eq!(browser.text(&format!("{glance} [data-testid=diff]")).await, "Kept: draft. Added: polish.");
+    let steps = client.find_all(Locator::Css(&format!("{glance} [data-testid=plan-steps] li"))).await.unwrap();
+    assert_eq!(steps.len(), 2);
+    assert!(steps[0].text().await.unwrap().contains("draft · writer"));
+    assert!(steps[1].text().await.unwrap().contains("polish · editor"));
+    let boxes = client.find_all(Locator::Css(&format!("{glance} svg g[data-node-id]"))).await.unwrap();
+    assert_eq!(boxes.len(), 2);
+    let link = client.find(Locator::Css(&format!("{glance} svg a"))).await.unwrap().attr("href").await.unwrap();
+    assert_eq!(link.as_deref(), Some(format!("/ui/runs/{run_id}#node-draft").as_str()));
+
+    browser.click_button("[data-testid=inbox] section.actions", "Approve").await;
+    server.wait_for_status(&run_id, "completed").await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}

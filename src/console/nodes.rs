@@ -20,6 +20,8 @@ pub struct NodePanel {
     pub capability: String,
     pub status: StoredNodeStatus,
     pub instructions: Vec<String>,
+    /// Why the planner chose the step, as it said.
+    pub rationale: Vec<String>,
     /// `(facet, its current value)` for each input facet, `—` when none was written yet.
     pub inputs: Vec<(String, String)>,
     pub depends_on: Vec<String>,
@@ -60,6 +62,7 @@ pub fn panels(view: &RunView, plan: &Plan, retries: &HashMap<String, u32>, redac
                 capability: node.capability_id.clone(),
                 status: row.map_or(node.status.into(), |r| r.status),
                 instructions: node.instructions.clone(),
+                rationale: node.rationale.clone(),
                 inputs,
                 depends_on: plan.edges.iter().filter(|e| e.to == node.id).map(|e| e.from.to_string()).collect(),
                 output: row.and_then(|r| present(&r.output)).map(|v| shown::json(redaction, v)),
