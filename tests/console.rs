@@ -613,6 +613,38 @@ async fn the_run_page_follows_a_run_live_from_planning_to_completed() {
     }
     let output = browser.text("[data-testid=result]").await;
     assert!(output.contains("0.9"), "{output}");
+
+    // The timeline: a bar per plan version and per step, in the order they happened, durations in
+    // words (the stand-in takes 1.5 s to plan and 0.7 s per step).
+    let rows = client
+        .execute(
+            "return [...document.querySelectorAll('[data-testid=timeline-list] li')].map(li => li.textContent)",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let rows: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    let starts = [
+        "plan v1: the first plan",
+        "v1 · draft: writer, completed",
+        "plan v2: replanned: goal condition failed",
+        "v2 · polish: editor, completed",
+    ];
+    let mut at = 0;
+    for wanted in starts {
+        let found = rows[at..]
+            .iter()
+            .position(|row| row.starts_with(wanted))
+            .unwrap_or_else(|| panic!("{wanted} after row {at}: {rows:?}"));
+        at += found + 1;
+    }
+    let draft = rows.iter().find(|row| row.starts_with("v1 · draft")).unwrap();
+    let took = draft.rsplit_once('(').unwrap().1.trim_end_matches(')');
+    let millis: u64 = took.strip_suffix(" ms").map_or(1_000, |ms| ms.parse().unwrap());
+    assert!(millis >= 700, "a 0.7 s step: {draft}");
+    let bars = client.find_all(Locator::Css("[data-testid=timeline] svg g.bar")).await.unwrap();
+    assert_eq!(bars.len(), rows.len());
+    assert!(browser.text("[data-testid=total]").await.starts_with("The run took "));
     let same = client.execute("return window.sameDocument === true", vec![]).await.unwrap();
     assert_eq!(same, json!(true), "followed live, never reloaded");
     let errors = browser.console_errors().await;

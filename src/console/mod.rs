@@ -24,6 +24,7 @@ mod runs;
 mod shown;
 mod sign_in;
 mod task_form;
+mod timeline;
 mod viewer;
 
 use actix_web::middleware::from_fn;

@@ -95,6 +95,5 @@ fn post_conditions(row: &NodeView, redaction: &Redaction) -> Vec<Check> {
 }
 
 fn took(row: &NodeView) -> Option<String> {
-    let millis = (row.completed_at? - row.started_at?).num_milliseconds();
-    Some(if millis < 1_000 { format!("{millis} ms") } else { format!("{}.{} s", millis / 1_000, millis % 1_000 / 100) })
+    Some(super::timeline::took(row.completed_at? - row.started_at?))
 }

@@ -3,6 +3,7 @@
 //! frames, followed live.
 
 use super::failure::FailureSummary;
+use super::timeline::{self, Timeline};
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
 use serde::Deserialize;
@@ -49,6 +50,7 @@ struct RunPage {
     /// The last frame the page was rendered with: later ones are live.
     last_seq: u64,
     plan: Option<PlanSection>,
+    timeline: Timeline,
     result: Option<String>,
     /// What the actions offered depend on: the live page replaces them only when it changes (not
     /// under an operator typing feedback).
@@ -150,6 +152,7 @@ pub async fn show(
         budget: view.run.budget.as_ref().map(budget).unwrap_or_default(),
         last_seq: view.run.last_seq,
         plan: PlanSection::of(&view, query.version, &retries, redaction),
+        timeline: timeline::of(&view, &retries, chrono::Utc::now()),
         result,
         error,
         failure: FailureSummary::of(&view.run.error),
