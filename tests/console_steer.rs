@@ -238,6 +238,10 @@ async fn node_panels_and_the_event_list_show_what_each_step_did() {
         "{panel}"
     );
     assert!(browser.text("#node-polish [data-testid=node-output]").await.contains("\"quality_score\": 0.9"));
+    // What the polish received is the draft's post_copy, which the polish itself then rewrote.
+    assert!(panel.contains("Input facet post_copy as the step received it"), "{panel}");
+    let received = browser.text("#node-polish [data-testid=node-input][data-facet=post_copy]").await;
+    assert!(received.contains("\"quality_score\": 0.5"), "as received, not as it is now: {received}");
     assert!(browser.text("[data-testid=result]").await.contains("post scored 0.9"), "the final output");
     browser.screenshot("node-panel").await;
 

@@ -310,6 +310,7 @@ mod tests {
             started_at: "t".into(),
             executor_type: ExecutorType::Ai,
             facets: Facets { input: Vec::new(), output: Vec::new() },
+            inputs: None,
             assignment: None,
         });
         assert_eq!(describe(&frame(started)), Shown::status("running draft (writer)".into()));

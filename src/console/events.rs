@@ -6,7 +6,7 @@
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::page::{self, Chrome};
 use super::shown;
@@ -22,8 +22,8 @@ use crate::store::events::{self as log, LoggedFrame};
 /// Frames a page shows at once.
 pub const TAIL: i64 = 200;
 
-/// Retry frames counted for the node panel (a run retries far fewer times than this).
-const RETRIES_READ: i64 = 10_000;
+/// The most frames of each kind [`facts`] reads (retries, node starts): far more than a run has.
+const FACTS_READ: i64 = 10_000;
 
 /// One frame, as a line of the event list.
 pub struct EventItem {
@@ -55,18 +55,40 @@ pub async fn page_before(services: &Services, run_id: &RunId, before: Seq) -> Re
     Ok(frames.iter().map(|f| EventItem::of(f, &services.redaction)).collect())
 }
 
-/// How many times each node's capability call was retried.
-pub async fn retries(services: &Services, run_id: &RunId) -> Result<HashMap<String, u32>, StoreError> {
+/// What a run's frames say that its view does not: how often each node's call was retried, and
+/// what each step received (`node_start.inputs`), by plan version and node id.
+#[derive(Default)]
+pub struct FrameFacts {
+    pub retries: HashMap<String, u32>,
+    pub received: HashMap<(u32, String), Map<String, Value>>,
+}
+
+/// The [`FrameFacts`] of `run_id`.
+pub async fn facts(services: &Services, run_id: &RunId) -> Result<FrameFacts, StoreError> {
     let id = run_id.to_string();
-    let frames = services.store.read(move |conn| log::of_type(conn, &id, "retry", RETRIES_READ)).await?;
-    let mut counts = HashMap::default();
-    for frame in frames {
+    let (retries, starts) = services
+        .store
+        .read(move |conn| {
+            Ok((log::of_type(conn, &id, "retry", FACTS_READ)?, log::of_type(conn, &id, "node_start", FACTS_READ)?))
+        })
+        .await?;
+    let mut facts = FrameFacts::default();
+    for frame in retries {
         let header: Value = serde_json::from_str(&frame.json).unwrap_or(Value::Null);
         if let Some(node) = header.get("nodeId").and_then(Value::as_str) {
-            *counts.entry(node.to_string()).or_insert(0) += 1;
+            *facts.retries.entry(node.to_string()).or_insert(0) += 1;
         }
     }
-    Ok(counts)
+    for frame in starts {
+        let Ok(mut header) = serde_json::from_str::<Value>(&frame.json) else { continue };
+        let version = header.get("planVersion").and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok());
+        let node = header.get("nodeId").and_then(Value::as_str).map(String::from);
+        if let (Some(version), Some(node), Value::Object(inputs)) = (version, node, header["payload"]["inputs"].take())
+        {
+            facts.received.insert((version, node), inputs);
+        }
+    }
+    Ok(facts)
 }
 
 /// The frame types, for the list's filter and the page's `EventSource`.

@@ -3,13 +3,13 @@
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
 
+use super::events::FrameFacts;
 use super::graph;
 use super::page::{self, Chrome};
 use super::plan_view::PlanSection;
 use super::task_form::{self, Field};
 use super::viewer::Viewer;
 use crate::capability::Registry;
-use crate::hash::HashMap;
 use crate::http::Role;
 use crate::run::RunId;
 use crate::run::inbox;
@@ -89,7 +89,7 @@ async fn with_plans(services: &Services, items: &mut [Item], versions: &[Option<
     for (item, version) in asked.take(PLANS_SHOWN) {
         let Ok(run_id) = RunId::parse(&item.run_id) else { continue };
         if let Ok(view) = RunView::read(services, &run_id).await {
-            item.plan = PlanSection::of(&view, Some(version), &HashMap::default(), &services.redaction);
+            item.plan = PlanSection::of(&view, Some(version), &FrameFacts::default(), &services.redaction);
         }
     }
 }

@@ -6,9 +6,9 @@
 use serde_json::Value;
 
 use super::checks::Check;
+use super::events::FrameFacts;
 use super::shown;
 use crate::condition::{FacetSource, GoalConditionResult};
-use crate::hash::HashMap;
 use crate::plan::{Plan, StoredNodeStatus};
 use crate::redact::Redaction;
 use crate::run::view::{NodeView, RunView};
@@ -22,8 +22,11 @@ pub struct NodePanel {
     pub instructions: Vec<String>,
     /// Why the planner chose the step, as it said.
     pub rationale: Vec<String>,
-    /// `(facet, its current value)` for each input facet, `—` when none was written yet.
+    /// `(facet, its value)` for each input facet: as the step received it (its `node_start`), or
+    /// for runs stored before that was recorded its current value (`—` when none was written).
     pub inputs: Vec<(String, String)>,
+    /// The values in `inputs` are those the step received.
+    pub as_received: bool,
     pub depends_on: Vec<String>,
     pub output: Option<String>,
     pub error: Option<String>,
@@ -42,20 +45,22 @@ pub struct NodePanel {
     pub answered_by: Option<String>,
 }
 
-/// The panels of `plan`'s steps in plan order; `retries` counts retry frames by node id.
-pub fn panels(view: &RunView, plan: &Plan, retries: &HashMap<String, u32>, redaction: &Redaction) -> Vec<NodePanel> {
+/// The panels of `plan`'s steps in plan order; `facts`: what the frames say of them.
+pub fn panels(view: &RunView, plan: &Plan, facts: &FrameFacts, redaction: &Redaction) -> Vec<NodePanel> {
     plan.nodes
         .iter()
         .map(|node| {
             let id = node.id.to_string();
             let row = view.nodes.iter().find(|n| u32::try_from(n.plan_version) == Ok(plan.version) && n.node_id == id);
+            let received = facts.received.get(&(plan.version, id.clone()));
+            let value_of = |facet: &String| match received {
+                Some(received) => received.get(facet),
+                None => view.context.facet_value(facet),
+            };
             let inputs = node
                 .input_facets
                 .iter()
-                .map(|facet| {
-                    let value = view.context.facet_value(facet);
-                    (facet.clone(), value.map_or_else(|| "—".into(), |v| shown::json(redaction, v)))
-                })
+                .map(|facet| (facet.clone(), value_of(facet).map_or_else(|| "—".into(), |v| shown::json(redaction, v))))
                 .collect();
             NodePanel {
                 label: node.label.clone(),
@@ -64,10 +69,11 @@ pub fn panels(view: &RunView, plan: &Plan, retries: &HashMap<String, u32>, redac
                 instructions: node.instructions.clone(),
                 rationale: node.rationale.clone(),
                 inputs,
+                as_received: received.is_some(),
                 depends_on: plan.edges.iter().filter(|e| e.to == node.id).map(|e| e.from.to_string()).collect(),
                 output: row.and_then(|r| present(&r.output)).map(|v| shown::json(redaction, v)),
                 error: row.and_then(|r| present(&r.error)).map(|v| shown::json(redaction, v)),
-                retries: retries.get(&id).copied().unwrap_or_default(),
+                retries: facts.retries.get(&id).copied().unwrap_or_default(),
                 post_conditions: row.map(|r| post_conditions(r, redaction)).unwrap_or_default(),
                 started_at: row.and_then(|r| r.started_at).map(|t| t.to_rfc3339()),
                 completed_at: row.and_then(|r| r.completed_at).map(|t| t.to_rfc3339()),

@@ -3,9 +3,10 @@
 //! evaluated against it.
 
 use super::checks::Check;
+use super::events::FrameFacts;
 use super::graph::{self, Drawing};
 use super::nodes::{self, NodePanel};
-use crate::hash::{HashMap, HashSet};
+use crate::hash::HashSet;
 use crate::redact::Redaction;
 use crate::run::view::RunView;
 
@@ -35,13 +36,8 @@ pub struct PlanSection {
 }
 
 impl PlanSection {
-    /// `retries` counts each node's retried capability calls.
-    pub fn of(
-        view: &RunView,
-        asked: Option<u32>,
-        retries: &HashMap<String, u32>,
-        redaction: &Redaction,
-    ) -> Option<Self> {
+    /// `facts`: what the run's frames say of its nodes (retries, what each received).
+    pub fn of(view: &RunView, asked: Option<u32>, facts: &FrameFacts, redaction: &Redaction) -> Option<Self> {
         let versions = &view.plan_versions;
         let chosen = asked
             .and_then(|n| versions.iter().position(|v| v.version == n))
@@ -81,7 +77,7 @@ impl PlanSection {
             dropped: before.iter().filter(|id| !is.contains(id)).cloned().collect(),
             drawing: graph::layout(nodes, &edges),
             checks: checks(view, shown.version, redaction),
-            nodes: nodes::panels(view, &shown.plan, retries, redaction),
+            nodes: nodes::panels(view, &shown.plan, facts, redaction),
         })
     }
 }

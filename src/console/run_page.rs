@@ -119,11 +119,11 @@ pub async fn show(
         // The frames up to the view's last one, not later ones: the page follows from there.
         let rendered = Seq::new(view.run.last_seq).unwrap_or(Seq::MAX).next();
         let events = events::page_before(&services, &run_id, rendered).await?;
-        let retries = events::retries(&services, &run_id).await?;
+        let facts = events::facts(&services, &run_id).await?;
         let (parent, reruns) = relatives(&services, caller, &view).await?;
-        Ok::<_, StoreError>((events, retries, parent, reruns))
+        Ok::<_, StoreError>((events, facts, parent, reruns))
     };
-    let (events, retries, parent, reruns) = match read.await {
+    let (events, facts, parent, reruns) = match read.await {
         Ok(read) => read,
         Err(error) => return unavailable(&error),
     };
@@ -151,8 +151,8 @@ pub async fn show(
         usage: view.run.usage.as_ref().map(ToString::to_string).unwrap_or_default(),
         budget: view.run.budget.as_ref().map(budget).unwrap_or_default(),
         last_seq: view.run.last_seq,
-        plan: PlanSection::of(&view, query.version, &retries, redaction),
-        timeline: timeline::of(&view, &retries, chrono::Utc::now()),
+        plan: PlanSection::of(&view, query.version, &facts, redaction),
+        timeline: timeline::of(&view, &facts.retries, chrono::Utc::now()),
         result,
         error,
         failure: FailureSummary::of(&view.run.error),

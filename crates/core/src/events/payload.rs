@@ -312,6 +312,12 @@ pub struct NodeStart {
     /// A human node's task: who is asked for what, and where to answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assignment: Option<Value>,
+    /// The input facets' values as the step was given them, each cut to
+    /// [`NodeStart::INPUT_BYTES`] (a larger one is a marker with its size): what a step received
+    /// stays readable after a later step rewrote the facet. Absent when it reads none (and in
+    /// runs stored before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -696,6 +702,9 @@ impl HitlRequestInfo {
 }
 
 impl NodeStart {
+    /// The most JSON text one input value keeps in a `node_start` frame.
+    pub const INPUT_BYTES: usize = 4 * 1024;
+
     /// A human node's task, as the request it opens in plan version `plan_version`: the
     /// assignment is its context.
     pub fn task(&self, plan_version: u32) -> Option<HitlRequestInfo> {

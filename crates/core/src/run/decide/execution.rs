@@ -81,9 +81,24 @@ pub fn start(run: &Run, nodes: &[PlanNode]) -> Vec<Event> {
                 executor_type,
                 facets: Facets { input: node.input_facets.clone(), output: node.output_facets.clone() },
                 assignment,
+                inputs: received(run, node),
             })
         })
         .collect()
+}
+
+/// The values of `node`'s input facets as it starts, each bounded; `None` when it reads none.
+fn received(run: &Run, node: &PlanNode) -> Option<Map<String, Value>> {
+    let inputs: Map<String, Value> = node
+        .input_facets
+        .iter()
+        .filter_map(|facet| {
+            let mut value = run.state.context.facet_value(facet)?.clone();
+            crate::elide::if_larger(&mut value, NodeStart::INPUT_BYTES, || None);
+            Some((facet.clone(), value))
+        })
+        .collect();
+    Some(inputs).filter(|inputs| !inputs.is_empty())
 }
 
 /// A human node's task: what a person is asked to do, and with what.

@@ -229,6 +229,7 @@ pub fn node_start(id: &str, capability: &str) -> Event {
         started_at: "t".into(),
         executor_type: ExecutorType::Ai,
         facets: Facets { input: Vec::new(), output: Vec::new() },
+        inputs: None,
         assignment: None,
     })
 }
