@@ -81,7 +81,7 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     for node in &nodes {
         assert_eq!(node.attr("data-status").await.unwrap().as_deref(), Some("completed"));
     }
-    assert_eq!(client.find_all(Locator::Css("svg.graph line.edge")).await.unwrap().len(), 1);
+    assert_eq!(client.find_all(Locator::Css("svg.graph polyline.edge")).await.unwrap().len(), 1);
     let round = browser.text("[data-testid=checks] tbody").await;
     assert!(round.contains("0.9") && round.contains("pass"), "{round}");
     // What v2 cost (the repair's drafts and steps), and each of its steps, as the document says.

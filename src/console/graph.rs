@@ -1,5 +1,9 @@
 //! A plan drawn as a graph: nodes in layers by the longest chain of dependencies before them
 //! (so every edge points down), the nodes of one layer side by side (a fan-out reads across).
+//! An edge between neighbouring layers runs straight across the gap between them; an edge that
+//! skips layers is routed around them — along the gap below its source to a lane of its own right
+//! of every box, down the lane, and along the gap above its target — so no edge passes through a
+//! box it does not connect, and a fan-in reads as several edges arriving at one box.
 //! Pure: positions from the plan's nodes and edges, no I/O; the template draws them as SVG.
 
 use crate::hash::HashMap;
@@ -11,6 +15,8 @@ pub const BOX_HEIGHT: u32 = 48;
 const GAP_X: u32 = 24;
 const GAP_Y: u32 = 40;
 const MARGIN: u32 = 8;
+/// The space between lanes of edges that skip layers, and between the boxes and the first lane.
+const LANE_GAP: u32 = 14;
 
 /// A node to draw.
 pub struct Node {
@@ -30,12 +36,17 @@ pub struct Placed {
     pub y: u32,
 }
 
-/// An edge from the bottom middle of one box to the top middle of another.
+/// An edge from the bottom middle of one box to the top middle of another, as the corners of a
+/// polyline.
 pub struct Line {
-    pub x1: u32,
-    pub y1: u32,
-    pub x2: u32,
-    pub y2: u32,
+    pub points: Vec<(u32, u32)>,
+}
+
+impl Line {
+    /// The `points` attribute of an SVG polyline.
+    pub fn svg_points(&self) -> String {
+        self.points.iter().map(|(x, y)| format!("{x},{y}")).collect::<Vec<_>>().join(" ")
+    }
 }
 
 /// A laid-out graph and the size of its drawing.
@@ -62,19 +73,26 @@ pub fn layout(nodes: Vec<Node>, edges: &[(String, String)]) -> Drawing {
     }
     let position =
         |(column, row): (u32, u32)| (MARGIN + column * (BOX_WIDTH + GAP_X), MARGIN + row * (BOX_HEIGHT + GAP_Y));
+    let columns = in_layer.values().copied().max().unwrap_or(0);
+    let boxes_right = MARGIN + columns * BOX_WIDTH + columns.saturating_sub(1) * GAP_X;
+    let mut lanes = 0;
     let lines = known
         .iter()
         .filter(|(from, to)| layers[*from] < layers[*to])
         .map(|(from, to)| {
             let (x1, y1) = position(slots[*from]);
             let (x2, y2) = position(slots[*to]);
-            Line { x1: x1 + BOX_WIDTH / 2, y1: y1 + BOX_HEIGHT, x2: x2 + BOX_WIDTH / 2, y2 }
+            let (start, end) = ((x1 + BOX_WIDTH / 2, y1 + BOX_HEIGHT), (x2 + BOX_WIDTH / 2, y2));
+            if layers[*to] == layers[*from] + 1 {
+                return Line { points: vec![start, end] };
+            }
+            lanes += 1;
+            route_around(start, end, boxes_right + lanes * LANE_GAP)
         })
         .collect();
-    let columns = in_layer.values().copied().max().unwrap_or(0);
     let rows = layers.iter().max().map_or(0, |deepest| deepest + 1);
     let rows = u32::try_from(rows).unwrap_or(u32::MAX);
-    let width = 2 * MARGIN + columns * BOX_WIDTH + columns.saturating_sub(1) * GAP_X;
+    let width = boxes_right + lanes * LANE_GAP + MARGIN;
     let height = 2 * MARGIN + rows * BOX_HEIGHT + rows.saturating_sub(1) * GAP_Y;
     let nodes = nodes
         .into_iter()
@@ -85,6 +103,14 @@ pub fn layout(nodes: Vec<Node>, edges: &[(String, String)]) -> Drawing {
         })
         .collect();
     Drawing { nodes, lines, width, height }
+}
+
+/// An edge that skips layers: along the gap below its source to `lane` (right of every box),
+/// down the lane, and along the gap above its target. The gaps between layers hold no box.
+fn route_around(start: (u32, u32), end: (u32, u32), lane: u32) -> Line {
+    let below = start.1 + GAP_Y / 2;
+    let above = end.1 - GAP_Y / 2;
+    Line { points: vec![start, (start.0, below), (lane, below), (lane, above), (end.0, above), end] }
 }
 
 /// Each node's layer: the length of the longest chain of edges leading to it. Computed in rounds
@@ -136,9 +162,57 @@ mod tests {
         assert!(at["a"].0 < at["b"].0 && at["b"].0 < at["c"].0, "side by side, in plan order");
         assert!(at["brief"].1 < at["a"].1 && at["a"].1 < at["merge"].1, "every edge points down");
         assert_eq!(drawing.lines.len(), 5);
-        assert!(drawing.lines.iter().all(|l| l.y1 < l.y2));
+        assert!(drawing.lines.iter().all(|l| l.points.len() == 2 && l.points[0].1 < l.points[1].1));
         assert_eq!(drawing.width, 2 * MARGIN + 3 * BOX_WIDTH + 2 * GAP_X);
         assert_eq!(drawing.height, 2 * MARGIN + 3 * BOX_HEIGHT + 2 * GAP_Y);
+    }
+
+    /// Whether the segment `a`–`b` passes through the inside of `placed`'s box.
+    fn crosses(a: (u32, u32), b: (u32, u32), placed: &Placed) -> bool {
+        let (left, top) = (f64::from(placed.x), f64::from(placed.y));
+        let (right, bottom) = (left + f64::from(BOX_WIDTH), top + f64::from(BOX_HEIGHT));
+        (0..=200).any(|step| {
+            let t = f64::from(step) / 200.0;
+            let x = f64::from(a.0) + (f64::from(b.0) - f64::from(a.0)) * t;
+            let y = f64::from(a.1) + (f64::from(b.1) - f64::from(a.1)) * t;
+            x > left && x < right && y > top && y < bottom
+        })
+    }
+
+    #[test]
+    fn no_edge_passes_through_a_box_it_does_not_connect() {
+        // brief → a → b → merge, brief → merge and a → merge skip layers; c sits in every layer's
+        // way of a straight line.
+        let nodes = ["brief", "a", "c1", "b", "c2", "merge"].map(node).into();
+        let edges = [
+            edge("brief", "a"),
+            edge("brief", "c1"),
+            edge("a", "b"),
+            edge("c1", "c2"),
+            edge("b", "merge"),
+            edge("brief", "merge"),
+            edge("a", "merge"),
+        ];
+        let drawing = layout(nodes, &edges);
+        assert_eq!(drawing.lines.len(), 7);
+        let ids = ["brief", "a", "c1", "b", "c2", "merge"];
+        let connected = |line: &Line, placed: &Placed| {
+            let touches = |(x, y): (u32, u32)| {
+                x == placed.x + BOX_WIDTH / 2 && (y == placed.y || y == placed.y + BOX_HEIGHT)
+            };
+            touches(line.points[0]) || touches(line.points[line.points.len() - 1])
+        };
+        for line in &drawing.lines {
+            for placed in drawing.nodes.iter().filter(|p| !connected(line, p)) {
+                for pair in line.points.windows(2) {
+                    assert!(!crosses(pair[0], pair[1], placed), "{:?} crosses {}", line.points, placed.node.id);
+                }
+            }
+        }
+        let skipping = drawing.lines.iter().filter(|l| l.points.len() > 2).count();
+        assert_eq!(skipping, 2, "brief → merge and a → merge go around");
+        assert!(drawing.lines.iter().all(|l| l.points.iter().all(|(x, _)| *x <= drawing.width)));
+        assert_eq!(ids.len(), drawing.nodes.len());
     }
 
     #[test]
