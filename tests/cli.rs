@@ -314,10 +314,11 @@ async fn a_known_path_with_another_method_is_405() {
     }
 }
 
-/// `flexrun demo --serve` keeps its server up after the demo's run, and stops on SIGTERM (as a
-/// service manager or a container stops it) as it does on Ctrl-C.
+/// `flexrun demo --serve` keeps its server up after the demo's run — a chat through its LangGraph
+/// surface (what Agent Chat UI sends) completes against the demo's stand-in model — and stops on
+/// SIGTERM (as a service manager or a container stops it) as it does on Ctrl-C.
 #[tokio::test]
-async fn the_demo_server_stops_on_sigterm() {
+async fn the_demo_server_answers_a_chat_and_stops_on_sigterm() {
     use tokio::io::{AsyncBufReadExt, BufReader};
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let bind = format!("127.0.0.1:{port}");
@@ -335,6 +336,18 @@ async fn the_demo_server_stops_on_sigterm() {
     assert!(up, "the demo ran and keeps its server up");
     let health = format!("http://{bind}/api/v1/health");
     assert!(reqwest::get(&health).await.unwrap().status().is_success());
+    let chat = json!({"assistant_id": "flex", "input": {"messages": [{"role": "user", "content": "Hello flexrun"}]}});
+    let answered = reqwest::Client::new().post(format!("http://{bind}/runs/wait")).json(&chat).send().await.unwrap();
+    assert_eq!(answered.status(), 200);
+    let values: Value = answered.json().await.unwrap();
+    assert_eq!(values["status"], "completed", "{values}");
+    let reply = values["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(reply["type"], "ai");
+    let content = reply["content"].as_str().unwrap();
+    assert!(
+        content.starts_with("This is flexrun's demo stand-in model") && content.contains("Hello flexrun"),
+        "{content}"
+    );
     let pid = demo.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let status = tokio::time::timeout(Duration::from_secs(20), demo.wait()).await.expect("it stops").unwrap();

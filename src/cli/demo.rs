@@ -20,7 +20,8 @@ use crate::llm::standin::{self, ChatCall, Reply, StandIn};
 use crate::services::Services;
 
 /// The example capability registrations, compiled in so the demo runs from any directory.
-const CAPABILITIES: [(&str, &str); 4] = [
+const CAPABILITIES: [(&str, &str); 5] = [
+    ("assistant.reply.json", include_str!("../../config/capabilities/assistant.reply.json")),
     ("research.audience.json", include_str!("../../config/capabilities/research.audience.json")),
     ("copywriter.draft.json", include_str!("../../config/capabilities/copywriter.draft.json")),
     ("copywriter.polish.json", include_str!("../../config/capabilities/copywriter.polish.json")),
@@ -92,10 +93,16 @@ pub async fn run(serve: Option<&str>) -> anyhow::Result<ExitCode> {
 pub fn demo_script() -> standin::Script {
     standin::script(|call| {
         if call.is_planner() {
+            // A chat (the LangGraph surface's, e.g. Agent Chat UI) brings its conversation as the
+            // `messages` input: one step answers it.
+            if chat(call) {
+                return Reply::json(json!({"nodes": [{"stage": "reply", "capabilityId": "assistant.reply"}]}));
+            }
             let repair = call.user.contains("### GOAL CONDITION REPAIR");
             return Reply::json(if repair { repair_plan() } else { first_plan() });
         }
         match call.capability_id() {
+            Some("assistant.reply") => Reply::content(chat_answer(call)),
             Some("research.audience") => Reply::json(json!({
                 "segments": ["platform engineers", "ML infrastructure leads"],
                 "pains": ["agent runs that silently stop halfway", "no audit trail of what a model planned"],
@@ -115,6 +122,24 @@ pub fn demo_script() -> standin::Script {
             other => Reply::error(400, format!("the demo stand-in has no script for capability {other:?}")),
         }
     })
+}
+
+/// Whether a planner call is for a chat run: its inputs are a conversation, not the demo's brief.
+fn chat(call: &ChatCall) -> bool {
+    let inputs =
+        call.user.split("### INPUTS\n").nth(1).and_then(|rest| rest.split("\n### ").next()).unwrap_or_default();
+    inputs.starts_with("- messages:") && !inputs.contains("\n- brief:")
+}
+
+/// The stand-in's answer to a chat: it says what it is, and what flexrun did with the message.
+fn chat_answer(call: &ChatCall) -> String {
+    let messages = inputs(call)["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.iter().rev().find_map(|m| m["content"].as_str()).unwrap_or_default();
+    let shown = crate::excerpt::excerpt(last, 200);
+    format!(
+        "This is flexrun's demo stand-in model, not a real one. flexrun planned one step for your message \
+         (\"{shown}\") and ran it; point FLEXRUN_LLM_BASE_URL at a real model for real answers."
+    )
 }
 
 /// Approves a post whose self-assessed quality is at least 0.8, asks for revisions otherwise.

@@ -197,9 +197,8 @@ mod tests {
         assert_eq!(drawing.lines.len(), 7);
         let ids = ["brief", "a", "c1", "b", "c2", "merge"];
         let connected = |line: &Line, placed: &Placed| {
-            let touches = |(x, y): (u32, u32)| {
-                x == placed.x + BOX_WIDTH / 2 && (y == placed.y || y == placed.y + BOX_HEIGHT)
-            };
+            let touches =
+                |(x, y): (u32, u32)| x == placed.x + BOX_WIDTH / 2 && (y == placed.y || y == placed.y + BOX_HEIGHT);
             touches(line.points[0]) || touches(line.points[line.points.len() - 1])
         };
         for line in &drawing.lines {
