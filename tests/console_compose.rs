@@ -117,7 +117,7 @@ async fn re_run_starts_a_new_run_from_an_edited_envelope_and_links_both_ways() {
     let stored = flexrun::store::runs::get(&mut server.db(), &child).unwrap();
     assert_eq!(stored.parent_run_id.as_deref(), Some(parent.as_str()));
 
-    client.find(Locator::Css("[data-testid=parent]")).await.unwrap().click().await.unwrap();
+    browser.click("[data-testid=parent]").await;
     browser.wait_for_text("[data-testid=reruns]", &child).await;
     let errors = browser.console_errors().await;
     assert!(errors.is_empty(), "console errors: {errors:?}");

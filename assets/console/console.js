@@ -141,13 +141,6 @@ function followEvents(list) {
     const type = shownType();
     item.hidden = type !== "" && frame.type !== type;
     list.append(item);
-    if (frame.type === "complete") {
-      const status = document.querySelector("[data-testid=status]");
-      if (status && frame.payload && frame.payload.status) {
-        status.textContent = frame.payload.status;
-        status.className = `status status-${frame.payload.status}`;
-      }
-    }
     last = frame.type;
     if (frame.type === "complete") source.close();
     // A frame the page was not rendered with: what the server renders of the run changed.

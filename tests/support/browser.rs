@@ -67,6 +67,18 @@ impl Browser {
         panic!("{css} kept being replaced while it was read");
     }
 
+    /// Clicks the first element `css` selects (waiting up to 10 s for one). The run page swaps its
+    /// live parts as frames arrive: an element swapped out before the click is found again.
+    pub async fn click(&self, css: &str) {
+        for _ in 0..3 {
+            let element = self.client.wait().at_most(Duration::from_secs(10)).for_element(Locator::Css(css)).await;
+            if element.unwrap_or_else(|e| panic!("no element {css}: {e}")).click().await.is_ok() {
+                return;
+            }
+        }
+        panic!("{css} kept being replaced while it was clicked");
+    }
+
     /// Waits up to 10 s until the first element `css` selects has text containing `wanted`.
     pub async fn wait_for_text(&self, css: &str, wanted: &str) {
         for _ in 0..100 {
