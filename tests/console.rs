@@ -557,6 +557,8 @@ async fn a_failed_run_says_why_at_the_top_of_its_page() {
     assert!(client.find(Locator::Css("[data-testid=run-error]")).await.unwrap().text().await.unwrap().is_empty());
     client.find(Locator::Css("[data-testid=failed-step]")).await.unwrap().click().await.unwrap();
     browser.wait_until("the step's panel opened", "return document.getElementById('node-draft').open").await;
+    let words = browser.text("#node-draft [data-testid=node-error]").await;
+    assert!(words.starts_with("The step's capability answered with an HTTP error (capability_http_error)"), "{words}");
     client.find(Locator::Css("[data-testid=failure-summary] summary")).await.unwrap().click().await.unwrap();
     assert!(browser.text("[data-testid=run-error]").await.contains("\"nodeId\": \"draft\""));
 

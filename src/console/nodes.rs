@@ -30,6 +30,8 @@ pub struct NodePanel {
     pub depends_on: Vec<String>,
     pub output: Option<String>,
     pub error: Option<String>,
+    /// The error in words, from its code, with its message.
+    pub error_words: Option<String>,
     /// Transient failures retried, as `retry` frames counted them.
     pub retries: u32,
     pub post_conditions: Vec<Check>,
@@ -73,6 +75,7 @@ pub fn panels(view: &RunView, plan: &Plan, facts: &FrameFacts, redaction: &Redac
                 depends_on: plan.edges.iter().filter(|e| e.to == node.id).map(|e| e.from.to_string()).collect(),
                 output: row.and_then(|r| present(&r.output)).map(|v| shown::json(redaction, v)),
                 error: row.and_then(|r| present(&r.error)).map(|v| shown::json(redaction, v)),
+                error_words: row.and_then(|r| present(&r.error)).map(in_words),
                 retries: facts.retries.get(&id).copied().unwrap_or_default(),
                 post_conditions: row.map(|r| post_conditions(r, redaction)).unwrap_or_default(),
                 started_at: row.and_then(|r| r.started_at).map(|t| t.to_rfc3339()),
@@ -88,6 +91,17 @@ pub fn panels(view: &RunView, plan: &Plan, facts: &FrameFacts, redaction: &Redac
             }
         })
         .collect()
+}
+
+/// A step's error in words: what its code means, then its message.
+fn in_words(error: &Value) -> String {
+    let text = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default();
+    let code = text("code");
+    let words = super::failure::words(code);
+    match text("message") {
+        "" => format!("{words} ({code})"),
+        message => format!("{words} ({code}): {}", crate::excerpt::excerpt(message, crate::excerpt::MESSAGE)),
+    }
 }
 
 fn present(value: &Value) -> Option<&Value> {
