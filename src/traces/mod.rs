@@ -72,10 +72,6 @@ impl Traces {
         Ok(Self { on: Some(Arc::new(on)) })
     }
 
-    pub fn is_on(&self) -> bool {
-        self.on.is_some()
-    }
-
     /// Sends the spans queued so far, waiting at most `patience` (before the process exits).
     pub async fn flush(&self, patience: std::time::Duration) {
         if let Some(on) = &self.on {
@@ -117,6 +113,13 @@ impl Traces {
     ) -> Option<OpenSpan> {
         let (on, parent) = (self.on.as_ref()?, parent?);
         Some(OpenSpan::new(on.clone(), parent, name.into(), kind, SystemTime::now()))
+    }
+
+    /// A span that began at `start` (a time the run's log recorded) and ends now: a wait for
+    /// an operator, which no process watched from beginning to end.
+    pub fn span_since(&self, parent: Option<TraceParent>, name: &'static str, start: SystemTime) -> Option<OpenSpan> {
+        let (on, parent) = (self.on.as_ref()?, parent?);
+        Some(OpenSpan::new(on.clone(), parent, Cow::Borrowed(name), SpanKind::Internal, start.min(SystemTime::now())))
     }
 
     /// Sends a run's root span (`invoke_workflow`), from `start` to now, with the ids its log
@@ -246,15 +249,6 @@ impl OpenSpan {
             instrumentation_scope: self.on.scope.clone(),
         };
         self.on.exporter.send(data);
-    }
-}
-
-impl Traces {
-    /// A span that began at `start` (a time the run's log recorded) and ends now: a wait for
-    /// an operator, which no process watched from beginning to end.
-    pub fn span_since(&self, parent: Option<TraceParent>, name: &'static str, start: SystemTime) -> Option<OpenSpan> {
-        let (on, parent) = (self.on.as_ref()?, parent?);
-        Some(OpenSpan::new(on.clone(), parent, Cow::Borrowed(name), SpanKind::Internal, start.min(SystemTime::now())))
     }
 }
 
