@@ -40,9 +40,8 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     let calls = server.llm_calls().len();
     assert_eq!(usage.tally.calls as usize, calls - 1, "every model call but the paused run's planner call");
     let cost = rows[1].find(Locator::Css("[data-testid=cost]")).await.unwrap();
-    assert_eq!(cost.text().await.unwrap(), "$?");
+    assert_eq!(cost.text().await.unwrap(), "unknown");
     assert_eq!(cost.attr("title").await.unwrap(), Some(usage.to_string()));
-    browser.screenshot("runs").await;
 
     // Filters live in the URL.
     let status = client.find(Locator::Css("select[name=status]")).await.unwrap();
@@ -103,7 +102,6 @@ async fn the_run_list_shows_runs_newest_first_filters_them_and_opens_a_run_that_
     }
     assert!(!steps.is_empty(), "v2 ran a step that called the model");
     assert_eq!(shown, steps, "each step's panel shows its calls");
-    browser.screenshot("run").await;
     // v1's round shows the condition that failed, with the value observed.
     versions[0].click().await.unwrap();
     browser.wait_for_text("[data-testid=checks] caption", "after v1").await;
@@ -366,7 +364,6 @@ async fn the_inbox_lists_pending_decisions_oldest_first_and_answers_them_in_plac
     assert_eq!(items[1].attr("data-run-id").await.unwrap().as_deref(), Some(second.as_str()));
     assert!(items[0].text().await.unwrap().starts_with("Plan approval"));
     browser.wait_for_text("[data-testid=pending-count]", "2").await;
-    browser.screenshot("inbox").await;
 
     // Approve the oldest in place: it leaves the inbox and its run completes.
     let approve = items[0].find(Locator::Css("form[data-approved=true] button")).await.unwrap();
@@ -470,7 +467,6 @@ async fn the_capabilities_page_shows_registrations_without_their_secrets() {
     let browser = Browser::start(1280).await;
     let client = &browser.client;
     client.goto(&server.url("/ui/capabilities")).await.unwrap();
-    browser.screenshot("capabilities").await;
     let rows = client.find_all(Locator::Css("[data-testid=capabilities] tbody tr")).await.unwrap();
     let ids: Vec<Option<String>> = futures::future::join_all(rows.iter().map(|r| r.attr("data-capability-id")))
         .await

@@ -61,7 +61,6 @@ async fn a_run_launched_from_the_composer_is_followed_live_through_its_repair() 
     assert!(!browser.text("[data-testid=problems]").await.contains("/objective"), "the earlier refusal is gone");
     browser.wait_for_text("[data-testid=conditions] .field-problem", "no_such_facet").await;
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "no run was created");
-    browser.screenshot("composer").await;
 
     // Launch: the run's page follows it live through the repair.
     browser.set_value("#envelope", &written.to_string()).await;
@@ -83,6 +82,103 @@ async fn a_run_launched_from_the_composer_is_followed_live_through_its_repair() 
     let errors = browser.console_errors().await;
     let refused = |e: &String| (e.contains("run.stream") || e.contains("conditions/compile")) && e.contains("400");
     assert!(errors.iter().all(refused), "console errors: {errors:?}");
+    browser.close().await;
+}
+
+/// The composer is a form over the envelope: each field writes its part of the JSON, an edit of
+/// the JSON fills the fields, every 400 problem is shown at once at its field, and a run launched
+/// from the fields carries what they said (here: approval required, a budget, a repair cap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_composer_is_a_form_whose_fields_write_the_envelope_and_show_its_problems() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url("/ui/new")).await.unwrap();
+    browser
+        .wait_until(
+            "the fields are filled",
+            "return document.querySelector('#objective').value.startsWith('Write a LinkedIn post')",
+        )
+        .await;
+    assert_eq!(
+        client.execute("return document.querySelector('[data-testid=raw]').open", vec![]).await.unwrap(),
+        json!(false)
+    );
+    assert_eq!(field_value(&browser, "#facets").await, "post_copy, review");
+    assert_eq!(field_value(&browser, "#max-goal-replans").await, "2");
+
+    // The JSON edited: the fields follow it.
+    browser.set_value("#envelope", &serde_json::to_string_pretty(&bare_envelope()).unwrap()).await;
+    assert_eq!(field_value(&browser, "#objective").await, "Write a post about flexrun");
+    assert_eq!(field_value(&browser, "#facets").await, "post_copy");
+    assert_eq!(field_value(&browser, "#max-goal-replans").await, "", "no replan policy");
+    let inputs: Value = serde_json::from_str(&field_value(&browser, "#inputs").await).unwrap();
+    assert_eq!(inputs, json!({"brief": {"topic": "flexrun"}}));
+
+    // The fields edited: the JSON follows them.
+    browser.fill("#objective", "Write a short post").await;
+    browser.fill("#facets", "post_copy, summary").await;
+    browser.click("#approval").await;
+    browser.fill("#max-goal-replans", "1").await;
+    browser.fill("#max-calls", "9").await;
+    browser.fill("#inputs", "{\"brief\": {\"topic\": \"flexrun\", \"tone\": \"dry\"}}").await;
+    let written: Value = serde_json::from_str(&envelope_text(&browser).await).unwrap();
+    assert_eq!(written["objective"], "Write a short post");
+    assert_eq!(written["outputContract"], json!({"mode": "facets", "facets": ["post_copy", "summary"]}));
+    assert_eq!(
+        written["policies"],
+        json!({"approval": {"plan": "required"}, "replan": {"maxGoalConditionReplans": 1}, "budget": {"maxModelCalls": 9}})
+    );
+    assert_eq!(written["inputs"]["brief"]["tone"], "dry");
+    browser.fill("#max-calls", "").await;
+    let written: Value = serde_json::from_str(&envelope_text(&browser).await).unwrap();
+    assert!(written["policies"].get("budget").is_none(), "a cleared field leaves nothing behind: {written}");
+    browser.fill("#inputs", "{\"brief\": ").await;
+    browser.wait_for_text("[data-field='/inputs'] .field-problem", "is not JSON").await;
+    browser.fill("#inputs", "{\"brief\": {\"topic\": \"flexrun\"}}").await;
+    assert_eq!(client.find_all(Locator::Css("[data-field='/inputs'] .field-problem")).await.unwrap().len(), 0);
+
+    // Three mistakes at once: all three refused in one answer, each at its field.
+    browser.fill("#objective", " ").await;
+    browser.fill("#max-cost", "-1").await;
+    browser.click_button("form.composer", "Add a condition").await;
+    browser.fill("[data-testid=conditions] [name=dsl]", "x > 1").await;
+    browser.click_button("form.composer", "Launch").await;
+    browser.wait_for_text("[data-field='/policies/budget/maxCostUsd'] .field-problem", "minimum").await;
+    let problems = browser.text("[data-testid=problems]").await;
+    for path in ["/objective", "/policies/budget/maxCostUsd", "/goal_condition/0/facet"] {
+        assert!(problems.contains(path), "{path} in {problems}");
+    }
+    assert!(!browser.text("[data-field='/objective'] .field-problem").await.is_empty(), "at the objective");
+    assert!(!browser.text("[data-testid=conditions] .field-problem").await.is_empty(), "at its row");
+    assert_eq!(
+        client
+            .execute("return document.querySelector('#max-cost').getAttribute('aria-invalid')", vec![])
+            .await
+            .unwrap(),
+        json!("true")
+    );
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "no run was created");
+    browser.screenshot("composer-problems").await;
+
+    // Fixed in the fields, launched: the run is as the fields said.
+    browser.fill("#objective", "Write a short post").await;
+    browser.fill("#facets", "post_copy").await;
+    browser.fill("#max-cost", "").await;
+    browser.fill("[data-testid=conditions] [name=facet]", "post_copy").await;
+    browser.fill("[data-testid=conditions] [name=dsl]", "quality_score >= 0.8").await;
+    browser.click_button("form.composer", "Launch").await;
+    browser.wait_until("the run's page opened", "return location.pathname.startsWith('/ui/runs/')").await;
+    browser.wait_for_text("[data-testid=status]", "awaiting").await;
+    let run_id = client.current_url().await.unwrap().path().trim_start_matches("/ui/runs/").to_string();
+    let stored = flexrun::store::runs::get(&mut server.db(), &run_id).unwrap();
+    let envelope: Value = serde_json::from_str(&stored.envelope).unwrap();
+    assert_eq!(envelope["objective"], "Write a short post");
+    assert_eq!(envelope["policies"]["approval"], json!({"plan": "required"}));
+    assert_eq!(envelope["outputContract"]["facets"], json!(["post_copy"]));
+    assert_eq!(envelope["policies"]["replan"], json!({"maxGoalConditionReplans": 1}));
+    let errors = browser.console_errors().await;
+    assert!(errors.iter().all(|e| e.contains("run.stream") && e.contains("400")), "console errors: {errors:?}");
     browser.close().await;
 }
 
@@ -169,5 +265,11 @@ async fn re_run_hides_secrets_and_does_not_launch_until_they_are_typed_again() {
 
 async fn envelope_text(browser: &Browser) -> String {
     let value = browser.client.execute("return document.querySelector('#envelope').value", vec![]).await.unwrap();
+    value.as_str().unwrap().to_string()
+}
+
+async fn field_value(browser: &Browser, css: &str) -> String {
+    let script = "return document.querySelector(arguments[0]).value";
+    let value = browser.client.execute(script, vec![json!(css)]).await.unwrap();
     value.as_str().unwrap().to_string()
 }

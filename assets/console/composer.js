@@ -1,6 +1,8 @@
-// The composer (`/ui/new`): the envelope as JSON, its goal conditions as rows that compile as they
-// are typed (through the API's own compiler), and Launch, which posts the envelope as typed and
-// shows the server's 400 details at their fields.
+// The composer (`/ui/new`): a form over the task envelope — objective, inputs, output facets,
+// goal conditions as rows that compile as they are typed (through the API's own compiler),
+// policies — and the envelope as JSON one click away. The JSON is what is posted: every field
+// writes its part of it as it changes, and an edit of the JSON fills the fields again. Launch
+// shows every one of the server's 400 details at once, each at the field its path points into.
 
 const form = document.getElementById("composer");
 const envelopeText = document.getElementById("envelope");
@@ -8,6 +10,8 @@ const rows = form.querySelector("[data-testid=conditions] tbody");
 const jsonProblem = form.querySelector("[data-testid=json-problem]");
 const problems = form.querySelector("[data-testid=problems]");
 const forkOutput = document.getElementById("fork-output");
+const raw = form.querySelector("[data-testid=raw]");
+const fields = [...form.querySelectorAll("[data-pointer]")];
 
 // The envelope as JSON, or `undefined` (with the parse error shown) when it is not JSON.
 function envelope() {
@@ -20,6 +24,131 @@ function envelope() {
     jsonProblem.hidden = false;
     return undefined;
   }
+}
+
+// The value at a JSON Pointer of `value`, or `undefined`.
+function at(value, pointer) {
+  return pointer
+    .split("/")
+    .slice(1)
+    .reduce((item, key) => (item !== null && typeof item === "object" ? item[key] : undefined), value);
+}
+
+// Sets (or, for `undefined`, removes) the value at a pointer, making the objects on the way; an
+// object left empty by a removal is removed too, so a cleared field leaves no `{}` behind.
+function put(value, pointer, item) {
+  const keys = pointer.split("/").slice(1);
+  const last = keys.pop();
+  const parents = [value];
+  for (const key of keys) {
+    const parent = parents[parents.length - 1];
+    if (parent[key] === null || typeof parent[key] !== "object") {
+      if (item === undefined) return;
+      parent[key] = {};
+    }
+    parents.push(parent[key]);
+  }
+  if (item === undefined) delete parents[parents.length - 1][last];
+  else parents[parents.length - 1][last] = item;
+  for (let i = keys.length - 1; i >= 0 && Object.keys(parents[i + 1]).length === 0; i -= 1) delete parents[i][keys[i]];
+}
+
+// What a field holds, as the envelope's value (`undefined`: leave the key out); throws the
+// words of a problem when it cannot be one.
+function fieldValue(field, value) {
+  if (field.type === "checkbox") return field.checked ? "required" : undefined;
+  if (field.id === "facets") {
+    const facets = field.value.split(",").map((facet) => facet.trim()).filter((facet) => facet !== "");
+    return { ...(value.outputContract ?? {}), mode: "facets", facets };
+  }
+  if (field.type === "number") {
+    if (field.validity.badInput) throw "is not a number";
+    return field.value === "" ? undefined : Number(field.value);
+  }
+  if ("json" in field.dataset) {
+    if (field.value.trim() === "") return undefined;
+    try {
+      return JSON.parse(field.value);
+    } catch (error) {
+      throw `is not JSON: ${error.message}`;
+    }
+  }
+  if (field.tagName === "SELECT") return field.value === "" ? undefined : field.value;
+  return field.value;
+}
+
+// Writes one field into the envelope as JSON (left alone while the JSON does not parse).
+function writeField(field) {
+  const container = field.closest("[data-field]");
+  clearProblem(container);
+  const value = envelope();
+  if (value === undefined) {
+    markProblem(container, "", "The envelope as JSON does not parse: fix it below first.");
+    raw.open = true;
+    return;
+  }
+  try {
+    put(value, field.dataset.pointer, fieldValue(field, value));
+  } catch (problem) {
+    markProblem(container, "", `This field ${problem}`);
+    return;
+  }
+  envelopeText.value = JSON.stringify(value, null, 2);
+}
+
+// Fills the fields from the envelope as JSON.
+function readFields() {
+  const value = envelope();
+  if (value === undefined) return;
+  for (const field of fields) {
+    const item = at(value, field.dataset.pointer);
+    if (field.type === "checkbox") field.checked = item === "required";
+    else if (field.id === "facets") readContract(field, item);
+    else if ("json" in field.dataset) field.value = item === undefined ? "" : JSON.stringify(item, null, 2);
+    else field.value = item === undefined || item === null ? "" : String(item);
+  }
+}
+
+// The facets field shows a `facets` contract; any other contract is edited as JSON.
+function readContract(field, contract) {
+  const note = form.querySelector("[data-testid=contract-note]");
+  const other = contract?.mode !== undefined && contract.mode !== "facets";
+  field.disabled = other;
+  field.value = Array.isArray(contract?.facets) ? contract.facets.join(", ") : "";
+  note.hidden = !other;
+  note.textContent = other ? `The output contract is of mode "${contract.mode}": edit it in the envelope as JSON below.` : "";
+}
+
+// A problem shown at a field (or, for `container` the raw envelope, in it, opened).
+function markProblem(container, path, message) {
+  const note = document.createElement("p");
+  note.className = "problem field-problem";
+  if (path && path !== container.dataset.field) {
+    const where = document.createElement("code");
+    where.textContent = path;
+    note.append(where, " ");
+  }
+  note.append(message);
+  container.append(note);
+  container.querySelector("[data-pointer], textarea, input")?.setAttribute("aria-invalid", "true");
+  if (container === raw) raw.open = true;
+}
+
+function clearProblem(container) {
+  for (const marked of container.querySelectorAll(":scope > .field-problem")) marked.remove();
+  container.querySelector("[aria-invalid]")?.removeAttribute("aria-invalid");
+}
+
+// The field a JSON Pointer points into: the one whose own pointer is its longest prefix (the
+// envelope as JSON when none is).
+function fieldOf(path) {
+  let best = raw;
+  for (const container of form.querySelectorAll("[data-field]")) {
+    const own = container.dataset.field;
+    const inside = own !== "" && (path === own || path.startsWith(`${own}/`));
+    if (inside && own.length > best.dataset.field.length) best = container;
+  }
+  return best;
 }
 
 function cell(...children) {
@@ -171,8 +300,10 @@ function dslError(dsl, detail) {
   return item;
 }
 
-// The server's 400 details: every one listed with its path; a goal condition's also at its row.
+// The server's 400 details, all at once: listed with their paths above Launch, and each at the
+// field its path points into (a goal condition's at its row).
 function showProblems(answer, status) {
+  for (const container of form.querySelectorAll("[data-field]")) clearProblem(container);
   for (const marked of rows.querySelectorAll(".field-problem")) marked.remove();
   const list = problems.querySelector("ul");
   list.replaceChildren();
@@ -190,9 +321,12 @@ function showProblems(answer, status) {
       note.className = "problem field-problem";
       note.textContent = detail.message;
       row.querySelector("[data-testid=compiled]").after(note);
+    } else if (detail.path) {
+      markProblem(fieldOf(detail.path), detail.path, detail.message);
     }
   }
   problems.hidden = false;
+  form.querySelector(".field-problem")?.closest("[data-field]")?.scrollIntoView({ block: "center" });
 }
 
 // The JSON Pointers of the values that still read as the redaction marker: a Re-run shows a
@@ -258,7 +392,14 @@ async function launch() {
   showProblems(await response.json().catch(() => ({})), response.status);
 }
 
-envelopeText.addEventListener("change", readConditions);
+envelopeText.addEventListener("change", () => {
+  readConditions();
+  readFields();
+});
+for (const field of fields) {
+  field.addEventListener("input", () => writeField(field));
+  field.addEventListener("change", () => writeField(field));
+}
 form.querySelector("[data-testid=add-condition]").addEventListener("click", () => {
   const row = conditionRow({ facet: "", path: "", condition: { dsl: "" } }, rows.children.length);
   rows.append(row);
@@ -277,3 +418,4 @@ form.addEventListener("submit", (event) => {
     });
 });
 readConditions();
+readFields();

@@ -3,7 +3,10 @@
 //! An edge between neighbouring layers runs straight across the gap between them; an edge that
 //! skips layers is routed around them — along the gap below its source to a lane of its own right
 //! of every box, down the lane, and along the gap above its target — so no edge passes through a
-//! box it does not connect, and a fan-in reads as several edges arriving at one box.
+//! box it does not connect. Each edge has a port of its own on the boxes it joins — the edges into
+//! a box spread across its top, the edges out of it across its bottom, in the order of the boxes
+//! at their other ends — so a fan-in reads as several arrows arriving at one box and a fan-out as
+//! several leaving one, never as one line.
 //! Pure: positions from the plan's nodes and edges, no I/O; the template draws them as SVG.
 
 use crate::hash::HashMap;
@@ -36,8 +39,8 @@ pub struct Placed {
     pub y: u32,
 }
 
-/// An edge from the bottom middle of one box to the top middle of another, as the corners of a
-/// polyline.
+/// An edge from a port on the bottom of one box to a port on the top of another, as the corners
+/// of a polyline.
 pub struct Line {
     pub points: Vec<(u32, u32)>,
 }
@@ -75,14 +78,18 @@ pub fn layout(nodes: Vec<Node>, edges: &[(String, String)]) -> Drawing {
         |(column, row): (u32, u32)| (MARGIN + column * (BOX_WIDTH + GAP_X), MARGIN + row * (BOX_HEIGHT + GAP_Y));
     let columns = in_layer.values().copied().max().unwrap_or(0);
     let boxes_right = MARGIN + columns * BOX_WIDTH + columns.saturating_sub(1) * GAP_X;
+    let drawn: Vec<(usize, usize)> = known.into_iter().filter(|(from, to)| layers[*from] < layers[*to]).collect();
+    let x_of = |node: usize| position(slots[node]).0;
+    let outs = ports(&drawn, |(from, to)| (from, x_of(to)));
+    let ins = ports(&drawn, |(from, to)| (to, x_of(from)));
     let mut lanes = 0;
-    let lines = known
+    let lines = drawn
         .iter()
-        .filter(|(from, to)| layers[*from] < layers[*to])
-        .map(|(from, to)| {
+        .zip(outs.iter().zip(&ins))
+        .map(|((from, to), (out, into))| {
             let (x1, y1) = position(slots[*from]);
             let (x2, y2) = position(slots[*to]);
-            let (start, end) = ((x1 + BOX_WIDTH / 2, y1 + BOX_HEIGHT), (x2 + BOX_WIDTH / 2, y2));
+            let (start, end) = ((x1 + out, y1 + BOX_HEIGHT), (x2 + into, y2));
             if layers[*to] == layers[*from] + 1 {
                 return Line { points: vec![start, end] };
             }
@@ -103,6 +110,23 @@ pub fn layout(nodes: Vec<Node>, edges: &[(String, String)]) -> Drawing {
         })
         .collect();
     Drawing { nodes, lines, width, height }
+}
+
+/// Each edge's port on one side of a box, as an offset from the box's left: the edges sharing a
+/// box (`key` gives the box and the x of the box at the edge's other end) are spread evenly
+/// across its width in the order of those x, so they do not cross one another at the box.
+fn ports(edges: &[(usize, usize)], key: impl Fn((usize, usize)) -> (usize, u32)) -> Vec<u32> {
+    let keys: Vec<(usize, u32)> = edges.iter().map(|&edge| key(edge)).collect();
+    let mut order: Vec<usize> = (0..edges.len()).collect();
+    order.sort_by_key(|&i| (keys[i], i));
+    let mut offsets = vec![BOX_WIDTH / 2; edges.len()];
+    for group in order.chunk_by(|&a, &b| keys[a].0 == keys[b].0) {
+        let count = u32::try_from(group.len()).unwrap_or(u32::MAX).saturating_add(1);
+        for (rank, &edge) in (1..).zip(group) {
+            offsets[edge] = BOX_WIDTH.saturating_mul(rank) / count;
+        }
+    }
+    offsets
 }
 
 /// An edge that skips layers: along the gap below its source to `lane` (right of every box),
@@ -163,6 +187,14 @@ mod tests {
         assert!(at["brief"].1 < at["a"].1 && at["a"].1 < at["merge"].1, "every edge points down");
         assert_eq!(drawing.lines.len(), 5);
         assert!(drawing.lines.iter().all(|l| l.points.len() == 2 && l.points[0].1 < l.points[1].1));
+        // The fan-out leaves `brief` at three ports, left to right as its targets; the fan-in
+        // arrives at `merge` at two.
+        let starts: Vec<u32> = drawing.lines[..3].iter().map(|l| l.points[0].0).collect();
+        let brief_x = at["brief"].0;
+        assert_eq!(starts, [1, 2, 3].map(|k| brief_x + BOX_WIDTH * k / 4));
+        let ends: Vec<u32> = drawing.lines[3..].iter().map(|l| l.points[1].0).collect();
+        let merge_x = at["merge"].0;
+        assert_eq!(ends, [1, 2].map(|k| merge_x + BOX_WIDTH * k / 3));
         assert_eq!(drawing.width, 2 * MARGIN + 3 * BOX_WIDTH + 2 * GAP_X);
         assert_eq!(drawing.height, 2 * MARGIN + 3 * BOX_HEIGHT + 2 * GAP_Y);
     }
@@ -197,8 +229,9 @@ mod tests {
         assert_eq!(drawing.lines.len(), 7);
         let ids = ["brief", "a", "c1", "b", "c2", "merge"];
         let connected = |line: &Line, placed: &Placed| {
-            let touches =
-                |(x, y): (u32, u32)| x == placed.x + BOX_WIDTH / 2 && (y == placed.y || y == placed.y + BOX_HEIGHT);
+            let touches = |(x, y): (u32, u32)| {
+                x > placed.x && x < placed.x + BOX_WIDTH && (y == placed.y || y == placed.y + BOX_HEIGHT)
+            };
             touches(line.points[0]) || touches(line.points[line.points.len() - 1])
         };
         for line in &drawing.lines {

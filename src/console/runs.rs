@@ -106,7 +106,7 @@ pub struct Row {
     plan_version: i32,
     replans: i32,
     max_replans: Option<u32>,
-    /// What its model calls cost (`$0.0039`, `$?` when a model has no price; empty for runs
+    /// What its model calls cost (`$0.0039`, `unknown` when a model has no price; empty for runs
     /// stored before usage was recorded), and the whole usage as its title.
     cost: String,
     usage: String,
@@ -140,7 +140,7 @@ impl Row {
             replans: run.replans,
             max_replans: run.max_replans,
             cost: run.usage.as_ref().map_or_else(String::new, |usage| {
-                usage.tally.cost_usd.map_or_else(|| "$?".to_string(), |cost| cost.to_string())
+                usage.tally.cost_usd.map_or_else(|| "unknown".to_string(), |cost| cost.to_string())
             }),
             usage: run.usage.as_ref().map(ToString::to_string).unwrap_or_default(),
             waiting_for,

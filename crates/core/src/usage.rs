@@ -305,14 +305,14 @@ impl Usage {
 }
 
 /// `2 calls, 1500 in + 150 out tokens, $0.0039` for people (the command line, the console); an
-/// unknown count or cost is `?`.
+/// unknown count is `?`, an unknown cost (a model without a price) `cost unknown`.
 impl std::fmt::Display for Usage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let count = |n: Option<u64>| n.map_or_else(|| "?".to_string(), |n| n.to_string());
         let tally = &self.tally;
         let calls = if tally.calls == 1 { "call" } else { "calls" };
         let (input, output) = (count(tally.counts.input_tokens), count(tally.counts.output_tokens));
-        let cost = tally.cost_usd.map_or_else(|| "$?".to_string(), |cost| cost.to_string());
+        let cost = tally.cost_usd.map_or_else(|| "cost unknown".to_string(), |cost| cost.to_string());
         write!(f, "{} {calls}, {input} in + {output} out tokens, {cost}", tally.calls)
     }
 }
@@ -411,7 +411,7 @@ mod tests {
         let usage = Usage::of_calls(&[CallUsage::priced(&prices, "m", None, counts(1_500, 150, None, None))]).unwrap();
         assert_eq!(usage.to_string(), "1 call, 1500 in + 150 out tokens, $0.0042");
         let unknown = Usage::of_calls(&[CallUsage::priced(&prices, "x", None, Counts::default())]).unwrap();
-        assert_eq!(unknown.to_string(), "1 call, ? in + ? out tokens, $?");
+        assert_eq!(unknown.to_string(), "1 call, ? in + ? out tokens, cost unknown");
         assert_eq!(Micros(12_000_000).to_string(), "$12");
         assert_eq!(Micros(1).to_string(), "$0.000001");
     }

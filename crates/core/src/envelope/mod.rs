@@ -332,6 +332,13 @@ mod tests {
     }
 
     #[test]
+    fn a_blank_objective_is_refused_in_words() {
+        let errors = problems(json!({"objective": "  ", "outputContract": {"mode": "facets", "facets": ["a"]}}));
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!((errors[0].path.as_str(), errors[0].message.as_str()), ("/objective", "must hold more than spaces"));
+    }
+
+    #[test]
     fn a_budget_is_read_and_bad_values_are_refused_with_their_pointer() {
         let mut body = valid();
         body["policies"]["budget"] = json!({"maxCostUsd": 0.5, "maxModelCalls": 4, "onExceeded": "fail"});

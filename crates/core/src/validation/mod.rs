@@ -6,6 +6,9 @@
 //! This module may use [`crate::condition`]; the condition modules never use it.
 
 use jsonschema::error::ValidationErrorKind;
+
+/// The pattern the schemas give a string that must not be blank.
+const NOT_BLANK: &str = r"\S";
 use serde::Serialize;
 use serde_json::Value;
 
@@ -97,6 +100,10 @@ impl BodySchema {
                         "required",
                         format!("`{name}` is required"),
                     ));
+                }
+                // The schemas' way of saying "not blank" reads as a riddle in the validator's words.
+                ValidationErrorKind::Pattern { pattern } if pattern == NOT_BLANK => {
+                    errors.push(FieldError::new(path, "pattern", "must hold more than spaces".to_string()));
                 }
                 kind => {
                     errors.push(FieldError::new(path, kind.keyword(), error.to_string()));

@@ -1,0 +1,90 @@
+//! Every console page in both colour schemes and at a phone's width, in a real headless Chromium
+//! against the real server: no page scrolls sideways at 390 px (tables fold, graphs and code scroll
+//! in their own boxes), no page logs an error, and the dark scheme really is dark. With
+//! `FLEXRUN_SCREENSHOTS=<dir>` each page is saved as `<page>-<scheme>.png` (the pictures of
+//! `docs/console.md`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use fantoccini::Locator;
+use serde_json::json;
+use support::browser::{Browser, Scheme};
+use support::*;
+
+/// The pages, by name and path, of a server holding a repaired run, a failed run and a run waiting
+/// for its plan's approval.
+async fn pages(server: &TestServer) -> Vec<(&'static str, String)> {
+    let repaired = server.run(&envelope()).await[0].run_id.clone();
+    let mut capped = envelope();
+    capped["objective"] = json!("Write a post that never scores well enough");
+    capped["policies"] = json!({"replan": {"maxGoalConditionReplans": 0}});
+    let failed = server.run(&capped).await[0].run_id.clone();
+    let waiting = server.run(&gated_envelope()).await[0].run_id.clone();
+    vec![
+        ("runs", "/ui/runs".into()),
+        ("run", format!("/ui/runs/{repaired}")),
+        ("run-failed", format!("/ui/runs/{failed}")),
+        ("run-approval", format!("/ui/runs/{waiting}")),
+        ("inbox", "/ui/inbox".into()),
+        ("composer", "/ui/new".into()),
+        ("capabilities", "/ui/capabilities".into()),
+        ("not-found", "/ui/runs/no-such-run".into()),
+    ]
+}
+
+/// Signs in with the operator key on the sign-in page (saved as `sign-in-<scheme>`).
+async fn sign_in(browser: &Browser, server: &TestServer, scheme: Scheme) {
+    browser.client.goto(&server.url("/ui/runs")).await.unwrap();
+    assert_eq!(browser.client.current_url().await.unwrap().path(), "/ui/login");
+    assert_no_sideways_scroll(browser, "sign-in").await;
+    browser.screenshot(&format!("sign-in-{}", scheme.name())).await;
+    let field = browser.client.find(Locator::Css("input[name=key]")).await.unwrap();
+    field.send_keys(OPERATOR_KEY).await.unwrap();
+    browser.click("form.login button").await;
+    browser.wait_for_text("[data-testid=principal]", "ops").await;
+}
+
+async fn assert_no_sideways_scroll(browser: &Browser, page: &str) {
+    let widths = browser
+        .client
+        .execute("return [document.documentElement.scrollWidth, window.innerWidth]", vec![])
+        .await
+        .unwrap();
+    let (scroll, inner) = (widths[0].as_u64().unwrap(), widths[1].as_u64().unwrap());
+    assert!(scroll <= inner, "{page} is {scroll} px wide in a {inner} px window");
+}
+
+/// The page's background colour, as the browser computed it.
+async fn background(browser: &Browser) -> String {
+    let script = "return getComputedStyle(document.body).backgroundColor";
+    browser.client.execute(script, vec![]).await.unwrap().as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_page_reads_in_both_schemes_and_at_a_phones_width() {
+    let options = Options { env: vec![("FLEXRUN_OPERATOR_KEYS", format!("ops:{OPERATOR_KEY}"))], ..Options::default() };
+    let server = TestServer::start_with(repair_script(0.5, 0.9), options).await;
+    let pages = pages(&server).await;
+    for (scheme, width) in [(Scheme::Light, 1280), (Scheme::Dark, 1280), (Scheme::Light, 390), (Scheme::Dark, 390)] {
+        let browser = Browser::start_in(width, scheme).await;
+        sign_in(&browser, &server, scheme).await;
+        for (page, path) in &pages {
+            browser.client.goto(&server.url(path)).await.unwrap();
+            browser.text("h1").await;
+            let shade = background(&browser).await;
+            let dark = shade == "rgb(16, 19, 24)";
+            assert_eq!(dark, scheme == Scheme::Dark, "{page} in the {} scheme has background {shade}", scheme.name());
+            if width < 400 {
+                assert_no_sideways_scroll(&browser, page).await;
+                browser.screenshot(&format!("{page}-{}-390", scheme.name())).await;
+            } else {
+                browser.screenshot(&format!("{page}-{}", scheme.name())).await;
+            }
+        }
+        let errors = browser.console_errors().await;
+        let expected = |e: &String| e.contains("no-such-run") && e.contains("404");
+        assert!(errors.iter().all(expected), "console errors in the {} scheme: {errors:?}", scheme.name());
+        browser.close().await;
+    }
+}
