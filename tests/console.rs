@@ -345,6 +345,30 @@ async fn an_operator_raises_a_reached_budget_from_the_run_page() {
     browser.close().await;
 }
 
+/// A question in the inbox names the step that asks it, with its capability and instructions; a
+/// budget reached shows the limits and what was spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_shows_the_step_that_asks_and_the_budget_that_was_reached() {
+    let asks = Reply::json(json!({"signal": "CLARIFY", "question": "Formal or casual?"}));
+    let server = TestServer::start(planner_then(&[("draft", "writer")], asks)).await;
+    let question = server.run(&envelope()).await[0].run_id.clone();
+    let mut capped = envelope();
+    capped["policies"] = json!({"budget": {"maxModelCalls": 1}});
+    let budget = server.run(&capped).await[0].run_id.clone();
+    let browser = Browser::start(1280).await;
+    browser.client.goto(&server.url("/ui/inbox")).await.unwrap();
+    let item = |run: &str| format!("[data-testid=inbox] section[data-run-id='{run}']");
+    let asked = browser.text(&format!("{} [data-testid=context]", item(&question))).await;
+    assert!(asked.contains("Asked by step") && asked.contains("(draft, writer)"), "{asked}");
+    assert!(browser.text(&item(&question)).await.contains("Formal or casual?"));
+    let reached = browser.text(&format!("{} [data-testid=context]", item(&budget))).await;
+    assert!(reached.contains("modelCalls: 1 spent of 1, 0 left"), "{reached}");
+    assert!(reached.contains("Spent") && reached.contains("1 call"), "{reached}");
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}
+
 /// The inbox lists every decision operators owe, oldest first, and answers them in place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_lists_pending_decisions_oldest_first_and_answers_them_in_place() {

@@ -35,6 +35,9 @@ struct Item {
     plan: Option<PlanSection>,
     /// The run's page, which the plan's boxes link into.
     run_page: String,
+    /// What else the decision needs in view, as labelled lines: for a question, the step that
+    /// asks (its capability and instructions); for a budget reached, the limits and the spending.
+    context: Vec<(&'static str, String)>,
 }
 
 impl Item {
@@ -54,6 +57,7 @@ impl Item {
         };
         Self {
             plan: None,
+            context: Vec::new(),
             run_page: format!("/ui/runs/{}", pending.run_id),
             node_id: pending.node_id.unwrap_or_default(),
             fields,
@@ -79,19 +83,49 @@ struct InboxPage {
     box_height: u32,
 }
 
-/// The most plan approvals shown with their plans: each reads its run.
-const PLANS_SHOWN: usize = 20;
+/// The most items shown with what their run says (a plan, a step, a budget): each reads its run.
+const CONTEXTS_SHOWN: usize = 20;
 
-/// Reads the plan each plan approval asks about (the first [`PLANS_SHOWN`]); a run that cannot be
-/// read leaves its item without one.
-async fn with_plans(services: &Services, items: &mut [Item], versions: &[Option<u32>]) {
-    let asked = items.iter_mut().zip(versions).filter_map(|(item, version)| Some((item, (*version)?)));
-    for (item, version) in asked.take(PLANS_SHOWN) {
+/// Reads, for the first [`CONTEXTS_SHOWN`] items that need it, what the decision needs in view: a
+/// plan approval's plan (`versions`), a question's step, a budget's limits and spending. A run
+/// that cannot be read leaves its item as it is.
+async fn with_context(services: &Services, items: &mut [Item], versions: &[Option<u32>]) {
+    let needing = items
+        .iter_mut()
+        .zip(versions)
+        .filter(|(item, version)| version.is_some() || matches!(item.answer, "question" | "budget"));
+    for (item, version) in needing.take(CONTEXTS_SHOWN) {
         let Ok(run_id) = RunId::parse(&item.run_id) else { continue };
-        if let Ok(view) = RunView::read(services, &run_id).await {
-            item.plan = PlanSection::of(&view, Some(version), &FrameFacts::default(), &services.redaction);
+        let Ok(view) = RunView::read(services, &run_id).await else { continue };
+        if let Some(version) = version {
+            item.plan = PlanSection::of(&view, Some(*version), &FrameFacts::default(), &services.redaction);
+        } else if item.answer == "budget" {
+            item.context = budget_context(&view);
+        } else {
+            item.context = step_context(&view, &item.node_id, &services.redaction);
         }
     }
+}
+
+/// A budget reached: per limit what was spent and is left, and the run's usage.
+fn budget_context(view: &RunView) -> Vec<(&'static str, String)> {
+    let mut lines = Vec::new();
+    if let Some(budget) = &view.run.budget {
+        lines.push(("Budget", super::run_page::budget(budget)));
+    }
+    if let Some(usage) = &view.run.usage {
+        lines.push(("Spent", usage.to_string()));
+    }
+    lines
+}
+
+/// The step a question comes from: its name, capability and instructions.
+fn step_context(view: &RunView, node_id: &str, redaction: &crate::redact::Redaction) -> Vec<(&'static str, String)> {
+    let Some(plan) = PlanSection::of(view, None, &FrameFacts::default(), redaction) else { return Vec::new() };
+    let Some(node) = plan.nodes.into_iter().find(|n| n.id == node_id) else { return Vec::new() };
+    let mut lines = vec![("Asked by step", format!("{} ({}, {})", node.label, node.id, node.capability))];
+    lines.extend(node.instructions.into_iter().map(|line| ("Its instructions", line)));
+    lines
 }
 
 /// `GET /ui/inbox`.
@@ -105,7 +139,7 @@ pub async fn show(viewer: Viewer, services: web::Data<Services>) -> HttpResponse
                 .map(|p| (p.subject == "plan").then(|| u32::try_from(p.plan_version).ok()).flatten())
                 .collect();
             let mut items: Vec<Item> = pending.into_iter().map(|p| Item::of(p, &services.registry)).collect();
-            with_plans(&services, &mut items, &versions).await;
+            with_context(&services, &mut items, &versions).await;
             page::html(&InboxPage {
                 chrome: Chrome::new("inbox", Some(&viewer)),
                 operator: viewer.caller.role == Role::Operator,

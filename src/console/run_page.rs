@@ -191,7 +191,7 @@ fn pending(services: &Services, view: &RunView) -> Option<Pending> {
 }
 
 /// "modelCalls: 2 spent of 3, 1 left (pauses when reached)": the run's spending budget.
-fn budget(view: &crate::run::view::SpendingView) -> String {
+pub(super) fn budget(view: &crate::run::view::SpendingView) -> String {
     let action = match view.limits.on_exceeded {
         crate::budget::OnExceeded::Pause => "pauses",
         crate::budget::OnExceeded::Fail => "fails",
