@@ -138,17 +138,23 @@ async fn the_composer_is_a_form_whose_fields_write_the_envelope_and_show_its_pro
     browser.fill("#inputs", "{\"brief\": {\"topic\": \"flexrun\"}}").await;
     assert_eq!(client.find_all(Locator::Css("[data-field='/inputs'] .field-problem")).await.unwrap().len(), 0);
 
-    // Three mistakes at once: all three refused in one answer, each at its field.
+    // Four mistakes at once — three of shape, one of meaning (a facet nothing provides): all
+    // refused in one answer, each at its field.
     browser.fill("#objective", " ").await;
     browser.fill("#max-cost", "-1").await;
     browser.click_button("form.composer", "Add a condition").await;
     browser.fill("[data-testid=conditions] [name=dsl]", "x > 1").await;
+    browser.click_button("form.composer", "Add a condition").await;
+    browser.fill("[data-testid=conditions] tr:nth-child(2) [name=facet]", "no_such_facet").await;
+    browser.fill("[data-testid=conditions] tr:nth-child(2) [name=dsl]", "x > 1").await;
     browser.click_button("form.composer", "Launch").await;
     browser.wait_for_text("[data-field='/policies/budget/maxCostUsd'] .field-problem", "minimum").await;
     let problems = browser.text("[data-testid=problems]").await;
-    for path in ["/objective", "/policies/budget/maxCostUsd", "/goal_condition/0/facet"] {
+    for path in ["/objective", "/policies/budget/maxCostUsd", "/goal_condition/0/facet", "/goal_condition/1/facet"] {
         assert!(problems.contains(path), "{path} in {problems}");
     }
+    let second = browser.text("[data-testid=conditions] tr:nth-child(2) .field-problem").await;
+    assert!(second.contains("no_such_facet"), "{second}");
     assert!(!browser.text("[data-field='/objective'] .field-problem").await.is_empty(), "at the objective");
     assert!(!browser.text("[data-testid=conditions] .field-problem").await.is_empty(), "at its row");
     assert_eq!(
@@ -162,6 +168,7 @@ async fn the_composer_is_a_form_whose_fields_write_the_envelope_and_show_its_pro
     browser.screenshot("composer-problems").await;
 
     // Fixed in the fields, launched: the run is as the fields said.
+    browser.click("[aria-label='Remove condition 2']").await;
     browser.fill("#objective", "Write a short post").await;
     browser.fill("#facets", "post_copy").await;
     browser.fill("#max-cost", "").await;

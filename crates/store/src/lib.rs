@@ -187,13 +187,18 @@ impl Store {
         if indexed > 0 {
             tracing::info!(threads = indexed, "indexed the metadata of threads stored before the index existed");
         }
+        let postgres = !matches!(conn, DbConn::Sqlite(_));
         let reads = Pool::builder()
             .max_size(8)
             .connection_timeout(Duration::from_secs(10))
+            // A pooled PostgreSQL connection can have been closed by the server or the network
+            // since it was last used, so it is checked (`SELECT 1`) before a read gets it; a
+            // SQLite connection is a file handle in this process and cannot go stale, and the
+            // check would cost every read a statement prepared and run for nothing.
+            .test_on_check_out(postgres)
             .connection_customizer(Box::new(SqliteSettings))
             .build(ConnectionManager::new(url.clone()))
             .map_err(|e| StoreError::Connection(e.to_string()))?;
-        let postgres = !matches!(conn, DbConn::Sqlite(_));
         let writer = match runtime {
             Some(runtime) if !postgres => Writer::on_runtime(conn, runtime),
             _ => {

@@ -113,15 +113,12 @@ pub fn parse(body: &[u8], catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeErr
 /// Validates an envelope already read as JSON.
 pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeError> {
     validation::refuse_nul(&raw).map_err(|e| EnvelopeError::Invalid(vec![e]))?;
-    let mut errors = SCHEMA.check(&raw);
-    if !errors.is_empty() {
-        return Err(EnvelopeError::Invalid(errors));
-    }
+    let shape = SCHEMA.check(&raw);
     // Stored with `2.0` read as `2`, so every later reading of the policies agrees with this one.
     if let Some(policies) = raw.get_mut("policies") {
         *policies = validation::integral_numbers(policies.take());
     }
-    errors.extend(unsupported_features(&raw));
+    let mut errors = unsupported_features(&raw);
     let output_contract =
         OutputContract::parse(&raw["outputContract"], "/outputContract").map_err(|e| errors.extend(e)).ok();
     let mut dsl_errors = Vec::new();
@@ -134,6 +131,9 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
     };
     if let Some(contract) = &output_contract {
         errors.extend(undeclared_facets(&raw, contract, catalog));
+    }
+    if !shape.is_empty() {
+        return Err(EnvelopeError::Invalid(with_meaning(shape, errors)));
     }
     let (Some(output_contract), true) = (output_contract, errors.is_empty()) else {
         return Err(EnvelopeError::Invalid(errors));
@@ -168,6 +168,18 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         rerun_of: string_at(&raw, "/metadata/rerunOf"),
         raw,
     })
+}
+
+/// The shape problems of an envelope and, after them, the problems of its meaning (a facet nothing
+/// provides, a feature not supported) at places no shape problem names — so one answer names every
+/// offending field, and a part whose shape is wrong is not reported twice. Checking the meaning of
+/// a badly shaped part would only restate its shape problem in other words.
+fn with_meaning(mut shape: Vec<FieldError>, meaning: Vec<FieldError>) -> Vec<FieldError> {
+    let within = |a: &str, b: &str| a == b || b.strip_prefix(a).is_some_and(|rest| rest.starts_with('/'));
+    let apart = |path: &str| shape.iter().all(|s| !within(&s.path, path) && !within(path, &s.path));
+    let meaning: Vec<FieldError> = meaning.into_iter().filter(|e| apart(&e.path)).collect();
+    shape.extend(meaning);
+    shape
 }
 
 /// Replaces each DSL condition of the stored envelope by its compiled form, so what is stored and
@@ -329,6 +341,27 @@ mod tests {
         assert!(at("/policies/replan/maxReplans"), "{errors:#?}");
         let unknown = errors.iter().find(|e| e.path == "/goalConditions").unwrap();
         assert!(unknown.message.contains("goal_condition"), "{}", unknown.message);
+    }
+
+    #[test]
+    fn shape_and_meaning_problems_are_named_in_one_answer() {
+        let mut body = valid();
+        body["objective"] = json!(" ");
+        body["goal_condition"][0]["facet"] = json!("nothing_makes_this");
+        body["goal_condition"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"facet": "", "path": "", "condition": {"dsl": "x > 1"}}));
+        let errors = problems(body);
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert!(paths.contains(&"/objective"), "{errors:#?}");
+        assert!(paths.contains(&"/goal_condition/1/facet"), "the blank facet, by its shape: {errors:#?}");
+        let undeclared: Vec<&FieldError> = errors.iter().filter(|e| e.code == "undeclared_facet").collect();
+        assert_eq!(undeclared.len(), 1, "the facet nothing provides, by its meaning: {errors:#?}");
+        assert_eq!(undeclared[0].path, "/goal_condition/0/facet");
+        assert_eq!(paths.iter().filter(|p| p.starts_with("/goal_condition/1")).count(), 1, "not twice: {errors:#?}");
+        let blank = errors.iter().find(|e| e.path == "/goal_condition/1/facet").unwrap();
+        assert_eq!(blank.message, "must not be empty");
     }
 
     #[test]

@@ -101,7 +101,11 @@ impl BodySchema {
                         format!("`{name}` is required"),
                     ));
                 }
-                // The schemas' way of saying "not blank" reads as a riddle in the validator's words.
+                // The schemas' ways of saying "not empty" and "not blank" read as riddles in the
+                // validator's words (`"" is shorter than 1 character`, `" " does not match "\S"`).
+                ValidationErrorKind::MinLength { limit: 1 } => {
+                    errors.push(FieldError::new(path, "minLength", "must not be empty".to_string()));
+                }
                 ValidationErrorKind::Pattern { pattern } if pattern == NOT_BLANK => {
                     errors.push(FieldError::new(path, "pattern", "must hold more than spaces".to_string()));
                 }
