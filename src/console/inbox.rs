@@ -102,7 +102,7 @@ async fn with_context(services: &Services, items: &mut [Item], versions: &[Optio
         } else if item.answer == "budget" {
             item.context = budget_context(&view);
         } else {
-            item.context = step_context(&view, &item.node_id, &services.redaction);
+            item.context = step_context(&view, &item.node_id);
         }
     }
 }
@@ -119,12 +119,15 @@ fn budget_context(view: &RunView) -> Vec<(&'static str, String)> {
     lines
 }
 
-/// The step a question comes from: its name, capability and instructions.
-fn step_context(view: &RunView, node_id: &str, redaction: &crate::redact::Redaction) -> Vec<(&'static str, String)> {
-    let Some(plan) = PlanSection::of(view, None, &FrameFacts::default(), redaction) else { return Vec::new() };
-    let Some(node) = plan.nodes.into_iter().find(|n| n.id == node_id) else { return Vec::new() };
-    let mut lines = vec![("Asked by step", format!("{} ({}, {})", node.label, node.id, node.capability))];
-    lines.extend(node.instructions.into_iter().map(|line| ("Its instructions", line)));
+/// The step a question comes from, in the run's newest plan: its name, capability and
+/// instructions.
+fn step_context(view: &RunView, node_id: &str) -> Vec<(&'static str, String)> {
+    let newest = view.plan_versions.last().map(|version| &version.plan);
+    let Some(node) = newest.and_then(|plan| plan.nodes.iter().find(|n| n.id.as_str() == node_id)) else {
+        return Vec::new();
+    };
+    let mut lines = vec![("Asked by step", format!("{} ({}, {})", node.label, node.id, node.capability_id))];
+    lines.extend(node.instructions.iter().map(|line| ("Its instructions", line.clone())));
     lines
 }
 

@@ -6,11 +6,11 @@
 //! This module may use [`crate::condition`]; the condition modules never use it.
 
 use jsonschema::error::ValidationErrorKind;
+use serde::Serialize;
+use serde_json::Value;
 
 /// The pattern the schemas give a string that must not be blank.
 const NOT_BLANK: &str = r"\S";
-use serde::Serialize;
-use serde_json::Value;
 
 use crate::condition::dsl::{DslError, Range};
 use crate::suggest::closest;
