@@ -113,14 +113,13 @@ async fn renew(services: &Services, leasing: &Leasing, renewed: &mut Instant) {
     match held {
         Ok(rows) => {
             *renewed = started;
-            // A run is lost when its row says another node or epoch holds it. A run with no row
-            // yet is one being created here, its first commit not landed: not lost.
+            // A run with no row yet is one being created here, its first commit not landed: not lost.
             let leases: HashMap<&str, (Option<&str>, i64)> =
                 rows.iter().map(|r| (r.run_id.as_str(), (r.lease_owner.as_deref(), r.lease_epoch))).collect();
             let lost: Vec<&RunId> = local
                 .iter()
                 .filter(|(run_id, epoch)| {
-                    leases.get(run_id.as_str()).is_some_and(|lease| *lease != (Some(leasing.node.as_str()), *epoch))
+                    leases.get(run_id.as_str()).is_some_and(|&(owner, at)| is_lost(owner, at, &leasing.node, *epoch))
                 })
                 .map(|(run_id, _)| run_id)
                 .collect();
@@ -139,6 +138,14 @@ async fn renew(services: &Services, leasing: &Leasing, renewed: &mut Instant) {
         }
         Err(error) => tracing::warn!(error = %crate::excerpt::log(error), "lease renewal failed; trying again"),
     }
+}
+
+/// Whether a run this node drives under `epoch` is lost, its row holding the lease of `owner` at
+/// `at`: when its epoch moved on (another node claimed it) or another node holds it. A row with no
+/// owner at the same epoch is not lost: this node's own commit released the lease (the run ended
+/// or waits), and its coordinator, maybe not yet back from that commit, still has to publish it.
+fn is_lost(owner: Option<&str>, at: i64, node: &str, epoch: i64) -> bool {
+    at != epoch || owner.is_some_and(|owner| owner != node)
 }
 
 /// Stops driving `runs` at once: whatever another node does with them, this one writes nothing
@@ -227,4 +234,18 @@ pub async fn drain(services: &Services, grace: Duration) -> Result<usize, StoreE
     tracing::info!(node = %leasing.node, handed, "drained: leases handed back");
     telemetry::runs_owned(0);
     Ok(handed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_lost;
+
+    #[test]
+    fn a_lease_is_lost_to_a_new_epoch_or_another_node_not_to_its_own_release() {
+        assert!(!is_lost(Some("a"), 3, "a", 3), "held here");
+        assert!(!is_lost(None, 3, "a", 3), "released by this node's own commit");
+        assert!(is_lost(Some("b"), 4, "a", 3), "claimed by another node");
+        assert!(is_lost(None, 4, "a", 3), "claimed elsewhere, then released");
+        assert!(is_lost(Some("b"), 3, "a", 3), "another node at this epoch");
+    }
 }
