@@ -602,7 +602,9 @@ async fn a_failed_run_says_why_at_the_top_of_its_page() {
 async fn the_run_page_follows_a_run_live_from_planning_to_completed() {
     let think = std::time::Duration::from_millis(1500);
     let work = std::time::Duration::from_millis(700);
-    let script = script(move |call| {
+    // The first plan waits until the page has been seen planning, however long the browser takes.
+    let (seen_planning, planning_seen) = tokio::sync::watch::channel(false);
+    let answer = support::script(move |call| {
         if call.is_planner() {
             let repair = call.user.contains("### GOAL CONDITION REPAIR");
             let stages: &[(&str, &str)] =
@@ -614,6 +616,15 @@ async fn the_run_page_follows_a_run_live_from_planning_to_completed() {
             _ => post(0.9).after(work),
         }
     });
+    let script: flexrun::llm::standin::Script = std::sync::Arc::new(move |call: flexrun::llm::standin::ChatCall| {
+        let (answer, mut planning_seen) = (answer.clone(), planning_seen.clone());
+        Box::pin(async move {
+            if call.is_planner() {
+                let _ = planning_seen.wait_for(|seen| *seen).await;
+            }
+            answer(call).await
+        })
+    });
     let server = TestServer::start(script).await;
     let browser = Browser::start(1280).await;
     let client = &browser.client;
@@ -622,6 +633,7 @@ async fn the_run_page_follows_a_run_live_from_planning_to_completed() {
     client.execute("window.sameDocument = true; return true", vec![]).await.unwrap();
     assert_eq!(browser.text("[data-testid=status]").await, "planning");
     assert!(client.find(Locator::Css("[data-testid=plan]")).await.is_err(), "no plan while the planner works");
+    seen_planning.send_replace(true);
 
     let steps = [
         ("v1's graph", "return !!document.querySelector('g[data-node-id=draft]')"),

@@ -132,8 +132,11 @@ impl Executors {
             Executor::Human { .. } => {
                 return Metered::unmetered(Err(CapabilityError::HumanTask(capability.id.clone())));
             }
+            // Boxed: an MCP session's future is six times an `ai` call's, and every step's future
+            // would otherwise be as large, whatever its capability.
             Executor::Mcp(tool) => {
-                return Metered::unmetered(self.run_mcp(capability, tool, bundle, timeouts.capability_call).await);
+                let call = Box::pin(self.run_mcp(capability, tool, bundle, timeouts.capability_call));
+                return Metered::unmetered(call.await);
             }
         };
         answer.map(|answer| {

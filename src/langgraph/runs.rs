@@ -94,14 +94,16 @@ async fn begin(
             let newest = if matches!(input, Input::Chat(_)) { newest().await? } else { None };
             start(services, &owner, &thread.thread_id, input, newest.as_ref(), trace_parent).await?
         }
+        // The resume and the fork boxed: their futures are twice a start's, which every start
+        // would otherwise carry (copied whole as the request's handler is boxed).
         Action::Resume(value) => {
-            let resumed = resume(services, caller, newest().await?, value).await?;
+            let resumed = Box::pin(resume(services, caller, newest().await?, value)).await?;
             // No run is created, so no first commit names the graph: a commit of its own does.
             let id = thread.thread_id.clone();
             services.store.write(move |conn| thread_rows::mark(conn, &id, GRAPH_METADATA, crate::store::now())).await?;
             resumed
         }
-        Action::Fork(from) => checkpoints::fork(services, caller, &thread, from).await?,
+        Action::Fork(from) => Box::pin(checkpoints::fork(services, caller, &thread, from)).await?,
     };
     Ok(Began { thread_id: thread.thread_id, run_id: started.run_id.clone(), modes: request.modes, started })
 }

@@ -269,9 +269,10 @@ impl SpanScope {
         Context::map_current(|cx| cx.get::<SpanScope>().cloned())
     }
 
-    /// Runs `work` in this scope.
-    pub async fn enter<F: Future>(self, work: F) -> F::Output {
-        work.with_context(Context::new().with_value(self)).await
+    /// Runs `work` in this scope. Not an `async fn`: one would hold `work` twice (as its argument
+    /// and as what it awaits), and a step's call is kilobytes, copied whole when boxed.
+    pub fn enter<F: Future>(self, work: F) -> impl Future<Output = F::Output> {
+        work.with_context(Context::new().with_value(self))
     }
 
     /// The `traceparent` header of a call made directly under the scope's span.
