@@ -26,6 +26,8 @@ use std::sync::Arc;
 use memchr::{memchr_iter, memrchr};
 use serde_json::Value;
 
+mod verdicts;
+
 /// What a redacted value is replaced by.
 pub const REDACTED: &str = "[redacted]";
 
@@ -91,6 +93,8 @@ pub struct Redaction {
     /// The first letters of the markers ([`letters`]): where a word of a key starts with none
     /// of them, no marker is spelled from there.
     firsts: u32,
+    /// The number verdicts reached with these markers are remembered under ([`verdicts`]).
+    number: u64,
 }
 
 /// One marker word, and where in a key it counts.
@@ -127,18 +131,23 @@ impl Redaction {
         let firsts =
             markers.iter().fold(0, |firsts, m| firsts | letters(m.word.as_bytes().get(..1).unwrap_or_default()));
         let letters = markers.iter().map(|m| letters(m.word.as_bytes())).collect();
-        Self { markers: markers.into(), letters, firsts }
+        Self { markers: markers.into(), letters, firsts, number: verdicts::number() }
     }
 
     /// Whether a value under `key` is a secret: some run of its words, from a word's start to a
     /// word's end (to the key's end, for a last-word marker), spells a marker or its plural.
     pub fn is_secret(&self, key: &str) -> bool {
-        self.spelled(key.as_bytes(), letters(key.as_bytes()) & !ESCAPE)
+        self.judged(key.as_bytes())
     }
 
-    /// [`Self::is_secret`] for a key with the letters `present`. Every key of every streamed frame
-    /// is asked about, so a key that lacks a letter of each marker is answered without finding
-    /// its words.
+    /// [`Self::is_secret`] for a key's text (as it reads, no escapes): every key of every streamed
+    /// frame is asked about, mostly the same few dozen, whose verdicts are remembered.
+    fn judged(&self, key: &[u8]) -> bool {
+        verdicts::remembered(self.number, key, || self.spelled(key, letters(key) & !ESCAPE))
+    }
+
+    /// Whether `key`, with the letters `present`, spells a marker. A key that lacks a letter of
+    /// each marker is answered without finding its words.
     fn spelled(&self, key: &[u8], present: u32) -> bool {
         // Most keys lack a letter of every marker: settled by one pass over the markers' letter
         // sets without a branch or a compare (which SSE2 lacks for these), four markers at a time:
@@ -240,9 +249,8 @@ impl Redaction {
             };
             let Some(open) = opening_quote(bytes, close) else { return true };
             let key = bytes.get(open + 1..close).unwrap_or_default();
-            let present = letters(key);
-            if present & ESCAPE == 0 {
-                return self.spelled(key, present);
+            if letters(key) & ESCAPE == 0 {
+                return self.judged(key);
             }
             // A key written with escapes is judged by what it says once unescaped.
             json.get(open..=close)
@@ -274,7 +282,7 @@ impl KeyWatch<'_> {
         let Some(pieces) = self.pieces.as_mut().filter(|_| !self.found) else { return };
         *pieces += 1;
         self.found = match text {
-            Some(text) if *pieces == 1 => self.redaction.spelled(text.as_bytes(), letters(text.as_bytes())),
+            Some(text) if *pieces == 1 => self.redaction.judged(text.as_bytes()),
             _ => true,
         };
     }
@@ -631,6 +639,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn remembered_verdicts_belong_to_the_markers_they_were_reached_with() {
+        let (plain, tenant) = (Redaction::default(), Redaction::new(&["tenant".into()]));
+        for _ in 0..3 {
+            assert!(!plain.is_secret("tenantId"));
+            assert!(tenant.is_secret("tenantId"));
+            assert!(tenant.clone().is_secret("tenantId"), "a clone shares its markers' verdicts");
+        }
+        // Past the keys a thread remembers, and past the longest it remembers, keys are still judged.
+        for i in 0..2_000 {
+            assert!(!plain.is_secret(&format!("field{i}")));
+        }
+        assert!(plain.is_secret("apiKey") && !plain.is_secret("tenantId"));
+        let long = format!("{}_password", "x".repeat(60));
+        assert!(plain.is_secret(&long) && plain.is_secret(&long));
     }
 
     #[test]
