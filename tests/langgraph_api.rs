@@ -224,3 +224,34 @@ async fn the_history_is_also_served_on_get() {
         .unwrap();
     assert_eq!(unknown.status().as_u16(), 400);
 }
+
+/// A `values` event is written straight from the run's state (its outputs are not copied into a
+/// JSON value first): its text is exactly what the JSON it reads as writes — keys in order,
+/// `outputs` among them — and it carries every output so far, a repair's included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_events_read_as_the_json_they_write() {
+    let server = keyed_server(repair_script(0.5, 0.9)).await;
+    let thread = new_thread(&server, "alice-key").await;
+    let run = json!({"assistant_id": "flex", "input": envelope(), "stream_mode": ["values", "updates"]});
+    let response =
+        call(&server, reqwest::Method::POST, &format!("/threads/{thread}/runs/stream"), "alice-key", Some(run)).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let values: Vec<&str> = text
+        .split("\n\n")
+        .filter(|event| event.lines().any(|line| line == "event: values"))
+        .filter_map(|event| event.lines().find_map(|line| line.strip_prefix("data: ")))
+        .collect();
+    // The start, two plans, two completed steps, the failed goal round and the end.
+    assert_eq!(values.len(), 7, "a values event after every step: {text}");
+    for data in &values {
+        let read: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(*data, read.to_string(), "written as its JSON writes");
+    }
+    let last: Value = serde_json::from_str(values.last().unwrap()).unwrap();
+    assert_eq!(last["status"], "completed");
+    let outputs: Vec<&String> = last["outputs"].as_object().unwrap().keys().collect();
+    assert_eq!(outputs, ["draft", "polish"], "{last}");
+    assert_eq!(last["outputs"]["polish"]["quality_score"], 0.9);
+    assert!(last["output"].is_object() && last["usage"]["calls"].as_u64() > Some(0), "{last}");
+}

@@ -2,6 +2,9 @@
 //! open interrupts, the nodes it waits on (`next`), its statuses in LangGraph's words, and chat
 //! messages in LangChain's format. Pure: everything is computed from the run's [`RunState`].
 
+use std::collections::BTreeMap;
+
+use serde::{Serialize, Serializer, ser::SerializeMap};
 use serde_json::{Map, Value, json};
 
 use crate::condition::GoalConditionResult;
@@ -85,37 +88,113 @@ pub fn thread_status(newest: Option<RunStatus>) -> &'static str {
 /// The run as the thread's `values`: status, objective, plan, node outputs, goal-condition
 /// results, output and error; `messages` for a run started from a chat input.
 pub fn values(state: &RunState, objective: &str, chat: Option<&[Value]>) -> Value {
-    let mut values = Map::new();
-    values.insert("runId".into(), json!(state.run_id));
-    values.insert("status".into(), json!(state.status));
-    values.insert("objective".into(), json!(objective));
-    values.insert("planVersion".into(), json!(state.plan_version()));
-    values.insert("plan".into(), plan(state));
-    let outputs: Map<String, Value> =
-        state.completed().iter().map(|work| (work.node_id.clone(), work.output.clone())).collect();
-    let slots: Vec<String> =
-        outputs.keys().map(|node| format!("/outputs/{}", node.replace('~', "~0").replace('/', "~1"))).collect();
-    let mut outputs = json!({ "outputs": outputs });
-    elide::bound(&mut outputs, &slots, VALUES_OUTPUT_BYTES, |_| None);
-    values.insert("outputs".into(), outputs["outputs"].take());
-    let goal_results = match &state.end {
-        Some(end) => json!(end.goal_condition_results),
-        None => json!(state.repair),
-    };
-    values.insert("goalConditionResults".into(), goal_results);
-    values.insert("usage".into(), json!(state.usage.total));
-    if let Some(end) = &state.end {
-        values.insert("output".into(), end.output.clone());
-        if let Some(error) = &end.error {
-            values.insert("error".into(), error.clone());
+    Values::of(state, objective, chat).to_value()
+}
+
+/// [`values`] as it is written: the node outputs borrowed from the state, not copied — a stream
+/// writes `values` after every step, each time with every output so far.
+pub struct Values<'a> {
+    /// Every key but `outputs`, in the order a JSON object of them is written.
+    rest: Map<String, Value>,
+    /// The outputs by node, in that order too.
+    outputs: BTreeMap<&'a str, Output<'a>>,
+}
+
+/// A node's output in `values`: whole, or left out for the outputs' budget.
+enum Output<'a> {
+    Whole(&'a Value),
+    LeftOut(Value),
+}
+
+impl<'a> Values<'a> {
+    pub fn of(state: &'a RunState, objective: &str, chat: Option<&[Value]>) -> Self {
+        let mut rest = Map::new();
+        rest.insert("runId".into(), json!(state.run_id));
+        rest.insert("status".into(), json!(state.status));
+        rest.insert("objective".into(), json!(objective));
+        rest.insert("planVersion".into(), json!(state.plan_version()));
+        rest.insert("plan".into(), plan(state));
+        let goal_results = match &state.end {
+            Some(end) => json!(end.goal_condition_results),
+            None => json!(state.repair),
+        };
+        rest.insert("goalConditionResults".into(), goal_results);
+        rest.insert("usage".into(), json!(state.usage.total));
+        if let Some(end) = &state.end {
+            rest.insert("output".into(), end.output.clone());
+            if let Some(error) = &end.error {
+                rest.insert("error".into(), error.clone());
+            }
         }
+        if let Some(chat) = chat {
+            let mut messages = chat.to_vec();
+            messages.extend(answer(state));
+            rest.insert("messages".into(), Value::Array(messages));
+        }
+        Self { rest, outputs: outputs(state) }
     }
-    if let Some(chat) = chat {
-        let mut messages = chat.to_vec();
-        messages.extend(answer(state));
-        values.insert("messages".into(), Value::Array(messages));
+
+    /// With the run's open requests under `__interrupt__`, while it waits.
+    pub fn with_interrupts(mut self, state: &RunState) -> Self {
+        let interrupts = interrupts(state);
+        if !interrupts.is_empty() {
+            self.rest.insert("__interrupt__".into(), Value::Array(interrupts));
+        }
+        self
     }
-    Value::Object(values)
+
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// The outputs of the run's completed nodes (the latest of a node's), the largest left out beyond
+/// [`VALUES_OUTPUT_BYTES`] together.
+fn outputs(state: &RunState) -> BTreeMap<&str, Output<'_>> {
+    let latest: BTreeMap<&str, &Value> =
+        state.completed().iter().map(|work| (work.node_id.as_str(), &work.output)).collect();
+    let sizes: Vec<usize> = latest.values().map(|output| elide::json_size(output)).collect();
+    let out = elide::left_out(&sizes, VALUES_OUTPUT_BYTES);
+    latest
+        .into_iter()
+        .zip(sizes.into_iter().zip(out))
+        .map(|((node, output), (size, out))| {
+            (node, if out { Output::LeftOut(elide::marker(size, None)) } else { Output::Whole(output) })
+        })
+        .collect()
+}
+
+impl Serialize for Values<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.rest.len() + 1))?;
+        let mut outputs = Some(Outputs(&self.outputs));
+        for (key, value) in &self.rest {
+            if key.as_str() > "outputs"
+                && let Some(outputs) = outputs.take()
+            {
+                map.serialize_entry("outputs", &outputs)?;
+            }
+            map.serialize_entry(key, value)?;
+        }
+        if let Some(outputs) = outputs {
+            map.serialize_entry("outputs", &outputs)?;
+        }
+        map.end()
+    }
+}
+
+struct Outputs<'v, 'a>(&'v BTreeMap<&'a str, Output<'a>>);
+
+impl Serialize for Outputs<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(node, output)| {
+            let output = match output {
+                Output::Whole(value) => *value,
+                Output::LeftOut(marker) => marker,
+            };
+            (node, output)
+        }))
+    }
 }
 
 /// The current plan: its version and nodes with their statuses (`null` before the first plan).

@@ -279,11 +279,7 @@ async fn settled_values(
     let (chat, objective) = (chat_of(&row), row.objective.clone());
     let state = state_at(services, row, None).await?;
     let location = format!("/threads/{thread_id}/runs/{}", state.run_id);
-    let mut values = project::values(&state, &objective, chat.as_deref());
-    let interrupts = project::interrupts(&state);
-    if !interrupts.is_empty() {
-        values["__interrupt__"] = Value::Array(interrupts);
-    }
+    let values = project::Values::of(&state, &objective, chat.as_deref()).with_interrupts(&state).to_value();
     Ok(HttpResponse::Ok().insert_header(("content-location", location)).json(services.redaction.value(values)))
 }
 

@@ -48,7 +48,7 @@ impl Part {
     /// replace them. The keys are judged as the text is written (`Redaction::watch`), so a value
     /// without a secret key (every one, but for a run whose data has one) is written once and
     /// not rebuilt: `values` is the whole projection, sent after every step.
-    fn redacted(event: &'static str, value: Value, redaction: &Redaction) -> Self {
+    fn redacted(event: &'static str, value: &impl Serialize, redaction: &Redaction) -> Self {
         let mut watch = redaction.watch();
         let mut text = Vec::with_capacity(1024);
         let written = value.serialize(&mut serde_json::Serializer::with_formatter(&mut text, &mut watch));
@@ -56,7 +56,8 @@ impl Part {
             (Ok(()), false) => String::from_utf8(text).ok(),
             _ => None,
         };
-        Self { event, data: data.unwrap_or_else(|| redaction.value(value).to_string()), id: None }
+        let rebuilt = || redaction.value(serde_json::to_value(value).unwrap_or_default()).to_string();
+        Self { event, data: data.unwrap_or_else(rebuilt), id: None }
     }
 }
 
@@ -109,17 +110,18 @@ impl Translator {
                 tracing::warn!(error = %error, "a frame could not be applied for a LangGraph stream");
             }
             if let Some(update) = update {
-                parts.push(Part::redacted("updates", update, &self.redaction));
+                parts.push(Part::redacted("updates", &update, &self.redaction));
             }
             if self.wants(StreamMode::Values) && changes_values(&decoded.event) {
-                parts.push(Part::redacted("values", self.values_with_interrupts(), &self.redaction));
+                let values = project::Values::of(&self.state, &self.objective, self.chat.as_deref());
+                parts.push(Part::redacted("values", &values.with_interrupts(&self.state), &self.redaction));
             }
             if self.wants(StreamMode::MessagesTuple)
                 && matches!(&decoded.event, Event::Complete(c) if c.status == CompleteStatus::Completed)
                 && let Some(message) = project::answer(&self.state)
             {
                 let metadata = json!({"run_id": self.state.run_id, "langgraph_node": "flex"});
-                parts.push(Part::redacted("messages", json!([message, metadata]), &self.redaction));
+                parts.push(Part::redacted("messages", &json!([message, metadata]), &self.redaction));
             }
         }
         if self.wants(StreamMode::Custom) {
@@ -162,16 +164,6 @@ impl Translator {
         }
     }
 
-    /// The values, with the open interrupts under `__interrupt__` while the run waits.
-    fn values_with_interrupts(&self) -> Value {
-        let mut values = project::values(&self.state, &self.objective, self.chat.as_deref());
-        let interrupts = project::interrupts(&self.state);
-        if !interrupts.is_empty() {
-            values["__interrupt__"] = Value::Array(interrupts);
-        }
-        values
-    }
-
     /// The last events: `error` if the run failed, then `end`.
     pub fn end(&self) -> Vec<Part> {
         let mut parts = Vec::new();
@@ -179,7 +171,7 @@ impl Translator {
             let error = self.state.end.as_ref().and_then(|end| end.error.clone()).unwrap_or(Value::Null);
             let code = error.get("code").and_then(Value::as_str).unwrap_or("run_failed");
             let message = error.get("message").and_then(Value::as_str).unwrap_or("the run failed");
-            parts.push(Part::redacted("error", json!({"error": code, "message": message}), &self.redaction));
+            parts.push(Part::redacted("error", &json!({"error": code, "message": message}), &self.redaction));
         }
         let status = project::run_status(self.state.status);
         parts.push(Part::new("end", &json!({"run_id": self.state.run_id, "status": status})));
@@ -274,10 +266,10 @@ mod tests {
     fn redacted_data_is_the_redacted_value_written_once() {
         let redaction = Redaction::default();
         let plain = json!({"runId": "r", "outputs": {"draft": {"text": "x", "quality_score": 0.9}}, "plan": null});
-        let part = Part::redacted("values", plain.clone(), &redaction);
+        let part = Part::redacted("values", &plain, &redaction);
         assert_eq!(part.data, plain.to_string());
         let secret = json!({"outputs": {"call": {"api_key": "sk-1", "headers": {"Authorization": "Bearer t"}}}});
-        let part = Part::redacted("values", secret.clone(), &redaction);
+        let part = Part::redacted("values", &secret, &redaction);
         assert_eq!(part.data, redaction.value(secret).to_string());
         assert!(!part.data.contains("sk-1") && !part.data.contains("Bearer t"), "{}", part.data);
     }

@@ -58,19 +58,34 @@ pub fn if_larger(value: &mut Value, limit: usize, href: impl FnOnce() -> Option<
 /// [`INLINE_BYTES`] is left out, then the largest remaining ones until the slots together take
 /// at most `budget` bytes. `href` says where the value at a slot can be read whole.
 pub fn bound(document: &mut Value, slots: &[String], budget: usize, href: impl Fn(&str) -> Option<String>) {
-    let mut sizes: Vec<(usize, &String)> =
+    let sizes: Vec<(usize, &String)> =
         slots.iter().filter_map(|slot| document.pointer(slot).map(|value| (json_size(value), slot))).collect();
-    sizes.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
-    let mut total: usize = sizes.iter().map(|(size, _)| size).sum();
-    for (size, slot) in sizes {
+    let out = left_out(&sizes.iter().map(|(size, _)| *size).collect::<Vec<_>>(), budget);
+    for ((size, slot), out) in sizes.into_iter().zip(out) {
+        if let Some(value) = document.pointer_mut(slot).filter(|_| out) {
+            *value = marker(size, href(slot));
+        }
+    }
+}
+
+/// Which of values of `sizes` a bounded document leaves out: each larger than [`INLINE_BYTES`],
+/// then the largest remaining (the first of equals first) until the rest take at most `budget`.
+pub fn left_out(sizes: &[usize], budget: usize) -> Vec<bool> {
+    let mut largest: Vec<usize> = (0..sizes.len()).collect();
+    largest.sort_by_key(|&i| std::cmp::Reverse(sizes.get(i).copied().unwrap_or_default()));
+    let mut total: usize = sizes.iter().sum();
+    let mut out = vec![false; sizes.len()];
+    for i in largest {
+        let size = sizes.get(i).copied().unwrap_or_default();
         if size <= INLINE_BYTES && total <= budget {
             break;
         }
-        if let Some(value) = document.pointer_mut(slot) {
-            *value = marker(size, href(slot));
-            total -= size;
+        if let Some(out) = out.get_mut(i) {
+            *out = true;
         }
+        total -= size;
     }
+    out
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use serde_json::Value;
 
+use super::prepared::{prepared, update, upsert};
 use super::runs::RunRow;
 use super::schema::{runs, thread_metadata, threads};
 use super::stamp::Stamp;
@@ -173,29 +174,25 @@ pub fn mark(conn: &mut DbConn, thread_id: &str, entries: &[(&str, &str)], at: Na
     for &(key, text) in entries {
         let value: Value = serde_json::from_str(text)?;
         if metadata.get(key) != Some(&value) {
-            changed.push((
-                metadata.contains_key(key),
-                Entry { thread_id: thread_id.into(), key: key.into(), value: text.into() },
-            ));
+            changed.push(Entry { thread_id: thread_id.into(), key: key.into(), value: text.into() });
             metadata.insert(key.into(), value);
         }
     }
+    // Prepared: a LangGraph run's first commit marks its thread, once a run.
+    let thread = threads::thread_id.eq(thread_id);
     if changed.is_empty() {
-        let at = threads::updated_at.eq(Stamp(at));
-        super::on_backend!(conn, |c| diesel::update(threads::table.find(thread_id)).set(at).execute(c))?;
+        let statement = prepared!(update(threads::table, threads::updated_at.eq(Stamp(at)), thread));
+        super::on_backend!(conn, |c| statement.execute(c))?;
         return Ok(());
     }
     let values = (threads::metadata.eq(Value::Object(metadata).to_string()), threads::updated_at.eq(Stamp(at)));
-    super::on_backend!(conn, |c| diesel::update(threads::table.find(thread_id)).set(values).execute(c))?;
-    for (indexed, entry) in &changed {
-        if *indexed {
-            let stale = thread_metadata::table.find((thread_id, entry.key.as_str()));
-            super::on_backend!(conn, |c| diesel::delete(stale).execute(c))?;
-        }
-        super::on_backend!(conn, |c| diesel::insert_into(thread_metadata::table)
-            .values(entry)
-            .on_conflict_do_nothing()
-            .execute(c))?;
+    let statement = prepared!(update(threads::table, values, thread));
+    super::on_backend!(conn, |c| statement.execute(c))?;
+    for entry in &changed {
+        let insert = diesel::insert_into(thread_metadata::table).values(entry);
+        let key = &[thread_metadata::thread_id::NAME, thread_metadata::key::NAME];
+        let upsert = prepared!(upsert(insert, key, thread_metadata::value.eq(&entry.value)));
+        super::on_backend!(conn, |c| upsert.execute(c))?;
     }
     Ok(())
 }
