@@ -71,12 +71,11 @@ pub fn bound(document: &mut Value, slots: &[String], budget: usize, href: impl F
 /// Which of values of `sizes` a bounded document leaves out: each larger than [`INLINE_BYTES`],
 /// then the largest remaining (the first of equals first) until the rest take at most `budget`.
 pub fn left_out(sizes: &[usize], budget: usize) -> Vec<bool> {
-    let mut largest: Vec<usize> = (0..sizes.len()).collect();
-    largest.sort_by_key(|&i| std::cmp::Reverse(sizes.get(i).copied().unwrap_or_default()));
+    let mut largest: Vec<(usize, usize)> = sizes.iter().copied().zip(0..).collect();
+    largest.sort_by_key(|&(size, _)| std::cmp::Reverse(size));
     let mut total: usize = sizes.iter().sum();
     let mut out = vec![false; sizes.len()];
-    for i in largest {
-        let size = sizes.get(i).copied().unwrap_or_default();
+    for (size, i) in largest {
         if size <= INLINE_BYTES && total <= budget {
             break;
         }
