@@ -34,7 +34,7 @@ impl ThreadRule {
         match self {
             Self::Shared => Ok(()),
             Self::OneActiveRun { metadata } => {
-                rows::hold_idle(conn, thread_id, &crate::run::RunStatus::ACTIVE)?;
+                rows::hold_idle(conn, thread_id, crate::run::RunStatus::ACTIVE)?;
                 rows::mark(conn, thread_id, metadata, crate::store::now())
             }
         }

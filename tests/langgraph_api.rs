@@ -254,4 +254,45 @@ async fn values_events_read_as_the_json_they_write() {
     assert_eq!(outputs, ["draft", "polish"], "{last}");
     assert_eq!(last["outputs"]["polish"]["quality_score"], 0.9);
     assert!(last["output"].is_object() && last["usage"]["calls"].as_u64() > Some(0), "{last}");
+    assert_eq!(last["goalConditionResults"][0]["satisfied"], true, "{last}");
+    assert_eq!(last["plan"]["nodes"][1]["status"], "completed", "{last}");
+    // The stream keeps what it wrote between events; the thread's state writes it all anew.
+    let state = call(&server, reqwest::Method::GET, &format!("/threads/{thread}/state"), "alice-key", None).await;
+    let state: Value = state.json().await.unwrap();
+    assert_eq!(state["values"], last, "the stream's last values are the thread's state");
+    // The failed goal round's values show the failed condition and the first plan's one output.
+    let failed: Value = serde_json::from_str(values[3]).unwrap();
+    assert_eq!(failed["goalConditionResults"][0]["satisfied"], false, "{failed}");
+    assert_eq!(failed["outputs"]["draft"]["quality_score"], 0.5, "{failed}");
+}
+
+/// A `values` event whose outputs hold a secret key is written through the redaction: the
+/// secret's value never reaches the stream, and the rest of the values are as for any run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_with_a_secret_key_are_redacted() {
+    let script = script(|call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer")]);
+        }
+        Reply::json(json!({"text": "a post", "quality_score": 0.9, "api_key": "sk-live-1234567890"}))
+    });
+    let server = keyed_server(script).await;
+    let thread = new_thread(&server, "alice-key").await;
+    let run = json!({"assistant_id": "flex", "input": envelope(), "stream_mode": ["values"]});
+    let response =
+        call(&server, reqwest::Method::POST, &format!("/threads/{thread}/runs/stream"), "alice-key", Some(run)).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(!text.contains("sk-live-1234567890"), "{text}");
+    let last = text
+        .split("\n\n")
+        .filter(|event| event.lines().any(|line| line == "event: values"))
+        .filter_map(|event| event.lines().find_map(|line| line.strip_prefix("data: ")))
+        .last()
+        .unwrap();
+    let last: Value = serde_json::from_str(last).unwrap();
+    assert_eq!(last["status"], "completed", "{last}");
+    assert_eq!(last["outputs"]["draft"]["quality_score"], 0.9, "{last}");
+    assert_ne!(last["outputs"]["draft"]["api_key"], "sk-live-1234567890", "{last}");
+    assert!(last["outputs"]["draft"]["api_key"].is_string(), "the key stays, its value is replaced: {last}");
 }

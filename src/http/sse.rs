@@ -127,7 +127,7 @@ where
         // The closure owns the gauge's guard: the stream is counted open until it is dropped.
         let _open = &open;
         frame.map(|f| {
-            let data = match f.secret_keys {
+            let data = match f.live.as_ref().map(|live| live.secret_keys) {
                 // Judged when it was encoded, with the same markers: no key to hide.
                 Some(false) => f.json.to_string(),
                 Some(true) | None => redaction.text(&f.json).into_owned(),

@@ -19,6 +19,7 @@ mod runs;
 mod started;
 mod stream;
 mod threads;
+mod values;
 
 use actix_web::web;
 use chrono::NaiveDateTime;

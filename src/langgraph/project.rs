@@ -2,6 +2,7 @@
 //! open interrupts, the nodes it waits on (`next`), its statuses in LangGraph's words, and chat
 //! messages in LangChain's format. Pure: everything is computed from the run's [`RunState`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer, ser::SerializeMap};
@@ -55,6 +56,44 @@ pub fn lighten(run_id: &str, seq: Seq, event: &mut Event) {
     }
 }
 
+/// [`lighten`] for an event that may be shared (a live frame's): copied only if it changes,
+/// which most never do.
+pub fn lightened<'e>(run_id: &str, seq: Seq, mut event: Cow<'e, Event>) -> Cow<'e, Event> {
+    if carries_large(&event) {
+        lighten(run_id, seq, event.to_mut());
+    }
+    event
+}
+
+/// Whether [`lighten`] would leave something of `event` out.
+fn carries_large(event: &Event) -> bool {
+    let large = |value: &Value| elide::json_size(value) > KEPT_BYTES;
+    let any_large =
+        |results: &[GoalConditionResult]| results.iter().filter_map(|r| r.observed_value.as_ref()).any(large);
+    match event {
+        Event::NodeComplete(complete) => large(&complete.output),
+        Event::Complete(complete) => {
+            large(&complete.output) || complete.goal_condition_results.as_deref().is_some_and(any_large)
+        }
+        Event::GoalConditionFailed(failed) => any_large(&failed.failed_goal_conditions),
+        Event::Start(_)
+        | Event::PlanRequested(_)
+        | Event::PlanRejected(_)
+        | Event::PlanGenerated(_)
+        | Event::PlanUpdated(_)
+        | Event::NodeStart(_)
+        | Event::NodeError(_)
+        | Event::ValidationError(_)
+        | Event::PolicyTriggered(_)
+        | Event::PolicyUpdate(_)
+        | Event::HitlRequest(_)
+        | Event::HitlResolved(_)
+        | Event::Log(_)
+        | Event::Retry(_)
+        | Event::BudgetExceeded(_) => false,
+    }
+}
+
 fn lighten_results<'a>(results: impl Iterator<Item = &'a mut GoalConditionResult>, href: impl Fn() -> Option<String>) {
     for value in results.filter_map(|result| result.observed_value.as_mut()) {
         elide::if_larger(value, KEPT_BYTES, &href);
@@ -62,7 +101,7 @@ fn lighten_results<'a>(results: impl Iterator<Item = &'a mut GoalConditionResult
 }
 
 /// The node outputs of `values` together, at most (bytes): beyond it, the largest are left out.
-const VALUES_OUTPUT_BYTES: usize = 256 * 1024;
+pub(super) const VALUES_OUTPUT_BYTES: usize = 256 * 1024;
 
 /// A run's status as a LangGraph `RunStatus`.
 pub fn run_status(status: RunStatus) -> &'static str {

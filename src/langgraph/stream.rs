@@ -4,6 +4,7 @@
 //! with `Last-Event-ID` gets exactly the frames after it; a `: heartbeat` comment keeps an idle
 //! stream alive. [`Translator`] is pure; [`respond`] puts it on the wire.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::project;
 use super::request::StreamMode;
+use super::values::ValuesWriter;
 use crate::events::payload::CompleteStatus;
 use crate::events::{Event, Frame};
 use crate::redact::Redaction;
@@ -68,6 +70,7 @@ pub struct Translator {
     objective: String,
     chat: Option<Vec<Value>>,
     redaction: Redaction,
+    values: ValuesWriter,
 }
 
 impl Translator {
@@ -79,7 +82,7 @@ impl Translator {
         chat: Option<Vec<Value>>,
         redaction: Redaction,
     ) -> Self {
-        Self { state, modes, objective, chat, redaction }
+        Self { state, modes, objective, chat, redaction, values: ValuesWriter::default() }
     }
 
     fn wants(&self, mode: StreamMode) -> bool {
@@ -94,30 +97,24 @@ impl Translator {
     /// The events for one frame (the last one with the frame's seq as its id).
     pub fn frame(&mut self, logged: &LoggedFrame) -> Vec<Part> {
         let mut parts = Vec::new();
-        let decoded = match Frame::decode(&logged.json) {
-            Ok(decoded) => Some(decoded),
-            Err(error) => {
-                tracing::warn!(error = %crate::excerpt::log(&error), "a frame could not be decoded for a LangGraph stream");
-                None
-            }
-        };
-        if let Some(mut decoded) = decoded {
+        if let Some((at, event)) = event_of(logged) {
             // `updates` carry a node's output whole, once; the state the stream keeps does not.
-            let update = self.wants(StreamMode::Updates).then(|| self.update(&decoded.event)).flatten();
-            project::lighten(self.state.run_id.as_str(), decoded.seq, &mut decoded.event);
-            let at = At { seq: decoded.seq, timestamp: decoded.timestamp };
-            if let Err(error) = self.state.apply(at, &decoded.event) {
+            let update = self.wants(StreamMode::Updates).then(|| self.update(&event)).flatten();
+            let event = project::lightened(self.state.run_id.as_str(), at.seq, event);
+            if let Err(error) = self.state.apply(at, &event) {
                 tracing::warn!(error = %error, "a frame could not be applied for a LangGraph stream");
             }
             if let Some(update) = update {
                 parts.push(Part::redacted("updates", &update, &self.redaction));
             }
-            if self.wants(StreamMode::Values) && changes_values(&decoded.event) {
-                let values = project::Values::of(&self.state, &self.objective, self.chat.as_deref());
-                parts.push(Part::redacted("values", &values.with_interrupts(&self.state), &self.redaction));
+            if self.wants(StreamMode::Values) {
+                self.values.saw(&event);
+                if changes_values(&event) {
+                    parts.push(self.values());
+                }
             }
             if self.wants(StreamMode::MessagesTuple)
-                && matches!(&decoded.event, Event::Complete(c) if c.status == CompleteStatus::Completed)
+                && matches!(&*event, Event::Complete(c) if c.status == CompleteStatus::Completed)
                 && let Some(message) = project::answer(&self.state)
             {
                 let metadata = json!({"run_id": self.state.run_id, "langgraph_node": "flex"});
@@ -131,6 +128,18 @@ impl Translator {
             last.id = Some(logged.seq.get());
         }
         parts
+    }
+
+    /// `values`: the run's projection, with its open requests.
+    fn values(&mut self) -> Part {
+        let chat = self.chat.as_deref();
+        match self.values.write(&self.state, &self.objective, chat, &self.redaction) {
+            Some(data) => Part { event: "values", data, id: None },
+            None => {
+                let values = project::Values::of(&self.state, &self.objective, chat).with_interrupts(&self.state);
+                Part::redacted("values", &values, &self.redaction)
+            }
+        }
     }
 
     /// `updates`: what a step changed, keyed by the step's name.
@@ -176,6 +185,20 @@ impl Translator {
         let status = project::run_status(self.state.status);
         parts.push(Part::new("end", &json!({"run_id": self.state.run_id, "status": status})));
         parts
+    }
+}
+
+/// A frame's event and place: as encoded, for a frame delivered live; else read from its text.
+fn event_of(logged: &LoggedFrame) -> Option<(At, Cow<'_, Event>)> {
+    if let Some(live) = &logged.live {
+        return Some((At { seq: logged.seq, timestamp: live.timestamp }, Cow::Borrowed(&*live.event)));
+    }
+    match Frame::decode(&logged.json) {
+        Ok(decoded) => Some((At { seq: decoded.seq, timestamp: decoded.timestamp }, Cow::Owned(decoded.event))),
+        Err(error) => {
+            tracing::warn!(error = %crate::excerpt::log(&error), "a frame could not be decoded for a LangGraph stream");
+            None
+        }
     }
 }
 

@@ -160,12 +160,7 @@ impl Follower {
         if !gapless {
             return self.replay_log();
         }
-        self.pending.extend(fresh().map(|frame| LoggedFrame {
-            seq: frame.seq,
-            event_type: frame.kind.as_str().to_string(),
-            json: frame.json.clone(),
-            secret_keys: Some(frame.secret_keys),
-        }));
+        self.pending.extend(fresh().map(LoggedFrame::from));
     }
 
     fn replay_log(&mut self) {

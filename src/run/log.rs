@@ -155,8 +155,8 @@ impl RunLog {
             self.state.apply(at, &event)?;
             self.granted.extend(event.granted_replan());
             self.header.plan_version = Some(self.state.plan_version()).filter(|v| *v > 0);
-            let frame = Frame::encode_at(&self.header, at.seq, at.timestamp, &event, &self.redaction);
-            debug_assert_decodes(&frame, &event);
+            let frame = Frame::encode_at(&self.header, at.seq, at.timestamp, event, &self.redaction);
+            debug_assert_decodes(&frame);
             self.rows.extend(rows);
             self.staged.push(frame);
         }
@@ -420,10 +420,10 @@ fn outcome_of(state: &RunState) -> Outcome {
 
 /// Debug builds check that every frame written reads back as the event it was written from, so
 /// a replay sees exactly what the live run applied.
-fn debug_assert_decodes(frame: &Frame, event: &Event) {
+fn debug_assert_decodes(frame: &Frame) {
     if cfg!(debug_assertions) {
         match Frame::decode(&frame.json) {
-            Ok(decoded) => assert_eq!(&decoded.event, event, "frame {} decodes differently", frame.json),
+            Ok(decoded) => assert_eq!(decoded.event, *frame.event, "frame {} decodes differently", frame.json),
             Err(error) => panic!("frame {} does not decode: {error}", frame.json),
         }
     }

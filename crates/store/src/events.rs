@@ -2,13 +2,14 @@
 
 use std::sync::Arc;
 
+use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use super::prepared::prepared;
 use super::schema::run_events;
 use super::stamp::Stamp;
 use super::{DbConn, StoreError};
-use flexrun_core::events::{Frame, Seq};
+use flexrun_core::events::{Event, Frame, Seq};
 
 /// A frame as inserted: borrowed, so a frame's JSON is not copied on its way to SQLite.
 #[derive(Insertable)]
@@ -43,10 +44,31 @@ pub struct LoggedFrame {
     pub seq: Seq,
     pub event_type: String,
     pub json: Arc<str>,
-    /// Whether a key of the frame may name a secret, when known without reading its text: for a
-    /// frame delivered live, as judged when it was encoded (`Frame::secret_keys`); `None` for one
-    /// read from the log.
-    pub secret_keys: Option<bool>,
+    /// For a frame delivered live, what the process that encoded it knows of it without reading
+    /// its text; `None` for one read from the log.
+    pub live: Option<Live>,
+}
+
+/// What is known of a frame delivered live besides its text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Live {
+    /// Whether a key of the frame may name a secret, as judged when it was encoded
+    /// (`Frame::secret_keys`).
+    pub secret_keys: bool,
+    pub timestamp: DateTime<Utc>,
+    /// The event the text encodes (`Frame::event`).
+    pub event: Arc<Event>,
+}
+
+impl From<&Frame> for LoggedFrame {
+    fn from(frame: &Frame) -> Self {
+        Self {
+            seq: frame.seq,
+            event_type: frame.kind.as_str().to_string(),
+            json: frame.json.clone(),
+            live: Some(Live { secret_keys: frame.secret_keys, timestamp: frame.timestamp, event: frame.event.clone() }),
+        }
+    }
 }
 
 /// Up to `limit` frames after `after`, in order.
@@ -174,7 +196,7 @@ pub fn checkpoints(conn: &mut DbConn, run_id: &str) -> Result<Vec<(Seq, String)>
 
 fn logged(run_id: &str, (seq, event_type, frame): (i64, String, String)) -> Result<LoggedFrame, StoreError> {
     let seq = Seq::from_stored(seq).map_err(|e| StoreError::Corrupt(format!("run {run_id}: {e}")))?;
-    Ok(LoggedFrame { seq, event_type, json: frame.into(), secret_keys: None })
+    Ok(LoggedFrame { seq, event_type, json: frame.into(), live: None })
 }
 
 /// The highest sequence number of a run's log (0 when empty).

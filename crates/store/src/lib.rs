@@ -365,7 +365,7 @@ mod tests {
             let log = Log { severity: "info".into(), message: "m".into(), details: None };
             let redaction = flexrun_core::redact::Redaction::default();
             let frame =
-                Frame::encode(&header, flexrun_core::events::Seq::new(i + 1).unwrap(), &Event::Log(log), &redaction);
+                Frame::encode(&header, flexrun_core::events::Seq::new(i + 1).unwrap(), Event::Log(log), &redaction);
             events::append(&mut conn, "r", &[frame]).unwrap();
             let output = plans::RunOutputRow {
                 run_id: "r".into(),

@@ -46,13 +46,18 @@ pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
 /// Called in the transaction that inserts the run. On PostgreSQL it first locks the thread's row,
 /// so a start on another node waits for this transaction and then sees its run: two nodes
 /// cannot both find the thread idle. On SQLite one writer makes every commit in turn.
-pub fn hold_idle(conn: &mut DbConn, thread_id: &str, active: &[RunStatus]) -> Result<(), StoreError> {
+///
+/// The statuses are a fixed number, compared one by one rather than with `IN (…)`: the statement
+/// then has one SQL text, prepared once per connection instead of at every start.
+pub fn hold_idle(conn: &mut DbConn, thread_id: &str, active: [RunStatus; 3]) -> Result<(), StoreError> {
     #[cfg(feature = "postgres")]
     if let DbConn::Pg(c) = conn {
         threads::table.find(thread_id).select(threads::thread_id).for_update().first::<String>(c).optional()?;
     }
+    let [a, b, c] = active;
+    let in_progress = runs::status.eq(a).or(runs::status.eq(b)).or(runs::status.eq(c));
     let busy = super::on_backend!(conn, |c| diesel::select(diesel::dsl::exists(
-        runs::table.filter(runs::thread_id.eq(thread_id)).filter(runs::status.eq_any(active))
+        runs::table.filter(runs::thread_id.eq(thread_id)).filter(in_progress)
     ))
     .get_result::<bool>(c))?;
     if busy { Err(StoreError::ThreadBusy(thread_id.to_string())) } else { Ok(()) }

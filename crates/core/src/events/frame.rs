@@ -218,11 +218,14 @@ pub struct Frame {
     /// Whether an object key of the frame may name a secret (`crate::redact`), as judged when it
     /// was encoded: `false` only when none does, and a live stream then shows the text as it is.
     pub secret_keys: bool,
+    /// The event the text encodes, for readers in this process that would otherwise decode the
+    /// text again (a LangGraph stream folds every frame it sends into a run state).
+    pub event: Arc<Event>,
 }
 
 impl Frame {
     /// Encodes `event` as frame `seq` of its run, stamped now.
-    pub fn encode(header: &FrameHeader, seq: Seq, event: &Event, redaction: &Redaction) -> Self {
+    pub fn encode(header: &FrameHeader, seq: Seq, event: Event, redaction: &Redaction) -> Self {
         Self::encode_at(header, seq, Utc::now(), event, redaction)
     }
 
@@ -231,7 +234,7 @@ impl Frame {
         header: &FrameHeader,
         seq: Seq,
         timestamp: DateTime<Utc>,
-        event: &Event,
+        event: Event,
         redaction: &Redaction,
     ) -> Self {
         let wire = Wire {
@@ -243,7 +246,7 @@ impl Frame {
             plan_version: header.plan_version,
             node_id: event.node_id(),
             message: event.message(),
-            payload: event,
+            payload: &event,
         };
         let mut watch = redaction.watch();
         let mut json = Vec::with_capacity(256);
@@ -255,7 +258,8 @@ impl Frame {
             .expect("frame keys are strings");
         #[expect(clippy::expect_used, reason = "serde_json writes UTF-8")]
         let json = String::from_utf8(json).expect("JSON text is UTF-8");
-        Self { seq, kind: event.kind(), timestamp, json: json.into(), secret_keys: watch.found() }
+        let secret_keys = watch.found();
+        Self { seq, kind: event.kind(), timestamp, json: json.into(), secret_keys, event: Arc::new(event) }
     }
 
     /// Whether a stream following the run ends after this frame.
@@ -365,7 +369,7 @@ mod tests {
     fn wire_form() {
         let header = FrameHeader { run_id: "r1".into(), correlation_id: "c1".into(), plan_version: Some(2) };
         let event = Event::Log(Log { severity: "info".into(), message: "hello".into(), details: None });
-        let frame = Frame::encode(&header, Seq::new(7).unwrap(), &event, &Redaction::default());
+        let frame = Frame::encode(&header, Seq::new(7).unwrap(), event, &Redaction::default());
         let back: ReceivedFrame = serde_json::from_str(&frame.json).unwrap();
         assert_eq!(back.kind, "log");
         assert_eq!(back.seq, 7);
