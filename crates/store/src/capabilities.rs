@@ -25,7 +25,7 @@ pub fn save(conn: &mut DbConn, mut row: CapabilityRow) -> Result<(), StoreError>
     let first: Option<NaiveDateTime> = super::on_backend!(conn, |c| capabilities::table
         .find(&row.capability_id)
         .select(capabilities::registered_at)
-        .first(c))
+        .get_result(c))
     .optional()?;
     if let Some(first) = first {
         row.registered_at = first;

@@ -181,7 +181,7 @@ pub fn checkpoints(conn: &mut DbConn, run_id: &str) -> Result<Vec<(Seq, String)>
         .filter(run_events::run_id.eq(run_id))
         .order(run_events::seq.desc())
         .select((run_events::seq, run_events::event_type))
-        .first(c)
+        .get_result(c)
         .optional())?;
     let mut rows = rows;
     if let Some(last) = last.filter(|(_, kind)| !kinds.contains(&kind.as_str())) {
@@ -204,6 +204,6 @@ pub fn last_seq(conn: &mut DbConn, run_id: &str) -> Result<Seq, StoreError> {
     let max: Option<i64> = super::on_backend!(conn, |c| run_events::table
         .filter(run_events::run_id.eq(run_id))
         .select(diesel::dsl::max(run_events::seq))
-        .first(c))?;
+        .get_result(c))?;
     Seq::from_stored(max.unwrap_or(0)).map_err(|e| StoreError::Corrupt(format!("run {run_id}: {e}")))
 }

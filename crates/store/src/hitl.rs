@@ -52,12 +52,12 @@ pub fn pending(conn: &mut DbConn, run_id: &str) -> Result<Option<RequestRow>, St
         .filter(hitl_requests::run_id.eq(run_id).and(hitl_requests::status.eq(RequestStatus::Pending)))
         .order(hitl_requests::created_at.desc())
         .select(RequestRow::as_select())
-        .first(c))
+        .get_result(c))
     .optional()?)
 }
 
 pub fn get(conn: &mut DbConn, request_id: &str) -> Result<RequestRow, StoreError> {
-    super::on_backend!(conn, |c| hitl_requests::table.find(request_id).select(RequestRow::as_select()).first(c))
+    super::on_backend!(conn, |c| hitl_requests::table.find(request_id).select(RequestRow::as_select()).get_result(c))
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("request {request_id}")))
 }

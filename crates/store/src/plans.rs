@@ -155,7 +155,7 @@ pub fn capability_of(
     Ok(super::on_backend!(conn, |c| plan_nodes::table
         .find((run_id, plan_version, node_id))
         .select(plan_nodes::capability_id)
-        .first(c))
+        .get_result(c))
     .optional()?)
 }
 

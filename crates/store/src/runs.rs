@@ -84,7 +84,7 @@ pub fn insert(conn: &mut DbConn, row: &RunRow) -> Result<(), StoreError> {
 }
 
 pub fn get(conn: &mut DbConn, run_id: &str) -> Result<RunRow, StoreError> {
-    super::on_backend!(conn, |c| runs::table.find(run_id).select(RunRow::as_select()).first(c))
+    super::on_backend!(conn, |c| runs::table.find(run_id).select(RunRow::as_select()).get_result(c))
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("run {run_id}")))
 }
@@ -94,7 +94,7 @@ pub fn by_idempotency_key(conn: &mut DbConn, key: &str) -> Result<Option<(String
     Ok(super::on_backend!(conn, |c| runs::table
         .filter(runs::idempotency_key.eq(key))
         .select((runs::run_id, runs::request_hash))
-        .first(c))
+        .get_result(c))
     .optional()?)
 }
 

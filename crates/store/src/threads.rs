@@ -52,7 +52,7 @@ pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
 pub fn hold_idle(conn: &mut DbConn, thread_id: &str, active: [RunStatus; 3]) -> Result<(), StoreError> {
     #[cfg(feature = "postgres")]
     if let DbConn::Pg(c) = conn {
-        threads::table.find(thread_id).select(threads::thread_id).for_update().first::<String>(c).optional()?;
+        threads::table.find(thread_id).select(threads::thread_id).for_update().get_result::<String>(c).optional()?;
     }
     let [a, b, c] = active;
     let in_progress = runs::status.eq(a).or(runs::status.eq(b)).or(runs::status.eq(c));
@@ -159,7 +159,7 @@ pub fn search(
 
 /// The thread `thread_id` (`NotFound` if there is none).
 pub fn get(conn: &mut DbConn, thread_id: &str) -> Result<ThreadRow, StoreError> {
-    super::on_backend!(conn, |c| threads::table.find(thread_id).select(ThreadRow::as_select()).first(c))
+    super::on_backend!(conn, |c| threads::table.find(thread_id).select(ThreadRow::as_select()).get_result(c))
         .optional()?
         .ok_or_else(|| StoreError::NotFound(format!("thread {thread_id}")))
 }
@@ -170,7 +170,7 @@ pub fn get(conn: &mut DbConn, thread_id: &str) -> Result<ThreadRow, StoreError> 
 /// made meanwhile is not lost, and only the keys whose value changes are written to the index.
 pub fn mark(conn: &mut DbConn, thread_id: &str, entries: &[(&str, &str)], at: NaiveDateTime) -> Result<(), StoreError> {
     let stored: String =
-        super::on_backend!(conn, |c| threads::table.find(thread_id).select(threads::metadata).first(c))
+        super::on_backend!(conn, |c| threads::table.find(thread_id).select(threads::metadata).get_result(c))
             .optional()?
             .ok_or_else(|| StoreError::NotFound(format!("thread {thread_id}")))?;
     // Metadata flexrun did not write as an object is replaced, as it never was indexed.
