@@ -225,30 +225,46 @@ async fn the_history_is_also_served_on_get() {
     assert_eq!(unknown.status().as_u16(), 400);
 }
 
-/// A `values` event is written straight from the run's state (its outputs are not copied into a
-/// JSON value first): its text is exactly what the JSON it reads as writes — keys in order,
-/// `outputs` among them — and it carries every output so far, a repair's included.
+/// The `values` events of a run of `input` streamed on `thread` (with `updates` too), each held to
+/// the text its JSON writes — keys in order, as the thread's state writes them — and the stream's
+/// whole text.
+async fn streamed_values(server: &TestServer, thread: &str, input: Value) -> (Vec<Value>, String) {
+    let run = json!({"assistant_id": "flex", "input": input, "stream_mode": ["values", "updates"]});
+    let response =
+        call(server, reqwest::Method::POST, &format!("/threads/{thread}/runs/stream"), "alice-key", Some(run)).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let values = text
+        .split("\n\n")
+        .filter(|event| event.lines().any(|line| line == "event: values"))
+        .filter_map(|event| event.lines().find_map(|line| line.strip_prefix("data: ")))
+        .map(|data| {
+            let read: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(data, read.to_string(), "written as its JSON writes");
+            read
+        })
+        .collect();
+    (values, text)
+}
+
+/// The thread's `values`, as `GET /threads/{tid}/state` writes them anew from the run's log.
+async fn state_values(server: &TestServer, thread: &str) -> Value {
+    let state = call(server, reqwest::Method::GET, &format!("/threads/{thread}/state"), "alice-key", None).await;
+    assert_eq!(state.status(), 200);
+    state.json::<Value>().await.unwrap()["values"].take()
+}
+
+/// A stream keeps what its `values` hold between events and writes only what changed; each event
+/// still reads as the JSON it writes, carries every output so far (a repair's included), and the
+/// last is the thread's state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_events_read_as_the_json_they_write() {
     let server = keyed_server(repair_script(0.5, 0.9)).await;
     let thread = new_thread(&server, "alice-key").await;
-    let run = json!({"assistant_id": "flex", "input": envelope(), "stream_mode": ["values", "updates"]});
-    let response =
-        call(&server, reqwest::Method::POST, &format!("/threads/{thread}/runs/stream"), "alice-key", Some(run)).await;
-    assert_eq!(response.status(), 200);
-    let text = response.text().await.unwrap();
-    let values: Vec<&str> = text
-        .split("\n\n")
-        .filter(|event| event.lines().any(|line| line == "event: values"))
-        .filter_map(|event| event.lines().find_map(|line| line.strip_prefix("data: ")))
-        .collect();
+    let (values, text) = streamed_values(&server, &thread, envelope()).await;
     // The start, two plans, two completed steps, the failed goal round and the end.
     assert_eq!(values.len(), 7, "a values event after every step: {text}");
-    for data in &values {
-        let read: Value = serde_json::from_str(data).unwrap();
-        assert_eq!(*data, read.to_string(), "written as its JSON writes");
-    }
-    let last: Value = serde_json::from_str(values.last().unwrap()).unwrap();
+    let last = values.last().unwrap();
     assert_eq!(last["status"], "completed");
     let outputs: Vec<&String> = last["outputs"].as_object().unwrap().keys().collect();
     assert_eq!(outputs, ["draft", "polish"], "{last}");
@@ -256,14 +272,44 @@ async fn values_events_read_as_the_json_they_write() {
     assert!(last["output"].is_object() && last["usage"]["calls"].as_u64() > Some(0), "{last}");
     assert_eq!(last["goalConditionResults"][0]["satisfied"], true, "{last}");
     assert_eq!(last["plan"]["nodes"][1]["status"], "completed", "{last}");
-    // The stream keeps what it wrote between events; the thread's state writes it all anew.
-    let state = call(&server, reqwest::Method::GET, &format!("/threads/{thread}/state"), "alice-key", None).await;
-    let state: Value = state.json().await.unwrap();
-    assert_eq!(state["values"], last, "the stream's last values are the thread's state");
+    assert_eq!(&state_values(&server, &thread).await, last, "the stream's last values are the thread's state");
     // The failed goal round's values show the failed condition and the first plan's one output.
-    let failed: Value = serde_json::from_str(values[3]).unwrap();
+    let failed = &values[3];
     assert_eq!(failed["goalConditionResults"][0]["satisfied"], false, "{failed}");
     assert_eq!(failed["outputs"]["draft"]["quality_score"], 0.5, "{failed}");
+    assert_eq!(values[1]["plan"]["nodes"][0]["status"], "pending", "{}", values[1]);
+}
+
+/// The parts of `values` a run has only while it waits (`__interrupt__`) or once it failed
+/// (`error`) are written as the thread's state writes them (which keeps the open requests
+/// beside its values).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_of_a_waiting_and_a_failed_run_are_the_threads_state() {
+    let script = script(|call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer")]);
+        }
+        Reply::error(400, "the writer refuses")
+    });
+    let server = keyed_server(script).await;
+    let waiting = new_thread(&server, "alice-key").await;
+    let mut approval = envelope();
+    approval["policies"] = json!({"approval": {"plan": "required"}});
+    let (values, _) = streamed_values(&server, &waiting, approval).await;
+    let last = values.last().unwrap();
+    assert_eq!(last["__interrupt__"][0]["value"]["kind"], "approval", "{last}");
+    assert_eq!(last["status"], "awaiting_hitl", "{last}");
+    // A stream shows the open request in `values`; the thread's state has it under `interrupts`.
+    let mut without = last.clone();
+    without.as_object_mut().unwrap().remove("__interrupt__");
+    assert_eq!(state_values(&server, &waiting).await, without);
+    let failing = new_thread(&server, "alice-key").await;
+    let (values, _) = streamed_values(&server, &failing, envelope()).await;
+    let last = values.last().unwrap();
+    assert_eq!(last["status"], "failed", "{last}");
+    assert!(last["error"]["message"].is_string(), "{last}");
+    assert!(last.get("__interrupt__").is_none(), "{last}");
+    assert_eq!(&state_values(&server, &failing).await, last);
 }
 
 /// A `values` event whose outputs hold a secret key is written through the redaction: the
@@ -278,21 +324,12 @@ async fn values_with_a_secret_key_are_redacted() {
     });
     let server = keyed_server(script).await;
     let thread = new_thread(&server, "alice-key").await;
-    let run = json!({"assistant_id": "flex", "input": envelope(), "stream_mode": ["values"]});
-    let response =
-        call(&server, reqwest::Method::POST, &format!("/threads/{thread}/runs/stream"), "alice-key", Some(run)).await;
-    assert_eq!(response.status(), 200);
-    let text = response.text().await.unwrap();
+    let (values, text) = streamed_values(&server, &thread, envelope()).await;
     assert!(!text.contains("sk-live-1234567890"), "{text}");
-    let last = text
-        .split("\n\n")
-        .filter(|event| event.lines().any(|line| line == "event: values"))
-        .filter_map(|event| event.lines().find_map(|line| line.strip_prefix("data: ")))
-        .last()
-        .unwrap();
-    let last: Value = serde_json::from_str(last).unwrap();
+    let last = values.last().unwrap();
     assert_eq!(last["status"], "completed", "{last}");
     assert_eq!(last["outputs"]["draft"]["quality_score"], 0.9, "{last}");
     assert_ne!(last["outputs"]["draft"]["api_key"], "sk-live-1234567890", "{last}");
     assert!(last["outputs"]["draft"]["api_key"].is_string(), "the key stays, its value is replaced: {last}");
+    assert_eq!(&state_values(&server, &thread).await, last, "redacted as the thread's state is");
 }

@@ -82,7 +82,8 @@ impl Translator {
         chat: Option<Vec<Value>>,
         redaction: Redaction,
     ) -> Self {
-        Self { state, modes, objective, chat, redaction, values: ValuesWriter::default() }
+        let values = ValuesWriter::new(&redaction);
+        Self { state, modes, objective, chat, redaction, values }
     }
 
     fn wants(&self, mode: StreamMode) -> bool {

@@ -2,28 +2,30 @@
 //! projection ([`project::Values`]) after every step, and most of it did not change since the
 //! last one: the outputs of the nodes that completed before, the plan's edges, the goal
 //! results, the usage. Each of those is kept as the JSON text it was written as, and written
-//! again only when it changes; the rest (statuses, the end, open requests) is small and written
-//! each time. The text is what [`project::values`] writes (every object's keys in order), so a
-//! stream's last `values` and the thread's state read the same.
+//! again only when it changes; the rest (statuses, the plan's nodes) is small and written each
+//! time, by hand around the kept texts. The text is what [`project::values`] writes (every
+//! object's keys in order), so a stream's last `values` and the thread's state read the same.
+//!
+//! Secrets: each kept text remembers whether a key in it may name one (judged as it is written),
+//! the keys written by hand are judged once, and a node's id (a key of `outputs`) with its
+//! output. If any may, [`ValuesWriter::write`] declines and the caller writes the values
+//! through the redaction.
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::{Serialize, Serializer};
-use serde_json::value::RawValue;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::project;
 use crate::condition::GoalConditionResult;
 use crate::elide;
 use crate::events::Event;
-use crate::plan::{Edge, NodeId, Plan};
+use crate::plan::{Edge, Plan};
 use crate::redact::Redaction;
-use crate::run::RunStatus;
 use crate::run::state::RunState;
 use flexrun_core::usage::Usage;
 
 /// Writes the `values` of one stream's run, keeping what it wrote between events.
-#[derive(Default)]
 pub struct ValuesWriter {
     /// Each completed node's latest output as written, by node id; dropped when the node
     /// completes again (the state holds the new output).
@@ -31,9 +33,21 @@ pub struct ValuesWriter {
     edges: Memo<Vec<Edge>>,
     goal_results: Memo<Vec<GoalConditionResult>>,
     usage: Memo<Usage>,
+    /// Whether one of the keys written by hand ([`Key`]) may name a secret.
+    own_keys_secret: bool,
 }
 
 impl ValuesWriter {
+    pub fn new(redaction: &Redaction) -> Self {
+        Self {
+            outputs: HashMap::default(),
+            edges: Memo::default(),
+            goal_results: Memo::default(),
+            usage: Memo::default(),
+            own_keys_secret: Key::ALL.iter().any(|key| redaction.is_secret(key.as_str())),
+        }
+    }
+
     /// `event` was applied to the state: what it changed is written anew next time.
     pub fn saw(&mut self, event: &Event) {
         if let Event::NodeComplete(complete) = event {
@@ -50,65 +64,185 @@ impl ValuesWriter {
         chat: Option<&[Value]>,
         redaction: &Redaction,
     ) -> Option<String> {
+        if self.own_keys_secret {
+            return None;
+        }
         for work in state.completed() {
             if !self.outputs.contains_key(&work.node_id) {
-                self.outputs.insert(work.node_id.clone(), Piece::of(&work.output, redaction));
+                let mut piece = Piece::of(&work.output, redaction);
+                piece.secret_keys |= redaction.is_secret(&work.node_id);
+                self.outputs.insert(work.node_id.clone(), piece);
             }
         }
         let goal_results = match &state.end {
             Some(end) => end.goal_condition_results.as_ref(),
             None => Some(&state.repair),
         };
-        let goal_results = match goal_results {
-            Some(results) => Some(self.goal_results.of(results, redaction)),
-            None => None,
-        };
-        let plan = match state.plan() {
-            Some(plan) => Some(PlanDoc::of(state, plan, self.edges.of(&plan.edges, redaction))),
-            None => None,
-        };
+        let goal_results = goal_results.map(|results| self.goal_results.of(results, redaction));
+        let plan = state.plan().map(|plan| (plan, self.edges.of(&plan.edges, redaction)));
         let usage = self.usage.of(&state.usage.total, redaction);
         let outputs = Outputs::of(state, &self.outputs);
-        let secret_keys = outputs.secret_keys
-            || goal_results.is_some_and(|piece| piece.secret_keys)
-            || plan.as_ref().is_some_and(|plan| plan.secret_keys)
-            || usage.secret_keys;
-        if secret_keys {
-            return None;
-        }
+        // Present only at the end or while the run waits: written as they come.
         let end = state.end.as_ref();
+        let interrupts = project::interrupts(state);
+        let interrupts = (!interrupts.is_empty()).then(|| Piece::of(&Value::Array(interrupts), redaction));
+        let error = end.and_then(|end| end.error.as_ref()).map(|error| Piece::of(error, redaction));
+        let output = end.map(|end| Piece::of(&end.output, redaction));
         let messages = chat.map(|chat| {
             let mut messages = chat.to_vec();
             messages.extend(project::answer(state));
-            messages
+            Piece::of(&Value::Array(messages), redaction)
         });
-        let doc = Doc {
-            interrupts: project::interrupts(state),
-            error: end.and_then(|end| end.error.as_ref()),
-            goal_results: goal_results.map(|piece| &*piece.text),
-            messages,
-            objective,
-            output: end.map(|end| &end.output),
-            outputs,
-            plan,
-            plan_version: state.plan_version(),
-            run_id: state.run_id.as_str(),
-            status: state.status,
-            usage: &usage.text,
-        };
-        let mut watch = redaction.watch();
-        let mut text = Vec::with_capacity(1024);
-        doc.serialize(&mut serde_json::Serializer::with_formatter(&mut text, &mut watch)).ok()?;
-        if watch.found() {
+        let pieces = [goal_results, plan.map(|(_, edges)| edges), Some(usage)];
+        let fresh = [&interrupts, &error, &output, &messages];
+        if outputs.secret_keys
+            || pieces.iter().flatten().any(|piece| piece.secret_keys)
+            || fresh.iter().filter_map(|piece| piece.as_ref()).any(|piece| piece.secret_keys)
+        {
             return None;
         }
+        let mut text = Vec::with_capacity(2048);
+        let mut doc = Object::open(&mut text);
+        if let Some(interrupts) = &interrupts {
+            doc.raw(Key::Interrupt, &interrupts.text);
+        }
+        if let Some(error) = &error {
+            doc.raw(Key::Error, &error.text);
+        }
+        doc.raw(Key::GoalConditionResults, goal_results.map_or("null", |piece| &piece.text));
+        if let Some(messages) = &messages {
+            doc.raw(Key::Messages, &messages.text);
+        }
+        doc.value(Key::Objective, objective);
+        if let Some(output) = &output {
+            doc.raw(Key::Output, &output.text);
+        }
+        doc.key(Key::Outputs);
+        outputs.write(doc.out);
+        doc.key(Key::Plan);
+        match plan {
+            Some((plan, edges)) => write_plan(doc.out, state, plan, &edges.text),
+            None => doc.out.extend_from_slice(b"null"),
+        }
+        doc.value(Key::PlanVersion, &state.plan_version());
+        doc.value(Key::RunId, state.run_id.as_str());
+        doc.value(Key::Status, &state.status);
+        doc.raw(Key::Usage, &usage.text);
+        doc.close();
         String::from_utf8(text).ok()
+    }
+}
+
+/// The current plan as `project::values` shows it: its nodes with their statuses now.
+fn write_plan(out: &mut Vec<u8>, state: &RunState, plan: &Plan, edges: &str) {
+    let mut doc = Object::open(out);
+    doc.raw(Key::Edges, edges);
+    doc.key(Key::Nodes);
+    doc.out.push(b'[');
+    for (i, node) in plan.nodes.iter().enumerate() {
+        if i > 0 {
+            doc.out.push(b',');
+        }
+        let status = state.nodes.get(&node.id).copied().unwrap_or(node.status);
+        let mut row = Object::open(doc.out);
+        row.value(Key::CapabilityId, node.capability_id.as_str());
+        row.value(Key::Id, node.id.as_str());
+        row.value(Key::Label, node.label.as_str());
+        row.value(Key::Status, status.as_str());
+        row.close();
+    }
+    doc.out.push(b']');
+    doc.value(Key::Version, &plan.version);
+    doc.close();
+}
+
+/// Declares [`Key`], its texts and the list of them in one place, so none escapes the judgement.
+macro_rules! keys {
+    ($($key:ident => $text:literal,)*) => {
+        /// The keys the writer writes itself (every other key is in a kept text).
+        #[derive(Debug, Clone, Copy)]
+        enum Key {
+            $($key,)*
+        }
+
+        impl Key {
+            const ALL: &[Key] = &[$(Key::$key,)*];
+
+            fn as_str(self) -> &'static str {
+                match self {
+                    $(Key::$key => $text,)*
+                }
+            }
+        }
+    };
+}
+
+keys! {
+    Interrupt => "__interrupt__",
+    Error => "error",
+    GoalConditionResults => "goalConditionResults",
+    Messages => "messages",
+    Objective => "objective",
+    Output => "output",
+    Outputs => "outputs",
+    Plan => "plan",
+    PlanVersion => "planVersion",
+    RunId => "runId",
+    Status => "status",
+    Usage => "usage",
+    Edges => "edges",
+    Nodes => "nodes",
+    Version => "version",
+    CapabilityId => "capabilityId",
+    Id => "id",
+    Label => "label",
+}
+
+/// A JSON object written by hand, its keys in the order they are given (the caller gives them
+/// sorted, as a `serde_json::Value` writes them).
+struct Object<'o> {
+    out: &'o mut Vec<u8>,
+    first: bool,
+}
+
+impl<'o> Object<'o> {
+    fn open(out: &'o mut Vec<u8>) -> Self {
+        out.push(b'{');
+        Self { out, first: true }
+    }
+
+    fn key(&mut self, key: Key) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        // Every key is a plain word: nothing to escape.
+        self.out.push(b'"');
+        self.out.extend_from_slice(key.as_str().as_bytes());
+        self.out.extend_from_slice(b"\":");
+    }
+
+    /// `key` and a JSON text kept from before.
+    fn raw(&mut self, key: Key, text: &str) {
+        self.key(key);
+        self.out.extend_from_slice(text.as_bytes());
+    }
+
+    /// `key` and a value without keys of its own (a string, a number, a status).
+    fn value(&mut self, key: Key, value: &(impl Serialize + ?Sized)) {
+        self.key(key);
+        // Writing a string or a number into a vector cannot fail.
+        let _ = serde_json::to_writer(&mut *self.out, value);
+    }
+
+    fn close(self) {
+        self.out.push(b'}');
     }
 }
 
 /// A value's JSON text (keys in order), and whether a key in it may name a secret.
 struct Piece {
-    text: Box<RawValue>,
+    text: String,
     secret_keys: bool,
 }
 
@@ -117,8 +251,7 @@ impl Piece {
         let mut watch = redaction.watch();
         let mut text = Vec::with_capacity(256);
         let written = value.serialize(&mut serde_json::Serializer::with_formatter(&mut text, &mut watch));
-        let text = written.ok().and_then(|()| String::from_utf8(text).ok()).and_then(|t| RawValue::from_string(t).ok());
-        match text {
+        match written.ok().and_then(|()| String::from_utf8(text).ok()) {
             Some(text) => Self { text, secret_keys: watch.found() },
             None => Self::default(),
         }
@@ -129,7 +262,7 @@ impl Piece {
 /// `Value` always writes), sends the caller the redaction's way.
 impl Default for Piece {
     fn default() -> Self {
-        Self { text: Box::default(), secret_keys: true }
+        Self { text: "null".into(), secret_keys: true }
     }
 }
 
@@ -150,65 +283,6 @@ impl<K: Clone + PartialEq + Serialize> Memo<K> {
     }
 }
 
-/// `values` with its keys in the order [`project::values`] writes them.
-#[derive(Serialize)]
-struct Doc<'a> {
-    #[serde(rename = "__interrupt__", skip_serializing_if = "Vec::is_empty")]
-    interrupts: Vec<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a Value>,
-    #[serde(rename = "goalConditionResults")]
-    goal_results: Option<&'a RawValue>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    messages: Option<Vec<Value>>,
-    objective: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    output: Option<&'a Value>,
-    outputs: Outputs<'a>,
-    plan: Option<PlanDoc<'a>>,
-    #[serde(rename = "planVersion")]
-    plan_version: u32,
-    #[serde(rename = "runId")]
-    run_id: &'a str,
-    status: RunStatus,
-    usage: &'a RawValue,
-}
-
-/// The current plan as `project::values` shows it: its nodes with their statuses now.
-#[derive(Serialize)]
-struct PlanDoc<'a> {
-    edges: &'a RawValue,
-    nodes: Vec<NodeDoc<'a>>,
-    version: u32,
-    #[serde(skip)]
-    secret_keys: bool,
-}
-
-impl<'a> PlanDoc<'a> {
-    fn of(state: &'a RunState, plan: &'a Plan, edges: &'a Piece) -> Self {
-        let nodes = plan
-            .nodes
-            .iter()
-            .map(|node| NodeDoc {
-                capability_id: &node.capability_id,
-                id: &node.id,
-                label: &node.label,
-                status: state.nodes.get(&node.id).copied().unwrap_or(node.status).as_str(),
-            })
-            .collect();
-        Self { edges: &edges.text, nodes, version: plan.version, secret_keys: edges.secret_keys }
-    }
-}
-
-#[derive(Serialize)]
-struct NodeDoc<'a> {
-    #[serde(rename = "capabilityId")]
-    capability_id: &'a str,
-    id: &'a NodeId,
-    label: &'a str,
-    status: &'static str,
-}
-
 /// The outputs of the run's completed nodes, by node id; the largest are left out beyond
 /// `project::VALUES_OUTPUT_BYTES` together, as [`project::values`] leaves them out.
 struct Outputs<'a> {
@@ -217,7 +291,7 @@ struct Outputs<'a> {
 }
 
 enum Output<'a> {
-    Whole(&'a RawValue),
+    Whole(&'a str),
     LeftOut(Value),
 }
 
@@ -228,36 +302,59 @@ impl<'a> Outputs<'a> {
             .iter()
             .filter_map(|work| Some((work.node_id.as_str(), pieces.get(&work.node_id)?)))
             .collect();
-        let sizes: Vec<usize> = latest.values().map(|piece| piece.text.get().len()).collect();
+        let sizes: Vec<usize> = latest.values().map(|piece| piece.text.len()).collect();
         let out = elide::left_out(&sizes, project::VALUES_OUTPUT_BYTES);
         let mut secret_keys = false;
         let written = latest
             .into_iter()
             .zip(sizes.into_iter().zip(out))
             .map(|((node, piece), (size, out))| {
-                if out {
-                    return (node, Output::LeftOut(elide::marker(size, None)));
-                }
                 secret_keys |= piece.secret_keys;
-                (node, Output::Whole(&piece.text))
+                (node, if out { Output::LeftOut(elide::marker(size, None)) } else { Output::Whole(&piece.text) })
             })
             .collect();
         Self { written, secret_keys }
     }
-}
 
-impl Serialize for Outputs<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_map(self.written.iter().map(|(node, output)| match output {
-            Output::Whole(text) => (node, OutputRef::Text(text)),
-            Output::LeftOut(marker) => (node, OutputRef::Value(marker)),
-        }))
+    /// `{"<node id>": <output>, …}`, the node ids in order.
+    fn write(&self, out: &mut Vec<u8>) {
+        out.push(b'{');
+        for (i, (node, output)) in self.written.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            // A string into a vector: cannot fail.
+            let _ = serde_json::to_writer(&mut *out, node);
+            out.push(b':');
+            match output {
+                Output::Whole(text) => out.extend_from_slice(text.as_bytes()),
+                Output::LeftOut(marker) => {
+                    let _ = serde_json::to_writer(&mut *out, marker);
+                }
+            }
+        }
+        out.push(b'}');
     }
 }
 
-#[derive(Serialize)]
-#[serde(untagged)]
-enum OutputRef<'a> {
-    Text(&'a RawValue),
-    Value(&'a Value),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::RunId;
+
+    #[test]
+    fn a_run_before_its_first_frame_writes_as_its_projection() {
+        let state = RunState::new(&RunId::generate(), "c");
+        let redaction = Redaction::default();
+        let written = ValuesWriter::new(&redaction).write(&state, "Write \"a\" post", None, &redaction);
+        assert_eq!(written, Some(project::values(&state, "Write \"a\" post", None).to_string()));
+    }
+
+    #[test]
+    fn a_key_it_writes_itself_that_may_name_a_secret_sends_the_values_the_redactions_way() {
+        let state = RunState::new(&RunId::generate(), "c");
+        let redaction = Redaction::new(&["label".into()]);
+        assert!(redaction.is_secret("label"));
+        assert_eq!(ValuesWriter::new(&redaction).write(&state, "o", None, &redaction), None);
+    }
 }
