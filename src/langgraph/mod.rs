@@ -38,16 +38,18 @@ use crate::store::threads::ThreadRow;
 
 /// Registers the LangGraph routes at the root, beside `/api/v1/flex` and `/ui`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(threads::info)
+    // The two requests of a run started on a new thread come first: actix tries routes in order,
+    // and matches each route with a parameter by a regular expression.
+    cfg.service(threads::create_thread)
+        .service(runs::stream_on_thread)
+        .service(threads::info)
         .service(threads::search_assistants)
         .service(threads::get_assistant)
-        .service(threads::create_thread)
         .service(threads::search_threads)
         .service(threads::get_thread)
         .service(threads::thread_state_now)
         .service(threads::thread_history)
         .service(threads::thread_history_get)
-        .service(runs::stream_on_thread)
         .service(runs::stream_stateless)
         .service(runs::wait_on_thread)
         .service(runs::wait_stateless)

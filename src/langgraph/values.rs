@@ -11,7 +11,7 @@
 //! output. If any may, [`ValuesWriter::write`] declines and the caller writes the values
 //! through the redaction.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -20,6 +20,7 @@ use super::project;
 use crate::condition::GoalConditionResult;
 use crate::elide;
 use crate::events::Event;
+use crate::hash::HashMap;
 use crate::plan::{Edge, Plan};
 use crate::redact::Redaction;
 use crate::run::state::RunState;
