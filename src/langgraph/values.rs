@@ -79,59 +79,98 @@ impl ValuesWriter {
             Some(end) => end.goal_condition_results.as_ref(),
             None => Some(&state.repair),
         };
-        let goal_results = goal_results.map(|results| self.goal_results.of(results, redaction));
-        let plan = state.plan().map(|plan| (plan, self.edges.of(&plan.edges, redaction)));
-        let usage = self.usage.of(&state.usage.total, redaction);
-        let outputs = Outputs::of(state, &self.outputs);
-        // Present only at the end or while the run waits: written as they come.
-        let end = state.end.as_ref();
-        let interrupts = project::interrupts(state);
-        let interrupts = (!interrupts.is_empty()).then(|| Piece::of(&Value::Array(interrupts), redaction));
-        let error = end.and_then(|end| end.error.as_ref()).map(|error| Piece::of(error, redaction));
-        let output = end.map(|end| Piece::of(&end.output, redaction));
-        let messages = chat.map(|chat| {
-            let mut messages = chat.to_vec();
-            messages.extend(project::answer(state));
-            Piece::of(&Value::Array(messages), redaction)
-        });
-        let pieces = [goal_results, plan.map(|(_, edges)| edges), Some(usage)];
-        let fresh = [&interrupts, &error, &output, &messages];
-        if outputs.secret_keys
-            || pieces.iter().flatten().any(|piece| piece.secret_keys)
-            || fresh.iter().filter_map(|piece| piece.as_ref()).any(|piece| piece.secret_keys)
-        {
+        let kept = Kept {
+            goal_results: goal_results.map(|results| self.goal_results.of(results, redaction)),
+            plan: state.plan().map(|plan| -> (&Plan, &Piece) { (plan, self.edges.of(&plan.edges, redaction)) }),
+            usage: self.usage.of(&state.usage.total, redaction),
+            outputs: Outputs::of(state, &self.outputs),
+        };
+        let fresh = Fresh::of(state, chat, redaction);
+        if kept.secret_keys() || fresh.secret_keys() {
             return None;
         }
-        let mut text = Vec::with_capacity(2048);
-        let mut doc = Object::open(&mut text);
-        if let Some(interrupts) = &interrupts {
-            doc.raw(Key::Interrupt, &interrupts.text);
-        }
-        if let Some(error) = &error {
-            doc.raw(Key::Error, &error.text);
-        }
-        doc.raw(Key::GoalConditionResults, goal_results.map_or("null", |piece| &piece.text));
-        if let Some(messages) = &messages {
-            doc.raw(Key::Messages, &messages.text);
-        }
-        doc.value(Key::Objective, objective);
-        if let Some(output) = &output {
-            doc.raw(Key::Output, &output.text);
-        }
-        doc.key(Key::Outputs);
-        outputs.write(doc.out);
-        doc.key(Key::Plan);
-        match plan {
-            Some((plan, edges)) => write_plan(doc.out, state, plan, &edges.text),
-            None => doc.out.extend_from_slice(b"null"),
-        }
-        doc.value(Key::PlanVersion, &state.plan_version());
-        doc.value(Key::RunId, state.run_id.as_str());
-        doc.value(Key::Status, &state.status);
-        doc.raw(Key::Usage, &usage.text);
-        doc.close();
-        String::from_utf8(text).ok()
+        String::from_utf8(compose(state, objective, &kept, &fresh)).ok()
     }
+}
+
+/// What a `values` event holds of what the writer keeps.
+struct Kept<'a> {
+    goal_results: Option<&'a Piece>,
+    plan: Option<(&'a Plan, &'a Piece)>,
+    usage: &'a Piece,
+    outputs: Outputs<'a>,
+}
+
+impl Kept<'_> {
+    fn secret_keys(&self) -> bool {
+        let pieces = [self.goal_results, self.plan.map(|(_, edges)| edges), Some(self.usage)];
+        self.outputs.secret_keys || pieces.iter().flatten().any(|piece| piece.secret_keys)
+    }
+}
+
+/// What a run has only at its end or while it waits, written as it comes.
+struct Fresh {
+    interrupts: Option<Piece>,
+    error: Option<Piece>,
+    output: Option<Piece>,
+    messages: Option<Piece>,
+}
+
+impl Fresh {
+    fn of(state: &RunState, chat: Option<&[Value]>, redaction: &Redaction) -> Self {
+        let end = state.end.as_ref();
+        let interrupts = project::interrupts(state);
+        Self {
+            interrupts: (!interrupts.is_empty()).then(|| Piece::of(&Value::Array(interrupts), redaction)),
+            error: end.and_then(|end| end.error.as_ref()).map(|error| Piece::of(error, redaction)),
+            output: end.map(|end| Piece::of(&end.output, redaction)),
+            messages: chat.map(|chat| {
+                let mut messages = chat.to_vec();
+                messages.extend(project::answer(state));
+                Piece::of(&Value::Array(messages), redaction)
+            }),
+        }
+    }
+
+    fn secret_keys(&self) -> bool {
+        [&self.interrupts, &self.error, &self.output, &self.messages]
+            .iter()
+            .flat_map(|piece| piece.as_ref())
+            .any(|piece| piece.secret_keys)
+    }
+}
+
+/// The `values` document, its keys in order.
+fn compose(state: &RunState, objective: &str, kept: &Kept<'_>, fresh: &Fresh) -> Vec<u8> {
+    let mut text = Vec::with_capacity(2048);
+    let mut doc = Object::open(&mut text);
+    if let Some(interrupts) = &fresh.interrupts {
+        doc.raw(Key::Interrupt, &interrupts.text);
+    }
+    if let Some(error) = &fresh.error {
+        doc.raw(Key::Error, &error.text);
+    }
+    doc.raw(Key::GoalConditionResults, kept.goal_results.map_or("null", |piece| &piece.text));
+    if let Some(messages) = &fresh.messages {
+        doc.raw(Key::Messages, &messages.text);
+    }
+    doc.value(Key::Objective, objective);
+    if let Some(output) = &fresh.output {
+        doc.raw(Key::Output, &output.text);
+    }
+    doc.key(Key::Outputs);
+    kept.outputs.write(doc.out);
+    doc.key(Key::Plan);
+    match kept.plan {
+        Some((plan, edges)) => write_plan(doc.out, state, plan, &edges.text),
+        None => doc.out.extend_from_slice(b"null"),
+    }
+    doc.value(Key::PlanVersion, &state.plan_version());
+    doc.value(Key::RunId, state.run_id.as_str());
+    doc.value(Key::Status, &state.status);
+    doc.raw(Key::Usage, &kept.usage.text);
+    doc.close();
+    text
 }
 
 /// The current plan as `project::values` shows it: its nodes with their statuses now.
