@@ -15,27 +15,30 @@ use crate::store::{DbConn, Store, StoreError};
 
 /// Whether a run may start on a thread that has one in progress, and what its start does to the
 /// thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ThreadRule {
     /// It may (the flex API: runs on a thread share its history, nothing more).
     Shared,
     /// It may not: one active run per thread (LangGraph's `multitask_strategy: reject`). The
     /// run's first commit checks it under a lock on the thread's row, so it holds across nodes.
-    /// The same commit sets `metadata` (keys and canonical JSON values) in the thread's metadata
-    /// and marks the thread updated: LangGraph's threads name the graph their runs ran, and a
-    /// commit of its own for that would cost every start a second round to the database.
-    OneActiveRun { metadata: &'static [(&'static str, &'static str)] },
+    /// The same commit checks that the thread is still `owner`'s (whom the start took it for:
+    /// [`StoreError::ThreadNotFound`] if not, so a start needs no read of the thread before), sets
+    /// `metadata` (keys and canonical JSON values) in the thread's metadata and marks the thread
+    /// updated: LangGraph's threads name the graph their runs ran, and a commit of its own for
+    /// that would cost every start a second round to the database.
+    OneActiveRun { metadata: &'static [(&'static str, &'static str)], owner: Option<String> },
 }
 
 impl ThreadRule {
     /// What the rule does in the first commit of a run on `thread_id`, before the run is
     /// inserted: [`StoreError::ThreadBusy`] if the thread has a run in progress and may not.
-    pub fn hold(self, conn: &mut DbConn, thread_id: &str) -> Result<(), StoreError> {
+    pub fn hold(&self, conn: &mut DbConn, thread_id: &str) -> Result<(), StoreError> {
         match self {
             Self::Shared => Ok(()),
-            Self::OneActiveRun { metadata } => {
-                rows::hold_idle(conn, thread_id, crate::run::RunStatus::ACTIVE)?;
-                rows::mark(conn, thread_id, metadata, crate::store::now())
+            Self::OneActiveRun { metadata, owner } => {
+                // The owner first: whether another's thread is busy is not the caller's to learn.
+                rows::mark(conn, thread_id, owner.as_deref(), metadata, crate::store::now())?;
+                rows::hold_idle(conn, thread_id, crate::run::RunStatus::ACTIVE)
             }
         }
     }
@@ -101,6 +104,7 @@ impl From<StoreError> for ThreadError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::NotFound(what) => Self::NotFound(what.trim_start_matches("thread ").to_string()),
+            StoreError::ThreadNotFound(id) => Self::NotFound(id),
             other => Self::Store(other),
         }
     }
@@ -164,10 +168,10 @@ fn mine(caller: &Caller, row: ThreadRow, id: &str) -> Result<ThreadRow, ThreadEr
     if caller.may_see(row.owner.as_deref()) { Ok(row) } else { Err(ThreadError::NotFound(id.to_string())) }
 }
 
-/// Who owns the runs started on `thread` by `caller`: the thread's owner (an operator may start a
-/// run on anyone's thread; the run is still the thread owner's).
-pub fn run_owner(thread: &ThreadRow, caller: &Caller) -> String {
-    thread.owner.clone().unwrap_or_else(|| caller.principal.clone())
+/// Who owns the runs started by `caller` on a thread of `thread_owner`: the thread's owner (an
+/// operator may start a run on anyone's thread; the run is still the thread owner's).
+pub fn run_owner(thread_owner: Option<&str>, caller: &Caller) -> String {
+    thread_owner.unwrap_or(&caller.principal).to_string()
 }
 
 #[cfg(test)]

@@ -74,6 +74,57 @@ async fn threads_are_their_callers_and_resuming_needs_the_operator_role() {
     assert_eq!(owners, 1, "the run is alice's");
 }
 
+/// A run on a named thread is started without reading the thread first: its first commit checks
+/// that the thread is the caller's. Another caller's thread and a missing one are 404 with nothing
+/// stored; an operator's run on anyone's thread is the thread owner's, and on a thread without an
+/// owner the operator's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_first_commit_checks_whose_thread_it_is() {
+    use diesel::RunQueryDsl;
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let run = json!({"assistant_id": "flex", "input": envelope(), "stream_mode": "values"});
+    let stream = |thread: String, key: &'static str| {
+        let (server, run) = (&server, run.clone());
+        async move {
+            let path = format!("/threads/{thread}/runs/stream");
+            let answer = call(server, reqwest::Method::POST, &path, key, Some(run)).await;
+            let status = answer.status().as_u16();
+            let text = answer.text().await.unwrap();
+            (status, serde_json::from_str::<Value>(&text).unwrap_or(Value::Null))
+        }
+    };
+    let not_found = |(status, body): (u16, Value)| (status, body["error"]["code"].as_str().map(String::from));
+    let refused = (404, Some("thread_not_found".to_string()));
+
+    let alices = new_thread(&server, "alice-key").await;
+    assert_eq!(not_found(stream(alices.clone(), "bob-key").await), refused, "bob: alice's thread");
+    let missing = "0190b2d4-0000-7000-8000-000000000000".to_string();
+    assert_eq!(not_found(stream(missing, "alice-key").await), refused, "no such thread");
+    assert_eq!(not_found(stream("-x".into(), "alice-key").await), refused, "an id no thread can have");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "nothing stored");
+    let marked = "SELECT COUNT(*) AS n FROM threads WHERE metadata LIKE '%graph_id%'";
+    assert_eq!(server.count(marked), 0, "alice's thread left as it was");
+
+    assert_eq!(stream(alices.clone(), "alice-key").await.0, 200);
+    assert_eq!(stream(alices.clone(), OPERATOR_KEY).await.0, 200, "an operator on alice's thread");
+    let alice_runs = format!("SELECT COUNT(*) AS n FROM runs WHERE thread_id = '{alices}' AND owner = 'alice'");
+    assert_eq!(server.count(&alice_runs), 2, "both runs are alice's");
+    assert_eq!(server.count(marked), 1);
+
+    // A thread without an owner (stored before threads had owners): only an operator's, and its
+    // run is the operator's.
+    let unowned = new_thread(&server, "bob-key").await;
+    diesel::sql_query(format!("UPDATE threads SET owner = NULL WHERE thread_id = '{unowned}'"))
+        .execute(&mut server.db())
+        .unwrap();
+    assert_eq!(not_found(stream(unowned.clone(), "bob-key").await), refused, "not bob's any more");
+    assert_eq!(stream(unowned.clone(), OPERATOR_KEY).await.0, 200);
+    let operators =
+        format!("SELECT COUNT(*) AS n FROM runs WHERE thread_id = '{unowned}' AND owner NOT IN ('alice', 'bob')");
+    assert_eq!(server.count(&operators), 1);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 3, "the three that were allowed, no other");
+}
+
 /// A stream says where to reconnect (`Location`, with its modes) and which run it is
 /// (`Content-Location`), and sends a heartbeat comment while the run is quiet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -240,6 +240,7 @@ impl From<StoreError> for ApiError {
                     excerpt::excerpt(&id, 80)
                 ),
             ),
+            StoreError::ThreadNotFound(id) => ThreadError::NotFound(id).into(),
             StoreError::Connection(error) => {
                 tracing::warn!(error = %excerpt::log(error), "request refused: the database cannot be reached");
                 Self::Unavailable

@@ -45,7 +45,7 @@ pub async fn run_stream(
     let owner = match &envelope.thread_id {
         Some(id) => {
             let thread = thread::enter(&services.store, &caller, &thread_id(id)?).await?;
-            thread::run_owner(&thread, &caller)
+            thread::run_owner(thread.owner.as_deref(), &caller)
         }
         None => caller.principal.clone(),
     };

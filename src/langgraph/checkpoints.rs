@@ -264,11 +264,11 @@ pub async fn fork(
         point: ForkPoint { as_of: Some(seq), ..ForkPoint::default() },
         envelope,
         outputs: from.outputs.clone().into_iter().collect(),
-        thread_rule: ThreadRule::OneActiveRun { metadata: GRAPH_METADATA },
+        thread_rule: ThreadRule::OneActiveRun { metadata: GRAPH_METADATA, owner: thread.owner.clone() },
     };
     let run_id = RunId::parse(&row.run_id).map_err(|_| not_found())?;
     let parent = Stored::read(services, &run_id).await?;
-    let owner = thread::run_owner(thread, caller);
+    let owner = thread::run_owner(thread.owner.as_deref(), caller);
     let started = crate::run::fork::fork(services, &parent, order, Some(correlation_id.clone()), None, &owner)
         .await
         .map_err(on_request)?;

@@ -25,7 +25,7 @@ use crate::services::Services;
 use crate::store::events::LoggedFrame;
 use crate::store::runs::RunRow;
 use crate::store::threads as thread_rows;
-use crate::thread::{self, ThreadId, ThreadRule};
+use crate::thread::{self, ThreadError, ThreadId, ThreadRule};
 use flexrun_core::trace::TraceParent;
 
 /// A run begun by a request: its frames, and what a stream of them starts from.
@@ -77,6 +77,51 @@ async fn begin(
             "a checkpoint belongs to a thread: start a run from it with /threads/{thread_id}/runs…",
         ));
     }
+    let (thread_id, started) = match (thread_id, &request.action) {
+        (Some(id), Action::Start(input @ Input::Envelope(_))) if !request.create_thread => {
+            (id.to_string(), start_unread(services, caller, id, input, trace_parent).await?)
+        }
+        _ => on_thread(services, caller, thread_id, &request, trace_parent).await?,
+    };
+    Ok(Began { thread_id, run_id: started.run_id.clone(), modes: request.modes, started })
+}
+
+/// A run from an envelope on thread `id`, started without reading the thread first: the caller
+/// is taken for its owner, and the run's first commit checks that (`ThreadRule`), so a start
+/// costs no read. An operator may start a run on anyone's thread, the run then the thread
+/// owner's: if the commit finds the thread not the operator's own, it is read, and the run started
+/// for its owner.
+async fn start_unread(
+    services: &Arc<Services>,
+    caller: &Caller,
+    id: &str,
+    input: &Input,
+    trace_parent: Option<TraceParent>,
+) -> Result<Started, ApiError> {
+    // An id no thread can have is not found, as a read would have said.
+    if ThreadId::parse(id).is_err() {
+        return Err(ThreadError::NotFound(id.to_string()).into());
+    }
+    let taken = OnThread { id, owner: Some(caller.principal.clone()) };
+    match start(services, caller, taken, input, None, trace_parent).await {
+        Err(ApiError::Refused { code: ErrorCode::ThreadNotFound, .. }) if caller.role == Role::Operator => {
+            let thread = visible_thread(services, caller, id).await?;
+            let found = OnThread { id, owner: thread.owner };
+            start(services, caller, found, input, None, trace_parent).await
+        }
+        started => started,
+    }
+}
+
+/// Starts the request's run (or answers the thread's interrupt, or forks it) on the thread read
+/// first — or made, for a stateless run or one that creates its thread.
+async fn on_thread(
+    services: &Arc<Services>,
+    caller: &Caller,
+    thread_id: Option<&str>,
+    request: &RunRequest,
+    trace_parent: Option<TraceParent>,
+) -> Result<(String, Started), ApiError> {
     let (thread, made) = match thread_id {
         None => (thread::create(&services.store, caller, None, Map::new()).await?, true),
         Some(id) if request.create_thread => {
@@ -90,22 +135,32 @@ async fn begin(
     let newest = || async { if made { Ok(None) } else { newest_run(services, &thread.thread_id).await } };
     let started = match &request.action {
         Action::Start(input) => {
-            let owner = thread::run_owner(&thread, caller);
             let newest = if matches!(input, Input::Chat(_)) { newest().await? } else { None };
-            start(services, &owner, &thread.thread_id, input, newest.as_ref(), trace_parent).await?
+            let on = OnThread { id: &thread.thread_id, owner: thread.owner.clone() };
+            start(services, caller, on, input, newest.as_ref(), trace_parent).await?
         }
         // The resume and the fork boxed: their futures are twice a start's, which every start
         // would otherwise carry (copied whole as the request's handler is boxed).
         Action::Resume(value) => {
             let resumed = Box::pin(resume(services, caller, newest().await?, value)).await?;
             // No run is created, so no first commit names the graph: a commit of its own does.
-            let id = thread.thread_id.clone();
-            services.store.write(move |conn| thread_rows::mark(conn, &id, GRAPH_METADATA, crate::store::now())).await?;
+            let (id, owner) = (thread.thread_id.clone(), thread.owner.clone());
+            services
+                .store
+                .write(move |conn| thread_rows::mark(conn, &id, owner.as_deref(), GRAPH_METADATA, crate::store::now()))
+                .await?;
             resumed
         }
         Action::Fork(from) => Box::pin(checkpoints::fork(services, caller, &thread, from)).await?,
     };
-    Ok(Began { thread_id: thread.thread_id, run_id: started.run_id.clone(), modes: request.modes, started })
+    Ok((thread.thread_id, started))
+}
+
+/// The thread a run starts on, as its start takes it: its id, and whose it is — which the run's
+/// first commit checks.
+struct OnThread<'a> {
+    id: &'a str,
+    owner: Option<String>,
 }
 
 /// A new flex run on the thread, from a TaskEnvelope or chat messages.
@@ -114,8 +169,8 @@ async fn begin(
 /// first frame (the run's id, correlation id and inputs) — so nothing is read back.
 async fn start(
     services: &Arc<Services>,
-    owner: &str,
-    thread_id: &str,
+    caller: &Caller,
+    thread: OnThread<'_>,
     input: &Input,
     newest: Option<&RunRow>,
     trace_parent: Option<TraceParent>,
@@ -128,20 +183,21 @@ async fn start(
         history = messages;
         history.extend(project::answer(&state_at(services, row.clone(), None).await?));
     }
-    let envelope = request::envelope(input, thread_id, &history).map_err(refused)?;
+    let envelope = request::envelope(input, thread.id, &history).map_err(refused)?;
     let chat = request::stored_messages(&envelope);
     let envelope = crate::envelope::from_value(envelope, &services.registry.catalog())?;
     let objective = envelope.objective.clone();
     // Chosen here as `run::start` would choose it, so the state below has it.
     let correlation_id = envelope.correlation_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let owner = thread::run_owner(thread.owner.as_deref(), caller);
     // One active run per thread: the run's first commit refuses it if the thread is busy
-    // (`thread_busy`, 409), on this node or any other; else it names the graph in the thread's
-    // metadata.
-    let rule = ThreadRule::OneActiveRun { metadata: GRAPH_METADATA };
+    // (`thread_busy`, 409), on this node or any other, or no longer the one taken here (404);
+    // else it names the graph in the thread's metadata.
+    let rule = ThreadRule::OneActiveRun { metadata: GRAPH_METADATA, owner: thread.owner };
     let origin = run::Origin {
         correlation_id: Some(correlation_id.clone()),
         idempotency: None,
-        owner,
+        owner: &owner,
         thread_rule: rule,
         trace_parent,
     };

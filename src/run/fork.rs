@@ -56,7 +56,7 @@ pub async fn fork(
     idempotency: Option<Idempotency>,
     owner: &str,
 ) -> Result<StartedRun, ForkError> {
-    let thread_rule = order.thread_rule;
+    let thread_rule = order.thread_rule.clone();
     let (plan, envelope) = prepare(services, parent, order)?;
     let origin = lifecycle::Origin { correlation_id, idempotency, owner, thread_rule, trace_parent: None };
     Ok(lifecycle::start_fork(services, envelope, plan, origin).await?)

@@ -88,6 +88,10 @@ pub enum StoreError {
     /// A run was to start on a thread that has one in progress (see `threads::hold_idle`).
     #[error("thread {0} has a run in progress")]
     ThreadBusy(String),
+    /// A run was to start on a thread that does not exist, or not as its start assumed: another
+    /// owner's (see `threads::mark`).
+    #[error("thread {0} not found")]
+    ThreadNotFound(String),
     #[error("unsupported database URL `{0}`: use sqlite://<path> or postgres://…")]
     Url(String),
 }
@@ -431,7 +435,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn marking_a_thread_sets_its_keys_and_indexes_only_the_changed_ones() {
+    async fn marking_a_thread_sets_its_keys_and_indexes_only_the_changed_ones_if_it_is_the_owners() {
         let (_dir, store) = temp_store();
         let at = now();
         let row = threads::ThreadRow {
@@ -444,7 +448,7 @@ mod tests {
         store.write(move |conn| threads::insert(conn, &row)).await.unwrap();
         let later = at + chrono::Duration::seconds(5);
         let entries: &'static [(&str, &str)] = &[("graph_id", "\"flex\""), ("assistant_id", "\"flex\"")];
-        store.write(move |conn| threads::mark(conn, "t", entries, later)).await.unwrap();
+        store.write(move |conn| threads::mark(conn, "t", None, entries, later)).await.unwrap();
         let found = |key: &'static str, value: &'static str| {
             let metadata = vec![(key.to_string(), value.to_string())];
             let store = store.clone();
@@ -468,12 +472,20 @@ mod tests {
         assert_eq!(thread.updated_at, later);
         // Nothing to change: only the time moves.
         let latest = later + chrono::Duration::seconds(5);
-        store.write(move |conn| threads::mark(conn, "t", entries, latest)).await.unwrap();
+        store.write(move |conn| threads::mark(conn, "t", None, entries, latest)).await.unwrap();
         let thread = store.read(|conn| threads::get(conn, "t")).await.unwrap();
         assert_eq!((thread.metadata.len(), thread.updated_at), (52, latest));
         assert!(matches!(
-            store.write(move |conn| threads::mark(conn, "none", entries, latest)).await,
-            Err(StoreError::NotFound(_))
+            store.write(move |conn| threads::mark(conn, "none", None, entries, latest)).await,
+            Err(StoreError::ThreadNotFound(id)) if id == "none"
         ));
+        // Not as the caller found it: another owner's thread is not marked.
+        let last = latest + chrono::Duration::seconds(5);
+        assert!(matches!(
+            store.write(move |conn| threads::mark(conn, "t", Some("mallory"), entries, last)).await,
+            Err(StoreError::ThreadNotFound(id)) if id == "t"
+        ));
+        let thread = store.read(|conn| threads::get(conn, "t")).await.unwrap();
+        assert_eq!(thread.updated_at, latest, "left as it was");
     }
 }

@@ -43,17 +43,13 @@ pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
 /// Holds the thread's "one active run" rule for a run about to be inserted on it: fails with
 /// [`StoreError::ThreadBusy`] if a run of the thread is in one of the `active` statuses.
 ///
-/// Called in the transaction that inserts the run. On PostgreSQL it first locks the thread's row,
-/// so a start on another node waits for this transaction and then sees its run: two nodes
-/// cannot both find the thread idle. On SQLite one writer makes every commit in turn.
+/// Called in the transaction that inserts the run, after [`mark`] (which locks the thread's row
+/// on PostgreSQL, so a start on another node waits for this transaction and then sees its run:
+/// two nodes cannot both find the thread idle). On SQLite one writer makes every commit in turn.
 ///
 /// The statuses are a fixed number, compared one by one rather than with `IN (…)`: the statement
 /// then has one SQL text, prepared once per connection instead of at every start.
 pub fn hold_idle(conn: &mut DbConn, thread_id: &str, active: [RunStatus; 3]) -> Result<(), StoreError> {
-    #[cfg(feature = "postgres")]
-    if let DbConn::Pg(c) = conn {
-        threads::table.find(thread_id).select(threads::thread_id).for_update().get_result::<String>(c).optional()?;
-    }
     let [a, b, c] = active;
     let in_progress = runs::status.eq(a).or(runs::status.eq(b)).or(runs::status.eq(c));
     let busy = super::on_backend!(conn, |c| diesel::select(diesel::dsl::exists(
@@ -165,14 +161,26 @@ pub fn get(conn: &mut DbConn, thread_id: &str) -> Result<ThreadRow, StoreError> 
 }
 
 /// Sets `entries` (keys and their values as canonical JSON text, [`metadata_entry`]) in a
-/// thread's metadata and marks it updated at `at`. Meant for a transaction that also does
-/// something else (a run's first commit): the metadata is read and written in it, so a change
-/// made meanwhile is not lost, and only the keys whose value changes are written to the index.
-pub fn mark(conn: &mut DbConn, thread_id: &str, entries: &[(&str, &str)], at: NaiveDateTime) -> Result<(), StoreError> {
-    let stored: String =
-        super::on_backend!(conn, |c| threads::table.find(thread_id).select(threads::metadata).get_result(c))
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound(format!("thread {thread_id}")))?;
+/// thread's metadata and marks it updated at `at`, if the thread is still `owner`'s:
+/// [`StoreError::ThreadNotFound`] if it is not (or no longer exists).
+///
+/// Meant for a transaction that also does something else (a run's first commit): the metadata
+/// is read and written in it — under a lock on the thread's row on PostgreSQL — so a change made
+/// meanwhile is not lost, and only the keys whose value changes are written to the index. The
+/// owner is checked here rather than by a read before the transaction: a run's start then needs
+/// no read of its own, and a thread deleted (and made again by someone else) in between is not
+/// taken for the one the caller was allowed.
+pub fn mark(
+    conn: &mut DbConn,
+    thread_id: &str,
+    owner: Option<&str>,
+    entries: &[(&str, &str)],
+    at: NaiveDateTime,
+) -> Result<(), StoreError> {
+    let (stored, stored_owner) = locked(conn, thread_id)?;
+    if stored_owner.as_deref() != owner {
+        return Err(StoreError::ThreadNotFound(thread_id.to_string()));
+    }
     // Metadata flexrun did not write as an object is replaced, as it never was indexed.
     let mut metadata: serde_json::Map<String, Value> = serde_json::from_str(&stored).unwrap_or_default();
     let mut changed = Vec::new();
@@ -200,6 +208,18 @@ pub fn mark(conn: &mut DbConn, thread_id: &str, entries: &[(&str, &str)], at: Na
         super::on_backend!(conn, |c| upsert.execute(c))?;
     }
     Ok(())
+}
+
+/// A thread's metadata and owner, its row locked on PostgreSQL until the transaction ends;
+/// [`StoreError::ThreadNotFound`] if there is no such thread.
+fn locked(conn: &mut DbConn, thread_id: &str) -> Result<(String, Option<String>), StoreError> {
+    let row = threads::table.find(thread_id).select((threads::metadata, threads::owner));
+    let found = match conn {
+        DbConn::Sqlite(c) => row.get_result(c).optional()?,
+        #[cfg(feature = "postgres")]
+        DbConn::Pg(c) => row.for_update().get_result(c).optional()?,
+    };
+    found.ok_or_else(|| StoreError::ThreadNotFound(thread_id.to_string()))
 }
 
 /// The runs of `thread_id`, newest first (at most `limit`).
