@@ -36,6 +36,7 @@ pub mod runs;
 pub mod schema;
 mod stamp;
 pub mod threads;
+mod wal_frames;
 mod writer;
 
 use std::time::Duration;
@@ -185,6 +186,9 @@ impl Store {
 
     fn start(url: &str, runtime: Option<&tokio::runtime::Handle>) -> Result<Self, StoreError> {
         let url = connection_url(url)?;
+        if !wal_frames::install() {
+            tracing::warn!("SQLite's WAL frames are written with two calls each: the VFS that joins them was refused");
+        }
         let mut conn = connect(&url)?;
         conn.run_pending_migrations(MIGRATIONS).map_err(|e| StoreError::Migration(e.to_string()))?;
         let indexed = threads::index_unindexed(&mut conn)?;
