@@ -104,8 +104,16 @@ unsafe extern "C" fn open(
         let inner = file.cast::<u8>().add(inner_offset()).cast::<ffi::sqlite3_file>();
         (*inner).pMethods = ptr::null();
         let opened = platform_open(platform, name, inner, flags, out_flags);
-        if opened != ffi::SQLITE_OK || (*inner).pMethods.is_null() {
+        if opened != ffi::SQLITE_OK {
+            // SQLite would close a file whose open failed if it had methods; this one has none,
+            // so the platform's file, if it has, is closed here.
+            if let Some(close) = (*inner).pMethods.as_ref().and_then(|methods| methods.xClose) {
+                close(inner);
+            }
             return opened;
+        }
+        if (*inner).pMethods.is_null() {
+            return ffi::SQLITE_CANTOPEN;
         }
         let wal = WalFile {
             base: ffi::sqlite3_file { pMethods: &METHODS },
