@@ -147,10 +147,15 @@ pub fn describe() {
 }
 
 pub fn http_request(route: String, status: u16, elapsed: Option<Duration>) {
-    let labels = [("route", route), ("status", status.to_string())];
-    counter!(HTTP_REQUESTS, &labels).increment(1);
+    static REQUESTS: Kept<(metrics::Counter, metrics::Histogram)> = Kept::new();
+    let key = format!("{route}\u{1f}{status}");
+    let (requests, durations) = REQUESTS.get(&key, || {
+        let labels = [("route", route), ("status", status.to_string())];
+        (counter!(HTTP_REQUESTS, &labels), histogram!(HTTP_DURATION, &labels))
+    });
+    requests.increment(1);
     if let Some(elapsed) = elapsed {
-        histogram!(HTTP_DURATION, &labels).record(elapsed.as_secs_f64());
+        durations.record(elapsed.as_secs_f64());
     }
 }
 
@@ -179,10 +184,16 @@ pub fn budget_exceeded(limit: &'static str, action: &'static str) {
 
 /// One model call: `outcome` is `ok` or the error's kind.
 pub fn model_call(purpose: &'static str, endpoint: &str, model: &str, outcome: &'static str, elapsed: Duration) {
-    let (endpoint, model) = (endpoint.to_string(), model.to_string());
-    counter!(MODEL_CALLS, "purpose" => purpose, "endpoint" => endpoint, "model" => model, "outcome" => outcome)
+    static CALLS: Kept<metrics::Counter> = Kept::new();
+    static DURATIONS: Kept<metrics::Histogram> = Kept::new();
+    let key = [purpose, endpoint, model, outcome].join("\u{1f}");
+    CALLS
+        .get(&key, || {
+            let (endpoint, model) = (endpoint.to_string(), model.to_string());
+            counter!(MODEL_CALLS, "purpose" => purpose, "endpoint" => endpoint, "model" => model, "outcome" => outcome)
+        })
         .increment(1);
-    histogram!(MODEL_DURATION, "purpose" => purpose).record(elapsed.as_secs_f64());
+    DURATIONS.get(purpose, || histogram!(MODEL_DURATION, "purpose" => purpose)).record(elapsed.as_secs_f64());
 }
 
 /// An endpoint's circuit breaker moved: 0 closed, 1 half open (probing), 2 open.
@@ -200,13 +211,8 @@ pub fn model_endpoint_state(endpoint: &str, state: &'static str) {
 /// answered call updates five of them, and building a series' key each time would cost more than
 /// the update.
 pub fn model_usage(model: &str, usage: &flexrun_core::usage::CallUsage) {
-    static METERS: std::sync::OnceLock<std::sync::Mutex<crate::hash::HashMap<String, Meters>>> =
-        std::sync::OnceLock::new();
-    let mut meters = METERS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if !meters.contains_key(model) {
-        meters.insert(model.to_string(), Meters::of(model));
-    }
-    let Some(meters) = meters.get(model) else { return };
+    static METERS: Kept<Meters> = Kept::new();
+    let meters = METERS.get(model, || Meters::of(model));
     let counts = &usage.counts;
     let types = [
         (&meters.input, counts.input_tokens),
@@ -225,6 +231,7 @@ pub fn model_usage(model: &str, usage: &flexrun_core::usage::CallUsage) {
 }
 
 /// One model's usage series.
+#[derive(Clone)]
 struct Meters {
     input: metrics::Counter,
     output: metrics::Counter,
@@ -248,8 +255,37 @@ impl Meters {
 
 /// One capability call: `outcome` is `ok`, `signal` or the error's code.
 pub fn capability_call(agent_type: &'static str, outcome: &'static str, elapsed: Duration) {
-    counter!(CAPABILITY_CALLS, "agent_type" => agent_type, "outcome" => outcome).increment(1);
-    histogram!(CAPABILITY_DURATION, "agent_type" => agent_type).record(elapsed.as_secs_f64());
+    static CALLS: Kept<metrics::Counter> = Kept::new();
+    static DURATIONS: Kept<metrics::Histogram> = Kept::new();
+    let key = [agent_type, outcome].join("\u{1f}");
+    CALLS.get(&key, || counter!(CAPABILITY_CALLS, "agent_type" => agent_type, "outcome" => outcome)).increment(1);
+    DURATIONS
+        .get(agent_type, || histogram!(CAPABILITY_DURATION, "agent_type" => agent_type))
+        .record(elapsed.as_secs_f64());
+}
+
+/// The handles of a metric's series, kept by their label values (joined by U+001F). Every model
+/// and capability call updates a few series, and finding a series from its labels — copying and
+/// hashing them in the registry — costs several times what updating it does. The label values
+/// are from fixed sets (see the module's doc), so this holds a bounded number of handles.
+struct Kept<H>(std::sync::Mutex<Option<crate::hash::HashMap<String, H>>>);
+
+impl<H: Clone> Kept<H> {
+    const fn new() -> Self {
+        Self(std::sync::Mutex::new(None))
+    }
+
+    /// The handle kept under `key`, made by `make` the first time.
+    fn get(&self, key: &str, make: impl FnOnce() -> H) -> H {
+        let mut kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let kept = kept.get_or_insert_with(Default::default);
+        if let Some(handle) = kept.get(key) {
+            return handle.clone();
+        }
+        let handle = make();
+        kept.insert(key.to_string(), handle.clone());
+        handle
+    }
 }
 
 /// The number of runs whose lease this node holds now.

@@ -69,6 +69,10 @@ impl Purpose {
     }
 }
 
+/// What a request body holds besides its two prompts, as first sized: the model, the roles, a
+/// response schema, and the prompts' escapes.
+const BODY_BEYOND_PROMPTS: usize = 4096;
+
 /// The Chat Completions request body.
 #[derive(Serialize)]
 struct Body<'a> {
@@ -321,8 +325,10 @@ impl LlmClient {
             ],
             response_format: request.shape.format(),
         };
-        let body = match serde_json::to_vec(&body) {
-            Ok(body) => body,
+        // Sized for the two prompts and what surrounds them, so the text is not moved as it grows.
+        let mut bytes = Vec::with_capacity(request.system.len() + request.user.len() + BODY_BEYOND_PROMPTS);
+        let body = match serde_json::to_writer(&mut bytes, &body) {
+            Ok(()) => bytes,
             Err(e) => return Metered::unmetered(Err(LlmError::Request(e.to_string()))),
         };
         let traceparent = span.as_deref().map(ChatSpan::traceparent);

@@ -11,7 +11,7 @@ use super::stamp::Stamp;
 use super::{DbConn, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
-#[diesel(table_name = plan_versions)]
+#[diesel(table_name = plan_versions, treat_none_as_default_value = false)]
 pub struct PlanVersionRow {
     pub run_id: String,
     pub version: i32,
@@ -21,7 +21,7 @@ pub struct PlanVersionRow {
 }
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
-#[diesel(table_name = plan_nodes)]
+#[diesel(table_name = plan_nodes, treat_none_as_default_value = false)]
 pub struct PlanNodeRow {
     pub run_id: String,
     pub plan_version: i32,
@@ -50,9 +50,11 @@ pub struct RunOutputRow {
 
 /// Stores a new plan version with its nodes.
 pub fn insert_version(conn: &mut DbConn, version: &PlanVersionRow, nodes: &[PlanNodeRow]) -> Result<(), StoreError> {
-    super::on_backend!(conn, |c| diesel::insert_into(plan_versions::table).values(version).execute(c))?;
+    let statement = prepared!(diesel::insert_into(plan_versions::table).values(version));
+    super::on_backend!(conn, |c| statement.execute(c))?;
     for node in nodes {
-        super::on_backend!(conn, |c| diesel::insert_into(plan_nodes::table).values(node).execute(c))?;
+        let statement = prepared!(diesel::insert_into(plan_nodes::table).values(node));
+        super::on_backend!(conn, |c| statement.execute(c))?;
     }
     Ok(())
 }

@@ -10,14 +10,17 @@
 //! type, declared at the call site, is its cache key. Updates and upserts are written with
 //! [`update`] and [`upsert`], which build the same SQL as diesel without marking it uncacheable.
 //!
-//! Only use it where the SQL cannot vary: no `Option<Eq<…>>` changesets or insertable `Option`
-//! fields (`col.eq(option)` is fine: it binds NULL), no `eq_any`. Nor inside a generic function
+//! Only use it where the SQL cannot vary: no `Option<Eq<…>>` changesets, no `eq_any`, and an
+//! insert only of a row type declared `treat_none_as_default_value = false` (diesel otherwise
+//! leaves a `None` column out of the SQL; with it, `None` binds NULL, which is what a nullable
+//! column without a default gets anyway). `col.eq(option)` is fine: it binds NULL. Nor inside a generic function
 //! whose type parameters shape the statement (say, a helper taking the changeset): the marker
 //! declared in its body is one type for every instantiation, so two statements would share one
 //! cache entry. That is why the node updates in `plans.rs` each write their own `prepared!`
 //! rather than sharing a helper. Debug builds check all this on every execution and panic if a
 //! call site produces a second SQL text, or wraps a statement diesel would not cache anyway.
 
+use std::any::TypeId;
 use std::marker::PhantomData;
 
 use diesel::backend::Backend;
@@ -56,6 +59,17 @@ where
         #[cfg(debug_assertions)]
         checks::one_sql_text_and_cacheable::<K, Q, DB>(&self.query, out.backend())?;
         self.query.walk_ast(out)
+    }
+
+    /// diesel asks this of every statement it runs, walking the whole statement to find out. On
+    /// SQLite a `prepared!` statement is cacheable by construction (debug builds check it on
+    /// every execution), so the walk is skipped; on PostgreSQL diesel's answer stands (it caches
+    /// no insert, see `checks`).
+    fn is_safe_to_cache_prepared(&self, backend: &DB) -> QueryResult<bool> {
+        if TypeId::of::<DB>() == TypeId::of::<diesel::sqlite::Sqlite>() {
+            return Ok(true);
+        }
+        self.query.is_safe_to_cache_prepared(backend)
     }
 }
 

@@ -12,7 +12,7 @@ use super::{DbConn, StoreError};
 use flexrun_core::run::RunStatus;
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = runs)]
+#[diesel(table_name = runs, treat_none_as_default_value = false)]
 pub struct RunRow {
     pub run_id: String,
     pub status: RunStatus,
@@ -79,7 +79,8 @@ impl Progress {
 }
 
 pub fn insert(conn: &mut DbConn, row: &RunRow) -> Result<(), StoreError> {
-    super::on_backend!(conn, |c| diesel::insert_into(runs::table).values(row).execute(c))?;
+    let statement = prepared!(diesel::insert_into(runs::table).values(row));
+    super::on_backend!(conn, |c| statement.execute(c))?;
     Ok(())
 }
 

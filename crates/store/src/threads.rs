@@ -14,7 +14,7 @@ use super::{DbConn, StoreError};
 use flexrun_core::run::RunStatus;
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
-#[diesel(table_name = threads)]
+#[diesel(table_name = threads, treat_none_as_default_value = false)]
 pub struct ThreadRow {
     pub thread_id: String,
     /// The principal that made the thread (`None`: the anonymous operator of an open server).
@@ -27,7 +27,8 @@ pub struct ThreadRow {
 
 /// Stores a new thread; `Conflict` if one has its id already.
 pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
-    match super::on_backend!(conn, |c| diesel::insert_into(threads::table).values(row).execute(c)) {
+    let statement = prepared!(diesel::insert_into(threads::table).values(row));
+    match super::on_backend!(conn, |c| statement.execute(c)) {
         Ok(_) => index(conn, &row.thread_id, &row.metadata),
         Err(error) => {
             let error = StoreError::from(error);

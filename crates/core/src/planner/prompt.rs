@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde_json::Value;
 
@@ -58,8 +58,11 @@ pub struct PromptInput<'a> {
 
 /// The system and user messages.
 pub fn build(input: &PromptInput<'_>) -> (String, String) {
-    (system(), user(input))
+    (SYSTEM.clone(), user(input))
 }
+
+/// The system message: the same for every plan, so written once.
+static SYSTEM: LazyLock<String> = LazyLock::new(system);
 
 fn system() -> String {
     let mut s = String::from(
