@@ -218,6 +218,37 @@ mod tests {
         }
     }
 
+    /// Rows whose nullable columns are `None` in one insert and set in the next go through one
+    /// prepared statement: `None` binds NULL (`treat_none_as_default_value = false`) instead of
+    /// leaving its column out of the SQL, which would make the second insert run the first one's
+    /// SQL with other binds (and debug builds panic).
+    #[test]
+    fn inserts_with_and_without_optional_values_store_each_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = connection(&dir);
+        let set = run_rows::RunRow {
+            thread_id: Some("t".into()),
+            result: Some("r".into()),
+            error: Some("e".into()),
+            idempotency_key: Some("k".into()),
+            request_hash: Some("h".into()),
+            owner: Some("o".into()),
+            parent_run_id: Some("a".into()),
+            max_replans: None,
+            usage: Some("{}".into()),
+            ..run_row("b")
+        };
+        run_rows::insert(&mut conn, &set).unwrap();
+        run_rows::insert(&mut conn, &run_row("c")).unwrap();
+        let b = run_rows::get(&mut conn, "b").unwrap();
+        let stored = (b.thread_id, b.result, b.error, b.idempotency_key, b.request_hash, b.owner, b.parent_run_id);
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(stored, (some("t"), some("r"), some("e"), some("k"), some("h"), some("o"), some("a")));
+        assert_eq!((b.max_replans, b.usage.as_deref()), (None, Some("{}")));
+        let c = run_rows::get(&mut conn, "c").unwrap();
+        assert_eq!((c.thread_id, c.owner, c.usage, c.max_replans), (None, None, None, Some(4)));
+    }
+
     #[test]
     #[cfg(debug_assertions)]
     #[should_panic(expected = "a prepared!() statement changed its SQL text")]
