@@ -147,15 +147,13 @@ pub fn describe() {
 }
 
 pub fn http_request(route: String, status: u16, elapsed: Option<Duration>) {
-    static REQUESTS: Kept<(metrics::Counter, metrics::Histogram)> = Kept::new();
+    static REQUESTS: Kept<metrics::Counter> = Kept::new();
+    static DURATIONS: Kept<metrics::Histogram> = Kept::new();
     let key = format!("{route}\u{1f}{status}");
-    let (requests, durations) = REQUESTS.get(&key, || {
-        let labels = [("route", route), ("status", status.to_string())];
-        (counter!(HTTP_REQUESTS, &labels), histogram!(HTTP_DURATION, &labels))
-    });
-    requests.increment(1);
+    let labels = || [("route", route.clone()), ("status", status.to_string())];
+    REQUESTS.get(&key, || counter!(HTTP_REQUESTS, &labels())).increment(1);
     if let Some(elapsed) = elapsed {
-        durations.record(elapsed.as_secs_f64());
+        DURATIONS.get(&key, || histogram!(HTTP_DURATION, &labels())).record(elapsed.as_secs_f64());
     }
 }
 

@@ -10,15 +10,16 @@
 //! type, declared at the call site, is its cache key. Updates and upserts are written with
 //! [`update`] and [`upsert`], which build the same SQL as diesel without marking it uncacheable.
 //!
-//! Only use it where the SQL cannot vary: no `Option<Eq<…>>` changesets, no `eq_any`, and an
-//! insert only of a row type declared `treat_none_as_default_value = false` (diesel otherwise
-//! leaves a `None` column out of the SQL; with it, `None` binds NULL, which is what a nullable
-//! column without a default gets anyway). `col.eq(option)` is fine: it binds NULL. Nor inside a generic function
-//! whose type parameters shape the statement (say, a helper taking the changeset): the marker
-//! declared in its body is one type for every instantiation, so two statements would share one
-//! cache entry. That is why the node updates in `plans.rs` each write their own `prepared!`
-//! rather than sharing a helper. Debug builds check all this on every execution and panic if a
-//! call site produces a second SQL text, or wraps a statement diesel would not cache anyway.
+//! Only use it where the SQL cannot vary: no `Option<Eq<…>>` changesets (`col.eq(option)` is
+//! fine: it binds NULL), no `eq_any`, and an insert only of a row type declared
+//! `treat_none_as_default_value = false` (diesel otherwise leaves a `None` column out of the SQL;
+//! with it, `None` binds NULL, which a nullable column without a default gets anyway). Nor inside
+//! a generic function whose type parameters shape the statement (say, a helper taking the
+//! changeset): the marker declared in its body is one type for every instantiation, so two
+//! statements would share one cache entry. That is why the node updates in `plans.rs` each write
+//! their own `prepared!` rather than sharing a helper. Debug builds check all this on every
+//! execution and panic if a call site produces a second SQL text, or wraps a statement diesel
+//! would not cache anyway.
 
 use std::any::TypeId;
 use std::marker::PhantomData;
