@@ -205,9 +205,8 @@ pub fn model_endpoint_state(endpoint: &str, state: &'static str) {
 }
 
 /// What one answered model call used. `model` is a label from a fixed set: the caller passes a
-/// configured model's name, or `other`. The handles of each model's series are kept: every
-/// answered call updates five of them, and building a series' key each time would cost more than
-/// the update.
+/// configured model's name, or `other`. Every answered call updates five series, whose handles
+/// are [`Kept`].
 pub fn model_usage(model: &str, usage: &flexrun_core::usage::CallUsage) {
     static METERS: Kept<Meters> = Kept::new();
     let meters = METERS.get(model, || Meters::of(model));
@@ -262,10 +261,12 @@ pub fn capability_call(agent_type: &'static str, outcome: &'static str, elapsed:
         .record(elapsed.as_secs_f64());
 }
 
-/// The handles of a metric's series, kept by their label values (joined by U+001F). Every model
-/// and capability call updates a few series, and finding a series from its labels — copying and
-/// hashing them in the registry — costs several times what updating it does. The label values
-/// are from fixed sets (see the module's doc), so this holds a bounded number of handles.
+/// The handles of a metric's series, kept by their label values (joined by U+001F). Every HTTP
+/// request, model call and capability call updates a few series, and finding a series from its
+/// labels — copying and hashing them in the registry — costs several times what updating it
+/// does. The label values are from fixed sets (see the module's doc), so this holds a bounded
+/// number of handles. A handle is made after `http::serve` installed the recorder: every caller
+/// runs after it.
 struct Kept<H>(std::sync::Mutex<Option<crate::hash::HashMap<String, H>>>);
 
 impl<H: Clone> Kept<H> {

@@ -119,6 +119,9 @@ async fn metrics_count_runs_replans_calls_streams_and_commits() {
     expect(r#"flexrun_capability_call_duration_seconds_bucket{agent_type="ai",le="0.25"}"#, 3.0);
     expect(r#"flexrun_capability_call_duration_seconds_bucket{agent_type="ai",le="0.5"}"#, 4.0);
     expect(r#"flexrun_http_requests_total{route="/api/v1/flex/run.stream",status="400"}"#, 1.0);
+    expect(r#"flexrun_http_requests_total{route="/api/v1/flex/run.stream",status="200"}"#, 3.0);
+    expect(r#"flexrun_http_request_duration_seconds_count{route="/api/v1/flex/run.stream",status="200"}"#, 3.0);
+    expect(r#"flexrun_http_request_duration_seconds_count{route="/api/v1/flex/run.stream",status="400"}"#, 1.0);
     assert!(sample(&after, "flexrun_db_commit_duration_seconds_count") >= 10.0, "{after}");
     assert!(sample(&after, "flexrun_db_writes_per_commit_count") >= 10.0, "{after}");
     assert!(after.contains("# HELP flexrun_runs_ended_total"), "metrics are described");
