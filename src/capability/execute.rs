@@ -15,7 +15,7 @@ use crate::contract::OutputContract;
 use crate::llm::pool::ModelPool;
 use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
 use crate::llm::route::RouteEntry;
-use crate::llm::{ChatRequest, Purpose, ResponseShape, parse_json_content};
+use crate::llm::{ChatRequest, Purpose, ResponseShape, SystemPrompt, parse_json_content};
 use crate::mcp::McpServers;
 use crate::slots::Slots;
 use crate::timeouts::Timeouts;
@@ -160,7 +160,7 @@ impl Executors {
         let shape = match &capability.output_contract {
             // The model may answer with its output or with a signal.
             OutputContract::JsonSchema { schema, .. } => {
-                ResponseShape::JsonSchema { name: &name, schema: schema.source(), or: Some(&signal::SCHEMA) }
+                ResponseShape::JsonSchema { name: &name, schema: schema.json(), or: Some(&signal::SCHEMA_JSON) }
             }
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,
@@ -171,8 +171,8 @@ impl Executors {
             .complete(&chain, |_, model| ChatRequest {
                 purpose: Purpose::Capability,
                 model,
-                system: system.clone(),
-                user: user.clone(),
+                system: SystemPrompt::Built(&system),
+                user: &user,
                 shape,
                 timeout,
             })

@@ -6,7 +6,8 @@
 //! bodies are flexrun's own small types: the request borrows the prompts and schemas (serialized
 //! once, never copied), and the response reads only the fields flexrun uses, so OpenAI-compatible
 //! servers that leave out or add other fields still work. The endpoint's URL and the
-//! `Authorization` header are built once, not per call.
+//! `Authorization` header are built once, not per call. What every call of a kind sends unchanged
+//! (the planner's system prompt, response schemas) arrives as JSON written once and is copied in.
 //!
 //! [`standin`] is a scripted stand-in for such a server (the demo and the tests), not a model.
 
@@ -18,10 +19,12 @@ mod traced;
 use std::sync::Arc;
 use std::time::Duration;
 
+use flexrun_core::llm::written::FixedText;
 use flexrun_core::usage::{CallUsage, Counts, Metered, Prices};
 use reqwest::header::{self, HeaderValue};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::SemaphorePermit;
 
 use crate::config::LlmSettings;
@@ -36,8 +39,34 @@ pub enum ResponseShape<'a> {
     /// Any JSON object (`response_format: json_object`).
     JsonObject,
     /// JSON matching `schema`, or also `or` when given (sent as `anyOf`)
-    /// (`response_format: json_schema`, non-strict: flexrun validates).
-    JsonSchema { name: &'a str, schema: &'a Value, or: Option<&'a Value> },
+    /// (`response_format: json_schema`, non-strict: flexrun validates). Both as JSON, written
+    /// once where the schema is kept.
+    JsonSchema { name: &'a str, schema: &'a RawValue, or: Option<&'a RawValue> },
+}
+
+/// A system prompt: written for this call, or the same for every call of its kind.
+#[derive(Debug, Clone, Copy)]
+pub enum SystemPrompt<'a> {
+    Built(&'a str),
+    Fixed(&'static FixedText),
+}
+
+impl SystemPrompt<'_> {
+    pub fn text(&self) -> &str {
+        match self {
+            Self::Built(text) => text,
+            Self::Fixed(fixed) => fixed.text(),
+        }
+    }
+}
+
+impl Serialize for SystemPrompt<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::Built(text) => text.serialize(serializer),
+            Self::Fixed(fixed) => fixed.json().serialize(serializer),
+        }
+    }
 }
 
 /// One system + user exchange.
@@ -46,8 +75,8 @@ pub struct ChatRequest<'a> {
     pub purpose: Purpose,
     /// The model asked for (a route entry's).
     pub model: &'a str,
-    pub system: String,
-    pub user: String,
+    pub system: SystemPrompt<'a>,
+    pub user: &'a str,
     pub shape: ResponseShape<'a>,
     /// How long the call may take.
     pub timeout: Duration,
@@ -77,15 +106,15 @@ const BODY_BEYOND_PROMPTS: usize = 4096;
 #[derive(Serialize)]
 struct Body<'a> {
     model: &'a str,
-    messages: [Message<'a>; 2],
+    messages: (Message<SystemPrompt<'a>>, Message<&'a str>),
     #[serde(skip_serializing_if = "Option::is_none")]
     response_format: Option<Format<'a>>,
 }
 
 #[derive(Serialize)]
-struct Message<'a> {
+struct Message<C> {
     role: &'static str,
-    content: &'a str,
+    content: C,
 }
 
 #[derive(Serialize)]
@@ -104,8 +133,8 @@ struct JsonSchema<'a> {
 
 /// A schema, or `{"anyOf": [a, b]}` written without building it.
 enum Schema<'a> {
-    One(&'a Value),
-    AnyOf([&'a Value; 2]),
+    One(&'a RawValue),
+    AnyOf([&'a RawValue; 2]),
 }
 
 impl Serialize for Schema<'_> {
@@ -319,14 +348,14 @@ impl LlmClient {
     async fn call(&self, request: ChatRequest<'_>, span: Option<&mut ChatSpan>) -> Metered<Result<String, LlmError>> {
         let body = Body {
             model: request.model,
-            messages: [
-                Message { role: "system", content: &request.system },
-                Message { role: "user", content: &request.user },
-            ],
+            messages: (
+                Message { role: "system", content: request.system },
+                Message { role: "user", content: request.user },
+            ),
             response_format: request.shape.format(),
         };
         // Sized for the two prompts and what surrounds them, so the text is not moved as it grows.
-        let mut bytes = Vec::with_capacity(request.system.len() + request.user.len() + BODY_BEYOND_PROMPTS);
+        let mut bytes = Vec::with_capacity(request.system.text().len() + request.user.len() + BODY_BEYOND_PROMPTS);
         let body = match serde_json::to_writer(&mut bytes, &body) {
             Ok(()) => bytes,
             Err(e) => return Metered::unmetered(Err(LlmError::Request(e.to_string()))),
@@ -477,6 +506,7 @@ pub fn parse_json_content(content: &str) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flexrun_core::llm::written::written;
     use serde_json::json;
 
     #[test]
@@ -490,10 +520,14 @@ mod tests {
     #[test]
     fn the_request_body_is_the_chat_completions_wire_format() {
         let (schema, other) = (json!({"type": "object"}), json!({"required": ["signal"]}));
+        let (schema_json, other_json) = (written(&schema), written(&other));
         let body = |shape: ResponseShape<'_>| {
             serde_json::to_value(Body {
                 model: "m",
-                messages: [Message { role: "system", content: "s" }, Message { role: "user", content: "u" }],
+                messages: (
+                    Message { role: "system", content: SystemPrompt::Built("s") },
+                    Message { role: "user", content: "u" },
+                ),
                 response_format: shape.format(),
             })
             .unwrap()
@@ -502,14 +536,29 @@ mod tests {
         assert_eq!(body(ResponseShape::Text), json!({"model": "m", "messages": messages}));
         assert_eq!(body(ResponseShape::JsonObject)["response_format"], json!({"type": "json_object"}));
         assert_eq!(
-            body(ResponseShape::JsonSchema { name: "n", schema: &schema, or: None })["response_format"],
+            body(ResponseShape::JsonSchema { name: "n", schema: &schema_json, or: None })["response_format"],
             json!({"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": false}})
         );
         assert_eq!(
-            body(ResponseShape::JsonSchema { name: "n", schema: &schema, or: Some(&other) })["response_format"]["json_schema"]
-                ["schema"],
+            body(ResponseShape::JsonSchema { name: "n", schema: &schema_json, or: Some(&other_json) })["response_format"]
+                ["json_schema"]["schema"],
             json!({"anyOf": [schema, other]})
         );
+    }
+
+    #[test]
+    fn a_fixed_system_prompt_is_written_as_a_built_one() {
+        static FIXED: std::sync::LazyLock<FixedText> =
+            std::sync::LazyLock::new(|| FixedText::new("say \"hi\"\n".into()));
+        let write = |system: SystemPrompt<'_>| {
+            let body = Body {
+                model: "m",
+                messages: (Message { role: "system", content: system }, Message { role: "user", content: "u" }),
+                response_format: None,
+            };
+            serde_json::to_string(&body).unwrap()
+        };
+        assert_eq!(write(SystemPrompt::Fixed(&FIXED)), write(SystemPrompt::Built(FIXED.text())));
     }
 
     #[test]

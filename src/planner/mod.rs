@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::config::PlannerResponseFormat;
 use crate::llm::pool::ModelPool;
 use crate::llm::route::RouteEntry;
-use crate::llm::{ChatRequest, LlmError, Purpose, ResponseShape, parse_json_content};
+use crate::llm::{ChatRequest, LlmError, Purpose, ResponseShape, SystemPrompt, parse_json_content};
 use crate::plan::Diagnostic;
 use flexrun_core::usage::Metered;
 
@@ -51,11 +51,11 @@ impl Planner {
             .complete(chain, |endpoint, model| ChatRequest {
                 purpose: Purpose::Planner,
                 model,
-                system: system.clone(),
-                user: user.clone(),
+                system: SystemPrompt::Fixed(system),
+                user: &user,
                 shape: match endpoint.planner_format {
                     PlannerResponseFormat::JsonSchema => {
-                        ResponseShape::JsonSchema { name: "plan_draft", schema: draft_schema(), or: None }
+                        ResponseShape::JsonSchema { name: "plan_draft", schema: draft_schema_json(), or: None }
                     }
                     PlannerResponseFormat::JsonObject => ResponseShape::JsonObject,
                     PlannerResponseFormat::None => ResponseShape::Text,

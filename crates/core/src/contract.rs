@@ -2,12 +2,14 @@
 //! promises to produce, and the compiled JSON Schemas that check it.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::excerpt;
+use crate::llm::written::written;
 use crate::validation::FieldError;
 
 /// A JSON Schema compiled once, kept with its source so it can be shown to people and models.
@@ -15,17 +17,24 @@ use crate::validation::FieldError;
 pub struct CompiledSchema {
     source: Value,
     validator: Arc<jsonschema::Validator>,
+    /// The source as JSON, written when first sent to a model and then for every call.
+    json: OnceLock<Box<RawValue>>,
 }
 
 impl CompiledSchema {
     /// Compiles `source`; the error names what is wrong with the schema.
     pub fn compile(source: Value) -> Result<Self, String> {
         let validator = jsonschema::validator_for(&source).map_err(|e| e.to_string())?;
-        Ok(Self { source, validator: Arc::new(validator) })
+        Ok(Self { source, validator: Arc::new(validator), json: OnceLock::new() })
     }
 
     pub fn source(&self) -> &Value {
         &self.source
+    }
+
+    /// [`Self::source`] as JSON, for a model's `response_format`.
+    pub fn json(&self) -> &RawValue {
+        self.json.get_or_init(|| written(&self.source))
     }
 
     /// The violations of `instance` (the first [`MAX_VIOLATIONS`]), each message bounded: a

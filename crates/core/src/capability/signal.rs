@@ -11,7 +11,10 @@
 
 use std::sync::LazyLock;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
+
+use crate::llm::written::written;
 
 /// The longest question or reason accepted (characters).
 const MAX_TEXT: usize = 4000;
@@ -95,6 +98,10 @@ pub static SCHEMA: LazyLock<Value> = LazyLock::new(|| {
         }
     })
 });
+
+/// [`SCHEMA`] as JSON, written once: it is sent with every call of an `ai` capability that has
+/// an output schema.
+pub static SCHEMA_JSON: LazyLock<Box<RawValue>> = LazyLock::new(|| written(&*SCHEMA));
 
 /// What an `ai` capability is told about signals (part of its system prompt).
 pub const PROMPT: &str = "If you cannot do this step without an answer from a person, answer only \

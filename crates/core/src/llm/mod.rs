@@ -1,8 +1,10 @@
-//! Model calls as the core sees them: why one failed ([`LlmError`]), and how a prompt is kept
-//! within its budget ([`prompt`]). The server's client makes the calls.
+//! Model calls as the core sees them: why one failed ([`LlmError`]), how a prompt is kept
+//! within its budget ([`prompt`]), and what every call of a kind sends written once
+//! ([`written`]). The server's client makes the calls.
 
 pub mod prompt;
 pub mod route;
+pub mod written;
 
 use std::time::Duration;
 

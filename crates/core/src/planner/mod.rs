@@ -9,6 +9,9 @@ pub mod prompt;
 use std::sync::LazyLock;
 
 use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::llm::written::written;
 
 pub use draft::{DraftContext, RequiredFacet};
 pub use prompt::{CompletedWork, PromptInput, Replan};
@@ -24,6 +27,12 @@ static DRAFT_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
 /// The JSON Schema of a plan draft, as the model is asked to answer (`response_format`).
 pub fn draft_schema() -> &'static Value {
     &DRAFT_SCHEMA
+}
+
+/// [`draft_schema`] as JSON, written once: it is sent with every planning request.
+pub fn draft_schema_json() -> &'static RawValue {
+    static JSON: LazyLock<Box<RawValue>> = LazyLock::new(|| written(draft_schema()));
+    &JSON
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use crate::condition::GoalConditionResult;
 use crate::envelope::TaskEnvelope;
 use crate::events::payload::{FailedNode, PolicyInfo, SignalInfo};
 use crate::llm::prompt::{OBJECTIVE_CHARS, SECTION_CHARS, lines_within, section, section_within, value};
+use crate::llm::written::FixedText;
 use crate::plan::{Diagnostic, Plan};
 use crate::settings::FacetDefinition;
 
@@ -57,12 +58,12 @@ pub struct PromptInput<'a> {
 }
 
 /// The system and user messages.
-pub fn build(input: &PromptInput<'_>) -> (String, String) {
-    (SYSTEM.clone(), user(input))
+pub fn build(input: &PromptInput<'_>) -> (&'static FixedText, String) {
+    (&SYSTEM, user(input))
 }
 
-/// The system message: the same for every plan, so written once.
-static SYSTEM: LazyLock<String> = LazyLock::new(system);
+/// The system message: the same for every plan, so written (and escaped) once.
+static SYSTEM: LazyLock<FixedText> = LazyLock::new(|| FixedText::new(system()));
 
 fn system() -> String {
     let mut s = String::from(
@@ -391,6 +392,7 @@ mod tests {
         let envelope = envelope();
         let input = initial(&envelope);
         let (system, user) = build(&input);
+        let system = system.text();
         assert!(system.contains("### PLAN DRAFT SCHEMA") && system.contains("### PLANNER RULES"));
         for title in
             ["OBJECTIVE", "INPUTS", "OUTPUT CONTRACT", "GOAL CONDITIONS", "CAPABILITIES", "SPECIAL INSTRUCTIONS"]
