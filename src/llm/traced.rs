@@ -35,7 +35,7 @@ impl ChatSpan {
             ResponseShape::JsonObject | ResponseShape::JsonSchema { .. } => "json",
         };
         span.set(spans::OUTPUT_TYPE, output_type);
-        if let (Some(system), Some(user)) = (scope.text(request.system.text()), scope.text(&request.user)) {
+        if let (Some(system), Some(user)) = (scope.text(request.system.text()), scope.text(request.user)) {
             let messages = json!([
                 {"role": "system", "parts": [{"type": "text", "content": system}]},
                 {"role": "user", "parts": [{"type": "text", "content": user}]},
