@@ -131,6 +131,13 @@ async fn failed_goal_condition_triggers_a_repair_replan_that_keeps_completed_wor
     assert!(repair.contains("Facet \"post_copy\" @ path \"/quality_score\""), "{repair}");
     assert!(repair.contains("Observed value:\n  0.6"), "{repair}");
     assert!(planner[1].user.contains("stage \"draft\" (node draft)"), "completed work is listed");
+    // What every planning request sends unchanged (written once, copied in) arrives as it reads.
+    for call in &planner {
+        assert!(
+            call.system.starts_with("You are the flexrun planner.") && call.system.contains("\"status\"?: \"pending\"")
+        );
+        assert_eq!(call.body["response_format"]["json_schema"]["schema"], *flexrun::planner::draft_schema());
+    }
     assert_eq!(server.llm_calls().len(), 4, "2 planner calls + writer once + editor once");
     assert_eq!(server.capability_calls("writer"), 1);
 

@@ -1,6 +1,7 @@
 //! What the server benchmarks share: `flexrun serve` as a child process (the release build, or
 //! `BENCH_SERVER_BIN` to compare two builds back to back) on a fresh SQLite file, and its CPU time
-//! and memory read from /proc.
+//! and memory read from /proc. `BENCH_START_SECS` (default 30) is how long a start may take: a
+//! server run under a simulator (`valgrind --tool=callgrind --cache-sim=yes`) needs minutes.
 #![allow(dead_code)] // Each bench uses the part it needs.
 
 use std::net::TcpListener;
@@ -94,14 +95,15 @@ impl Server {
     }
 
     async fn wait_until_healthy(&self) {
+        let seconds: u64 = std::env::var("BENCH_START_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
         let http = reqwest::Client::new();
-        for _ in 0..600 {
+        for _ in 0..seconds * 20 {
             if http.get(format!("{}/api/v1/health", self.base)).send().await.is_ok() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("flexrun serve did not answer within 30 s");
+        panic!("flexrun serve did not answer within {seconds} s (BENCH_START_SECS)");
     }
 
     /// Kills the server at once (SIGKILL), as a crash would.
