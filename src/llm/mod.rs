@@ -3,11 +3,8 @@
 //!
 //! A call here is exactly one HTTP request: retry decisions belong to flexrun, which records them,
 //! and hidden retries would multiply the attempts a caller configured. The request and response
-//! bodies are flexrun's own small types: the request borrows the prompts and schemas (serialized
-//! once, never copied), and the response reads only the fields flexrun uses, so OpenAI-compatible
-//! servers that leave out or add other fields still work. The endpoint's URL and the
-//! `Authorization` header are built once, not per call. What every call of a kind sends unchanged
-//! (the planner's system prompt, response schemas) arrives as JSON written once and is copied in.
+//! bodies are flexrun's own small types ([`wire`]). The endpoint's URL and the `Authorization`
+//! header are built once, not per call.
 //!
 //! [`standin`] is a scripted stand-in for such a server (the demo and the tests), not a model.
 
@@ -15,59 +12,22 @@ pub use flexrun_core::llm::{LlmError, prompt, route};
 pub mod pool;
 pub mod standin;
 mod traced;
+mod wire;
+
+use wire::{Completion, counts};
+pub use wire::{ResponseShape, SystemPrompt};
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use flexrun_core::llm::written::FixedText;
 use flexrun_core::usage::{CallUsage, Counts, Metered, Prices};
 use reqwest::header::{self, HeaderValue};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 use tokio::sync::SemaphorePermit;
 
 use crate::config::LlmSettings;
 use crate::slots::Slots;
 use traced::ChatSpan;
-
-/// The shape the answer must have.
-#[derive(Debug, Clone, Copy)]
-pub enum ResponseShape<'a> {
-    /// Plain text.
-    Text,
-    /// Any JSON object (`response_format: json_object`).
-    JsonObject,
-    /// JSON matching `schema`, or also `or` when given (sent as `anyOf`)
-    /// (`response_format: json_schema`, non-strict: flexrun validates). Both as JSON, written
-    /// once where the schema is kept.
-    JsonSchema { name: &'a str, schema: &'a RawValue, or: Option<&'a RawValue> },
-}
-
-/// A system prompt: written for this call, or the same for every call of its kind.
-#[derive(Debug, Clone, Copy)]
-pub enum SystemPrompt<'a> {
-    Built(&'a str),
-    Fixed(&'static FixedText),
-}
-
-impl SystemPrompt<'_> {
-    pub fn text(&self) -> &str {
-        match self {
-            Self::Built(text) => text,
-            Self::Fixed(fixed) => fixed.text(),
-        }
-    }
-}
-
-impl Serialize for SystemPrompt<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            Self::Built(text) => text.serialize(serializer),
-            Self::Fixed(fixed) => fixed.json().serialize(serializer),
-        }
-    }
-}
 
 /// One system + user exchange.
 #[derive(Debug, Clone)]
@@ -98,155 +58,12 @@ impl Purpose {
     }
 }
 
-/// What a request body holds besides its two prompts, as first sized: the model, the roles, a
-/// response schema, and the prompts' escapes.
-const BODY_BEYOND_PROMPTS: usize = 4096;
-
-/// The Chat Completions request body.
-#[derive(Serialize)]
-struct Body<'a> {
-    model: &'a str,
-    messages: (Message<SystemPrompt<'a>>, Message<&'a str>),
-    #[serde(skip_serializing_if = "Option::is_none")]
-    response_format: Option<Format<'a>>,
-}
-
-#[derive(Serialize)]
-struct Message<C> {
-    role: &'static str,
-    content: C,
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum Format<'a> {
-    JsonObject,
-    JsonSchema { json_schema: JsonSchema<'a> },
-}
-
-#[derive(Serialize)]
-struct JsonSchema<'a> {
-    name: &'a str,
-    schema: Schema<'a>,
-    strict: bool,
-}
-
-/// A schema, or `{"anyOf": [a, b]}` written without building it.
-enum Schema<'a> {
-    One(&'a RawValue),
-    AnyOf([&'a RawValue; 2]),
-}
-
-impl Serialize for Schema<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        match self {
-            Self::One(schema) => schema.serialize(serializer),
-            Self::AnyOf(schemas) => {
-                let mut map = serializer.serialize_map(Some(1))?;
-                map.serialize_entry("anyOf", schemas)?;
-                map.end()
-            }
-        }
-    }
-}
-
-impl<'a> ResponseShape<'a> {
-    fn format(self) -> Option<Format<'a>> {
-        match self {
-            Self::Text => None,
-            Self::JsonObject => Some(Format::JsonObject),
-            Self::JsonSchema { name, schema, or } => {
-                let schema = match or {
-                    Some(other) => Schema::AnyOf([schema, other]),
-                    None => Schema::One(schema),
-                };
-                Some(Format::JsonSchema { json_schema: JsonSchema { name, schema, strict: false } })
-            }
-        }
-    }
-}
-
-/// The parts of a chat completion flexrun reads.
-#[derive(Deserialize)]
-struct Completion {
-    /// The response's id, read only for a trace (and never failing the answer if odd).
-    #[serde(default)]
-    id: Option<Box<serde_json::value::RawValue>>,
-    choices: Vec<Choice>,
-    /// The model that answered, as the server names it.
-    #[serde(default)]
-    model: Option<String>,
-    /// Read leniently ([`counts`]): a server whose usage block is odd still answered.
-    #[serde(default)]
-    usage: Option<Box<serde_json::value::RawValue>>,
-}
-
-/// The counts of a Chat Completions `usage` block flexrun reads; a count that is missing or not
-/// a number is unknown.
-#[derive(Deserialize)]
-struct WireUsage {
-    #[serde(default, deserialize_with = "count")]
-    prompt_tokens: Option<u64>,
-    #[serde(default, deserialize_with = "count")]
-    completion_tokens: Option<u64>,
-    #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
-    #[serde(default)]
-    completion_tokens_details: Option<CompletionDetails>,
-}
-
-#[derive(Deserialize)]
-struct PromptDetails {
-    #[serde(default, deserialize_with = "count")]
-    cached_tokens: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct CompletionDetails {
-    #[serde(default, deserialize_with = "count")]
-    reasoning_tokens: Option<u64>,
-}
-
-/// A count, or unknown for anything that is not a whole number (a number in JSON allocates
-/// nothing).
-fn count<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
-    Ok(Value::deserialize(deserializer)?.as_u64())
-}
-
-/// The token counts of a response's `usage` block; unknown where it does not say, or when the
-/// block is not one flexrun can read (the response is still an answer).
-fn counts(usage: Option<&serde_json::value::RawValue>) -> Counts {
-    let Some(usage) = usage.and_then(|raw| serde_json::from_str::<WireUsage>(raw.get()).ok()) else {
-        return Counts::default();
-    };
-    Counts {
-        input_tokens: usage.prompt_tokens,
-        output_tokens: usage.completion_tokens,
-        cached_input_tokens: usage.prompt_tokens_details.and_then(|d| d.cached_tokens),
-        reasoning_tokens: usage.completion_tokens_details.and_then(|d| d.reasoning_tokens),
-    }
-}
-
 /// What a posted request came to, once the endpoint answered with a success.
 enum Answered {
     Completion(Completion),
     /// A success whose body could not be read as a completion: the call was made (and likely
     /// paid for), its usage is unknown.
     Unreadable(LlmError),
-}
-
-#[derive(Deserialize)]
-struct Choice {
-    message: AssistantMessage,
-    #[serde(default)]
-    finish_reason: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct AssistantMessage {
-    #[serde(default)]
-    content: Option<String>,
 }
 
 /// Why a model client cannot be set up.
@@ -346,18 +163,8 @@ impl LlmClient {
     }
 
     async fn call(&self, request: ChatRequest<'_>, span: Option<&mut ChatSpan>) -> Metered<Result<String, LlmError>> {
-        let body = Body {
-            model: request.model,
-            messages: (
-                Message { role: "system", content: request.system },
-                Message { role: "user", content: request.user },
-            ),
-            response_format: request.shape.format(),
-        };
-        // Sized for the two prompts and what surrounds them, so the text is not moved as it grows.
-        let mut bytes = Vec::with_capacity(request.system.text().len() + request.user.len() + BODY_BEYOND_PROMPTS);
-        let body = match serde_json::to_writer(&mut bytes, &body) {
-            Ok(()) => bytes,
+        let body = match wire::body(&request) {
+            Ok(body) => body,
             Err(e) => return Metered::unmetered(Err(LlmError::Request(e.to_string()))),
         };
         let traceparent = span.as_deref().map(ChatSpan::traceparent);
@@ -506,7 +313,6 @@ pub fn parse_json_content(content: &str) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flexrun_core::llm::written::written;
     use serde_json::json;
 
     #[test]
@@ -515,87 +321,6 @@ mod tests {
         assert_eq!(parse_json_content("```json\n{\"a\":1}\n```").unwrap(), json!({"a": 1}));
         assert_eq!(parse_json_content("```\n[1]\n```\n").unwrap(), json!([1]));
         assert!(parse_json_content("Sure! Here is the plan").unwrap_err().contains("not valid JSON"));
-    }
-
-    #[test]
-    fn the_request_body_is_the_chat_completions_wire_format() {
-        let (schema, other) = (json!({"type": "object"}), json!({"required": ["signal"]}));
-        let (schema_json, other_json) = (written(&schema), written(&other));
-        let body = |shape: ResponseShape<'_>| {
-            serde_json::to_value(Body {
-                model: "m",
-                messages: (
-                    Message { role: "system", content: SystemPrompt::Built("s") },
-                    Message { role: "user", content: "u" },
-                ),
-                response_format: shape.format(),
-            })
-            .unwrap()
-        };
-        let messages = json!([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]);
-        assert_eq!(body(ResponseShape::Text), json!({"model": "m", "messages": messages}));
-        assert_eq!(body(ResponseShape::JsonObject)["response_format"], json!({"type": "json_object"}));
-        assert_eq!(
-            body(ResponseShape::JsonSchema { name: "n", schema: &schema_json, or: None })["response_format"],
-            json!({"type": "json_schema", "json_schema": {"name": "n", "schema": schema, "strict": false}})
-        );
-        assert_eq!(
-            body(ResponseShape::JsonSchema { name: "n", schema: &schema_json, or: Some(&other_json) })["response_format"]
-                ["json_schema"]["schema"],
-            json!({"anyOf": [schema, other]})
-        );
-    }
-
-    #[test]
-    fn a_fixed_system_prompt_is_written_as_a_built_one() {
-        static FIXED: std::sync::LazyLock<FixedText> =
-            std::sync::LazyLock::new(|| FixedText::new("say \"hi\"\n".into()));
-        let write = |system: SystemPrompt<'_>| {
-            let body = Body {
-                model: "m",
-                messages: (Message { role: "system", content: system }, Message { role: "user", content: "u" }),
-                response_format: None,
-            };
-            serde_json::to_string(&body).unwrap()
-        };
-        assert_eq!(write(SystemPrompt::Fixed(&FIXED)), write(SystemPrompt::Built(FIXED.text())));
-    }
-
-    #[test]
-    fn a_completion_needs_only_its_choices() {
-        let read = |value: Value| serde_json::from_str::<Completion>(&value.to_string());
-        let minimal = read(json!({"choices": [{"message": {"content": "x"}}]})).unwrap();
-        assert_eq!(minimal.choices[0].message.content.as_deref(), Some("x"));
-        assert_eq!(counts(minimal.usage.as_deref()), Counts::default(), "no usage: every count unknown");
-        let full = read(json!({
-            "id": "c", "object": "chat.completion", "created": 0, "model": "m", "usage": {"total_tokens": 3},
-            "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": null}}]
-        }))
-        .unwrap();
-        assert_eq!(full.choices[0].finish_reason.as_deref(), Some("length"));
-        assert!(full.choices[0].message.content.is_none());
-        assert!(read(json!({"id": "c"})).is_err());
-    }
-
-    #[test]
-    fn usage_is_read_leniently() {
-        let read = |usage: Value| {
-            let completion = serde_json::from_str::<Completion>(&json!({"choices": [], "usage": usage}).to_string());
-            counts(completion.unwrap().usage.as_deref())
-        };
-        let full = read(json!({"prompt_tokens": 10, "completion_tokens": 2,
-                               "prompt_tokens_details": {"cached_tokens": 4},
-                               "completion_tokens_details": {"reasoning_tokens": 1, "audio_tokens": 0}}));
-        let expected = Counts {
-            input_tokens: Some(10),
-            output_tokens: Some(2),
-            cached_input_tokens: Some(4),
-            reasoning_tokens: Some(1),
-        };
-        assert_eq!(full, expected);
-        let odd = read(json!({"prompt_tokens": "ten", "completion_tokens": 2.5, "prompt_tokens_details": null}));
-        assert_eq!(odd, Counts::default(), "what is not a whole number is unknown");
-        assert_eq!(read(json!("lots")), Counts::default(), "a block that is no object: the answer still counts");
     }
 
     #[test]
