@@ -136,7 +136,8 @@ async fn failed_goal_condition_triggers_a_repair_replan_that_keeps_completed_wor
         assert!(
             call.system.starts_with("You are the flexrun planner.") && call.system.contains("\"status\"?: \"pending\"")
         );
-        assert_eq!(call.body["response_format"]["json_schema"]["schema"], *flexrun::planner::draft_schema());
+        let schema: serde_json::Value = serde_json::from_str(flexrun::planner::draft_schema().get()).unwrap();
+        assert_eq!(call.body["response_format"]["json_schema"]["schema"], schema);
     }
     assert_eq!(server.llm_calls().len(), 4, "2 planner calls + writer once + editor once");
     assert_eq!(server.capability_calls("writer"), 1);

@@ -160,7 +160,7 @@ impl Executors {
         let shape = match &capability.output_contract {
             // The model may answer with its output or with a signal.
             OutputContract::JsonSchema { schema, .. } => {
-                ResponseShape::JsonSchema { name: &name, schema: schema.json(), or: Some(&signal::SCHEMA_JSON) }
+                ResponseShape::JsonSchema { name: &name, schema: schema.json(), or: Some(&signal::SCHEMA) }
             }
             OutputContract::Facets { .. } => ResponseShape::JsonObject,
             OutputContract::Freeform { .. } => ResponseShape::Text,

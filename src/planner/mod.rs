@@ -55,7 +55,7 @@ impl Planner {
                 user: &user,
                 shape: match endpoint.planner_format {
                     PlannerResponseFormat::JsonSchema => {
-                        ResponseShape::JsonSchema { name: "plan_draft", schema: draft_schema_json(), or: None }
+                        ResponseShape::JsonSchema { name: "plan_draft", schema: draft_schema(), or: None }
                     }
                     PlannerResponseFormat::JsonObject => ResponseShape::JsonObject,
                     PlannerResponseFormat::None => ResponseShape::Text,

@@ -83,9 +83,10 @@ fn parse(mut fields: Map<String, Value>) -> Result<Signal, InvalidSignal> {
     })
 }
 
-/// The JSON Schema of a signal, offered to `ai` capabilities next to their output schema.
-pub static SCHEMA: LazyLock<Value> = LazyLock::new(|| {
-    json!({
+/// The JSON Schema of a signal, offered to `ai` capabilities next to their output schema: written
+/// once, for every call of an `ai` capability that has an output schema.
+pub static SCHEMA: LazyLock<Box<RawValue>> = LazyLock::new(|| {
+    written(&json!({
         "type": "object",
         "required": ["signal"],
         "additionalProperties": false,
@@ -96,12 +97,8 @@ pub static SCHEMA: LazyLock<Value> = LazyLock::new(|| {
             "reason": {"type": "string"},
             "details": {}
         }
-    })
+    }))
 });
-
-/// [`SCHEMA`] as JSON, written once: it is sent with every call of an `ai` capability that has
-/// an output schema.
-pub static SCHEMA_JSON: LazyLock<Box<RawValue>> = LazyLock::new(|| written(&*SCHEMA));
 
 /// What an `ai` capability is told about signals (part of its system prompt).
 pub const PROMPT: &str = "If you cannot do this step without an answer from a person, answer only \
