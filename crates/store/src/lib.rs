@@ -422,11 +422,41 @@ mod tests {
             ("SELECT run_id FROM runs WHERE parent_run_id = 'p' ORDER BY run_id", "runs_by_parent"),
             ("SELECT run_id FROM runs WHERE thread_id = 't' ORDER BY created_at DESC", "runs_by_thread"),
             ("SELECT run_id FROM runs WHERE lease_owner = 'n'", "runs_by_lease_owner"),
+            ("SELECT run_id FROM runs WHERE idempotency_key = 'k'", "runs_by_idempotency_key"),
         ] {
             let plan: Vec<Step> = diesel::sql_query(format!("EXPLAIN QUERY PLAN {query}")).load(sqlite).unwrap();
             let plan: Vec<String> = plan.into_iter().map(|step| step.detail).collect();
             assert!(plan.iter().any(|step| step.contains(index)), "{query}: {plan:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn only_runs_with_an_idempotency_key_are_in_its_unique_index() {
+        let (_dir, store) = temp_store();
+        let keyed = |id: &str| RunRow { idempotency_key: Some("k".into()), ..run_row(id) };
+        let (plain, first, again) = (run_row("plain"), keyed("first"), keyed("again"));
+        store.write(move |conn| runs::insert(conn, &plain)).await.unwrap();
+        store.write(move |conn| runs::insert(conn, &first)).await.unwrap();
+        assert!(store.write(move |conn| runs::insert(conn, &again)).await.is_err(), "a key is used once");
+        let found = store.read(|conn| runs::by_idempotency_key(conn, "k")).await.unwrap();
+        assert_eq!(found.map(|(run_id, _)| run_id).as_deref(), Some("first"));
+        #[derive(diesel::QueryableByName)]
+        struct Stat {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            stat: String,
+        }
+        let stat = store
+            .write(|conn| {
+                #[allow(irrefutable_let_patterns)]
+                let DbConn::Sqlite(sqlite) = conn else { unreachable!() };
+                use diesel::RunQueryDsl;
+                diesel::sql_query("ANALYZE").execute(sqlite)?;
+                let query = "SELECT stat FROM sqlite_stat1 WHERE idx = 'runs_by_idempotency_key'";
+                Ok(diesel::sql_query(query).get_result::<Stat>(sqlite)?.stat)
+            })
+            .await
+            .unwrap();
+        assert!(stat.starts_with("1 "), "one entry, the keyed run's: {stat}");
     }
 
     #[test]
