@@ -78,7 +78,7 @@ async fn approval_lifecycle_with_an_operator_replan() {
     assert_ne!(first_request, second_request);
     assert_eq!(replanned[5].payload["request"]["planVersion"], 2);
     // The old plan is kept as history; its unfinished node is discarded, not run.
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_versions"), 2);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'plan_generated'"), 2);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE plan_version = 1 AND status = 'discarded'"), 1);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_requests WHERE status = 'superseded'"), 1);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_requests WHERE status = 'pending'"), 1);

@@ -52,7 +52,7 @@ async fn happy_path_frames_are_gap_free_and_match_the_event_log() {
     // The run, its plan, nodes and goal evaluation are persisted.
     let run = flexrun::store::runs::get(&mut server.db(), &run_id).unwrap();
     assert_eq!((run.status.as_str(), run.plan_version, run.planner_attempts), ("completed", 1, 1));
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_versions"), 1);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'plan_generated'"), 1);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE status = 'completed'"), 2);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_outputs WHERE status = 'satisfied'"), 1);
     assert_eq!(server.llm_calls().len(), 3);
@@ -145,7 +145,8 @@ async fn failed_goal_condition_triggers_a_repair_replan_that_keeps_completed_wor
     let run_id = &frames[0].run_id;
     let run = flexrun::store::runs::get(&mut server.db(), run_id).unwrap();
     assert_eq!((run.goal_condition_replans, run.replans, run.plan_version), (1, 1, 2));
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_versions"), 2, "every plan version is kept");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'plan_generated'"), 2, "every plan version is kept");
+    assert_eq!(server.count("SELECT COUNT(DISTINCT plan_version) AS n FROM plan_nodes"), 2);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_outputs WHERE status = 'unsatisfied'"), 1);
 }
 
@@ -231,7 +232,8 @@ async fn two_invalid_drafts_fail_the_run() {
     assert_eq!(server.planner_calls().len(), 2);
     let run = flexrun::store::runs::get(&mut server.db(), &frames[0].run_id).unwrap();
     assert_eq!(run.status.as_str(), "failed");
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_versions"), 0);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'plan_generated'"), 0);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

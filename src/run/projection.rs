@@ -18,17 +18,14 @@ use crate::events::Event;
 use crate::events::payload::*;
 use crate::plan::{NodeStatus, Plan, StoredNodeStatus};
 use crate::store::hitl::{self, DecisionRow, RequestRow};
-use crate::store::plans::{self, PlanNodeRow, PlanVersionRow, RunOutputRow};
+use crate::store::plans::{self, PlanNodeRow, RunOutputRow};
 use crate::store::{DbConn, StoreError};
 
 /// One change to a run's rows.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RowWrite {
-    /// A new plan version with its nodes.
-    Plan {
-        version: PlanVersionRow,
-        nodes: Vec<PlanNodeRow>,
-    },
+    /// The nodes of a new plan version (the plan itself is on its `plan_generated` frame).
+    Plan { nodes: Vec<PlanNodeRow> },
     NodeStarted {
         version: i32,
         node_id: String,
@@ -161,15 +158,8 @@ fn close_open(state: &RunState, status: RequestStatus, at: NaiveDateTime) -> Opt
     (!state.requests.is_empty()).then_some(RowWrite::CloseAll { status, at })
 }
 
-/// A new plan version and its nodes; a node carried over completed keeps its output.
+/// The nodes of a new plan version; a node carried over completed keeps its output.
 fn plan_rows(state: &RunState, plan: &Plan, now: NaiveDateTime) -> RowWrite {
-    let version = PlanVersionRow {
-        run_id: state.run_id.to_string(),
-        version: stored(plan.version),
-        plan: to_json(plan),
-        replan_trigger: None,
-        created_at: now,
-    };
     let nodes = plan
         .nodes
         .iter()
@@ -191,7 +181,7 @@ fn plan_rows(state: &RunState, plan: &Plan, now: NaiveDateTime) -> RowWrite {
             }
         })
         .collect();
-    RowWrite::Plan { version, nodes }
+    RowWrite::Plan { nodes }
 }
 
 /// The stored form of a request a run makes.
@@ -241,7 +231,7 @@ impl RowWrite {
     /// Applies this change to run `run_id`'s rows.
     pub fn execute(&self, conn: &mut DbConn, run_id: &str) -> Result<(), StoreError> {
         match self {
-            Self::Plan { version, nodes } => plans::insert_version(conn, version, nodes),
+            Self::Plan { nodes } => plans::insert_nodes(conn, nodes),
             Self::NodeStarted { version, node_id, status, at } => {
                 plans::node_started(conn, (run_id, *version, node_id), (*status).into(), *at)
             }

@@ -1,4 +1,5 @@
-//! Plan versions (every version kept), their nodes' execution state, and goal evaluations.
+//! The nodes of every plan version with their execution state, and goal evaluations. (The plans
+//! themselves are on the log's `plan_generated` frames, which is where readers take them from.)
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
@@ -6,19 +7,9 @@ use flexrun_core::plan::StoredNodeStatus;
 use flexrun_core::run::decide::goals::EvaluationStatus;
 
 use super::prepared::{prepared, update, upsert};
-use super::schema::{plan_nodes, plan_versions, run_outputs};
+use super::schema::{plan_nodes, run_outputs};
 use super::stamp::Stamp;
 use super::{DbConn, StoreError};
-
-#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
-#[diesel(table_name = plan_versions, treat_none_as_default_value = false)]
-pub struct PlanVersionRow {
-    pub run_id: String,
-    pub version: i32,
-    pub plan: String,
-    pub replan_trigger: Option<String>,
-    pub created_at: NaiveDateTime,
-}
 
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Insertable)]
 #[diesel(table_name = plan_nodes, treat_none_as_default_value = false)]
@@ -48,10 +39,8 @@ pub struct RunOutputRow {
     pub recorded_at: NaiveDateTime,
 }
 
-/// Stores a new plan version with its nodes.
-pub fn insert_version(conn: &mut DbConn, version: &PlanVersionRow, nodes: &[PlanNodeRow]) -> Result<(), StoreError> {
-    let statement = prepared!(diesel::insert_into(plan_versions::table).values(version));
-    super::on_backend!(conn, |c| statement.execute(c))?;
+/// Stores the nodes of a new plan version.
+pub fn insert_nodes(conn: &mut DbConn, nodes: &[PlanNodeRow]) -> Result<(), StoreError> {
     for node in nodes {
         let statement = prepared!(diesel::insert_into(plan_nodes::table).values(node));
         super::on_backend!(conn, |c| statement.execute(c))?;
@@ -131,14 +120,6 @@ fn node<'a>(run_id: &'a str, plan_version: i32, node_id: &'a str) -> NodeRow<'a>
 
 fn found(updated: usize, node_id: &str, plan_version: i32) -> Result<(), StoreError> {
     if updated == 1 { Ok(()) } else { Err(StoreError::NotFound(format!("node {node_id} of plan v{plan_version}"))) }
-}
-
-pub fn versions(conn: &mut DbConn, run_id: &str) -> Result<Vec<PlanVersionRow>, StoreError> {
-    Ok(super::on_backend!(conn, |c| plan_versions::table
-        .filter(plan_versions::run_id.eq(run_id))
-        .order(plan_versions::version)
-        .select(PlanVersionRow::as_select())
-        .load(c))?)
 }
 
 pub fn nodes(conn: &mut DbConn, run_id: &str) -> Result<Vec<PlanNodeRow>, StoreError> {

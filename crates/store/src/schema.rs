@@ -58,16 +58,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    plan_versions (run_id, version) {
-        run_id -> Text,
-        version -> Integer,
-        plan -> Text,
-        replan_trigger -> Nullable<Text>,
-        created_at -> Timestamp,
-    }
-}
-
-diesel::table! {
     plan_nodes (run_id, plan_version, node_id) {
         run_id -> Text,
         plan_version -> Integer,
@@ -160,7 +150,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     threads,
     thread_metadata,
     runs,
-    plan_versions,
     plan_nodes,
     run_outputs,
     run_events,
