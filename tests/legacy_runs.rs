@@ -127,6 +127,29 @@ async fn runs_stored_before_start_recorded_inputs_and_caps_read_and_resume() {
     assert_eq!(capped["run"]["replanBudget"]["used"]["goalCondition"], 1);
     let demo = get(&server, &format!("/api/v1/flex/runs/{DEMO_RUN}")).await;
     assert_eq!(caps(&demo), (configured, 2));
+    // Its nodes came through the migration that made `plan_nodes` again, outputs and all.
+    let nodes: Vec<(u64, &str, &str, bool)> = demo["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let (version, id, status) =
+                (n["planVersion"].as_u64().unwrap(), n["nodeId"].as_str().unwrap(), n["status"].as_str().unwrap());
+            (version, id, status, n["output"].is_object())
+        })
+        .collect();
+    let expected = [
+        (1, "audience"),
+        (1, "draft"),
+        (1, "review"),
+        (2, "audience"),
+        (2, "draft"),
+        (2, "review"),
+        (2, "polish"),
+        (2, "final_review"),
+    ];
+    assert_eq!(nodes, expected.map(|(version, id)| (version, id, "completed", true)), "{}", demo["nodes"]);
+    assert_eq!(demo["planVersions"].as_array().unwrap().len(), 2, "the plans are read from the log");
     let paused = get(&server, &format!("/api/v1/flex/runs/{PAUSED_RUN}")).await;
     assert_eq!(paused["run"]["status"], "awaiting_hitl");
     assert_eq!(caps(&paused).0, 3);

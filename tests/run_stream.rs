@@ -145,7 +145,11 @@ async fn failed_goal_condition_triggers_a_repair_replan_that_keeps_completed_wor
     let run_id = &frames[0].run_id;
     let run = flexrun::store::runs::get(&mut server.db(), run_id).unwrap();
     assert_eq!((run.goal_condition_replans, run.replans, run.plan_version), (1, 1, 2));
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'plan_generated'"), 2, "every plan version is kept");
+    assert_eq!(
+        server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'plan_generated'"),
+        2,
+        "every plan version is kept"
+    );
     assert_eq!(server.count("SELECT COUNT(DISTINCT plan_version) AS n FROM plan_nodes"), 2);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_outputs WHERE status = 'unsatisfied'"), 1);
 }

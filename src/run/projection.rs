@@ -25,7 +25,9 @@ use crate::store::{DbConn, StoreError};
 #[derive(Debug, Clone, PartialEq)]
 pub enum RowWrite {
     /// The nodes of a new plan version (the plan itself is on its `plan_generated` frame).
-    Plan { nodes: Vec<PlanNodeRow> },
+    Plan {
+        nodes: Vec<PlanNodeRow>,
+    },
     NodeStarted {
         version: i32,
         node_id: String,
