@@ -62,9 +62,9 @@ async fn a_human_task_is_answered_with_a_form_from_its_output_schema() {
     browser.fill(&format!("{form} [name=comment]"), "reads well").await;
     browser.click_button("section.actions", "Submit").await;
     browser.wait_for_text("[data-testid=status]", "completed").await;
-    let review = flexrun::store::plans::nodes(&mut server.db(), &run).unwrap();
-    let output = review.iter().rfind(|n| n.node_id == "review").unwrap().output.clone().unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&output).unwrap(), json!({"approved": true, "comment": "reads well"}));
+    let review = server.nodes(&run).await;
+    let output = &review.iter().rfind(|n| n["nodeId"] == "review").unwrap()["output"];
+    assert_eq!(output, &json!({"approved": true, "comment": "reads well"}));
 
     // Decline, on another run: the run fails with the reason.
     let declined = server.run(&envelope()).await[0].run_id.clone();
@@ -102,9 +102,9 @@ async fn a_human_task_is_answered_inline_from_the_inbox() {
     browser.click_button(&item, "Submit").await;
     browser.wait_for_text("[data-testid=empty]", "Nothing waits for an operator").await;
     server.wait_for_status(&run, "completed").await;
-    let review = flexrun::store::plans::nodes(&mut server.db(), &run).unwrap();
-    let output = review.iter().rfind(|n| n.node_id == "review").unwrap().output.clone().unwrap();
-    assert_eq!(serde_json::from_str::<Value>(&output).unwrap(), json!({"approved": true, "comment": "reads well"}));
+    let review = server.nodes(&run).await;
+    let output = &review.iter().rfind(|n| n["nodeId"] == "review").unwrap()["output"];
+    assert_eq!(output, &json!({"approved": true, "comment": "reads well"}));
     let errors = browser.console_errors().await;
     assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;

@@ -127,7 +127,7 @@ async fn runs_stored_before_start_recorded_inputs_and_caps_read_and_resume() {
     assert_eq!(capped["run"]["replanBudget"]["used"]["goalCondition"], 1);
     let demo = get(&server, &format!("/api/v1/flex/runs/{DEMO_RUN}")).await;
     assert_eq!(caps(&demo), (configured, 2));
-    // Its nodes came through the migration that made `plan_nodes` again, outputs and all.
+    // Its nodes are folded from its log (the table that kept them is gone), outputs and all.
     let nodes: Vec<(u64, &str, &str, bool)> = demo["nodes"]
         .as_array()
         .unwrap()

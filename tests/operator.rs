@@ -79,7 +79,9 @@ async fn approval_lifecycle_with_an_operator_replan() {
     assert_eq!(replanned[5].payload["request"]["planVersion"], 2);
     // The old plan is kept as history; its unfinished node is discarded, not run.
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'plan_generated'"), 2);
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE plan_version = 1 AND status = 'discarded'"), 1);
+    let discarded =
+        server.nodes(&run_id).await.into_iter().filter(|n| n["planVersion"] == 1 && n["status"] == "discarded");
+    assert_eq!(discarded.count(), 1);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_requests WHERE status = 'superseded'"), 1);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_requests WHERE status = 'pending'"), 1);
     assert_eq!(server.capability_calls("writer"), 0, "nothing ran before the approval");
@@ -293,10 +295,9 @@ async fn human_task_output_is_checked_then_accepted() {
     assert_eq!(frames[1].payload["executorType"], "human");
     assert_eq!(frames[2].payload["status"], "completed");
     assert!(open_tasks(&server).await.is_empty());
-    assert_eq!(
-        server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE node_id = 'review' AND status = 'completed'"),
-        1
-    );
+    let reviewed =
+        server.nodes(&run_id).await.into_iter().filter(|n| n["nodeId"] == "review" && n["status"] == "completed");
+    assert_eq!(reviewed.count(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,6 +317,15 @@ async fn a_declined_human_task_fails_the_run() {
     let last = &log.last().unwrap().2;
     assert_eq!((last["type"].as_str(), last["payload"]["status"].as_str()), (Some("complete"), Some("failed")));
     assert_eq!(last["payload"]["error"]["code"], "human_task_declined");
+    // The node shows the refusal's reason, from its `node_error` frame.
+    let refused = &log[log.len() - 2].2;
+    assert_eq!(
+        (refused["type"].as_str(), refused["payload"]["error"]["reason"].as_str()),
+        (Some("node_error"), Some("off-brand"))
+    );
+    let review = server.nodes(&run_id).await.into_iter().rfind(|n| n["nodeId"] == "review").unwrap();
+    assert_eq!((review["status"].as_str(), review["error"]["reason"].as_str()), (Some("failed"), Some("off-brand")));
+    assert_eq!(review["error"]["code"], "human_task_declined");
     assert_eq!(post_json(&server, &path, json!({"reason": "again"})).await.status(), 409);
 }
 
@@ -333,7 +343,7 @@ async fn cancel_stops_running_and_paused_runs_and_refuses_ended_ones() {
     // The stream is read on; meanwhile the run is cancelled once its first node has started.
     let run_id = loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let started = server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE status = 'running'");
+        let started = server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'node_start'");
         if started == 1 {
             break flexrun::store::runs::page(&mut server.db(), Default::default(), None, 1).unwrap()[0].run_id.clone();
         }
@@ -347,7 +357,7 @@ async fn cancel_stops_running_and_paused_runs_and_refuses_ended_ones() {
     assert_eq!(frames[4].payload["error"]["code"], "cancelled");
     assert_eq!(frames[5].payload["status"], "cancelled");
     assert_eq!(frames[5].payload["error"]["note"], "wrong brief");
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE status = 'cancelled'"), 1);
+    assert_eq!(server.nodes_with_status(&run_id, "cancelled").await, 1);
     assert_eq!(server.capability_calls("editor"), 0, "no node starts after a cancel");
 
     let cancel = |id: String| {

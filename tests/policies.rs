@@ -157,8 +157,8 @@ async fn goto_runs_the_step_again_at_most_max_attempts_times() {
     assert_eq!(server.capability_calls("editor"), 3);
     assert_eq!(frames.last().unwrap().payload["status"], "completed");
     let run_id = &frames[0].run_id;
-    let nodes = flexrun::store::plans::nodes(&mut server.db(), run_id).unwrap();
-    assert!(nodes.iter().all(|n| n.status.as_str() == "completed"), "{nodes:?}");
+    let nodes = server.nodes(run_id).await;
+    assert!(nodes.iter().all(|n| n["status"] == "completed"), "{nodes:?}");
     server.stop().await;
 }
 

@@ -83,9 +83,8 @@ async fn a_failed_post_condition_runs_the_node_again_with_the_failures() {
     assert!(writer[1].user.contains("Previous post-condition failures detected."), "{}", writer[1].user);
     assert!(writer[1].user.contains("\"failuresSoFar\":1"));
 
-    let nodes = flexrun::store::plans::nodes(&mut server.db(), &frames[0].run_id).unwrap();
-    let stored: Value = serde_json::from_str(nodes[0].post_condition_results.as_deref().unwrap()).unwrap();
-    assert_eq!(stored[0]["satisfied"], true);
+    let nodes = server.nodes(&frames[0].run_id).await;
+    assert_eq!(nodes[0]["postConditionResults"][0]["satisfied"], true);
     server.stop().await;
 }
 

@@ -53,7 +53,7 @@ async fn happy_path_frames_are_gap_free_and_match_the_event_log() {
     let run = flexrun::store::runs::get(&mut server.db(), &run_id).unwrap();
     assert_eq!((run.status.as_str(), run.plan_version, run.planner_attempts), ("completed", 1, 1));
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'plan_generated'"), 1);
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE status = 'completed'"), 2);
+    assert_eq!(server.nodes_with_status(&run_id, "completed").await, 2);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_outputs WHERE status = 'satisfied'"), 1);
     assert_eq!(server.llm_calls().len(), 3);
 }
@@ -150,7 +150,9 @@ async fn failed_goal_condition_triggers_a_repair_replan_that_keeps_completed_wor
         2,
         "every plan version is kept"
     );
-    assert_eq!(server.count("SELECT COUNT(DISTINCT plan_version) AS n FROM plan_nodes"), 2);
+    let versions: std::collections::BTreeSet<_> =
+        server.nodes(run_id).await.iter().map(|n| n["planVersion"].as_u64()).collect();
+    assert_eq!(versions.len(), 2);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_outputs WHERE status = 'unsatisfied'"), 1);
 }
 
@@ -237,7 +239,7 @@ async fn two_invalid_drafts_fail_the_run() {
     let run = flexrun::store::runs::get(&mut server.db(), &frames[0].run_id).unwrap();
     assert_eq!(run.status.as_str(), "failed");
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'plan_generated'"), 0);
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes"), 0);
+    assert_eq!(server.nodes(&frames[0].run_id).await.len(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,7 +261,7 @@ async fn invalid_capability_output_fails_the_node_and_the_run() {
     let complete = &frames[6].payload;
     assert_eq!(complete["error"]["code"], "node_failed");
     assert_eq!(complete["error"]["nodeId"], "draft");
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE status = 'failed'"), 1);
+    assert_eq!(server.nodes_with_status(&frames[0].run_id, "failed").await, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,9 +37,9 @@ async fn server_with(endpoint: &HttpCapability, config: Option<&str>) -> TestSer
     TestServer::start_with(planner_then(&[("draft", "http.writer")], post(0.9)), options).await
 }
 
-fn node_status(server: &TestServer, run_id: &str, node_id: &str) -> String {
-    let nodes = flexrun::store::plans::nodes(&mut server.db(), run_id).unwrap();
-    nodes.into_iter().rfind(|n| n.node_id == node_id).map(|n| n.status.to_string()).unwrap()
+async fn node_status(server: &TestServer, run_id: &str, node_id: &str) -> String {
+    let nodes = server.nodes(run_id).await;
+    nodes.into_iter().rfind(|n| n["nodeId"] == node_id).and_then(|n| n["status"].as_str().map(String::from)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +54,7 @@ async fn a_question_pauses_the_run_and_its_answer_reaches_the_node_that_asked() 
     assert_eq!((request["nodeId"].as_str(), request["question"].as_str()), (Some("draft"), Some("Which market?")));
     assert_eq!(frames[5].message.as_deref(), Some("awaiting_clarification"));
     server.wait_for_status(&run_id, "awaiting_hitl").await;
-    assert_eq!(node_status(&server, &run_id, "draft"), "awaiting_hitl");
+    assert_eq!(node_status(&server, &run_id, "draft").await, "awaiting_hitl");
     let request_id = request["id"].as_str().unwrap();
 
     // An approval without an answer is not an answer.
@@ -135,10 +135,13 @@ async fn questions_beyond_the_allowance_fail_the_node_and_a_declined_one_fails_t
     let request_id = frames[4].payload["request"]["id"].as_str().unwrap().to_string();
     let (_, frames, _) = resume(&server, decision(&run_id, &request_id, false, Some("out of scope"))).await;
     assert_eq!(kinds(&frames), ["hitl_resolved", "node_error", "complete"]);
-    assert_eq!(frames[1].payload["error"]["code"], "clarification_declined");
+    assert_eq!(
+        frames[1].payload["error"],
+        json!({"code": "clarification_declined", "message": frames[1].payload["error"]["message"], "reason": "out of scope"})
+    );
     assert_eq!(frames[2].payload["error"]["code"], "clarification_declined");
     server.wait_for_status(&run_id, "failed").await;
-    assert_eq!(node_status(&server, &run_id, "draft"), "failed");
+    assert_eq!(node_status(&server, &run_id, "draft").await, "failed");
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions WHERE decision = 'declined'"), 1);
     server.stop().await;
 }
@@ -230,9 +233,9 @@ async fn a_replan_signal_replans_around_the_completed_work() {
     let run = flexrun::store::runs::get(&mut server.db(), run_id).unwrap();
     assert_eq!((run.replans, run.goal_condition_replans, run.signal_replans), (1, 0, 1));
     assert_eq!(frames[7].payload["budget"]["used"]["capabilitySignal"], 1);
-    let nodes = flexrun::store::plans::nodes(&mut server.db(), run_id).unwrap();
-    let first_publish = nodes.iter().find(|n| n.plan_version == 1 && n.node_id == "publish").unwrap();
-    assert_eq!(first_publish.status.as_str(), "discarded");
+    let nodes = server.nodes(run_id).await;
+    let first_publish = nodes.iter().find(|n| n["planVersion"] == 1 && n["nodeId"] == "publish").unwrap();
+    assert_eq!(first_publish["status"], "discarded");
     server.stop().await;
 }
 

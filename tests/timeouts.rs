@@ -23,7 +23,7 @@ async fn a_run_past_its_time_limit_fails_and_its_running_node_is_recorded_failed
     assert_eq!(frames[4].payload["error"]["code"], "run_timeout");
     let error = &frames[5].payload["error"];
     assert_eq!((error["code"].as_str(), error["limitSeconds"].as_u64()), (Some("run_timeout"), Some(1)));
-    assert_eq!(server.count("SELECT COUNT(*) AS n FROM plan_nodes WHERE status = 'failed'"), 1);
+    assert_eq!(server.nodes_with_status(&frames[0].run_id, "failed").await, 1);
     let run = flexrun::store::runs::get(&mut server.db(), &frames[0].run_id).unwrap();
     assert_eq!(run.status.as_str(), "failed");
 }

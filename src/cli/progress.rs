@@ -357,7 +357,7 @@ mod tests {
             node_id: "draft".into(),
             capability_id: "writer".into(),
             label: "Draft".into(),
-            error: ErrorInfo { code: "bad".into(), message: "\u{1b}[2J\u{1b}[H✔ completed\nfake line".into() },
+            error: ErrorInfo::new("bad", "\u{1b}[2J\u{1b}[H✔ completed\nfake line"),
             usage: None,
         });
         let shown = render(&Seen::Known(Box::new(frame(failed))));

@@ -23,7 +23,10 @@ use super::runs::unavailable;
 use super::viewer::Viewer;
 use crate::redact::REDACTED;
 use crate::run::RunId;
+use crate::run::nodes::NodeTable;
+use crate::run::view::state_of;
 use crate::services::Services;
+use crate::store::runs::RunRow;
 
 /// Hidden values the page lists by path; it counts the rest.
 const HIDDEN_LISTED: usize = 20;
@@ -116,7 +119,7 @@ async fn fork(
     };
     let version = version.unwrap_or(u32::try_from(row.plan_version).unwrap_or_default());
     let output = match &node {
-        Some(node) => match step_output(services, &run_id, version, node).await {
+        Some(node) => match step_output(services, &row, version, node).await {
             Ok(output) => {
                 output.map(|output| serde_json::to_string_pretty(&services.redaction.value(output)).unwrap_or_default())
             }
@@ -131,17 +134,18 @@ async fn fork(
     render(&viewer, services, started_from, envelope, None, Some(source))
 }
 
-/// The output step `node` of plan version `version` of a run recorded, if it completed.
+/// The output step `node` of plan version `version` of the run of `row` recorded, if it
+/// completed.
 async fn step_output(
     services: &Services,
-    run_id: &RunId,
+    row: &RunRow,
     version: u32,
     node: &str,
-) -> Result<Option<Value>, crate::store::StoreError> {
-    let (id, node) = (run_id.to_string(), node.to_string());
-    let rows = services.store.read(move |conn| crate::store::plans::nodes(conn, &id)).await?;
-    let row = rows.into_iter().find(|r| u32::try_from(r.plan_version) == Ok(version) && r.node_id == node);
-    Ok(row.and_then(|r| r.output).and_then(|text| serde_json::from_str(&text).ok()))
+) -> Result<Option<Value>, crate::run::view::ViewError> {
+    let _reading = services.run_reads.acquire().await;
+    let (_, nodes) = state_of(services, row, None, NodeTable::default()).await?;
+    let step = nodes.into_nodes().into_iter().find(|n| n.plan_version == version && n.node_id == node);
+    Ok(step.and_then(|n| n.output))
 }
 
 fn render(

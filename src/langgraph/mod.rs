@@ -100,9 +100,9 @@ async fn run_of_thread(
 /// it (`project::lighten`).
 async fn state_at(services: &Services, row: RunRow, upto: Option<Seq>) -> Result<RunState, ApiError> {
     let _reading = services.run_reads.acquire().await;
-    let run_id = row.run_id.clone();
-    let adapt = move |seq, event: &mut crate::events::Event| project::lighten(&run_id, seq, event);
-    state_of(services, &row, upto, adapt).await.map_err(|error| match error {
+    let reader = project::Lightened(row.run_id.clone());
+    let read = state_of(services, &row, upto, reader).await.map(|(state, _)| state);
+    read.map_err(|error| match error {
         ViewError::Store(error) => error.into(),
         ViewError::Unreadable(error) => ApiError::internal(error),
     })

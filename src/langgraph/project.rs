@@ -14,7 +14,8 @@ use crate::events::payload::{CompleteStatus, HitlKind, HitlRequestInfo};
 use crate::events::{Event, Seq};
 use crate::plan::NodeStatus;
 use crate::run::RunStatus;
-use crate::run::state::RunState;
+use crate::run::state::{At, RunState};
+use crate::run::stored::LogReader;
 use flexrun_core::usage::Usage;
 
 /// Outputs and observed values larger than this (bytes) are left out of what LangGraph readers
@@ -53,6 +54,15 @@ pub fn lighten(run_id: &str, seq: Seq, event: &mut Event) {
         | Event::Log(_)
         | Event::Retry(_)
         | Event::BudgetExceeded(_) => {}
+    }
+}
+
+/// A reader of a run's log that [`lighten`]s every event of run `0` as it is folded.
+pub struct Lightened(pub String);
+
+impl LogReader for Lightened {
+    fn read(&mut self, _: &RunState, at: At, event: &mut Event) {
+        lighten(&self.0, at.seq, event);
     }
 }
 

@@ -21,7 +21,6 @@ use super::projection::RowWrite;
 use super::status::RunStatus;
 use super::stored::{ResumeError, Stored};
 use crate::capability::check_output;
-use crate::plan::NodeStatus;
 use crate::services::Services;
 use crate::store::events::LoggedFrame;
 use crate::store::hitl::DecisionRow;
@@ -228,20 +227,12 @@ fn decide(services: &Services, state: &super::state::RunState, command: Command)
     Ok(decision)
 }
 
-/// What a decision writes that its frames do not carry: the operator's decision record, and a
-/// refused node's error with the refusal's details.
-fn rows(log: &RunLog, decision: &Decision) -> Vec<RowWrite> {
+/// What a decision writes that its frames do not carry: the operator's decision record.
+fn rows(log: &RunLog, decision: &Decision) -> Option<RowWrite> {
     let now = crate::store::now();
     let state = log.state();
-    let mut rows = Vec::new();
-    if let Some((node_id, error)) = &decision.node_error {
-        let version = super::projection::stored(state.plan_version());
-        let error = error.to_string();
-        let status = NodeStatus::Failed.into();
-        rows.push(RowWrite::NodeEnded { version, node_id: node_id.clone(), status, error, at: now });
-    }
-    if let Some(record) = &decision.record {
-        rows.push(RowWrite::Decision(DecisionRow {
+    decision.record.as_ref().map(|record| {
+        RowWrite::Decision(DecisionRow {
             request_id: record.request_id.clone(),
             run_id: state.run_id.to_string(),
             decision: record.decision,
@@ -251,7 +242,6 @@ fn rows(log: &RunLog, decision: &Decision) -> Vec<RowWrite> {
             payload: record.payload.as_ref().map(|p| json!(p).to_string()),
             decided_at: now,
             principal: Some(record.actor.principal.clone()),
-        }));
-    }
-    rows
+        })
+    })
 }

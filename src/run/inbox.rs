@@ -4,9 +4,11 @@
 use chrono::{DateTime, Utc};
 
 use crate::events::payload::HitlKind;
+use crate::events::payload::HitlRequestInfo;
 use crate::hash::HashMap;
 use crate::services::Services;
-use crate::store::{StoreError, hitl, plans, runs};
+use crate::store::hitl::RequestRow;
+use crate::store::{StoreError, hitl, runs};
 
 /// Decisions an inbox shows at most.
 pub const LIMIT: i64 = 200;
@@ -39,8 +41,8 @@ pub async fn read(services: &Services, owner: Option<String>) -> Result<Vec<Pend
             let objectives: HashMap<String, String> = runs::objectives(conn, &ids)?.into_iter().collect();
             let mut pending = Vec::with_capacity(requests.len());
             for r in requests {
-                let capability_id = match (&r.node_id, r.kind) {
-                    (Some(node), HitlKind::HumanTask) => plans::capability_of(conn, (&r.run_id, r.plan_version, node))?,
+                let capability_id = match r.kind {
+                    HitlKind::HumanTask => capability_of(&r),
                     _ => None,
                 };
                 pending.push(Pending {
@@ -59,4 +61,10 @@ pub async fn read(services: &Services, owner: Option<String>) -> Result<Vec<Pend
             Ok(pending)
         })
         .await
+}
+
+/// The capability of a human task's node, as its request's assignment names it.
+fn capability_of(request: &RequestRow) -> Option<String> {
+    let info: HitlRequestInfo = serde_json::from_str(&request.details).ok()?;
+    info.node_context().map(|node| node.capability_id)
 }

@@ -34,7 +34,7 @@ pub mod stored;
 pub mod view;
 
 /// The run's pure half — state, status, context, decisions — is the core's.
-pub use flexrun_core::run::{context, decide, id, legacy, operator, state, status, usage};
+pub use flexrun_core::run::{context, decide, id, legacy, nodes, operator, state, status, usage};
 
 pub use control::{Applied, ControlError, apply};
 pub use id::RunId;

@@ -1,6 +1,7 @@
 //! A run as stored — its row and its log — read back: its state is the fold of its log.
 
 use super::id::RunId;
+use super::nodes::NodeTable;
 use super::state::{self, ApplyError, RunState};
 use crate::config::ReplanSettings;
 use crate::envelope::{self, EnvelopeError, TaskEnvelope};
@@ -79,7 +80,7 @@ impl Stored {
     /// The run's state: the fold of its log.
     pub fn state(&self) -> Result<RunState, ResumeError> {
         let mut state = RunState::new(&self.id, &self.row.correlation_id);
-        fold(&mut state, &self.log, self.legacy.as_ref(), &|_, _| {})?;
+        fold(&mut state, &self.log, self.legacy.as_ref(), &mut ())?;
         Ok(state)
     }
 
@@ -89,22 +90,41 @@ impl Stored {
     }
 }
 
-/// Applies `frames` of a run's log to its `state`, each event passed through `adapt` (with its
-/// frame's seq) first: a reader that does not need some of what an event carries drops it there.
-/// The `start` of a run stored before it said all a reader needs is completed by `legacy`.
+/// What a reader of a run's log does with each of its events before the run's state takes it.
+pub trait LogReader {
+    /// Reads `event` (at `at`), the run's state `before` it: a reader may drop what it does not
+    /// need of the event, or follow it into a table of its own.
+    fn read(&mut self, before: &RunState, at: state::At, event: &mut Event);
+}
+
+/// Reads nothing: only the state is folded.
+impl LogReader for () {
+    fn read(&mut self, _: &RunState, _: state::At, _: &mut Event) {}
+}
+
+/// Follows the run's plan versions' nodes.
+impl LogReader for NodeTable {
+    fn read(&mut self, before: &RunState, at: state::At, event: &mut Event) {
+        self.apply(before, at, event);
+    }
+}
+
+/// Applies `frames` of a run's log to its `state`, each event passed to `reader` first. The
+/// `start` of a run stored before it said all a reader needs is completed by `legacy`.
 pub fn fold(
     state: &mut RunState,
     frames: &[LoggedFrame],
     legacy: Option<&LegacyStart>,
-    adapt: &impl Fn(Seq, &mut Event),
+    reader: &mut impl LogReader,
 ) -> Result<(), ResumeError> {
     for frame in frames {
         let mut decoded = Frame::decode(&frame.json)?;
         if let (Event::Start(start), Some(legacy)) = (&mut decoded.event, legacy) {
             crate::run::legacy::complete_start(start, &legacy.envelope, &legacy.settings)?;
         }
-        adapt(decoded.seq, &mut decoded.event);
-        state.apply(state::At { seq: decoded.seq, timestamp: decoded.timestamp }, &decoded.event)?;
+        let at = state::At { seq: decoded.seq, timestamp: decoded.timestamp };
+        reader.read(state, at, &mut decoded.event);
+        state.apply(at, &decoded.event)?;
     }
     Ok(())
 }

@@ -1,27 +1,28 @@
-//! One run as readers see it: [`RunView`], built from the run's [`RunState`] (the fold of its
-//! log) and the rows that keep what frames do not (node timings, goal evaluations, operator
-//! decisions). `GET /runs/{id}` serves it, `flexrun runs show` reads it back; every reader shows
+//! One run as readers see it: [`RunView`], built from the run's [`RunState`] and its plan
+//! versions' nodes (both folded from its log) and the rows that keep what frames do not (goal
+//! evaluations, operator decisions). `GET /runs/{id}` serves it, `flexrun runs show` reads it back; every reader shows
 //! the same run. Secrets are redacted by whoever serves it.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::context::RunContext;
 use super::decide::goals::EvaluationStatus;
 use super::id::RunId;
+use super::nodes::{NodeRecord, NodeTable};
 use super::state::RunState;
 use super::status::RunStatus;
-use super::stored::{LegacyStart, ResumeError};
+use super::stored::{LegacyStart, LogReader, ResumeError};
 use crate::condition::GoalConditionResult;
 use crate::config::ReplanSettings;
+use crate::events::Seq;
 use crate::events::payload::{ForkedFrom, HitlRequestInfo, ReplanInfo, RequestStatus, ReusedFrom, Verdict};
-use crate::events::{Event, Seq};
 use crate::plan::{Plan, StoredNodeStatus};
 use crate::replan_budget::{BudgetView, ReplanCounts};
 use crate::services::Services;
+use crate::store::evaluations::{self, RunOutputRow};
 use crate::store::hitl::{self, DecisionRow, RequestRow};
-use crate::store::plans::{self, PlanNodeRow, RunOutputRow};
 use crate::store::runs::{self, RunRow};
 use crate::store::{StoreError, events, leases};
 use flexrun_core::budget::{BudgetLimits, Spent};
@@ -295,7 +296,6 @@ impl RunListEntry {
 /// The rows a view needs besides the run's log.
 struct Rows {
     forks: Vec<(String, Option<String>)>,
-    nodes: Vec<PlanNodeRow>,
     outputs: Vec<RunOutputRow>,
     requests: Vec<RequestRow>,
     decisions: Vec<DecisionRow>,
@@ -325,15 +325,15 @@ pub enum ViewError {
 }
 
 /// The state of the run of `row` after its frame `upto` (all of its log with `None`), each event
-/// passed through `adapt` first. The log is folded a page at a time as it is read, so a reader
-/// holds the state and one page of the log, never the whole log. Callers hold a permit of
-/// `Services::run_reads` meanwhile.
-pub async fn state_of(
+/// read by `reader` first (which is handed back with the state). The log is folded a page at a
+/// time as it is read, so a reader holds the state and one page of the log, never the whole log.
+/// Callers hold a permit of `Services::run_reads` meanwhile.
+pub async fn state_of<R: LogReader + Send + 'static>(
     services: &Services,
     row: &RunRow,
     upto: Option<Seq>,
-    adapt: impl Fn(Seq, &mut Event) + Send + 'static,
-) -> Result<RunState, ViewError> {
+    mut reader: R,
+) -> Result<(RunState, R), ViewError> {
     let id = RunId::parse(&row.run_id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     let mut state = RunState::new(&id, &row.correlation_id);
     let legacy = LegacyStart::of(row, &services.settings.replan);
@@ -347,14 +347,14 @@ pub async fn state_of(
                 let mut page = events::page_after(conn, &lookup, state.last_seq, size)?;
                 page.frames.retain(|frame| frame.seq <= upto);
                 let done = !page.more || page.frames.is_empty();
-                if let Err(error) = super::stored::fold(&mut state, &page.frames, legacy.as_ref(), &adapt) {
+                if let Err(error) = super::stored::fold(&mut state, &page.frames, legacy.as_ref(), &mut reader) {
                     return Ok(Err(error));
                 }
                 if done {
                     break;
                 }
             }
-            Ok(Ok(state))
+            Ok(Ok((state, reader)))
         })
         .await?;
     Ok(folded?)
@@ -366,7 +366,7 @@ impl RunView {
         let _reading = services.run_reads.acquire().await;
         let lookup = run_id.to_string();
         let row = services.store.read(move |conn| runs::get(conn, &lookup)).await?;
-        let state = state_of(services, &row, None, |_, _| {}).await?;
+        let (state, nodes) = state_of(services, &row, None, NodeTable::default()).await?;
         let id = run_id.to_string();
         let leased = services.claims.leasing().is_some();
         let rows = services
@@ -376,18 +376,17 @@ impl RunView {
                 let lease = if leased { Some(leases::of(conn, &id)?) } else { None };
                 Ok(Rows {
                     forks: runs::reruns_of(conn, &id, FORKS_SHOWN)?,
-                    nodes: plans::nodes(conn, &id)?,
-                    outputs: plans::outputs(conn, &id)?,
+                    outputs: evaluations::of_run(conn, &id)?,
                     requests,
                     decisions,
                     lease,
                 })
             })
             .await?;
-        Ok(Self::build(&state, &row, rows))
+        Ok(Self::build(&state, &row, nodes, rows))
     }
 
-    fn build(state: &RunState, row: &RunRow, rows: Rows) -> Self {
+    fn build(state: &RunState, row: &RunRow, nodes: NodeTable, rows: Rows) -> Self {
         let replan_budget = state.replan_limits.map(|limits| BudgetView { limits, used: state.replans });
         // The document shows what the caller sent; nothing of the run is read from it.
         let envelope = json_or_null(Some(&row.envelope));
@@ -435,7 +434,7 @@ impl RunView {
             envelope,
             context: state.context.clone(),
             plan_versions,
-            nodes: rows.nodes.iter().map(|row| node(row, state)).collect(),
+            nodes: nodes.into_nodes().into_iter().map(|record| node(record, state)).collect(),
             outputs: rows.outputs.iter().map(evaluation).collect(),
             hitl_requests: rows
                 .requests
@@ -502,21 +501,20 @@ fn escape(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-fn node(row: &PlanNodeRow, state: &RunState) -> NodeView {
-    let version = u32::try_from(row.plan_version).unwrap_or_default();
+fn node(record: NodeRecord, state: &RunState) -> NodeView {
     NodeView {
-        usage: state.usage.nodes.get(&(version, row.node_id.clone())).cloned(),
-        reused_from: state.reused.get(&row.node_id).cloned(),
-        plan_version: row.plan_version,
-        node_id: row.node_id.clone(),
-        position: row.position,
-        capability_id: row.capability_id.clone(),
-        status: row.status,
-        output: json_or_null(row.output.as_deref()),
-        error: json_or_null(row.error.as_deref()),
-        started_at: row.started_at.map(utc),
-        completed_at: row.completed_at.map(utc),
-        post_condition_results: json_or_null(row.post_condition_results.as_deref()),
+        usage: state.usage.nodes.get(&(record.plan_version, record.node_id.clone())).cloned(),
+        reused_from: state.reused.get(&record.node_id).cloned(),
+        plan_version: super::projection::stored(record.plan_version),
+        position: i32::try_from(record.position).unwrap_or(i32::MAX),
+        node_id: record.node_id,
+        capability_id: record.capability_id,
+        status: record.status,
+        output: record.output.unwrap_or(Value::Null),
+        error: record.error.unwrap_or(Value::Null),
+        started_at: record.started_at,
+        completed_at: record.completed_at,
+        post_condition_results: record.post_condition_results.map_or(Value::Null, |results| json!(results)),
     }
 }
 

@@ -133,6 +133,18 @@ impl TestServer {
         response.json().await.expect("a JSON body")
     }
 
+    /// The nodes of every plan version of run `run_id`, as its document (`GET /runs/{id}`) shows
+    /// them.
+    pub async fn nodes(&self, run_id: &str) -> Vec<Value> {
+        let document = self.get_json(&format!("/api/v1/flex/runs/{run_id}")).await;
+        document["nodes"].as_array().cloned().unwrap_or_else(|| panic!("a run document with nodes: {document}"))
+    }
+
+    /// How many nodes of run `run_id`'s plan versions have `status`.
+    pub async fn nodes_with_status(&self, run_id: &str, status: &str) -> usize {
+        self.nodes(run_id).await.iter().filter(|n| n["status"] == status).count()
+    }
+
     pub fn llm_calls(&self) -> Vec<ChatCall> {
         self.llm.calls()
     }

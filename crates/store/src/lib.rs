@@ -26,11 +26,11 @@ pub(crate) use on_backend;
 pub mod metrics;
 
 pub mod capabilities;
+pub mod evaluations;
 pub mod events;
 pub mod hitl;
 pub mod leases;
 pub mod mcp_servers;
-pub mod plans;
 pub mod prepared;
 pub mod runs;
 pub mod schema;
@@ -348,7 +348,6 @@ mod tests {
         use diesel::connection::InstrumentationEvent;
         use flexrun_core::events::payload::Log;
         use flexrun_core::events::{Event, Frame, FrameHeader};
-        use flexrun_core::plan::NodeStatus;
         use flexrun_core::run::decide::goals::EvaluationStatus;
         use std::sync::{Arc, Mutex};
         let (dir, store) = temp_store();
@@ -369,13 +368,12 @@ mod tests {
         let header = FrameHeader { run_id: "r".into(), correlation_id: "c".into(), plan_version: None };
         for i in 0..3 {
             runs::save_outcome(&mut conn, "r", None, Some("{}")).unwrap();
-            plans::node_started(&mut conn, ("r", 1, "n"), NodeStatus::Running.into(), now()).ok();
             let log = Log { severity: "info".into(), message: "m".into(), details: None };
             let redaction = flexrun_core::redact::Redaction::default();
             let frame =
                 Frame::encode(&header, flexrun_core::events::Seq::new(i + 1).unwrap(), Event::Log(log), &redaction);
             events::append(&mut conn, "r", &[frame]).unwrap();
-            let output = plans::RunOutputRow {
+            let output = evaluations::RunOutputRow {
                 run_id: "r".into(),
                 plan_version: 1,
                 status: if i == 2 { EvaluationStatus::Satisfied } else { EvaluationStatus::Unsatisfied },
@@ -383,10 +381,10 @@ mod tests {
                 goal_condition_results: "[]".into(),
                 recorded_at: now(),
             };
-            plans::record_output(&mut conn, &output).unwrap();
+            evaluations::record(&mut conn, &output).unwrap();
         }
-        assert_eq!(*cached.lock().unwrap() - inserts, 4, "four statements, each prepared once");
-        let outputs = plans::outputs(&mut conn, "r").unwrap();
+        assert_eq!(*cached.lock().unwrap() - inserts, 3, "three statements, each prepared once");
+        let outputs = evaluations::of_run(&mut conn, "r").unwrap();
         assert_eq!(outputs.len(), 1, "one evaluation per plan version, replaced");
         assert_eq!(outputs[0].status, EvaluationStatus::Satisfied, "the last evaluation");
     }

@@ -16,8 +16,8 @@
 //! with it, `None` binds NULL, which a nullable column without a default gets anyway). Nor inside
 //! a generic function whose type parameters shape the statement (say, a helper taking the
 //! changeset): the marker declared in its body is one type for every instantiation, so two
-//! statements would share one cache entry. That is why the node updates in `plans.rs` each write
-//! their own `prepared!` rather than sharing a helper. Debug builds check all this on every
+//! statements would share one cache entry. That is why the run row's updates in `runs.rs` each
+//! write their own `prepared!` rather than sharing a helper. Debug builds check all this on every
 //! execution and panic if a call site produces a second SQL text, or wraps a statement diesel
 //! would not cache anyway.
 

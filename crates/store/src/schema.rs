@@ -58,22 +58,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    plan_nodes (run_id, plan_version, node_id) {
-        run_id -> Text,
-        plan_version -> Integer,
-        node_id -> Text,
-        position -> Integer,
-        capability_id -> Text,
-        status -> Text,
-        output -> Nullable<Text>,
-        error -> Nullable<Text>,
-        started_at -> Nullable<Timestamp>,
-        completed_at -> Nullable<Timestamp>,
-        post_condition_results -> Nullable<Text>,
-    }
-}
-
-diesel::table! {
     run_outputs (run_id, plan_version) {
         run_id -> Text,
         plan_version -> Integer,
@@ -150,7 +134,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     threads,
     thread_metadata,
     runs,
-    plan_nodes,
     run_outputs,
     run_events,
     hitl_requests,

@@ -357,13 +357,17 @@ pub struct PostConditionSummary {
 pub struct ErrorInfo {
     pub code: String,
     pub message: String,
+    /// What else the error says beside its code and message: an operator's refusal of a node
+    /// gives its reason here (and the node's row in the run's document shows it).
+    #[serde(flatten)]
+    pub details: Map<String, Value>,
 }
 
 impl ErrorInfo {
     /// An error whose message is at most [`excerpt::FRAME`] characters: a capability that
     /// answers a megabyte of error text does not put it into every frame and log line after.
     pub fn new(code: impl Into<String>, message: &str) -> Self {
-        Self { code: code.into(), message: excerpt::excerpt(message, excerpt::FRAME).into_owned() }
+        Self { code: code.into(), message: excerpt::excerpt(message, excerpt::FRAME).into_owned(), details: Map::new() }
     }
 }
 

@@ -1,15 +1,12 @@
-//! A plan node's status as its stored plan version keeps it. (A module of its own: diesel's
-//! derives name the `diagnostic` attribute namespace, which `plan::diagnostic` would shadow.)
+//! A plan node's status as its stored plan version keeps it.
 
 use serde::{Deserialize, Serialize};
 
 use super::NodeStatus;
 
-/// Where a node of a stored plan version stands (`plan_nodes.status`, and the nodes of
-/// `GET /runs/{id}`): a status the plan's nodes have, or one of two ends only the table keeps,
+/// Where a node of a plan version stands (the nodes of `GET /runs/{id}`, folded from the run's
+/// log by `run::nodes`): a status the plan's nodes have, or one of two ends only history shows,
 /// since a plan version's nodes stay as history after the run has moved on.
-#[cfg_attr(feature = "diesel", derive(diesel::expression::AsExpression, diesel::deserialize::FromSqlRow))]
-#[cfg_attr(feature = "diesel", diesel(sql_type = diesel::sql_types::Text))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoredNodeStatus {
     Plan(NodeStatus),

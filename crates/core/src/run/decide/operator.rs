@@ -44,8 +44,6 @@ pub struct Decision {
     pub events: Vec<Event>,
     /// The operator's decision, recorded with the request it answers.
     pub record: Option<Record>,
-    /// A node an operator's refusal failed, and its stored error (with the refusal's details).
-    pub node_error: Option<(String, Value)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -142,7 +140,7 @@ impl Operated<'_> {
 
 impl Decision {
     fn of(events: Vec<Event>) -> Self {
-        Self { events, record: None, node_error: None }
+        Self { events, record: None }
     }
 }
 
@@ -449,10 +447,11 @@ fn clarification(pending: &Pending, approved: bool, text: Option<String>, actor:
 fn refuse_node(pending: &Pending, code: &'static str, message: String, details: Value, actor: Actor) -> Decision {
     let message = crate::excerpt::excerpt(&message, crate::excerpt::FRAME).into_owned();
     let node_id = pending.info.node_id.clone().unwrap_or_default();
-    let mut node_error = json!({"code": code, "message": message});
+    let mut node_error = ErrorInfo::new(code, &message);
     let mut run_error = json!({"nodeId": node_id, "capabilityId": pending.capability_id});
-    for error in [&mut node_error, &mut run_error] {
-        if let (Some(error), Some(details)) = (error.as_object_mut(), details.as_object()) {
+    if let Some(details) = details.as_object() {
+        node_error.details.extend(details.clone());
+        if let Some(error) = run_error.as_object_mut() {
             error.extend(details.clone());
         }
     }
@@ -460,16 +459,15 @@ fn refuse_node(pending: &Pending, code: &'static str, message: String, details: 
     let mut decision = Decision::of(vec![
         resolved(pending, decision_info(Verdict::Declined, None, &actor), None),
         Event::NodeError(NodeError {
-            node_id: node_id.clone(),
+            node_id,
             capability_id: pending.capability_id.clone(),
             label: pending.label.clone(),
-            error: ErrorInfo::new(code, &message),
+            error: node_error,
             usage: None,
         }),
         complete,
     ]);
     decision.record = Some(record(pending, Verdict::Declined, None, Some(details), &actor));
-    decision.node_error = Some((node_id, node_error));
     decision
 }
 
@@ -775,10 +773,8 @@ mod tests {
         let failed = after(&state, &d);
         assert_eq!(failed.status, RunStatus::Failed);
         assert_eq!(failed.end.unwrap().error_summary().0, "clarification_declined");
-        assert_eq!(
-            d.node_error.as_ref().map(|(id, e)| (id.as_str(), e["reason"].clone())),
-            Some(("review", json!("out of scope")))
-        );
+        let Event::NodeError(refused) = &d.events[1] else { panic!("{:?}", kinds(&d)) };
+        assert_eq!((refused.node_id.as_str(), &refused.error.details["reason"]), ("review", &json!("out of scope")));
     }
 
     #[test]

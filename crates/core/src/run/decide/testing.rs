@@ -253,7 +253,7 @@ pub fn node_error(id: &str, capability: &str, code: &str) -> Event {
         node_id: id.into(),
         capability_id: capability.into(),
         label: id.into(),
-        error: ErrorInfo { code: code.into(), message: "it broke".into() },
+        error: ErrorInfo::new(code, "it broke"),
         usage: None,
     })
 }
