@@ -57,7 +57,7 @@ pub fn lighten(run_id: &str, seq: Seq, event: &mut Event) {
     }
 }
 
-/// A reader of a run's log that [`lighten`]s every event of run `0` as it is folded.
+/// A reader of the log of the run whose id it holds: [`lighten`]s each event as it is folded.
 pub struct Lightened(pub String);
 
 impl LogReader for Lightened {

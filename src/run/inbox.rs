@@ -3,8 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::events::payload::HitlKind;
-use crate::events::payload::HitlRequestInfo;
+use crate::events::payload::{HitlKind, HitlRequestInfo};
 use crate::hash::HashMap;
 use crate::services::Services;
 use crate::store::hitl::RequestRow;
