@@ -50,8 +50,9 @@ async def events(response):
 
 
 async def read_stream(client, path, body):
-    """Posts `body` to `path` and reads its SSE stream to the end: (events, bytes, last event)."""
-    count, size, last = 0, 0, None
+    """Posts `body` to `path` and reads its SSE stream to the end: (events, bytes, last event,
+    the event before it)."""
+    count, size, last, before = 0, 0, None, None
     async with client.stream("POST", path, content=body, headers=JSON) as response:
         if response.status_code != 200:
             text = (await response.aread()).decode(errors="replace")[:500]
@@ -59,14 +60,14 @@ async def read_stream(client, path, body):
         async for event, data in events(response):
             count += 1
             size += len(data)
-            last = (event, json.loads(data))
+            last, before = (event, json.loads(data)), last
     if last is None:
         raise Failure(f"POST {path}: the stream had no event")
-    return count, size, last
+    return count, size, last, before
 
 
 async def native(client, envelope, modes):
-    count, size, (event, data) = await read_stream(client, "/api/v1/flex/run.stream", envelope)
+    count, size, (event, data), _ = await read_stream(client, "/api/v1/flex/run.stream", envelope)
     if event != "complete" or '"status":"completed"' not in json.dumps(data, separators=(",", ":")):
         raise Failure(f"native run did not end completed: {event} {json.dumps(data)[:500]}")
     return count, size
@@ -78,9 +79,12 @@ async def langgraph(client, envelope, modes):
         raise Failure(f"POST /threads: {response.status_code} {response.text[:500]}")
     thread = response.json()
     body = b'{"assistant_id":"flex","input":' + envelope + b',"stream_mode":' + modes + b"}"
-    count, size, (event, data) = await read_stream(client, f"/threads/{thread['thread_id']}/runs/stream", body)
+    path = f"/threads/{thread['thread_id']}/runs/stream"
+    count, size, (event, data), before = await read_stream(client, path, body)
     if event != "end" or data.get("status") != "success":
-        raise Failure(f"LangGraph run did not end with success: {event} {json.dumps(data)[:500]}")
+        # The `error` event before `end` says why the run failed.
+        why = json.dumps(before)[:500] if before else "no event before it"
+        raise Failure(f"LangGraph run did not end with success: {event} {json.dumps(data)[:500]}; before it: {why}")
     return count + 1, size + len(response.content)
 
 
