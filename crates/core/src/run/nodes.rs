@@ -44,10 +44,6 @@ pub struct NodeTable {
 }
 
 impl NodeTable {
-    pub fn nodes(&self) -> &[NodeRecord] {
-        &self.nodes
-    }
-
     pub fn into_nodes(self) -> Vec<NodeRecord> {
         self.nodes
     }
@@ -259,7 +255,7 @@ mod tests {
         );
         assert_eq!((carried.started_at, carried.completed_at), (None, at(9)));
         assert_eq!(table.get(2, "polish").status, NodeStatus::Pending.into());
-        assert_eq!(table.nodes().len(), 4);
+        assert_eq!(table.nodes.len(), 4);
     }
 
     #[test]
