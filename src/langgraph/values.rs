@@ -6,12 +6,17 @@
 //! time, by hand around the kept texts. The text is what [`project::values`] writes (every
 //! object's keys in order), so a stream's last `values` and the thread's state read the same.
 //!
+//! The run's id, its objective and each plan node's fixed fields (capability, id, label) are
+//! written once too: a writer serves one run's stream, and only a node's status changes between
+//! events.
+//!
 //! Secrets: each kept text remembers whether a key in it may name one (judged as it is written),
 //! the keys written by hand are judged once, and a node's id (a key of `outputs`) with its
 //! output. If any may, [`ValuesWriter::write`] declines and the caller writes the values
 //! through the redaction.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -21,7 +26,7 @@ use crate::condition::GoalConditionResult;
 use crate::elide;
 use crate::events::Event;
 use crate::hash::HashMap;
-use crate::plan::{Edge, Plan};
+use crate::plan::{Edge, IndexedPlan, Plan, PlanNode};
 use crate::redact::Redaction;
 use crate::run::state::RunState;
 use flexrun_core::usage::Usage;
@@ -34,6 +39,11 @@ pub struct ValuesWriter {
     edges: Memo<Vec<Edge>>,
     goal_results: Memo<Vec<GoalConditionResult>>,
     usage: Memo<Usage>,
+    /// The current plan's node rows but for their statuses.
+    rows: NodeRows,
+    /// The run's id and objective as JSON strings, written at the first event.
+    run_id: Option<String>,
+    objective: Option<String>,
     /// Whether one of the keys written by hand ([`Key`]) may name a secret.
     own_keys_secret: bool,
 }
@@ -45,6 +55,9 @@ impl ValuesWriter {
             edges: Memo::default(),
             goal_results: Memo::default(),
             usage: Memo::default(),
+            rows: NodeRows::default(),
+            run_id: None,
+            objective: None,
             own_keys_secret: Key::ALL.iter().any(|key| redaction.is_secret(key.as_str())),
         }
     }
@@ -58,6 +71,7 @@ impl ValuesWriter {
 
     /// The run's `values` (with its open requests under `__interrupt__`) as JSON text, or `None`
     /// when a key in it may name a secret: then the caller writes them through the redaction.
+    /// `state` and `objective` are always the same run's.
     pub fn write(
         &mut self,
         state: &RunState,
@@ -81,29 +95,50 @@ impl ValuesWriter {
         };
         let kept = Kept {
             goal_results: goal_results.map(|results| self.goal_results.of(results, redaction)),
-            plan: state.plan().map(|plan| -> (&Plan, &Piece) { (plan, self.edges.of(&plan.edges, redaction)) }),
+            plan: state.plan().map(|plan| KeptPlan {
+                plan,
+                edges: self.edges.of(&plan.edges, redaction),
+                rows: self.rows.of(plan),
+            }),
             usage: self.usage.of(&state.usage.total, redaction),
             outputs: Outputs::of(state, &self.outputs),
+            run_id: self.run_id.get_or_insert_with(|| json_string(state.run_id.as_str())),
+            objective: self.objective.get_or_insert_with(|| json_string(objective)),
         };
         let fresh = Fresh::of(state, chat, redaction);
         if kept.secret_keys() || fresh.secret_keys() {
             return None;
         }
-        String::from_utf8(compose(state, objective, &kept, &fresh)).ok()
+        String::from_utf8(compose(state, &kept, &fresh)).ok()
     }
+}
+
+/// `text` as a JSON string.
+fn json_string(text: &str) -> String {
+    // A string into a string: cannot fail.
+    serde_json::to_string(text).unwrap_or_default()
 }
 
 /// What a `values` event holds of what the writer keeps.
 struct Kept<'a> {
     goal_results: Option<&'a Piece>,
-    plan: Option<(&'a Plan, &'a Piece)>,
+    plan: Option<KeptPlan<'a>>,
     usage: &'a Piece,
     outputs: Outputs<'a>,
+    run_id: &'a str,
+    objective: &'a str,
+}
+
+/// The current plan and what is kept of its text.
+struct KeptPlan<'a> {
+    plan: &'a Plan,
+    edges: &'a Piece,
+    rows: &'a [String],
 }
 
 impl Kept<'_> {
     fn secret_keys(&self) -> bool {
-        let pieces = [self.goal_results, self.plan.map(|(_, edges)| edges), Some(self.usage)];
+        let pieces = [self.goal_results, self.plan.as_ref().map(|plan| plan.edges), Some(self.usage)];
         self.outputs.secret_keys || pieces.iter().flatten().any(|piece| piece.secret_keys)
     }
 }
@@ -141,7 +176,7 @@ impl Fresh {
 }
 
 /// The `values` document, its keys in order.
-fn compose(state: &RunState, objective: &str, kept: &Kept<'_>, fresh: &Fresh) -> Vec<u8> {
+fn compose(state: &RunState, kept: &Kept<'_>, fresh: &Fresh) -> Vec<u8> {
     let mut text = Vec::with_capacity(2048);
     let mut doc = Object::open(&mut text);
     if let Some(interrupts) = &fresh.interrupts {
@@ -154,19 +189,19 @@ fn compose(state: &RunState, objective: &str, kept: &Kept<'_>, fresh: &Fresh) ->
     if let Some(messages) = &fresh.messages {
         doc.raw(Key::Messages, &messages.text);
     }
-    doc.value(Key::Objective, objective);
+    doc.raw(Key::Objective, kept.objective);
     if let Some(output) = &fresh.output {
         doc.raw(Key::Output, &output.text);
     }
     doc.key(Key::Outputs);
     kept.outputs.write(doc.out);
     doc.key(Key::Plan);
-    match kept.plan {
-        Some((plan, edges)) => write_plan(doc.out, state, plan, &edges.text),
+    match &kept.plan {
+        Some(plan) => write_plan(doc.out, state, plan),
         None => doc.out.extend_from_slice(b"null"),
     }
     doc.value(Key::PlanVersion, &state.plan_version());
-    doc.value(Key::RunId, state.run_id.as_str());
+    doc.raw(Key::RunId, kept.run_id);
     doc.value(Key::Status, &state.status);
     doc.raw(Key::Usage, &kept.usage.text);
     doc.close();
@@ -174,26 +209,53 @@ fn compose(state: &RunState, objective: &str, kept: &Kept<'_>, fresh: &Fresh) ->
 }
 
 /// The current plan as `project::values` shows it: its nodes with their statuses now.
-fn write_plan(out: &mut Vec<u8>, state: &RunState, plan: &Plan, edges: &str) {
+fn write_plan(out: &mut Vec<u8>, state: &RunState, kept: &KeptPlan<'_>) {
     let mut doc = Object::open(out);
-    doc.raw(Key::Edges, edges);
+    doc.raw(Key::Edges, &kept.edges.text);
     doc.key(Key::Nodes);
     doc.out.push(b'[');
-    for (i, node) in plan.nodes.iter().enumerate() {
+    for (i, (node, row)) in kept.plan.nodes.iter().zip(kept.rows).enumerate() {
         if i > 0 {
             doc.out.push(b',');
         }
         let status = state.nodes.get(&node.id).copied().unwrap_or(node.status);
-        let mut row = Object::open(doc.out);
-        row.value(Key::CapabilityId, node.capability_id.as_str());
-        row.value(Key::Id, node.id.as_str());
-        row.value(Key::Label, node.label.as_str());
-        row.value(Key::Status, status.as_str());
-        row.close();
+        doc.out.extend_from_slice(row.as_bytes());
+        // A status into a vector: cannot fail.
+        let _ = serde_json::to_writer(&mut *doc.out, status.as_str());
+        doc.out.push(b'}');
     }
     doc.out.push(b']');
-    doc.value(Key::Version, &plan.version);
+    doc.value(Key::Version, &kept.plan.version);
     doc.close();
+}
+
+/// Each node of the current plan as its row in `plan.nodes` begins: its fixed fields, up to the
+/// value of `status` (the last key, the one that changes). Written again when the plan does.
+#[derive(Default)]
+struct NodeRows {
+    plan: Option<Arc<IndexedPlan>>,
+    rows: Vec<String>,
+}
+
+impl NodeRows {
+    fn of(&mut self, plan: &Arc<IndexedPlan>) -> &[String] {
+        if !self.plan.as_ref().is_some_and(|kept| Arc::ptr_eq(kept, plan)) {
+            self.rows = plan.nodes.iter().map(row_start).collect();
+            self.plan = Some(plan.clone());
+        }
+        &self.rows
+    }
+}
+
+/// `{"capabilityId":…,"id":…,"label":…,"status":` of `node`.
+fn row_start(node: &PlanNode) -> String {
+    let mut text = Vec::with_capacity(128);
+    let mut row = Object::open(&mut text);
+    row.value(Key::CapabilityId, node.capability_id.as_str());
+    row.value(Key::Id, node.id.as_str());
+    row.value(Key::Label, node.label.as_str());
+    row.key(Key::Status);
+    String::from_utf8(text).unwrap_or_default()
 }
 
 /// Declares [`Key`], its texts and the list of them in one place, so none escapes the judgement.
