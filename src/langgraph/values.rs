@@ -233,6 +233,9 @@ fn write_plan(out: &mut Vec<u8>, state: &RunState, kept: &KeptPlan<'_>) {
 /// value of `status` (the last key, the one that changes). Written again when the plan does.
 #[derive(Default)]
 struct NodeRows {
+    /// The plan the rows are of, compared by identity: the state replaces its plan rather than
+    /// changing it, and the `Arc` held here keeps the old plan's allocation from being reused by
+    /// a new one while the rows stand.
     plan: Option<Arc<IndexedPlan>>,
     rows: Vec<String>,
 }
