@@ -125,6 +125,53 @@ async fn a_runs_first_commit_checks_whose_thread_it_is() {
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 3, "the three that were allowed, no other");
 }
 
+/// `if_not_exists: "create"` starts a run on a thread that does not exist yet, in one request:
+/// the thread is made for the caller and marked with the graph, as `POST /threads` and a run
+/// would. It never takes another caller's thread; `reject` (the default) leaves a missing thread
+/// 404; any other value is 400. Nothing is stored by a refused request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_may_create_its_thread_in_the_same_request() {
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let start = |thread: &str, key: &'static str, if_not_exists: &str| {
+        let path = format!("/threads/{thread}/runs/stream");
+        let run = json!({"assistant_id": "flex", "input": envelope(), "if_not_exists": if_not_exists});
+        let server = &server;
+        async move {
+            let answer = call(server, reqwest::Method::POST, &path, key, Some(run)).await;
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }
+    };
+    let code = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null)["error"]["code"].clone();
+    let fresh = "0190b2d4-0000-7000-8000-00000000c0de";
+
+    let (status, text) = start(fresh, "alice-key", "reject").await;
+    assert_eq!((status, code(&text)), (404, json!("thread_not_found")), "{text}");
+    let (status, text) = start(fresh, "alice-key", "sometimes").await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("if_not_exists"), "{text}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM threads"), 0, "no thread made by a refusal");
+
+    let (status, text) = start(fresh, "alice-key", "create").await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("event: end\ndata: {\"run_id\""), "{text}");
+    assert!(text.contains("\"status\":\"success\""), "{text}");
+    let thread = call(&server, reqwest::Method::GET, &format!("/threads/{fresh}"), "alice-key", None).await;
+    assert_eq!(thread.status(), 200);
+    let thread: Value = thread.json().await.unwrap();
+    assert_eq!(thread["metadata"], json!({"assistant_id": "flex", "graph_id": "flex"}), "{thread}");
+    let owned = format!("SELECT COUNT(*) AS n FROM runs WHERE thread_id = '{fresh}' AND owner = 'alice'");
+    assert_eq!(server.count(&owned), 1);
+
+    // Bob may not take alice's thread by asking to create it; alice's second run uses it.
+    let (status, text) = start(fresh, "bob-key", "create").await;
+    assert_eq!((status, code(&text)), (404, json!("thread_not_found")), "{text}");
+    let (status, _) = start(fresh, "alice-key", "create").await;
+    assert_eq!(status, 200);
+    assert_eq!(server.count(&owned), 2);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 2, "bob's refused start stored no run");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM threads"), 1);
+}
+
 /// A stream says where to reconnect (`Location`, with its modes) and which run it is
 /// (`Content-Location`), and sends a heartbeat comment while the run is quiet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
