@@ -3,11 +3,12 @@
 Started by benches/langgraph_wire.rs (which installs httpx and sniffio into a venv of their
 own), once per batch:
 
-    python langgraph_wire.py BASE_URL WIRE RUNS CONCURRENCY ENVELOPE_FILE STREAM_MODES
+    python langgraph_wire.py BASE_URL WIRE RUNS CONCURRENCY ENVELOPE_FILE STREAM_MODES [START]
 
 WIRE is `native` (`POST /api/v1/flex/run.stream`, read to its end) or `langgraph` (`POST
 /threads`, then `POST /threads/{tid}/runs/stream` in STREAM_MODES, comma-separated, read to its
-end). CONCURRENCY clients (asyncio tasks, each with its own httpx client and connection, opened
+end). START `create` makes the LangGraph run its thread in the same request instead (a thread id
+of the client's, `if_not_exists: create`); `thread`, the default, posts the thread first. CONCURRENCY clients (asyncio tasks, each with its own httpx client and connection, opened
 before the clock starts) take runs until RUNS are done. Every event's data is decoded as JSON, as a client would, and every run must
 end completed: anything else exits non-zero, saying what it got. Prints one JSON line: runs,
 seconds (wall time of the batch), events, bytes, and this process's CPU seconds over the batch.
@@ -17,6 +18,7 @@ import asyncio
 import json
 import sys
 import time
+import uuid
 
 import httpx
 
@@ -66,29 +68,35 @@ async def read_stream(client, path, body):
     return count, size, last, before
 
 
-async def native(client, envelope, modes):
+async def native(client, envelope, modes, start):
     count, size, (event, data), _ = await read_stream(client, "/api/v1/flex/run.stream", envelope)
     if event != "complete" or '"status":"completed"' not in json.dumps(data, separators=(",", ":")):
         raise Failure(f"native run did not end completed: {event} {json.dumps(data)[:500]}")
     return count, size
 
 
-async def langgraph(client, envelope, modes):
-    response = await client.post("/threads", content=b"{}", headers=JSON)
-    if response.status_code != 200:
-        raise Failure(f"POST /threads: {response.status_code} {response.text[:500]}")
-    thread = response.json()
-    body = b'{"assistant_id":"flex","input":' + envelope + b',"stream_mode":' + modes + b"}"
-    path = f"/threads/{thread['thread_id']}/runs/stream"
-    count, size, (event, data), before = await read_stream(client, path, body)
+async def langgraph(client, envelope, modes, start):
+    body = b'{"assistant_id":"flex","input":' + envelope + b',"stream_mode":' + modes
+    extra = (0, 0)
+    if start == "create":
+        thread_id = str(uuid.uuid4())
+        body += b',"if_not_exists":"create"'
+    else:
+        response = await client.post("/threads", content=b"{}", headers=JSON)
+        if response.status_code != 200:
+            raise Failure(f"POST /threads: {response.status_code} {response.text[:500]}")
+        thread_id = response.json()["thread_id"]
+        extra = (1, len(response.content))
+    path = f"/threads/{thread_id}/runs/stream"
+    count, size, (event, data), before = await read_stream(client, path, body + b"}")
     if event != "end" or data.get("status") != "success":
         # The `error` event before `end` says why the run failed.
         why = json.dumps(before)[:500] if before else "no event before it"
         raise Failure(f"LangGraph run did not end with success: {event} {json.dumps(data)[:500]}; before it: {why}")
-    return count + 1, size + len(response.content)
+    return count + extra[0], size + extra[1]
 
 
-async def batch(base, wire, runs, concurrency, envelope, modes):
+async def batch(base, wire, runs, concurrency, envelope, modes, start):
     run = {"native": native, "langgraph": langgraph}[wire]
     left = [runs]
     totals = {"events": 0, "bytes": 0}
@@ -96,7 +104,7 @@ async def batch(base, wire, runs, concurrency, envelope, modes):
     async def client_loop(client):
         while left[0] > 0:
             left[0] -= 1
-            count, size = await run(client, envelope, modes)
+            count, size = await run(client, envelope, modes, start)
             totals["events"] += count
             totals["bytes"] += size
 
@@ -119,11 +127,12 @@ async def batch(base, wire, runs, concurrency, envelope, modes):
 
 def main():
     base, wire, runs, concurrency, envelope_file, modes = sys.argv[1:7]
+    start = sys.argv[7] if len(sys.argv) > 7 else "thread"
     with open(envelope_file, "rb") as f:
         envelope = f.read().strip()
     modes = json.dumps(modes.split(",")).encode()
     try:
-        result = asyncio.run(batch(base, wire, int(runs), int(concurrency), envelope, modes))
+        result = asyncio.run(batch(base, wire, int(runs), int(concurrency), envelope, modes, start))
     except Failure as failure:
         print(f"langgraph_wire.py: {failure}", file=sys.stderr)
         sys.exit(1)

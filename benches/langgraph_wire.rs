@@ -21,7 +21,9 @@
 //!
 //! Environment: `BENCH_RUNS` (runs per batch, default 400), `BENCH_LEVELS` (client concurrency,
 //! default "1,32"), `BENCH_ROUNDS` (default 5), `BENCH_STREAM_MODES` (the LangGraph stream modes,
-//! comma-separated, default `values`: the SDK's default), `BENCH_PIN=1` (server on its own
+//! comma-separated, default `values`: the SDK's default), `BENCH_LANGGRAPH_START` (`thread`, the
+//! default: `POST /threads` then the run, as above; `create`: the run alone, on a thread id the
+//! client chooses, with `if_not_exists: create`), `BENCH_PIN=1` (server on its own
 //! core), `BENCH_SERVER_BIN` (another server binary), `BENCH_WIRES` (default "native,langgraph";
 //! one of them alone to profile the server under it: `perf record -p <the pid printed>`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
@@ -210,6 +212,8 @@ struct Bench {
     client: PathBuf,
     envelope_file: PathBuf,
     modes: String,
+    /// How a LangGraph run gets its thread: `thread` or `create` (`BENCH_LANGGRAPH_START`).
+    start: String,
     server: Server,
     llm: StandIn,
     endpoint: Endpoint,
@@ -226,6 +230,7 @@ impl Bench {
             .args([&self.server.base, wire.name(), &runs.to_string(), &concurrency.to_string()])
             .arg(&self.envelope_file)
             .arg(&self.modes)
+            .arg(&self.start)
             .output()
             .expect("start the Python client");
         let cpu = self.server.cpu_seconds() - cpu_before;
@@ -285,6 +290,8 @@ fn main() {
         .filter_map(|v| v.trim().parse().ok())
         .collect();
     let modes = std::env::var("BENCH_STREAM_MODES").unwrap_or_else(|_| "values".into());
+    let start = std::env::var("BENCH_LANGGRAPH_START").unwrap_or_else(|_| "thread".into());
+    assert!(["thread", "create"].contains(&start.as_str()), "BENCH_LANGGRAPH_START is thread or create, not {start:?}");
     let wires: Vec<Wire> = std::env::var("BENCH_WIRES")
         .unwrap_or_else(|_| "native,langgraph".into())
         .split(',')
@@ -306,7 +313,7 @@ fn main() {
         let envelope_file = dir.path().join("envelope.json");
         std::fs::write(&envelope_file, envelope().to_string()).unwrap();
         let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/langgraph_wire.py");
-        let bench = Bench { python, client, envelope_file, modes, server, llm, endpoint };
+        let bench = Bench { python, client, envelope_file, modes, start, server, llm, endpoint };
         // The client blocks this thread while the server, the stand-in model and the endpoint
         // answer on the runtime's other threads.
         tokio::task::block_in_place(|| {
@@ -314,8 +321,9 @@ fn main() {
                 bench.batch(wire, 50, 4); // warm-up
             }
             println!(
-                "LangGraph stream modes: {}; {runs} runs per batch, {rounds} rounds, server pid {}\n",
+                "LangGraph stream modes: {}; LangGraph start: {}; {runs} runs per batch, {rounds} rounds, server pid {}\n",
                 bench.modes,
+                bench.start,
                 bench.server.pid()
             );
             println!("| round | clients | wire | runs/s | server CPU per run | client CPU per run | events per run | KiB per run |");
