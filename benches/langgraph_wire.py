@@ -8,9 +8,11 @@ own), once per batch:
 WIRE is `native` (`POST /api/v1/flex/run.stream`, read to its end) or `langgraph` (`POST
 /threads`, then `POST /threads/{tid}/runs/stream` in STREAM_MODES, comma-separated, read to its
 end). START `create` makes the LangGraph run its thread in the same request instead (a thread id
-of the client's, `if_not_exists: create`); `thread`, the default, posts the thread first. CONCURRENCY clients (asyncio tasks, each with its own httpx client and connection, opened
-before the clock starts) take runs until RUNS are done. Every event's data is decoded as JSON, as a client would, and every run must
-end completed: anything else exits non-zero, saying what it got. Prints one JSON line: runs,
+of the client's, `if_not_exists: create`); `thread`, the default, posts the thread first.
+CONCURRENCY clients (asyncio tasks, each with its own httpx client and connection, opened before
+the clock starts) take runs until RUNS are done. Every event's data is decoded as JSON, as a
+client would, and every run must end completed: anything else exits non-zero, saying what it
+got. Prints one JSON line: runs,
 seconds (wall time of the batch), events, bytes, and this process's CPU seconds over the batch.
 """
 

@@ -82,7 +82,7 @@ impl Translator {
         chat: Option<Vec<Value>>,
         redaction: Redaction,
     ) -> Self {
-        let values = ValuesWriter::new(&redaction);
+        let values = ValuesWriter::new(&redaction, state.run_id.as_str(), &objective);
         Self { state, modes, objective, chat, redaction, values }
     }
 
@@ -134,7 +134,7 @@ impl Translator {
     /// `values`: the run's projection, with its open requests.
     fn values(&mut self) -> Part {
         let chat = self.chat.as_deref();
-        match self.values.write(&self.state, &self.objective, chat, &self.redaction) {
+        match self.values.write(&self.state, chat, &self.redaction) {
             Some(data) => Part { event: "values", data, id: None },
             None => {
                 let values = project::Values::of(&self.state, &self.objective, chat).with_interrupts(&self.state);

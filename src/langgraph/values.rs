@@ -6,9 +6,9 @@
 //! time, by hand around the kept texts. The text is what [`project::values`] writes (every
 //! object's keys in order), so a stream's last `values` and the thread's state read the same.
 //!
-//! The run's id, its objective and each plan node's fixed fields (capability, id, label) are
-//! written once too: a writer serves one run's stream, and only a node's status changes between
-//! events.
+//! The run's id and its objective are written once, when the writer is made for the run's
+//! stream; a plan's edges and each of its nodes' fixed fields (capability, id, label) once per
+//! plan: only a node's status changes between events.
 //!
 //! Secrets: each kept text remembers whether a key in it may name one (judged as it is written),
 //! the keys written by hand are judged once, and a node's id (a key of `outputs`) with its
@@ -26,7 +26,7 @@ use crate::condition::GoalConditionResult;
 use crate::elide;
 use crate::events::Event;
 use crate::hash::HashMap;
-use crate::plan::{Edge, IndexedPlan, Plan, PlanNode};
+use crate::plan::{IndexedPlan, Plan, PlanNode};
 use crate::redact::Redaction;
 use crate::run::state::RunState;
 use flexrun_core::usage::Usage;
@@ -36,28 +36,27 @@ pub struct ValuesWriter {
     /// Each completed node's latest output as written, by node id; dropped when the node
     /// completes again (the state holds the new output).
     outputs: HashMap<String, Piece>,
-    edges: Memo<Vec<Edge>>,
     goal_results: Memo<Vec<GoalConditionResult>>,
     usage: Memo<Usage>,
-    /// The current plan's node rows but for their statuses.
-    rows: NodeRows,
-    /// The run's id and objective as JSON strings, written at the first event.
-    run_id: Option<String>,
-    objective: Option<String>,
+    /// The current plan's edges and node rows but for their statuses.
+    plan: PlanText,
+    /// The run's id and objective as JSON strings.
+    run_id: String,
+    objective: String,
     /// Whether one of the keys written by hand ([`Key`]) may name a secret.
     own_keys_secret: bool,
 }
 
 impl ValuesWriter {
-    pub fn new(redaction: &Redaction) -> Self {
+    /// The writer of the stream of run `run_id`, whose objective is `objective`.
+    pub fn new(redaction: &Redaction, run_id: &str, objective: &str) -> Self {
         Self {
             outputs: HashMap::default(),
-            edges: Memo::default(),
             goal_results: Memo::default(),
             usage: Memo::default(),
-            rows: NodeRows::default(),
-            run_id: None,
-            objective: None,
+            plan: PlanText::default(),
+            run_id: json_string(run_id),
+            objective: json_string(objective),
             own_keys_secret: Key::ALL.iter().any(|key| redaction.is_secret(key.as_str())),
         }
     }
@@ -71,14 +70,7 @@ impl ValuesWriter {
 
     /// The run's `values` (with its open requests under `__interrupt__`) as JSON text, or `None`
     /// when a key in it may name a secret: then the caller writes them through the redaction.
-    /// `state` and `objective` are always the same run's.
-    pub fn write(
-        &mut self,
-        state: &RunState,
-        objective: &str,
-        chat: Option<&[Value]>,
-        redaction: &Redaction,
-    ) -> Option<String> {
+    pub fn write(&mut self, state: &RunState, chat: Option<&[Value]>, redaction: &Redaction) -> Option<String> {
         if self.own_keys_secret {
             return None;
         }
@@ -95,15 +87,14 @@ impl ValuesWriter {
         };
         let kept = Kept {
             goal_results: goal_results.map(|results| self.goal_results.of(results, redaction)),
-            plan: state.plan().map(|plan| KeptPlan {
-                plan,
-                edges: self.edges.of(&plan.edges, redaction),
-                rows: self.rows.of(plan),
+            plan: state.plan().map(|indexed| {
+                let plan: &Plan = indexed;
+                (plan, self.plan.of(indexed, redaction))
             }),
             usage: self.usage.of(&state.usage.total, redaction),
             outputs: Outputs::of(state, &self.outputs),
-            run_id: self.run_id.get_or_insert_with(|| json_string(state.run_id.as_str())),
-            objective: self.objective.get_or_insert_with(|| json_string(objective)),
+            run_id: &self.run_id,
+            objective: &self.objective,
         };
         let fresh = Fresh::of(state, chat, redaction);
         if kept.secret_keys() || fresh.secret_keys() {
@@ -122,23 +113,16 @@ fn json_string(text: &str) -> String {
 /// What a `values` event holds of what the writer keeps.
 struct Kept<'a> {
     goal_results: Option<&'a Piece>,
-    plan: Option<KeptPlan<'a>>,
+    plan: Option<(&'a Plan, &'a PlanText)>,
     usage: &'a Piece,
     outputs: Outputs<'a>,
     run_id: &'a str,
     objective: &'a str,
 }
 
-/// The current plan and what is kept of its text.
-struct KeptPlan<'a> {
-    plan: &'a Plan,
-    edges: &'a Piece,
-    rows: &'a [String],
-}
-
 impl Kept<'_> {
     fn secret_keys(&self) -> bool {
-        let pieces = [self.goal_results, self.plan.as_ref().map(|plan| plan.edges), Some(self.usage)];
+        let pieces = [self.goal_results, self.plan.map(|(_, text)| &text.edges), Some(self.usage)];
         self.outputs.secret_keys || pieces.iter().flatten().any(|piece| piece.secret_keys)
     }
 }
@@ -196,8 +180,8 @@ fn compose(state: &RunState, kept: &Kept<'_>, fresh: &Fresh) -> Vec<u8> {
     doc.key(Key::Outputs);
     kept.outputs.write(doc.out);
     doc.key(Key::Plan);
-    match &kept.plan {
-        Some(plan) => write_plan(doc.out, state, plan),
+    match kept.plan {
+        Some((plan, text)) => write_plan(doc.out, state, plan, text),
         None => doc.out.extend_from_slice(b"null"),
     }
     doc.value(Key::PlanVersion, &state.plan_version());
@@ -209,12 +193,12 @@ fn compose(state: &RunState, kept: &Kept<'_>, fresh: &Fresh) -> Vec<u8> {
 }
 
 /// The current plan as `project::values` shows it: its nodes with their statuses now.
-fn write_plan(out: &mut Vec<u8>, state: &RunState, kept: &KeptPlan<'_>) {
+fn write_plan(out: &mut Vec<u8>, state: &RunState, plan: &Plan, text: &PlanText) {
     let mut doc = Object::open(out);
-    doc.raw(Key::Edges, &kept.edges.text);
+    doc.raw(Key::Edges, &text.edges.text);
     doc.key(Key::Nodes);
     doc.out.push(b'[');
-    for (i, (node, row)) in kept.plan.nodes.iter().zip(kept.rows).enumerate() {
+    for (i, (node, row)) in plan.nodes.iter().zip(&text.rows).enumerate() {
         if i > 0 {
             doc.out.push(b',');
         }
@@ -225,28 +209,31 @@ fn write_plan(out: &mut Vec<u8>, state: &RunState, kept: &KeptPlan<'_>) {
         doc.out.push(b'}');
     }
     doc.out.push(b']');
-    doc.value(Key::Version, &kept.plan.version);
+    doc.value(Key::Version, &plan.version);
     doc.close();
 }
 
-/// Each node of the current plan as its row in `plan.nodes` begins: its fixed fields, up to the
-/// value of `status` (the last key, the one that changes). Written again when the plan does.
+/// What of the current plan's text stays while the plan does: its edges, and each node's row in
+/// `plan.nodes` as it begins — its fixed fields, up to the value of `status` (the last key, the
+/// one that changes). Written again when the plan changes.
 #[derive(Default)]
-struct NodeRows {
+struct PlanText {
     /// The plan the rows are of, compared by identity: the state replaces its plan rather than
     /// changing it, and the `Arc` held here keeps the old plan's allocation from being reused by
     /// a new one while the rows stand.
     plan: Option<Arc<IndexedPlan>>,
+    edges: Piece,
     rows: Vec<String>,
 }
 
-impl NodeRows {
-    fn of(&mut self, plan: &Arc<IndexedPlan>) -> &[String] {
+impl PlanText {
+    fn of(&mut self, plan: &Arc<IndexedPlan>, redaction: &Redaction) -> &Self {
         if !self.plan.as_ref().is_some_and(|kept| Arc::ptr_eq(kept, plan)) {
+            self.edges = Piece::of(&json!(plan.edges), redaction);
             self.rows = plan.nodes.iter().map(row_start).collect();
             self.plan = Some(plan.clone());
         }
-        &self.rows
+        self
     }
 }
 
@@ -451,7 +438,8 @@ mod tests {
     fn a_run_before_its_first_frame_writes_as_its_projection() {
         let state = RunState::new(&RunId::generate(), "c");
         let redaction = Redaction::default();
-        let written = ValuesWriter::new(&redaction).write(&state, "Write \"a\" post", None, &redaction);
+        let written =
+            ValuesWriter::new(&redaction, state.run_id.as_str(), "Write \"a\" post").write(&state, None, &redaction);
         assert_eq!(written, Some(project::values(&state, "Write \"a\" post", None).to_string()));
     }
 
@@ -460,6 +448,6 @@ mod tests {
         let state = RunState::new(&RunId::generate(), "c");
         let redaction = Redaction::new(&["label".into()]);
         assert!(redaction.is_secret("label"));
-        assert_eq!(ValuesWriter::new(&redaction).write(&state, "o", None, &redaction), None);
+        assert_eq!(ValuesWriter::new(&redaction, state.run_id.as_str(), "o").write(&state, None, &redaction), None);
     }
 }
