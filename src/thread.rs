@@ -26,7 +26,11 @@ pub enum ThreadRule {
     /// `metadata` (keys and canonical JSON values) in the thread's metadata and marks the thread
     /// updated: LangGraph's threads name the graph their runs ran, and a commit of its own for
     /// that would cost every start a second round to the database.
-    OneActiveRun { metadata: &'static [(&'static str, &'static str)], owner: Option<String> },
+    ///
+    /// With `create` (`if_not_exists: create`) the same commit first makes the thread for
+    /// `owner` if it does not exist yet — not in a commit of its own before: the start then
+    /// writes the thread's row once, and a start refused leaves no thread behind.
+    OneActiveRun { metadata: &'static [(&'static str, &'static str)], owner: Option<String>, create: bool },
 }
 
 impl ThreadRule {
@@ -35,14 +39,28 @@ impl ThreadRule {
     pub fn hold(&self, conn: &mut DbConn, thread_id: &str) -> Result<(), StoreError> {
         match self {
             Self::Shared => Ok(()),
-            Self::OneActiveRun { metadata, owner } => {
+            Self::OneActiveRun { metadata, owner, create } => {
+                let now = crate::store::now();
+                if *create {
+                    let row = ThreadRow {
+                        thread_id: thread_id.to_string(),
+                        owner: owner.clone(),
+                        metadata: EMPTY_METADATA.to_string(),
+                        created_at: now,
+                        updated_at: now,
+                    };
+                    rows::insert_missing(conn, &row)?;
+                }
                 // The owner first: whether another's thread is busy is not the caller's to learn.
-                rows::mark(conn, thread_id, owner.as_deref(), metadata, crate::store::now())?;
+                rows::mark(conn, thread_id, owner.as_deref(), metadata, now)?;
                 rows::hold_idle(conn, thread_id, crate::run::RunStatus::ACTIVE)
             }
         }
     }
 }
+
+/// A new thread's metadata when its maker gives none.
+const EMPTY_METADATA: &str = "{}";
 
 /// The longest thread id.
 pub const MAX_LEN: usize = 200;

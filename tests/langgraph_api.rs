@@ -149,6 +149,13 @@ async fn a_run_may_create_its_thread_in_the_same_request() {
     let (status, text) = start(fresh, "alice-key", "sometimes").await;
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("if_not_exists"), "{text}");
+    let (status, text) = start("-x", "alice-key", "create").await;
+    assert_eq!((status, code(&text)), (400, json!("invalid_thread_id")), "{text}");
+    // The thread is made in the run's first commit: a run refused before it makes none.
+    let path = format!("/threads/{fresh}/runs/stream");
+    let unplannable = json!({"assistant_id": "flex", "input": {"objective": ""}, "if_not_exists": "create"});
+    let refused = call(&server, reqwest::Method::POST, &path, "alice-key", Some(unplannable)).await;
+    assert_eq!(refused.status(), 400);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM threads"), 0, "no thread made by a refusal");
 
     let (status, text) = start(fresh, "alice-key", "create").await;
@@ -169,6 +176,12 @@ async fn a_run_may_create_its_thread_in_the_same_request() {
     assert_eq!(status, 200);
     assert_eq!(server.count(&owned), 2);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 2, "bob's refused start stored no run");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM threads"), 1);
+
+    // An operator's start on alice's thread runs there, for alice.
+    let (status, text) = start(fresh, OPERATOR_KEY, "create").await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(server.count(&owned), 3);
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM threads"), 1);
 }
 

@@ -264,7 +264,7 @@ pub async fn fork(
         point: ForkPoint { as_of: Some(seq), ..ForkPoint::default() },
         envelope,
         outputs: from.outputs.clone().into_iter().collect(),
-        thread_rule: ThreadRule::OneActiveRun { metadata: GRAPH_METADATA, owner: thread.owner.clone() },
+        thread_rule: ThreadRule::OneActiveRun { metadata: GRAPH_METADATA, owner: thread.owner.clone(), create: false },
     };
     let run_id = RunId::parse(&row.run_id).map_err(|_| not_found())?;
     let parent = Stored::read(services, &run_id).await?;

@@ -78,8 +78,9 @@ async fn begin(
         ));
     }
     let (thread_id, started) = match (thread_id, &request.action) {
-        (Some(id), Action::Start(input @ Input::Envelope(_))) if !request.create_thread => {
-            (id.to_string(), start_unread(services, caller, id, input, trace_parent).await?)
+        (Some(id), Action::Start(input @ Input::Envelope(_))) => {
+            let create = request.create_thread;
+            (id.to_string(), start_unread(services, caller, id, create, input, trace_parent).await?)
         }
         _ => on_thread(services, caller, thread_id, &request, trace_parent).await?,
     };
@@ -88,25 +89,28 @@ async fn begin(
 
 /// A run from an envelope on thread `id`, started without reading the thread first: the caller
 /// is taken for its owner, and the run's first commit checks that (`ThreadRule`), so a start
-/// costs no read. An operator may start a run on anyone's thread, the run then the thread
-/// owner's: if the commit finds the thread not the operator's own, it is read, and the run started
-/// for its owner.
+/// costs no read. With `create` the same commit makes the thread for the caller if there is
+/// none. An operator may start a run on anyone's thread, the run then the thread owner's: if the
+/// commit finds the thread not the operator's own, it is read, and the run started for its owner.
 async fn start_unread(
     services: &Arc<Services>,
     caller: &Caller,
     id: &str,
+    create: bool,
     input: &Input,
     trace_parent: Option<TraceParent>,
 ) -> Result<Started, ApiError> {
-    // An id no thread can have is not found, as a read would have said.
-    if ThreadId::parse(id).is_err() {
-        return Err(ThreadError::NotFound(id.to_string()).into());
+    match ThreadId::parse(id) {
+        Ok(_) => {}
+        Err(invalid) if create => return Err(ApiError::new(ErrorCode::InvalidThreadId, invalid.to_string())),
+        // An id no thread can have is not found, as a read would have said.
+        Err(_) => return Err(ThreadError::NotFound(id.to_string()).into()),
     }
-    let taken = OnThread { id, owner: Some(caller.principal.clone()) };
+    let taken = OnThread { id, owner: Some(caller.principal.clone()), create };
     match start(services, caller, taken, input, None, trace_parent).await {
         Err(ApiError::Refused { code: ErrorCode::ThreadNotFound, .. }) if caller.role == Role::Operator => {
             let thread = visible_thread(services, caller, id).await?;
-            let found = OnThread { id, owner: thread.owner };
+            let found = OnThread { id, owner: thread.owner, create: false };
             start(services, caller, found, input, None, trace_parent).await
         }
         started => started,
@@ -136,7 +140,7 @@ async fn on_thread(
     let started = match &request.action {
         Action::Start(input) => {
             let newest = if matches!(input, Input::Chat(_)) { newest().await? } else { None };
-            let on = OnThread { id: &thread.thread_id, owner: thread.owner.clone() };
+            let on = OnThread { id: &thread.thread_id, owner: thread.owner.clone(), create: false };
             start(services, caller, on, input, newest.as_ref(), trace_parent).await?
         }
         // The resume and the fork boxed: their futures are twice a start's, which every start
@@ -156,11 +160,12 @@ async fn on_thread(
     Ok((thread.thread_id, started))
 }
 
-/// The thread a run starts on, as its start takes it: its id, and whose it is — which the run's
-/// first commit checks.
+/// The thread a run starts on, as its start takes it: its id, whose it is — which the run's
+/// first commit checks — and whether that commit makes it if it does not exist.
 struct OnThread<'a> {
     id: &'a str,
     owner: Option<String>,
+    create: bool,
 }
 
 /// A new flex run on the thread, from a TaskEnvelope or chat messages.
@@ -193,7 +198,7 @@ async fn start(
     // One active run per thread: the run's first commit refuses it if the thread is busy
     // (`thread_busy`, 409), on this node or any other, or no longer the one taken here (404);
     // else it names the graph in the thread's metadata.
-    let rule = ThreadRule::OneActiveRun { metadata: GRAPH_METADATA, owner: thread.owner };
+    let rule = ThreadRule::OneActiveRun { metadata: GRAPH_METADATA, owner: thread.owner, create: thread.create };
     let origin = run::Origin {
         correlation_id: Some(correlation_id.clone()),
         idempotency: None,

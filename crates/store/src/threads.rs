@@ -41,6 +41,16 @@ pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
     }
 }
 
+/// Stores `row` unless a thread has its id already, which is left as it is (whose it is, the
+/// caller checks after: [`mark`]).
+pub fn insert_missing(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
+    let inserted = super::on_backend!(conn, |c| diesel::insert_into(threads::table)
+        .values(row)
+        .on_conflict_do_nothing()
+        .execute(c))?;
+    if inserted == 0 { Ok(()) } else { index(conn, &row.thread_id, &row.metadata) }
+}
+
 /// Holds the thread's "one active run" rule for a run about to be inserted on it: fails with
 /// [`StoreError::ThreadBusy`] if a run of the thread is in one of the `active` statuses.
 ///
