@@ -41,26 +41,27 @@ impl ThreadRule {
             Self::Shared => Ok(()),
             Self::OneActiveRun { metadata, owner, create } => {
                 let now = crate::store::now();
-                if *create {
+                // A thread made here is made marked: the caller's, with the graph's metadata.
+                let made = *create && {
                     let row = ThreadRow {
                         thread_id: thread_id.to_string(),
                         owner: owner.clone(),
-                        metadata: EMPTY_METADATA.to_string(),
+                        metadata: rows::metadata_of(metadata)?,
                         created_at: now,
                         updated_at: now,
                     };
-                    rows::insert_missing(conn, &row)?;
+                    rows::insert_missing(conn, &row)?
+                };
+                if !made {
+                    // The owner first: whether another's thread is busy is not the caller's to learn.
+                    rows::mark(conn, thread_id, owner.as_deref(), metadata, now)?;
                 }
-                // The owner first: whether another's thread is busy is not the caller's to learn.
-                rows::mark(conn, thread_id, owner.as_deref(), metadata, now)?;
+                // Even on a thread made here: runs stored before threads had rows may name it.
                 rows::hold_idle(conn, thread_id, crate::run::RunStatus::ACTIVE)
             }
         }
     }
 }
-
-/// A new thread's metadata when its maker gives none.
-const EMPTY_METADATA: &str = "{}";
 
 /// The longest thread id.
 pub const MAX_LEN: usize = 200;

@@ -166,6 +166,11 @@ async fn a_run_may_create_its_thread_in_the_same_request() {
     assert_eq!(thread.status(), 200);
     let thread: Value = thread.json().await.unwrap();
     assert_eq!(thread["metadata"], json!({"assistant_id": "flex", "graph_id": "flex"}), "{thread}");
+    let search = json!({"metadata": {"graph_id": "flex"}});
+    let found = call(&server, reqwest::Method::POST, "/threads/search", "alice-key", Some(search)).await;
+    let found: Value = found.json().await.unwrap();
+    assert_eq!(found.as_array().map(|threads| threads.len()), Some(1), "found by its metadata: {found}");
+    assert_eq!(found[0]["thread_id"], json!(fresh));
     let owned = format!("SELECT COUNT(*) AS n FROM runs WHERE thread_id = '{fresh}' AND owner = 'alice'");
     assert_eq!(server.count(&owned), 1);
 

@@ -42,13 +42,27 @@ pub fn insert(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
 }
 
 /// Stores `row` unless a thread has its id already, which is left as it is (whose it is, the
-/// caller checks after: [`mark`]).
-pub fn insert_missing(conn: &mut DbConn, row: &ThreadRow) -> Result<(), StoreError> {
+/// caller checks after: [`mark`]); whether it stored it.
+pub fn insert_missing(conn: &mut DbConn, row: &ThreadRow) -> Result<bool, StoreError> {
     let inserted = super::on_backend!(conn, |c| diesel::insert_into(threads::table)
         .values(row)
         .on_conflict_do_nothing()
         .execute(c))?;
-    if inserted == 0 { Ok(()) } else { index(conn, &row.thread_id, &row.metadata) }
+    if inserted == 0 {
+        return Ok(false);
+    }
+    index(conn, &row.thread_id, &row.metadata)?;
+    Ok(true)
+}
+
+/// A thread's metadata made of `entries` (keys and canonical JSON values) as [`mark`] would
+/// leave an empty one: canonical JSON text, keys sorted.
+pub fn metadata_of(entries: &[(&str, &str)]) -> Result<String, StoreError> {
+    let mut metadata = serde_json::Map::new();
+    for &(key, text) in entries {
+        metadata.insert(key.into(), serde_json::from_str(text)?);
+    }
+    Ok(Value::Object(metadata).to_string())
 }
 
 /// Holds the thread's "one active run" rule for a run about to be inserted on it: fails with
