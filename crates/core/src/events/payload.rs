@@ -6,6 +6,8 @@
 //! a free-form object (`log.details`, a request's `context`, a human node's `assignment`), the
 //! typed views of its known shapes are here too, so no reader looks into a payload by key.
 
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -16,7 +18,7 @@ use crate::condition::GoalConditionResult;
 use crate::contract::SchemaViolation;
 use crate::excerpt;
 pub use crate::plan::Phase;
-use crate::plan::{Diagnostic, Edge, Plan, PlanNode};
+use crate::plan::{Diagnostic, Edge, IndexedPlan, Plan, PlanNode};
 use crate::replan_budget::{BudgetView, ReplanLimits};
 pub use crate::run::fork::{ForkedFrom, ReusedFrom};
 pub use crate::runtime_policy::TriggerKind;
@@ -256,8 +258,16 @@ pub struct PlanRejected {
 #[serde(rename_all = "camelCase")]
 pub struct PlanView {
     pub run_id: String,
+    /// Shared with every state the frame is folded into (the coordinator's, each stream's): a
+    /// plan is installed without copying its nodes or indexing it again.
     #[serde(flatten)]
-    pub plan: Plan,
+    pub plan: Arc<IndexedPlan>,
+}
+
+impl PlanView {
+    pub fn new(run_id: String, plan: Plan) -> Self {
+        Self { run_id, plan: Arc::new(IndexedPlan::from(plan)) }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

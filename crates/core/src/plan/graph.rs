@@ -5,6 +5,8 @@
 
 use std::ops::Deref;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 use super::{Edge, NodeId, NodeStatus, Plan, PlanNode};
 use crate::hash::{HashMap, HashSet};
 
@@ -52,6 +54,20 @@ impl Deref for IndexedPlan {
 
     fn deref(&self) -> &Plan {
         &self.plan
+    }
+}
+
+/// Written as the plan it holds: the index is derived, never stored.
+impl Serialize for IndexedPlan {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.plan.serialize(serializer)
+    }
+}
+
+/// Read as a plan, indexed as it is read.
+impl<'de> Deserialize<'de> for IndexedPlan {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Plan::deserialize(deserializer).map(Self::from)
     }
 }
 

@@ -135,7 +135,7 @@ impl<'a> Parent<'a> {
         let mut completions = Vec::new();
         for frame in frames {
             match &frame.event {
-                Event::PlanGenerated(generated) => versions.push((frame.seq, &generated.plan.plan)),
+                Event::PlanGenerated(generated) => versions.push((frame.seq, &**generated.plan.plan)),
                 Event::NodeComplete(complete) => completions.push((frame.seq, complete.node_id.as_str(), complete)),
                 _ => {}
             }
@@ -256,7 +256,7 @@ impl ForkPlan {
     pub fn frames(self, run_id: &str, now: &str) -> Vec<Event> {
         let mut events = Vec::with_capacity(1 + self.reused.len());
         events.push(Event::PlanGenerated(PlanGenerated {
-            plan: PlanView { run_id: run_id.to_string(), plan: self.plan },
+            plan: PlanView::new(run_id.to_string(), self.plan),
             replan: None,
             usage: None,
         }));

@@ -97,7 +97,7 @@ pub fn install(run: &Run, plan: Plan, replan: Option<ReplanInfo>) -> Vec<Event> 
         _ => None,
     };
     events.push(Event::PlanGenerated(PlanGenerated {
-        plan: PlanView { run_id: run.state.run_id.to_string(), plan },
+        plan: PlanView::new(run.state.run_id.to_string(), plan),
         replan,
         usage: None,
     }));

@@ -217,7 +217,7 @@ pub fn two_nodes() -> Plan {
 }
 
 pub fn generated(plan: Plan, replan: Option<ReplanInfo>) -> Event {
-    Event::PlanGenerated(PlanGenerated { plan: PlanView { run_id: "r".into(), plan }, replan, usage: None })
+    Event::PlanGenerated(PlanGenerated { plan: PlanView::new("r".into(), plan), replan, usage: None })
 }
 
 pub fn node_start(id: &str, capability: &str) -> Event {

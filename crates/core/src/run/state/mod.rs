@@ -248,7 +248,7 @@ impl RunState {
                 moved(self, RunStatus::Planning)?;
             }
             Event::PlanGenerated(generated) => {
-                let plan = Arc::new(IndexedPlan::from(generated.plan.plan.clone()));
+                let plan = Arc::clone(&generated.plan.plan);
                 self.nodes = plan.nodes.iter().map(|n| (n.id.clone(), n.status)).collect();
                 self.plans.push(PlanVersion { plan, at: at.timestamp, replan: generated.replan.clone() });
                 self.failed = None;
