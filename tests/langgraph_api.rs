@@ -190,6 +190,35 @@ async fn a_run_may_create_its_thread_in_the_same_request() {
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM threads"), 1);
 }
 
+/// A stateless run's thread is made in the run's first commit, named with the graph; a stateless
+/// run refused before it makes none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_run_makes_its_thread_in_its_first_commit() {
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let threads = "SELECT COUNT(*) AS n FROM threads";
+    let refused = json!({"assistant_id": "flex", "input": {"objective": ""}});
+    let answer = call(&server, reqwest::Method::POST, "/runs/stream", "alice-key", Some(refused)).await;
+    assert_eq!(answer.status(), 400);
+    assert_eq!(server.count(threads), 0, "no thread made by a refusal");
+
+    let run = json!({"assistant_id": "flex", "input": envelope()});
+    let answer = call(&server, reqwest::Method::POST, "/runs/stream", "alice-key", Some(run)).await;
+    assert_eq!(answer.status(), 200);
+    let at = answer.headers()["content-location"].to_str().unwrap().to_string();
+    let text = answer.text().await.unwrap();
+    assert!(text.contains("\"status\":\"success\""), "{text}");
+    let thread_id = at.strip_prefix("/threads/").and_then(|rest| rest.split('/').next()).unwrap().to_string();
+    let thread = call(&server, reqwest::Method::GET, &format!("/threads/{thread_id}"), "alice-key", None).await;
+    assert_eq!(thread.status(), 200);
+    let thread: Value = thread.json().await.unwrap();
+    assert_eq!(thread["metadata"], json!({"assistant_id": "flex", "graph_id": "flex"}), "{thread}");
+    assert_eq!(server.count(threads), 1);
+    let owned = format!("SELECT COUNT(*) AS n FROM runs WHERE thread_id = '{thread_id}' AND owner = 'alice'");
+    assert_eq!(server.count(&owned), 1);
+    let bobs = call(&server, reqwest::Method::GET, &format!("/threads/{thread_id}"), "bob-key", None).await;
+    assert_eq!(bobs.status(), 404, "alice's, not bob's");
+}
+
 /// A stream says where to reconnect (`Location`, with its modes) and which run it is
 /// (`Content-Location`), and sends a heartbeat comment while the run is quiet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

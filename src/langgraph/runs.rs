@@ -78,9 +78,14 @@ async fn begin(
         ));
     }
     let (thread_id, started) = match (thread_id, &request.action) {
-        (Some(id), Action::Start(input @ Input::Envelope(_))) => {
-            let create = request.create_thread;
-            (id.to_string(), start_unread(services, caller, id, create, input, trace_parent).await?)
+        (_, Action::Start(input @ Input::Envelope(_))) => {
+            // A stateless run's thread is new: its first commit makes it, as one asked for by name.
+            let (id, create) = match thread_id {
+                Some(id) => (id.to_string(), request.create_thread),
+                None => (ThreadId::generate().to_string(), true),
+            };
+            let started = start_unread(services, caller, &id, create, input, trace_parent).await?;
+            (id, started)
         }
         _ => on_thread(services, caller, thread_id, &request, trace_parent).await?,
     };
