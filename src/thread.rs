@@ -27,9 +27,10 @@ pub enum ThreadRule {
     /// updated: LangGraph's threads name the graph their runs ran, and a commit of its own for
     /// that would cost every start a second round to the database.
     ///
-    /// With `create` (`if_not_exists: create`) the same commit first makes the thread for
-    /// `owner` if it does not exist yet — not in a commit of its own before: the start then
-    /// writes the thread's row once, and a start refused leaves no thread behind.
+    /// With `create` (`if_not_exists: create`, or a stateless run's new thread) the same commit
+    /// first makes the thread for `owner` if it does not exist yet, named with the graph — not in
+    /// a commit of its own before: the start then writes the thread's row once, and a start
+    /// refused leaves no thread behind.
     OneActiveRun { metadata: &'static [(&'static str, &'static str)], owner: Option<String>, create: bool },
 }
 
