@@ -41,21 +41,16 @@ impl ThreadRule {
         match self {
             Self::Shared => Ok(()),
             Self::OneActiveRun { metadata, owner, create } => {
-                let now = crate::store::now();
                 // A thread made here is made marked: the caller's, with the graph's metadata.
-                let made = *create && {
-                    let row = ThreadRow {
-                        thread_id: thread_id.to_string(),
-                        owner: owner.clone(),
-                        metadata: rows::metadata_of(metadata)?,
-                        created_at: now,
-                        updated_at: now,
-                    };
+                let made = if *create {
+                    let row = new_row(owner.clone(), thread_id.to_string(), rows::metadata_of(metadata)?);
                     rows::insert_missing(conn, &row)?
+                } else {
+                    false
                 };
                 if !made {
                     // The owner first: whether another's thread is busy is not the caller's to learn.
-                    rows::mark(conn, thread_id, owner.as_deref(), metadata, now)?;
+                    rows::mark(conn, thread_id, owner.as_deref(), metadata, crate::store::now())?;
                 }
                 // Even on a thread made here: runs stored before threads had rows may name it.
                 rows::hold_idle(conn, thread_id, crate::run::RunStatus::ACTIVE)
@@ -144,7 +139,8 @@ pub async fn create(
     id: Option<ThreadId>,
     metadata: Map<String, Value>,
 ) -> Result<ThreadRow, ThreadError> {
-    let row = new_row(caller, id.unwrap_or_else(ThreadId::generate), Value::Object(metadata));
+    let id = id.unwrap_or_else(ThreadId::generate);
+    let row = new_row(Some(caller.principal.clone()), id.0, Value::Object(metadata).to_string());
     let insert = row.clone();
     match store.write(move |conn| rows::insert(conn, &insert)).await {
         Ok(()) => Ok(row),
@@ -156,7 +152,7 @@ pub async fn create(
 /// The thread `id` for a run `caller` starts on it: made for `caller` if it does not exist yet,
 /// [`ThreadError::NotFound`] if it is another caller's.
 pub async fn enter(store: &Store, caller: &Caller, id: &ThreadId) -> Result<ThreadRow, ThreadError> {
-    let row = new_row(caller, id.clone(), Value::Object(Map::new()));
+    let row = new_row(Some(caller.principal.clone()), id.0.clone(), Value::Object(Map::new()).to_string());
     let found = store.write(move |conn| get_or_insert(conn, &row)).await?;
     mine(caller, found, id.as_str())
 }
@@ -173,15 +169,10 @@ fn get_or_insert(conn: &mut DbConn, row: &ThreadRow) -> Result<ThreadRow, StoreE
     }
 }
 
-fn new_row(caller: &Caller, id: ThreadId, metadata: Value) -> ThreadRow {
+/// A new thread's row: made and updated now, `metadata` a JSON object's text.
+fn new_row(owner: Option<String>, thread_id: String, metadata: String) -> ThreadRow {
     let now = crate::store::now();
-    ThreadRow {
-        thread_id: id.0,
-        owner: Some(caller.principal.clone()),
-        metadata: metadata.to_string(),
-        created_at: now,
-        updated_at: now,
-    }
+    ThreadRow { thread_id, owner, metadata, created_at: now, updated_at: now }
 }
 
 fn mine(caller: &Caller, row: ThreadRow, id: &str) -> Result<ThreadRow, ThreadError> {

@@ -219,6 +219,24 @@ async fn a_stateless_run_makes_its_thread_in_its_first_commit() {
     assert_eq!(bobs.status(), 404, "alice's, not bob's");
 }
 
+/// A start that makes its thread keeps the thread's rule: a second start on it while the first
+/// run is in progress is refused (409), and makes neither a run nor a thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_made_by_a_start_has_one_active_run() {
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9).after(Duration::from_secs(5)))).await;
+    let path = "/threads/0190b2d4-0000-7000-8000-00000000b05e/runs/stream";
+    let run = json!({"assistant_id": "flex", "input": envelope(), "if_not_exists": "create"});
+    let first = call(&server, reqwest::Method::POST, path, "alice-key", Some(run.clone())).await;
+    assert_eq!(first.status(), 200);
+    let second = call(&server, reqwest::Method::POST, path, "alice-key", Some(run)).await;
+    assert_eq!(second.status(), 409);
+    let error: Value = second.json().await.unwrap();
+    assert_eq!(error["error"]["code"], json!("thread_busy"), "{error}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 1);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM threads"), 1);
+    drop(first);
+}
+
 /// A stream says where to reconnect (`Location`, with its modes) and which run it is
 /// (`Content-Location`), and sends a heartbeat comment while the run is quiet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
