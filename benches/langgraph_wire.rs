@@ -15,6 +15,11 @@
 //! the same phase of a shared machine; server CPU per run is read from /proc/<pid>/stat of the
 //! server before and after each batch.
 //!
+//! The client is one process, so it runs on at most one core: its `client busy` column (its
+//! CPU time over the batch's wall time) near 100 % means the batch went at the client's pace, and
+//! a runs/s ratio of two such batches is the ratio of the client's own CPU per run on the two
+//! wires — what the server spends shows in the CPU columns, not in runs/s.
+//!
 //! httpx (and sniffio) go into a venv of their own, `target/test-tools/bench-venv` (Debian's
 //! python3 and python3-venv, pip from PyPI), installed here when missing; `BENCH_PYTHON` names
 //! another interpreter that has them.
@@ -203,6 +208,9 @@ struct Batch {
     runs_per_second: f64,
     cpu_ms_per_run: f64,
     client_cpu_ms_per_run: f64,
+    /// The client's CPU over the batch's wall time: near 1 (all of one core, as far as a Python
+    /// process goes), runs/s are the client's pace, not the server's.
+    client_busy: f64,
     events_per_run: f64,
     kib_per_run: f64,
 }
@@ -255,6 +263,7 @@ impl Bench {
             runs_per_second: runs / seconds,
             cpu_ms_per_run: cpu * 1000.0 / runs,
             client_cpu_ms_per_run: result["client_cpu_seconds"].as_f64().unwrap() * 1000.0 / runs,
+            client_busy: result["client_cpu_seconds"].as_f64().unwrap() / seconds,
             events_per_run: result["events"].as_f64().unwrap() / runs,
             kib_per_run: result["bytes"].as_f64().unwrap() / 1024.0 / runs,
         }
@@ -326,19 +335,22 @@ fn main() {
                 bench.start,
                 bench.server.pid()
             );
-            println!("| round | clients | wire | runs/s | server CPU per run | client CPU per run | events per run | KiB per run |");
-            println!("|---:|---:|---|---:|---:|---:|---:|---:|");
+            println!(
+                "| round | clients | wire | runs/s | server CPU per run | client CPU per run | client busy | events per run | KiB per run |"
+            );
+            println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|");
             let mut results: Vec<(usize, Wire, Batch)> = Vec::new();
             for round in 1..=rounds {
                 for &level in &levels {
                     for &wire in &wires {
                         let b = bench.batch(wire, runs, level);
                         println!(
-                            "| {round} | {level} | {} | {:.0} | {:.3} ms | {:.3} ms | {:.1} | {:.1} |",
+                            "| {round} | {level} | {} | {:.0} | {:.3} ms | {:.3} ms | {:.0} % | {:.1} | {:.1} |",
                             wire.name(),
                             b.runs_per_second,
                             b.cpu_ms_per_run,
                             b.client_cpu_ms_per_run,
+                            b.client_busy * 100.0,
                             b.events_per_run,
                             b.kib_per_run
                         );
