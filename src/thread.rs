@@ -10,6 +10,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::caller::Caller;
+use crate::store::runs::RunRow;
 use crate::store::threads::{self as rows, ThreadRow};
 use crate::store::{DbConn, Store, StoreError};
 
@@ -130,6 +131,24 @@ pub async fn visible(store: &Store, caller: &Caller, id: &str) -> Result<ThreadR
     let lookup = id.to_string();
     let row = store.read(move |conn| rows::get(conn, &lookup)).await?;
     mine(caller, row, id)
+}
+
+/// The thread `id`, if `caller` may use it, and its newest run (`None` before its first): one trip
+/// to the read pool for what a thread and its state show. The run of a thread `caller` may not
+/// see is read and dropped, never answered.
+pub async fn visible_with_newest(
+    store: &Store,
+    caller: &Caller,
+    id: &str,
+) -> Result<(ThreadRow, Option<RunRow>), ThreadError> {
+    let lookup = id.to_string();
+    let (row, newest) = store
+        .read(move |conn| {
+            let row = rows::get(conn, &lookup)?;
+            Ok((row, rows::runs(conn, &lookup, 1)?.into_iter().next()))
+        })
+        .await?;
+    Ok((mine(caller, row, id)?, newest))
 }
 
 /// Makes a thread for `caller`, with `id` or a new one; [`ThreadError::InUse`] if `id` is taken.

@@ -138,6 +138,7 @@ async fn a_threads_runs_are_its_owners_whichever_api_starts_them() {
     let (status, body) =
         send(&server, ALICE, Method::POST, "/threads", json!({"thread_id": "alices", "if_exists": "do_nothing"})).await;
     assert_eq!((status, body["thread_id"].as_str()), (200, Some("alices")));
+    assert!(body["values"]["runId"].is_string(), "the thread as it is, with its run's values: {body}");
     let on_alices = server.count("SELECT COUNT(*) AS n FROM runs WHERE thread_id = 'alices' AND owner = 'alice'");
     assert_eq!((on_alices, runs(&server)), (1, 1), "alice's thread holds her run only");
 

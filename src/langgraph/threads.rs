@@ -118,9 +118,10 @@ pub async fn create_thread(
         // `do_nothing` answers with the caller's own thread; anyone else's is in use, as with
         // `raise`, so an answer never tells whose a thread is.
         Err(ThreadError::InUse(id)) if keep_existing => {
-            let thread = visible_thread(&services, &caller, &id).await.map_err(|_| ThreadError::InUse(id))?;
-            let newest = newest_run(&services, &thread.thread_id).await?;
-            (thread, newest)
+            match thread::visible_with_newest(&services.store, &caller, &id).await {
+                Err(ThreadError::NotFound(_)) => return Err(ThreadError::InUse(id).into()),
+                found => found?,
+            }
         }
         Err(error) => return Err(error.into()),
     };
@@ -139,8 +140,7 @@ pub async fn get_thread(
     tid: web::Path<String>,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let thread = visible_thread(&services, &caller, &tid).await?;
-    let newest = newest_run(&services, &tid).await?;
+    let (thread, newest) = thread::visible_with_newest(&services.store, &caller, &tid).await?;
     Ok(HttpResponse::Ok().json(thread_json(&services, &thread, newest).await?))
 }
 
@@ -265,8 +265,7 @@ pub async fn thread_state_now(
     tid: web::Path<String>,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    visible_thread(&services, &caller, &tid).await?;
-    let newest = newest_run(&services, &tid).await?;
+    let (_, newest) = thread::visible_with_newest(&services.store, &caller, &tid).await?;
     Ok(HttpResponse::Ok().json(thread_state(&services, &tid, newest).await?))
 }
 
