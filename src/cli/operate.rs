@@ -15,7 +15,8 @@ use super::terminal::{print_line, safe, safe_json};
 use crate::budget::BudgetRaise;
 use crate::events::payload::{HitlKind, HitlRequestInfo, HitlSubject, RequestStatus};
 use crate::run::RunStatus;
-use crate::run::view::{RunList, RunView};
+use crate::run::list::RunList;
+use crate::run::view::RunView;
 
 /// Where the server is and how to authenticate.
 #[derive(Debug, Args)]

@@ -21,7 +21,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use super::runs::{Filters, Row, RowHtml};
 use crate::http::{Caller, Role};
 use crate::run::inbox;
-use crate::run::view::RunList;
+use crate::run::list::RunList;
 use crate::services::Services;
 
 #[derive(Debug, Deserialize)]

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::page::{self, Chrome};
 use super::viewer::Viewer;
 use crate::http::{Caller, Role};
-use crate::run::view::{RunList, RunListEntry, RunQuery as Runs};
+use crate::run::list::{RunList, RunListEntry, RunQuery as Runs};
 use crate::run::{RunId, RunStatus};
 use crate::services::Services;
 

@@ -26,6 +26,7 @@ pub mod fork;
 pub mod inbox;
 pub mod lease;
 pub mod lifecycle;
+pub mod list;
 pub mod log;
 pub mod projection;
 pub mod recovery;

@@ -3,8 +3,12 @@
 //!
 //! Loading never touches the network; a missing API key is only noticed when a model is called.
 
+mod auth;
+mod budget;
+mod error;
+mod llm;
+
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -12,86 +16,16 @@ use serde::Deserialize;
 
 use crate::capability::UrlPrefix;
 use crate::timeouts::Timeouts;
-use flexrun_core::budget::BudgetDefaults;
+use budget::BudgetSettings;
 use flexrun_core::run::decide::RunLimits;
-use flexrun_core::usage::{Micros, Price, Prices};
 
+pub use auth::{AuthSettings, NamedKey, Secret, SessionSettings};
+pub use error::ConfigError;
 pub use flexrun_core::settings::{FacetDefinition, PlannerResponseFormat, ReplanSettings, RetrySettings};
+pub use llm::{BreakerConfig, EndpointSettings, LlmSettings, RouteSettings};
 
 /// The defaults, kept in one place: the same file documents them for operators.
-const DEFAULTS: &str = include_str!("../config/flexrun.toml");
-
-/// Why settings could not be loaded. Each is one complete message: none has a source error that
-/// would repeat it.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// A file that does not parse, a value of the wrong type, an unknown key. Not a `source`:
-    /// the message already carries the loader's error, and reports that print causes would show
-    /// it twice.
-    #[error("configuration: {}", describe(.0))]
-    Load(config::ConfigError),
-    #[error("configuration: `bind` = {value:?} is not a socket address (e.g. 127.0.0.1:8080)")]
-    Bind { value: String },
-    #[error(
-        "configuration: refusing to listen on {bind} without API keys; set FLEXRUN_API_KEYS / \
-         FLEXRUN_OPERATOR_KEYS, or `auth.allow_anonymous = true` if the network is trusted"
-    )]
-    AnonymousPublic { bind: SocketAddr },
-    #[error(
-        "configuration: `http_capabilities.allowed_url_prefixes` lists `{prefix}`, a link-local or \
-         cloud-metadata address, which is refused unless `http_capabilities.allow_link_local = true`"
-    )]
-    LinkLocalPrefix { prefix: String },
-    /// A value of the right type that flexrun cannot work with.
-    #[error("configuration: `{key}` {problem}")]
-    Invalid { key: &'static str, problem: String },
-    #[error(
-        "configuration: `llm.prices.{model:?}.{field}` = {value} is not a price (US dollars per million tokens, 0 or more)"
-    )]
-    Price { model: String, field: &'static str, value: f64 },
-    /// An endpoint or route of the model pool that cannot work.
-    #[error("configuration: `{key}` {problem}")]
-    Models { key: String, problem: String },
-}
-
-impl From<config::ConfigError> for ConfigError {
-    fn from(error: config::ConfigError) -> Self {
-        Self::Load(error)
-    }
-}
-
-/// The `config` crate's error as one message. A file that does not parse is named first: the
-/// crate puts it after the parser's report, which spans several lines.
-fn describe(error: &config::ConfigError) -> String {
-    match error {
-        config::ConfigError::FileParse { uri: Some(uri), cause } => format!("{uri}: {}", cause.to_string().trim_end()),
-        other => other.to_string(),
-    }
-}
-
-/// A secret string (API keys): deserialises like a string, never prints its value.
-#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-    /// The value, for the one place that must send it (an Authorization header).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"[redacted]\"" })
-    }
-}
+const DEFAULTS: &str = include_str!("../../config/flexrun.toml");
 
 /// All of flexrun's settings. See `config/flexrun.toml` for what each key means.
 #[derive(Debug, Clone, Deserialize)]
@@ -170,94 +104,6 @@ pub struct RedactionSettings {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LlmSettings {
-    pub base_url: String,
-    pub api_key: Secret,
-    pub model: String,
-    pub timeout_secs: u64,
-    pub planner_response_format: PlannerResponseFormat,
-    pub max_response_bytes: usize,
-    /// Model calls of this node in flight at once; more wait for a free slot.
-    pub max_concurrent_calls: usize,
-    /// US dollars per million tokens, by model name (`[llm.prices."<model>"]`): read through
-    /// [`Settings::prices`].
-    #[serde(default)]
-    prices: BTreeMap<String, PriceSettings>,
-    /// More endpoints beside `default` (these settings), by name (`[llm.endpoints.<name>]`).
-    #[serde(default)]
-    pub endpoints: BTreeMap<String, EndpointSettings>,
-    /// The chains of `<endpoint>/<model>` entries calls go along (`[llm.routes]`).
-    #[serde(default)]
-    pub routes: RouteSettings,
-    /// When an endpoint is skipped after failures (`[llm.breaker]`).
-    #[serde(default)]
-    pub breaker: BreakerConfig,
-}
-
-/// A named model endpoint (`[llm.endpoints.<name>]`); what it leaves out is `[llm]`'s.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EndpointSettings {
-    pub base_url: String,
-    /// The environment variable holding its API key (never the key itself); none: no key.
-    pub api_key_env: Option<String>,
-    /// The model names it serves (routes may name only these; empty: any).
-    #[serde(default)]
-    pub models: Vec<String>,
-    pub timeout_secs: Option<u64>,
-    pub max_concurrent_calls: Option<usize>,
-    pub planner_response_format: Option<PlannerResponseFormat>,
-}
-
-/// `[llm.routes]`: ordered fallback chains; left out: `default/<llm.model>`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteSettings {
-    #[serde(default)]
-    pub planner: Option<Vec<String>>,
-    /// For `ai` capabilities without `preferredModels` of their own.
-    #[serde(default)]
-    pub capabilities: Option<Vec<String>>,
-}
-
-/// `[llm.breaker]`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BreakerConfig {
-    /// Failures in a row that open an endpoint's breaker.
-    pub failures: u32,
-    /// How long an open breaker skips its endpoint before one call probes it.
-    pub cool_down_secs: u64,
-}
-
-impl Default for BreakerConfig {
-    fn default() -> Self {
-        Self { failures: 5, cool_down_secs: 30 }
-    }
-}
-
-/// One model's prices as configured, in US dollars per million tokens.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PriceSettings {
-    input_per_mtok: f64,
-    output_per_mtok: f64,
-    /// Input tokens read from the provider's prompt cache; the input price when not set.
-    cached_input_per_mtok: Option<f64>,
-}
-
-/// `[budget]` as configured: read through [`Settings::budget`].
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BudgetSettings {
-    default_max_cost_usd: Option<f64>,
-    default_max_tokens: Option<u64>,
-    default_max_model_calls: Option<u64>,
-    ceiling_max_cost_usd: Option<f64>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Limits {
     pub run_timeout_secs: u64,
     pub max_body_bytes: usize,
@@ -271,115 +117,6 @@ pub struct Limits {
     pub max_capability_response_bytes: usize,
     pub max_clarifications_per_run: u32,
     pub post_condition_max_retries: u32,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthSettings {
-    pub api_keys: Vec<Secret>,
-    pub operator_keys: Vec<Secret>,
-    pub allow_anonymous: bool,
-}
-
-impl AuthSettings {
-    /// Whether any key is configured; without keys every request is an anonymous operator.
-    pub fn enabled(&self) -> bool {
-        self.api_keys.iter().chain(&self.operator_keys).any(|k| !k.is_empty())
-    }
-
-    /// The configured keys with their holders' names: callers' first, then operators'.
-    pub fn named_keys(&self) -> (Vec<NamedKey>, Vec<NamedKey>) {
-        let named = |keys: &[Secret]| keys.iter().filter(|k| !k.is_empty()).map(NamedKey::parse).collect();
-        (named(&self.api_keys), named(&self.operator_keys))
-    }
-}
-
-impl AuthSettings {
-    /// Key lists flexrun would read otherwise than meant: a key with white space in it (a list
-    /// written `"al ice:k1"`), a name with no key, the same key twice, or one key or name with
-    /// both roles (it would silently be an operator). Messages name entries by position, never
-    /// by value.
-    fn check(&self) -> Result<(), ConfigError> {
-        let invalid = |key, problem: String| Err(ConfigError::Invalid { key, problem });
-        let lists = [("auth.api_keys", &self.api_keys), ("auth.operator_keys", &self.operator_keys)];
-        for (key, list) in lists {
-            for (index, entry) in list.iter().enumerate().filter(|(_, entry)| !entry.is_empty()) {
-                let text = entry.expose();
-                let position = index + 1;
-                if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                    return invalid(key, format!("entry {position} contains white space or a control character"));
-                }
-                if text.ends_with(':') {
-                    return invalid(key, format!("entry {position} has a name but no key (`name:key`)"));
-                }
-            }
-        }
-        let (callers, operators) = self.named_keys();
-        let all: Vec<(&str, &NamedKey)> = callers
-            .iter()
-            .map(|k| ("auth.api_keys", k))
-            .chain(operators.iter().map(|k| ("auth.operator_keys", k)))
-            .collect();
-        for (index, (list, key)) in all.iter().enumerate() {
-            for (other_list, other) in &all[index + 1..] {
-                if key.key == other.key {
-                    let problem = if list == other_list {
-                        "lists one key twice".to_string()
-                    } else {
-                        "and `auth.api_keys` list the same key: a key has one role".to_string()
-                    };
-                    return invalid(other_list, problem);
-                }
-                if key.name == other.name && list != other_list {
-                    let problem = format!("and `auth.api_keys` both name `{}`: a name has one role", key.name);
-                    return invalid("auth.operator_keys", problem);
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Browser sessions of the console (`http::session`).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionSettings {
-    pub max_per_principal: usize,
-    pub sign_in_attempts_per_minute: u32,
-}
-
-/// An API key and the name of whoever holds it: `name:key` in the configuration. A key given
-/// without a name is named after its hash (`key-<8 hex digits>`), so logs never show a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NamedKey {
-    pub name: String,
-    pub key: Secret,
-}
-
-impl NamedKey {
-    /// The longest name.
-    pub const MAX_NAME: usize = 64;
-
-    fn parse(entry: &Secret) -> Self {
-        let text = entry.expose();
-        match text.split_once(':') {
-            Some((name, key)) if Self::is_name(name) && !key.is_empty() => {
-                Self { name: name.to_string(), key: Secret::new(key) }
-            }
-            _ => {
-                use sha2::Digest;
-                let hash = format!("{:x}", sha2::Sha256::digest(text.as_bytes()));
-                Self { name: format!("key-{}", hash.get(..8).unwrap_or_default()), key: entry.clone() }
-            }
-        }
-    }
-
-    /// Letters, digits, `.`, `_`, `-`; starting with a letter or digit.
-    fn is_name(name: &str) -> bool {
-        name.len() <= Self::MAX_NAME
-            && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-    }
 }
 
 /// flexrun's own HTTP server (`crate::http`).
@@ -582,59 +319,6 @@ impl Settings {
         }
     }
 
-    /// The model prices (`[llm.prices]`), each checked: a negative or unrepresentable price is
-    /// refused with its key.
-    pub fn prices(&self) -> Result<Prices, ConfigError> {
-        let mut prices = BTreeMap::new();
-        for (model, configured) in &self.llm.prices {
-            let micros = |field: &'static str, value: f64| {
-                Micros::from_dollars(value).ok_or_else(|| ConfigError::Price { model: model.clone(), field, value })
-            };
-            let input = micros("input_per_mtok", configured.input_per_mtok)?;
-            let output = micros("output_per_mtok", configured.output_per_mtok)?;
-            let cached_input = match configured.cached_input_per_mtok {
-                Some(value) => micros("cached_input_per_mtok", value)?,
-                None => input,
-            };
-            prices.insert(model.clone(), Price { input, output, cached_input });
-        }
-        Ok(Prices::new(prices))
-    }
-
-    /// The budget defaults and ceiling (`[budget]`), checked: an amount must be above 0 (a
-    /// limit of 0 would stop every run before its first call), and the default cost within the
-    /// ceiling.
-    pub fn budget(&self) -> Result<BudgetDefaults, ConfigError> {
-        let configured = &self.budget;
-        let dollars = |key: &'static str, value: Option<f64>| {
-            value
-                .map(|v| match Micros::from_dollars(v).filter(|m| m.0 > 0) {
-                    Some(micros) => Ok(micros),
-                    None => {
-                        Err(ConfigError::Invalid { key, problem: format!("= {v} is not an amount of dollars above 0") })
-                    }
-                })
-                .transpose()
-        };
-        let count = |key: &'static str, value: Option<u64>| match value {
-            Some(0) => Err(ConfigError::Invalid { key, problem: "must be at least 1".into() }),
-            other => Ok(other),
-        };
-        let defaults = BudgetDefaults {
-            max_cost_usd: dollars("budget.default_max_cost_usd", configured.default_max_cost_usd)?,
-            max_tokens: count("budget.default_max_tokens", configured.default_max_tokens)?,
-            max_model_calls: count("budget.default_max_model_calls", configured.default_max_model_calls)?,
-            ceiling_max_cost_usd: dollars("budget.ceiling_max_cost_usd", configured.ceiling_max_cost_usd)?,
-        };
-        if let (Some(default), Some(ceiling)) = (defaults.max_cost_usd, defaults.ceiling_max_cost_usd)
-            && default > ceiling
-        {
-            let problem = format!("= {default} is above `budget.ceiling_max_cost_usd` ({ceiling})");
-            return Err(ConfigError::Invalid { key: "budget.default_max_cost_usd", problem });
-        }
-        Ok(defaults)
-    }
-
     /// The capability registration directory, if one is configured.
     pub fn capabilities_dir(&self) -> Option<PathBuf> {
         (!self.capabilities_dir.is_empty()).then(|| PathBuf::from(&self.capabilities_dir))
@@ -644,6 +328,8 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flexrun_core::budget::BudgetDefaults;
+    use flexrun_core::usage::Micros;
     use std::collections::HashMap;
 
     fn load(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
