@@ -428,6 +428,25 @@ mod tests {
         }
     }
 
+    /// The options `.cargo/config.toml` builds the bundled SQLite with. Without the query planner
+    /// stability guarantee a statement whose `LIMIT` is bound is compiled again at every
+    /// execution, though diesel keeps it prepared.
+    #[test]
+    fn the_bundled_sqlite_is_built_as_configured() {
+        use diesel::{Connection, RunQueryDsl};
+        #[derive(diesel::QueryableByName)]
+        struct CompileOption {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            compile_options: String,
+        }
+        let mut conn = diesel::SqliteConnection::establish(":memory:").unwrap();
+        let options: Vec<CompileOption> = diesel::sql_query("PRAGMA compile_options").load(&mut conn).unwrap();
+        let options: Vec<String> = options.into_iter().map(|option| option.compile_options).collect();
+        for wanted in ["ENABLE_QPSG", "THREADSAFE=2", "DEFAULT_MEMSTATUS=0"] {
+            assert!(options.iter().any(|option| option == wanted), "{wanted} is not in {options:?}");
+        }
+    }
+
     #[tokio::test]
     async fn only_runs_with_an_idempotency_key_are_in_its_unique_index() {
         let (_dir, store) = temp_store();
