@@ -259,11 +259,12 @@ impl Bench {
         );
         let result: Value = serde_json::from_slice(&output.stdout).expect("the client's JSON line");
         let (seconds, runs) = (result["seconds"].as_f64().unwrap(), runs as f64);
+        let client_cpu = result["client_cpu_seconds"].as_f64().unwrap();
         Batch {
             runs_per_second: runs / seconds,
             cpu_ms_per_run: cpu * 1000.0 / runs,
-            client_cpu_ms_per_run: result["client_cpu_seconds"].as_f64().unwrap() * 1000.0 / runs,
-            client_busy: result["client_cpu_seconds"].as_f64().unwrap() / seconds,
+            client_cpu_ms_per_run: client_cpu * 1000.0 / runs,
+            client_busy: client_cpu / seconds,
             events_per_run: result["events"].as_f64().unwrap() / runs,
             kib_per_run: result["bytes"].as_f64().unwrap() / 1024.0 / runs,
         }

@@ -145,7 +145,7 @@ pub async fn visible_with_newest(
     let (row, newest) = store
         .read(move |conn| {
             let row = rows::get(conn, &lookup)?;
-            Ok((row, rows::runs(conn, &lookup, 1)?.into_iter().next()))
+            Ok((row, rows::newest_run(conn, &lookup)?))
         })
         .await?;
     Ok((mine(caller, row, id)?, newest))

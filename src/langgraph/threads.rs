@@ -130,7 +130,7 @@ pub async fn create_thread(
 
 pub async fn newest_run(services: &Services, thread_id: &str) -> Result<Option<RunRow>, ApiError> {
     let id = thread_id.to_string();
-    Ok(services.store.read(move |conn| thread_rows::runs(conn, &id, 1)).await?.into_iter().next())
+    Ok(services.store.read(move |conn| thread_rows::newest_run(conn, &id)).await?)
 }
 
 /// `GET /threads/{tid}`.
@@ -212,7 +212,7 @@ pub async fn search_threads(
                 let done = i64::try_from(batch.len()).unwrap_or_default() < SEARCH_BATCH;
                 after = batch.last().map(|t| (t.updated_at, t.thread_id.clone()));
                 for thread in batch {
-                    let newest = thread_rows::runs(conn, &thread.thread_id, 1)?.into_iter().next();
+                    let newest = thread_rows::newest_run(conn, &thread.thread_id)?;
                     let status_now = project::thread_status(newest.as_ref().map(|r| r.status));
                     if status.as_deref().is_none_or(|wanted| wanted == status_now) {
                         found.push((thread, newest));

@@ -247,6 +247,11 @@ fn locked(conn: &mut DbConn, thread_id: &str) -> Result<(String, Option<String>)
     found.ok_or_else(|| StoreError::ThreadNotFound(thread_id.to_string()))
 }
 
+/// The newest run of `thread_id`, if it has one: what the thread's status and state show.
+pub fn newest_run(conn: &mut DbConn, thread_id: &str) -> Result<Option<RunRow>, StoreError> {
+    Ok(runs(conn, thread_id, 1)?.into_iter().next())
+}
+
 /// The runs of `thread_id`, newest first (at most `limit`).
 pub fn runs(conn: &mut DbConn, thread_id: &str, limit: i64) -> Result<Vec<RunRow>, StoreError> {
     Ok(super::on_backend!(conn, |c| runs::table
