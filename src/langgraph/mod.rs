@@ -12,6 +12,7 @@
 //!                                      project (pure: RunState → values, interrupts)
 //! ```
 
+mod chat;
 mod checkpoints;
 mod project;
 pub mod request;
@@ -110,5 +111,5 @@ async fn state_at(services: &Services, row: RunRow, upto: Option<Seq>) -> Result
 
 /// The chat messages a run was started with, if it was started from a chat input.
 fn chat_of(row: &RunRow) -> Option<Vec<Value>> {
-    serde_json::from_str::<Value>(&row.envelope).ok().and_then(|e| request::stored_messages(&e))
+    serde_json::from_str::<Value>(&row.envelope).ok().and_then(|e| chat::stored_messages(&e))
 }

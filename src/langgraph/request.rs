@@ -6,14 +6,12 @@ use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value, json};
 
+use super::chat;
 use crate::events::payload::{HitlKind, HitlRequestInfo};
 use crate::run::operator::Answer;
 
 /// The one assistant: its graph is the run's plan.
 pub const ASSISTANT: &str = "flex";
-
-/// Chat messages a thread keeps at most (older ones are dropped from new runs' history).
-pub const MAX_MESSAGES: usize = 50;
 
 /// What the client wants streamed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,7 +261,7 @@ fn action(input: Option<Value>, command: Option<Value>) -> Result<Action, Reques
     if input.get("objective").is_none()
         && let Some(messages) = input.get("messages")
     {
-        return Ok(Action::Start(Input::Chat(chat_messages(messages)?)));
+        return Ok(Action::Start(Input::Chat(chat::messages(messages)?)));
     }
     Ok(Action::Start(Input::Envelope(input)))
 }
@@ -364,56 +362,6 @@ fn modes(stream_mode: Option<&Value>) -> Result<Vec<StreamMode>, RequestError> {
     Ok(modes)
 }
 
-/// Chat messages as LangChain message dicts (`{type, content, id, …}`), from the dicts, the
-/// `[role, content]` pairs and the plain strings clients send.
-fn chat_messages(messages: &Value) -> Result<Vec<Value>, RequestError> {
-    let items = match messages {
-        Value::Array(items) => items.as_slice(),
-        single => std::slice::from_ref(single),
-    };
-    items.iter().map(chat_message).collect()
-}
-
-fn chat_message(message: &Value) -> Result<Value, RequestError> {
-    let (kind, content, id) = match message {
-        Value::String(text) => ("human".to_string(), json!(text), None),
-        Value::Array(pair) if pair.len() == 2 => (role(pair[0].as_str().unwrap_or_default()), pair[1].clone(), None),
-        Value::Object(dict) => {
-            let kind = dict.get("type").or_else(|| dict.get("role")).and_then(Value::as_str).unwrap_or("human");
-            (role(kind), dict.get("content").cloned().unwrap_or(Value::Null), dict.get("id").cloned())
-        }
-        _ => return Err(RequestError("a chat message is a string, a [role, content] pair or a message object".into())),
-    };
-    let id = id.filter(|id| id.is_string()).unwrap_or_else(|| json!(uuid::Uuid::now_v7().to_string()));
-    Ok(
-        json!({"type": kind, "content": content, "id": id, "additional_kwargs": {}, "response_metadata": {}, "name": null}),
-    )
-}
-
-fn role(name: &str) -> String {
-    match name {
-        "user" | "human" => "human",
-        "assistant" | "ai" => "ai",
-        "system" | "developer" => "system",
-        "tool" => "tool",
-        _ => "human",
-    }
-    .to_string()
-}
-
-/// The text of a message's content: a string, or the text blocks of a list.
-fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b.as_str().or_else(|| b.get("text").and_then(Value::as_str)))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
 /// The envelope a run on `thread_id` starts from: the TaskEnvelope given (its thread set to
 /// this one), or for chat messages (after the thread's `history`) one whose objective is the
 /// last human message, with a freeform answer.
@@ -429,36 +377,8 @@ pub fn envelope(input: &Input, thread_id: &str, history: &[Value]) -> Result<Val
             }
             Ok(envelope)
         }
-        Input::Chat(messages) => {
-            let objective = messages
-                .iter()
-                .rev()
-                .find(|m| m["type"] == "human")
-                .map(|m| text_of(&m["content"]))
-                .filter(|text| !text.trim().is_empty())
-                .ok_or_else(|| RequestError("the chat input has no human message with text".into()))?;
-            let mut all: Vec<Value> = history.iter().chain(messages).cloned().collect();
-            let dropped = all.len().saturating_sub(MAX_MESSAGES);
-            all.drain(..dropped);
-            // The conversation is the run's `messages` facet, for the capabilities that answer it.
-            let envelope = json!({
-                "objective": objective,
-                "inputs": {"messages": all},
-                "outputContract": {"mode": "freeform", "instructions": "Answer the user's last message."},
-                "constraints": {"threadId": thread_id},
-                "metadata": {"chat": true},
-            });
-            Ok(envelope)
-        }
+        Input::Chat(messages) => chat::envelope(messages, thread_id, history),
     }
-}
-
-/// The chat messages a run was started with (the `messages` input of a chat run's envelope).
-pub fn stored_messages(envelope: &Value) -> Option<Vec<Value>> {
-    if envelope.pointer("/metadata/chat") != Some(&Value::Bool(true)) {
-        return None;
-    }
-    envelope.pointer("/inputs/messages").and_then(Value::as_array).cloned()
 }
 
 /// `command.resume` as the answer to `request`: `true`/`false`; a decision object (`{approved,
@@ -602,7 +522,7 @@ mod tests {
         assert_eq!(envelope["objective"], "Hi there");
         assert_eq!(envelope["outputContract"]["mode"], "freeform");
         assert_eq!(envelope["constraints"]["threadId"], "t-1");
-        let messages = stored_messages(&envelope).unwrap();
+        let messages = chat::stored_messages(&envelope).unwrap();
         assert_eq!((messages.len(), messages[1]["type"].as_str()), (2, Some("human")));
         assert_eq!(messages[1]["content"], "Hi there");
     }

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde_json::{Map, Value, json};
 
+use super::chat;
 use super::checkpoints;
 use super::request::{self, Action, Input, RunRequest, StreamMode};
 use super::started::{GRAPH_METADATA, Started};
@@ -194,7 +195,7 @@ async fn start(
         history.extend(project::answer(&state_at(services, row.clone(), None).await?));
     }
     let envelope = request::envelope(input, thread.id, &history).map_err(refused)?;
-    let chat = request::stored_messages(&envelope);
+    let chat = chat::stored_messages(&envelope);
     let envelope = crate::envelope::from_value(envelope, &services.registry.catalog())?;
     let objective = envelope.objective.clone();
     // Chosen here as `run::start` would choose it, so the state below has it.

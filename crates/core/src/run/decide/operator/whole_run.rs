@@ -1,0 +1,88 @@
+//! The commands on a whole run rather than on its request: a replan an operator asks for, and a
+//! cancellation. Either closes the request the run waited on, if any.
+
+use serde_json::{Value, json};
+
+use super::{Decision, Operated, Refusal, closed};
+use crate::events::Event;
+use crate::events::payload::*;
+use crate::run::operator::Actor;
+use crate::run::status::RunStatus;
+
+pub(super) fn replan(run: &Operated, feedback: Option<String>, actor: Actor) -> Result<Decision, Refusal> {
+    let state = run.state;
+    match state.status {
+        RunStatus::AwaitingHitl | RunStatus::AwaitingHuman => {}
+        RunStatus::Planning => return Err(Refusal::PlanningInProgress),
+        status => {
+            return Err(Refusal::NotWaiting {
+                status,
+                message: format!(
+                    "run {} is {status}; only a run waiting on an operator can be replanned",
+                    state.run_id
+                ),
+            });
+        }
+    }
+    if run.replans_left() == 0 {
+        return Err(Refusal::ReplanLimit { limit: run.limits.max_replans });
+    }
+    let feedback = feedback.filter(|f| !f.trim().is_empty());
+    let info = ReplanInfo::operator(ReplanReason::OperatorReplan, feedback.clone());
+    let mut events = Vec::new();
+    if let Some(pending) = &run.pending {
+        events.push(Event::HitlResolved(HitlResolved {
+            request: closed(pending, RequestStatus::Superseded),
+            decision: None,
+            replan: None,
+            budget: None,
+        }));
+    }
+    events.push(Event::PolicyTriggered(PolicyTriggered {
+        run_id: state.run_id.to_string(),
+        trigger: Trigger {
+            reason: ReplanReason::OperatorReplan,
+            details: json!({"feedback": feedback, "operator": actor.operator, "note": actor.note}),
+        },
+        replan: info,
+        usage: None,
+    }));
+    Ok(Decision::of(events))
+}
+
+pub(super) fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Decision, Refusal> {
+    let state = run.state;
+    if state.status == RunStatus::Cancelled && stopped {
+        // This process's coordinator committed the cancellation.
+        return Ok(Decision::of(Vec::new()));
+    }
+    if state.status.is_terminal() {
+        return Err(Refusal::InvalidState {
+            status: state.status,
+            message: format!("run {} already ended: it is {}", state.run_id, state.status),
+        });
+    }
+    let mut events = Vec::new();
+    if let Some(pending) = &run.pending {
+        events.push(Event::HitlResolved(HitlResolved {
+            request: closed(pending, RequestStatus::Cancelled),
+            decision: None,
+            replan: None,
+            budget: None,
+        }));
+    }
+    events.push(Event::Complete(Complete {
+        status: CompleteStatus::Cancelled,
+        output: Value::Null,
+        goal_condition_results: None,
+        error: Some(cancelled_error(&actor)),
+        post_condition_results: Vec::new(),
+        usage: None,
+    }));
+    Ok(Decision::of(events))
+}
+
+/// The error a cancelled run ends with.
+pub fn cancelled_error(actor: &Actor) -> Value {
+    json!({"code": CANCELLED, "message": "An operator cancelled the run", "operator": actor.operator, "note": actor.note})
+}

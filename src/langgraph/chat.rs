@@ -1,0 +1,92 @@
+//! Chat on a thread: the messages a chat client sends (LangChain message dicts, `[role,
+//! content]` pairs, plain strings) read into message dicts, and the run they start — an envelope
+//! whose objective is the last human message, whose `messages` input is the conversation so far,
+//! with a freeform answer. Pure: parsing and mapping only.
+
+use serde_json::{Value, json};
+
+use super::request::RequestError;
+
+/// Chat messages a thread keeps at most (older ones are dropped from new runs' history).
+const MAX_MESSAGES: usize = 50;
+
+/// Chat messages as LangChain message dicts (`{type, content, id, …}`), from the dicts, the
+/// `[role, content]` pairs and the plain strings clients send.
+pub fn messages(messages: &Value) -> Result<Vec<Value>, RequestError> {
+    let items = match messages {
+        Value::Array(items) => items.as_slice(),
+        single => std::slice::from_ref(single),
+    };
+    items.iter().map(message).collect()
+}
+
+fn message(message: &Value) -> Result<Value, RequestError> {
+    let (kind, content, id) = match message {
+        Value::String(text) => ("human".to_string(), json!(text), None),
+        Value::Array(pair) if pair.len() == 2 => (role(pair[0].as_str().unwrap_or_default()), pair[1].clone(), None),
+        Value::Object(dict) => {
+            let kind = dict.get("type").or_else(|| dict.get("role")).and_then(Value::as_str).unwrap_or("human");
+            (role(kind), dict.get("content").cloned().unwrap_or(Value::Null), dict.get("id").cloned())
+        }
+        _ => return Err(RequestError("a chat message is a string, a [role, content] pair or a message object".into())),
+    };
+    let id = id.filter(|id| id.is_string()).unwrap_or_else(|| json!(uuid::Uuid::now_v7().to_string()));
+    Ok(
+        json!({"type": kind, "content": content, "id": id, "additional_kwargs": {}, "response_metadata": {}, "name": null}),
+    )
+}
+
+fn role(name: &str) -> String {
+    match name {
+        "user" | "human" => "human",
+        "assistant" | "ai" => "ai",
+        "system" | "developer" => "system",
+        "tool" => "tool",
+        _ => "human",
+    }
+    .to_string()
+}
+
+/// The text of a message's content: a string, or the text blocks of a list.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.as_str().or_else(|| b.get("text").and_then(Value::as_str)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The envelope of a chat run on `thread_id`: `messages` after the thread's `history` (the last
+/// [`MAX_MESSAGES`] of them), its objective the last human message's text.
+pub fn envelope(messages: &[Value], thread_id: &str, history: &[Value]) -> Result<Value, RequestError> {
+    let objective = messages
+        .iter()
+        .rev()
+        .find(|m| m["type"] == "human")
+        .map(|m| text_of(&m["content"]))
+        .filter(|text| !text.trim().is_empty())
+        .ok_or_else(|| RequestError("the chat input has no human message with text".into()))?;
+    let mut all: Vec<Value> = history.iter().chain(messages).cloned().collect();
+    let dropped = all.len().saturating_sub(MAX_MESSAGES);
+    all.drain(..dropped);
+    // The conversation is the run's `messages` facet, for the capabilities that answer it.
+    Ok(json!({
+        "objective": objective,
+        "inputs": {"messages": all},
+        "outputContract": {"mode": "freeform", "instructions": "Answer the user's last message."},
+        "constraints": {"threadId": thread_id},
+        "metadata": {"chat": true},
+    }))
+}
+
+/// The chat messages a run was started with (the `messages` input of a chat run's envelope).
+pub fn stored_messages(envelope: &Value) -> Option<Vec<Value>> {
+    if envelope.pointer("/metadata/chat") != Some(&Value::Bool(true)) {
+        return None;
+    }
+    envelope.pointer("/inputs/messages").and_then(Value::as_array).cloned()
+}
