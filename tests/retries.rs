@@ -125,6 +125,24 @@ async fn permanent_planner_errors_fail_at_once() {
     assert_eq!(server.planner_calls().len(), 1);
 }
 
+/// A model server that echoes the key it was sent in its error (as OpenAI's "Incorrect API key
+/// provided: …" does): the key is cut out of the failure every reader sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_error_that_echoes_the_api_key_never_shows_it() {
+    const KEY: &str = "sk-echoed-9f8e7d6c5b4a";
+    let echo = format!("Incorrect API key provided: Bearer {KEY}");
+    let options = Options { env: vec![("FLEXRUN_LLM_API_KEY", KEY.into())], ..Options::default() };
+    let server = TestServer::start_with(script(move |_| Reply::error(401, echo.clone())), options).await;
+    let frames = server.run(&envelope_with_retry(0, 0.1)).await;
+    let complete = frame_of(&frames, "complete");
+    let message = complete.payload["error"]["message"].as_str().unwrap();
+    assert!(message.contains("Incorrect API key provided: Bearer [redacted]"), "{message}");
+    let document = server.get_json(&format!("/api/v1/flex/runs/{}", complete.run_id)).await;
+    assert!(!document.to_string().contains(KEY), "{document}");
+    let logged = server.event_log_text(&complete.run_id).join("\n");
+    assert!(!logged.contains(KEY) && logged.contains("[redacted]"), "the stored log holds no key either");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_drafts_are_rejected_not_retried() {
     let server = TestServer::start(planner_faults(1, Reply::content("{not json"))).await;

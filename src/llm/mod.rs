@@ -101,6 +101,9 @@ pub struct LlmClient {
     prices: Arc<Prices>,
     /// The largest body read from the model endpoint.
     limit: usize,
+    /// The API key, cut out of every error text the endpoint answers: a server may echo the
+    /// credentials it was sent, and its message reaches frames, documents and logs.
+    secrets: Vec<String>,
     /// One permit per call in flight (`llm.max_concurrent_calls`), shared by every run: each
     /// call holds a connection, so a node with thousands of open runs opens at most this many
     /// towards the model server instead of one per run.
@@ -125,7 +128,9 @@ impl LlmClient {
         let http = reqwest::Client::builder().retry(reqwest::retry::never()).build()?;
         let slots = Slots::new(settings.max_concurrent_calls, crate::telemetry::model_call_waiting);
         let name = settings.name.to_string();
-        Ok(Self { name, http, url, authorization, prices, limit: settings.max_response_bytes, slots })
+        let secrets = if key.is_empty() { Vec::new() } else { vec![key.to_string()] };
+        let limit = settings.max_response_bytes;
+        Ok(Self { name, http, url, authorization, prices, limit, secrets, slots })
     }
 
     /// The `default` endpoint's settings (`[llm]`).
@@ -234,7 +239,7 @@ impl LlmClient {
             .ok()
             .and_then(|v| v["error"]["message"].as_str().map(String::from))
             .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-        let message = crate::excerpt::excerpt(&message, crate::excerpt::MESSAGE).into_owned();
+        let message = flexrun_core::redact::cut_secrets(&message, &self.secrets, crate::excerpt::MESSAGE);
         Err(LlmError::Status { status: status.as_u16(), message, retry_after })
     }
 }

@@ -232,11 +232,7 @@ impl Session {
 
 /// `text` bounded, with every secret cut out.
 fn clean(text: &str, secrets: &[String]) -> String {
-    let mut text = excerpt::excerpt(text, excerpt::MESSAGE).into_owned();
-    for secret in secrets.iter().filter(|s| s.len() >= 4) {
-        text = text.replace(secret.as_str(), flexrun_core::redact::REDACTED);
-    }
-    text
+    flexrun_core::redact::cut_secrets(text, secrets, excerpt::MESSAGE)
 }
 
 #[cfg(test)]

@@ -434,12 +434,40 @@ pub fn url(raw: &str) -> String {
     }
 }
 
+/// `text` — what a remote server answered, an error's message — with each of `secrets` (the
+/// credentials flexrun sent it) replaced by [`REDACTED`], then bounded to `max` characters. A
+/// server may echo what it was sent ("Incorrect API key provided: sk-…"), and its message is
+/// shown to callers and logged. Cut before bounding, so no bound leaves half a secret behind;
+/// secrets shorter than four characters are left alone, as cutting them would cut ordinary words.
+pub fn cut_secrets(text: &str, secrets: &[String], max: usize) -> String {
+    let mut text = Cow::Borrowed(text);
+    for secret in secrets.iter().filter(|s| s.chars().count() >= 4) {
+        if text.contains(secret.as_str()) {
+            text = Cow::Owned(text.replace(secret.as_str(), REDACTED));
+        }
+    }
+    crate::excerpt::excerpt(&text, max).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn secrets_are_cut_out_of_a_text_before_it_is_bounded() {
+        let secret = "sk-live-0123456789".to_string();
+        let text = format!("Incorrect API key provided: Bearer {secret}. {}", "x".repeat(2000));
+        let cut = cut_secrets(&text, &[secret.clone(), "ab".into()], 60);
+        assert!(cut.starts_with("Incorrect API key provided: Bearer [redacted]. xx"), "{cut}");
+        assert!(cut.ends_with("more characters)") && cut.chars().count() < 100, "bounded: {cut}");
+        // A secret the bound would have cut in half is gone whole, not half shown.
+        let at_the_edge = format!("{}{secret}", "y".repeat(30));
+        assert!(!cut_secrets(&at_the_edge, &[secret], 40).contains("sk-"));
+        assert_eq!(cut_secrets("a b ab", &["ab".into()], 100), "a b ab", "too short to cut");
+    }
 
     #[test]
     fn secret_keys_are_found_by_their_words() {
