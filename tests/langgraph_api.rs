@@ -496,3 +496,32 @@ async fn values_with_a_secret_key_are_redacted() {
     assert!(last["outputs"]["draft"]["api_key"].is_string(), "the key stays, its value is replaced: {last}");
     assert_eq!(&state_values(&server, &thread).await, last, "redacted as the thread's state is");
 }
+
+/// The run's answer in `messages-tuple` is the output's JSON as text: its secrets are replaced
+/// before it becomes text, where no redaction of the message could find their keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_message_with_a_secret_key_is_redacted() {
+    let script = script(|call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer")]);
+        }
+        Reply::json(json!({"text": "a post", "quality_score": 0.9, "api_key": "sk-live-1234567890"}))
+    });
+    let server = keyed_server(script).await;
+    let thread = new_thread(&server, "alice-key").await;
+    let run = json!({"assistant_id": "flex", "input": envelope(), "stream_mode": ["messages-tuple"]});
+    let path = format!("/threads/{thread}/runs/stream");
+    let response = call(&server, reqwest::Method::POST, &path, "alice-key", Some(run)).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let data = text
+        .split("\n\n")
+        .filter(|event| event.lines().any(|line| line == "event: messages"))
+        .find_map(|event| event.lines().find_map(|line| line.strip_prefix("data: ")))
+        .unwrap_or_else(|| panic!("a messages event: {text}"));
+    let [message, _metadata]: [Value; 2] = serde_json::from_str(data).unwrap();
+    let content: Value = serde_json::from_str(message["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content["post_copy"]["api_key"], "[redacted]", "{content}");
+    assert_eq!(content["post_copy"]["quality_score"], 0.9, "the rest is the output: {content}");
+    assert!(!text.contains("sk-live-1234567890"), "{text}");
+}

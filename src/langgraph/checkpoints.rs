@@ -175,27 +175,17 @@ async fn checkpoint_state(
     }
     let id = id_of(&run.run_id, entry.seq);
     let at = state.last_at.map(crate::run::state::rfc3339).unwrap_or_else(|| time(run.updated_at));
-    Ok(services.redaction.value(state_json(
-        thread_id,
-        &state,
-        &objective,
-        chat.as_deref(),
-        &id,
-        parent.as_deref(),
-        metadata,
-        &at,
-    )))
+    let values = project::values(&state, &objective, chat.as_deref(), &services.redaction);
+    Ok(services.redaction.value(state_json(thread_id, &state, values, &id, parent.as_deref(), metadata, &at)))
 }
 
-/// LangGraph's `ThreadState` of `state`: values, the nodes it waits on, its open interrupts, its
-/// checkpoint and the one before it (also as the deprecated top-level ids LangGraph's time-travel
-/// guide reads).
-#[allow(clippy::too_many_arguments)]
+/// LangGraph's `ThreadState` of `state`: its `values` ([`project::values`]), the nodes it waits
+/// on, its open interrupts, its checkpoint and the one before it (also as the deprecated
+/// top-level ids LangGraph's time-travel guide reads).
 pub fn state_json(
     thread_id: &str,
     state: &RunState,
-    objective: &str,
-    chat: Option<&[Value]>,
+    values: Value,
     checkpoint_id: &str,
     parent: Option<&str>,
     metadata: Value,
@@ -214,7 +204,7 @@ pub fn state_json(
     let checkpoint =
         |id: &str| json!({"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": id, "checkpoint_map": null});
     json!({
-        "values": project::values(state, objective, chat),
+        "values": values,
         "next": next,
         "tasks": tasks,
         "interrupts": interrupts,

@@ -13,6 +13,7 @@ use crate::elide;
 use crate::events::payload::{CompleteStatus, HitlKind, HitlRequestInfo};
 use crate::events::{Event, Seq};
 use crate::plan::NodeStatus;
+use crate::redact::Redaction;
 use crate::run::RunStatus;
 use crate::run::state::{At, RunState};
 use crate::run::stored::LogReader;
@@ -136,8 +137,8 @@ pub fn thread_status(newest: Option<RunStatus>) -> &'static str {
 
 /// The run as the thread's `values`: status, objective, plan, node outputs, goal-condition
 /// results, output and error; `messages` for a run started from a chat input.
-pub fn values(state: &RunState, objective: &str, chat: Option<&[Value]>) -> Value {
-    Values::of(state, objective, chat).to_value()
+pub fn values(state: &RunState, objective: &str, chat: Option<&[Value]>, redaction: &Redaction) -> Value {
+    Values::of(state, objective, chat, redaction).to_value()
 }
 
 /// [`values`] as it is written: the node outputs borrowed from the state, not copied — a stream
@@ -156,7 +157,7 @@ enum Output<'a> {
 }
 
 impl<'a> Values<'a> {
-    pub fn of(state: &'a RunState, objective: &str, chat: Option<&[Value]>) -> Self {
+    pub fn of(state: &'a RunState, objective: &str, chat: Option<&[Value]>, redaction: &Redaction) -> Self {
         let mut rest = Map::new();
         rest.insert("runId".into(), json!(state.run_id));
         rest.insert("status".into(), json!(state.status));
@@ -177,7 +178,7 @@ impl<'a> Values<'a> {
         }
         if let Some(chat) = chat {
             let mut messages = chat.to_vec();
-            messages.extend(answer(state));
+            messages.extend(answer(state, redaction));
             rest.insert("messages".into(), Value::Array(messages));
         }
         Self { rest, outputs: outputs(state) }
@@ -310,12 +311,13 @@ pub fn interrupt(state: &RunState, request: &HitlRequestInfo) -> Value {
     json!({"value": value, "id": request.id})
 }
 
-/// The run's answer as an AI message, once it completed.
-pub fn answer(state: &RunState) -> Option<Value> {
+/// The run's answer as an AI message, once it completed. An output that is not text is its JSON
+/// text, redacted first: inside a string no later redaction of the message can see its keys.
+pub fn answer(state: &RunState, redaction: &Redaction) -> Option<Value> {
     let end = state.end.as_ref().filter(|end| end.status == CompleteStatus::Completed)?;
     let content = match &end.output {
         Value::String(text) => text.clone(),
-        other => other.to_string(),
+        other => redaction.value(other.clone()).to_string(),
     };
     let mut message = json!({
         "type": "ai", "id": format!("run-{}", state.run_id), "content": content, "name": null,

@@ -192,7 +192,7 @@ async fn start(
         && let Some(messages) = chat_of(row)
     {
         history = messages;
-        history.extend(project::answer(&state_at(services, row.clone(), None).await?));
+        history.extend(project::answer(&state_at(services, row.clone(), None).await?, &services.redaction));
     }
     let envelope = request::envelope(input, thread.id, &history).map_err(refused)?;
     let chat = chat::stored_messages(&envelope);
@@ -346,7 +346,9 @@ async fn settled_values(
     let (chat, objective) = (chat_of(&row), row.objective.clone());
     let state = state_at(services, row, None).await?;
     let location = format!("/threads/{thread_id}/runs/{}", state.run_id);
-    let values = project::Values::of(&state, &objective, chat.as_deref()).with_interrupts(&state).to_value();
+    let values = project::Values::of(&state, &objective, chat.as_deref(), &services.redaction)
+        .with_interrupts(&state)
+        .to_value();
     Ok(HttpResponse::Ok().insert_header(("content-location", location)).json(services.redaction.value(values)))
 }
 

@@ -116,7 +116,7 @@ impl Translator {
             }
             if self.wants(StreamMode::MessagesTuple)
                 && matches!(&*event, Event::Complete(c) if c.status == CompleteStatus::Completed)
-                && let Some(message) = project::answer(&self.state)
+                && let Some(message) = project::answer(&self.state, &self.redaction)
             {
                 let metadata = json!({"run_id": self.state.run_id, "langgraph_node": "flex"});
                 parts.push(Part::redacted("messages", &json!([message, metadata]), &self.redaction));
@@ -137,7 +137,8 @@ impl Translator {
         match self.values.write(&self.state, chat, &self.redaction) {
             Some(data) => Part { event: "values", data, id: None },
             None => {
-                let values = project::Values::of(&self.state, &self.objective, chat).with_interrupts(&self.state);
+                let values = project::Values::of(&self.state, &self.objective, chat, &self.redaction)
+                    .with_interrupts(&self.state);
                 Part::redacted("values", &values, &self.redaction)
             }
         }

@@ -68,7 +68,11 @@ pub async fn thread_json(services: &Services, thread: &ThreadRow, newest: Option
             let interrupts = project::interrupts(&state);
             let by_run =
                 if interrupts.is_empty() { json!({}) } else { json!({ state.run_id.to_string(): interrupts }) };
-            (project::thread_status(Some(state.status)), project::values(&state, &objective, chat.as_deref()), by_run)
+            (
+                project::thread_status(Some(state.status)),
+                project::values(&state, &objective, chat.as_deref(), &services.redaction),
+                by_run,
+            )
         }
     };
     Ok(services.redaction.value(json!({
@@ -245,16 +249,8 @@ async fn thread_state(services: &Services, thread_id: &str, row: Option<RunRow>)
     let state = state_at(services, row, None).await?;
     let checkpoint_id = format!("{}:{}", state.run_id, state.last_seq.get());
     let metadata = json!({"run_id": state.run_id, "step": state.last_seq.get(), "source": "loop", "graph_id": "flex"});
-    let state = checkpoints::state_json(
-        thread_id,
-        &state,
-        &objective,
-        chat.as_deref(),
-        &checkpoint_id,
-        None,
-        metadata,
-        &time(updated_at),
-    );
+    let values = project::values(&state, &objective, chat.as_deref(), &services.redaction);
+    let state = checkpoints::state_json(thread_id, &state, values, &checkpoint_id, None, metadata, &time(updated_at));
     Ok(services.redaction.value(state))
 }
 

@@ -145,7 +145,7 @@ impl Fresh {
             output: end.map(|end| Piece::of(&end.output, redaction)),
             messages: chat.map(|chat| {
                 let mut messages = chat.to_vec();
-                messages.extend(project::answer(state));
+                messages.extend(project::answer(state, redaction));
                 Piece::of(&Value::Array(messages), redaction)
             }),
         }
@@ -440,7 +440,7 @@ mod tests {
         let redaction = Redaction::default();
         let written =
             ValuesWriter::new(&redaction, state.run_id.as_str(), "Write \"a\" post").write(&state, None, &redaction);
-        assert_eq!(written, Some(project::values(&state, "Write \"a\" post", None).to_string()));
+        assert_eq!(written, Some(project::values(&state, "Write \"a\" post", None, &redaction).to_string()));
     }
 
     #[test]
