@@ -105,6 +105,38 @@ async fn a_caller_signing_in_ten_thousand_times_ends_only_its_own_oldest_session
 
 /// Sign-in attempts, failed or not, are limited per client: past the limit the answer is 429 with
 /// `Retry-After`, even for a valid key, and no session is opened. Keys on the API are not affected.
+/// Sign-in forms are read before any key is checked, so anyone can send them slowly: they are
+/// read through a pool of their own, and stalled sign-ins leave callers' uploads their permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_sign_ins_do_not_take_the_uploads_permits() {
+    use tokio::io::AsyncWriteExt;
+    let server = server_with("[limits]\nmax_concurrent_body_reads = 2\n").await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST /ui/login HTTP/1.1\r\nhost: {addr}\r\norigin: {}\r\n\
+             content-type: application/x-www-form-urlencoded\r\ncontent-length: 1000\r\n\r\nk",
+            server.base
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(stream);
+    }
+    // The sign-ins' bodies are being read (their connections stay open, half sent).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let response = server
+        .http
+        .post(server.url("/api/v1/flex/run.stream"))
+        .bearer_auth(ALICE)
+        .json(&envelope())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200, "{:?}", response.text().await);
+    drop(stalled);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_attempts_past_the_limit_are_answered_429_with_retry_after() {
     let server = server_with("[sessions]\nsign_in_attempts_per_minute = 5\n").await;

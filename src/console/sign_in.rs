@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::page::{self, Chrome};
 use crate::http::session::{self, Sessions};
-use crate::http::{ApiError, Body, authenticate};
+use crate::http::{ApiError, SignInBody, authenticate};
 use crate::services::Services;
 
 #[derive(Template)]
@@ -60,7 +60,7 @@ pub async fn form(query: web::Query<NextQuery>, services: web::Data<Services>) -
 #[post("/login")]
 pub async fn sign_in(
     req: HttpRequest,
-    body: Body,
+    SignInBody(body): SignInBody,
     services: web::Data<Services>,
     sessions: web::Data<Sessions>,
 ) -> Result<HttpResponse, ApiError> {

@@ -5,7 +5,10 @@
 //! Without the last two, a client that starts many uploads and stalls each of them keeps a
 //! body buffer per upload alive for as long as it likes. With them, memory spent on bodies is at
 //! most `max_concurrent_body_reads × max_body_bytes`, and a stalled upload is let go after the
-//! deadline. Every endpoint that takes a body takes it through [`Body`].
+//! deadline. Every endpoint that takes a body takes it through [`Body`] — but the console's
+//! sign-in form, whose body is read before any key is checked: it takes [`SignInBody`], read
+//! through a small pool of its own, so that stalled sign-ins from anyone cannot take the permits
+//! callers' uploads need.
 //!
 //! A body is read as JSON only when it was sent as JSON (`Content-Type: application/json`, or a
 //! `+json` type): a web page can post `text/plain` or a form to any address without asking, but
@@ -30,21 +33,46 @@ use crate::error_code::ErrorCode;
 use crate::excerpt;
 use crate::validation;
 
-/// How bodies are read: the three bounds, shared by every worker of the server.
+/// Sign-in forms read at once; more wait for none of callers' permits but get 503.
+const SIGN_IN_READS: usize = 8;
+/// A sign-in form's largest body: a key and a console address fit in far less.
+const SIGN_IN_BYTES: usize = 8 * 1024;
+/// How long a sign-in form may take to arrive.
+const SIGN_IN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How bodies are read: the three bounds, shared by every worker of the server — for callers'
+/// uploads, and tighter for sign-in forms.
 #[derive(Clone)]
 pub struct BodyReads {
+    uploads: Reads,
+    sign_ins: Reads,
+}
+
+impl BodyReads {
+    pub fn new(limits: &Limits) -> Self {
+        let deadline = Duration::from_secs(limits.body_read_timeout_secs);
+        Self {
+            uploads: Reads::new(limits.max_concurrent_body_reads, limits.max_body_bytes, deadline),
+            sign_ins: Reads::new(
+                SIGN_IN_READS,
+                SIGN_IN_BYTES.min(limits.max_body_bytes),
+                SIGN_IN_DEADLINE.min(deadline),
+            ),
+        }
+    }
+}
+
+/// One pool of body reads: how many at once, how large, how long.
+#[derive(Clone)]
+struct Reads {
     permits: Arc<Semaphore>,
     limit: usize,
     deadline: Duration,
 }
 
-impl BodyReads {
-    pub fn new(limits: &Limits) -> Self {
-        Self {
-            permits: Arc::new(Semaphore::new(limits.max_concurrent_body_reads)),
-            limit: limits.max_body_bytes,
-            deadline: Duration::from_secs(limits.body_read_timeout_secs),
-        }
+impl Reads {
+    fn new(at_once: usize, limit: usize, deadline: Duration) -> Self {
+        Self { permits: Arc::new(Semaphore::new(at_once)), limit, deadline }
     }
 
     /// Reads a body that announced `length` bytes (if it did).
@@ -148,17 +176,39 @@ impl FromRequest for Body {
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
     fn from_request(request: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let reads = request.app_data::<web::Data<BodyReads>>().cloned();
-        let length = request
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        let payload = payload.take();
-        let media = Media::of(request);
-        Box::pin(async move {
-            let reads = reads.ok_or_else(|| ApiError::internal("the server has no body reader"))?;
-            reads.read(payload, length).await.map(|bytes| Body { bytes, media })
-        })
+        read_body(request, payload, |reads| &reads.uploads)
     }
+}
+
+/// The body of the console's sign-in form, read through the sign-in pool (see the module docs).
+pub struct SignInBody(pub Body);
+
+impl FromRequest for SignInBody {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(request: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let body = read_body(request, payload, |reads| &reads.sign_ins);
+        Box::pin(async move { body.await.map(SignInBody) })
+    }
+}
+
+/// Reads the request's body through the pool `pool` picks of the server's [`BodyReads`].
+fn read_body(
+    request: &HttpRequest,
+    payload: &mut Payload,
+    pool: fn(&BodyReads) -> &Reads,
+) -> LocalBoxFuture<'static, Result<Body, ApiError>> {
+    let reads = request.app_data::<web::Data<BodyReads>>().map(|reads| pool(reads).clone());
+    let length = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let payload = payload.take();
+    let media = Media::of(request);
+    Box::pin(async move {
+        let reads = reads.ok_or_else(|| ApiError::internal("the server has no body reader"))?;
+        reads.read(payload, length).await.map(|bytes| Body { bytes, media })
+    })
 }

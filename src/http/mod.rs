@@ -22,7 +22,7 @@ mod throttle;
 mod traceparent;
 
 pub use auth::{Caller, Operator, Role, authenticate, by_session};
-pub use body::Body;
+pub use body::{Body, SignInBody};
 pub use error::ApiError;
 pub use operator::answer as resume_answer;
 pub use runs::query_escape;
