@@ -54,6 +54,16 @@ impl Refused {
         }
     }
 
+    /// What a failure for this refusal reports: the replans counted against the limit that was
+    /// reached, and that limit (none is allowed when replanning is disabled).
+    pub fn attempts_and_limit(self, counts: &ReplanCounts) -> (u32, u32) {
+        match self {
+            Self::Disabled => (counts.goal_condition, 0),
+            Self::GoalConditionLimit { limit } => (counts.goal_condition, limit),
+            Self::TotalLimit { limit } => (counts.total, limit),
+        }
+    }
+
     pub fn message(self) -> String {
         match self {
             Self::Disabled => "Replanning is disabled for this run".into(),

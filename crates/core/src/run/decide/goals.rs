@@ -110,9 +110,9 @@ pub fn evaluate(run: &Run) -> Evaluated {
             Evaluated { events: vec![event], record, then }
         }
         Err(refused) => {
-            let mut failure = Failure::new(refused.code(), refused.message())
-                .detail("attempts", run.state.replans.goal_condition)
-                .detail("limit", run.replan_limits.max_goal_condition_replans);
+            let (attempts, limit) = refused.attempts_and_limit(&run.state.replans);
+            let mut failure =
+                Failure::new(refused.code(), refused.message()).detail("attempts", attempts).detail("limit", limit);
             failure.output = output;
             failure.goal_condition_results = Some(results);
             Evaluated { events: failed(run.state, failure, Vec::new()), record, then: Then::Stop }
@@ -224,6 +224,23 @@ mod tests {
         apply_all(&mut state, &exhausted.events);
         assert_eq!(state.status, RunStatus::Failed);
         assert_eq!(state.end.as_ref().map(|e| e.error_summary().0), Some("goal_condition_replan_limit"));
+    }
+
+    /// Reaching `maxReplans` before the goal-condition cap fails the run with the total's numbers,
+    /// as its message says, not the goal-condition cap's.
+    #[test]
+    fn a_run_out_of_replans_reports_the_total_it_used() {
+        let replan = json!({"maxGoalConditionReplans": 2, "maxReplans": 1});
+        let fixture = Fixture::new(json!({"policies": {"replan": replan}}));
+        let mut state = done(&fixture, 0.5);
+        state.replans.total = 1;
+        let evaluated = evaluate(&fixture.run(&state));
+        apply_all(&mut state, &evaluated.events);
+        let end = state.end.as_ref().expect("the run ended");
+        let error = end.error.as_ref().expect("with an error");
+        assert_eq!(error["code"], "replan_limit", "{error}");
+        assert_eq!((&error["attempts"], &error["limit"]), (&json!(1), &json!(1)), "{error}");
+        assert_eq!(error["message"], "The run used all 1 replans it is allowed", "{error}");
     }
 
     #[test]
