@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use super::request::RequestError;
+use crate::envelope::MAX_OBJECTIVE_CHARS;
 
 /// Chat messages a thread keeps at most (older ones are dropped from new runs' history).
 const MAX_MESSAGES: usize = 50;
@@ -61,7 +62,8 @@ fn text_of(content: &Value) -> String {
 }
 
 /// The envelope of a chat run on `thread_id`: `messages` after the thread's `history` (the last
-/// [`MAX_MESSAGES`] of them), its objective the last human message's text.
+/// [`MAX_MESSAGES`] of them), its objective the last human message's text (its first
+/// [`MAX_OBJECTIVE_CHARS`] characters).
 pub fn envelope(messages: &[Value], thread_id: &str, history: &[Value]) -> Result<Value, RequestError> {
     let objective = messages
         .iter()
@@ -70,6 +72,8 @@ pub fn envelope(messages: &[Value], thread_id: &str, history: &[Value]) -> Resul
         .map(|m| text_of(&m["content"]))
         .filter(|text| !text.trim().is_empty())
         .ok_or_else(|| RequestError("the chat input has no human message with text".into()))?;
+    // The whole message is in `messages`; the objective, which lists show, is its beginning.
+    let objective: String = objective.chars().take(MAX_OBJECTIVE_CHARS).collect();
     let mut all: Vec<Value> = history.iter().chain(messages).cloned().collect();
     let dropped = all.len().saturating_sub(MAX_MESSAGES);
     all.drain(..dropped);
@@ -89,4 +93,18 @@ pub fn stored_messages(envelope: &Value) -> Option<Vec<Value>> {
         return None;
     }
     envelope.pointer("/inputs/messages").and_then(Value::as_array).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_message_is_the_objective_as_far_as_an_objective_goes() {
+        let text = "x".repeat(MAX_OBJECTIVE_CHARS + 10);
+        let messages = messages(&json!([{"role": "user", "content": text}])).unwrap();
+        let envelope = envelope(&messages, "t-1", &[]).unwrap();
+        assert_eq!(envelope["objective"].as_str().map(str::len), Some(MAX_OBJECTIVE_CHARS));
+        assert_eq!(envelope["inputs"]["messages"][0]["content"], json!(text), "the message is whole");
+    }
 }

@@ -16,6 +16,11 @@ use crate::runtime_policy::{self, RuntimePolicy};
 use crate::timeouts::TimeoutOverrides;
 use crate::validation::{self, BodySchema, ConditionProblems, FieldError, pointer};
 
+/// The longest `objective`, in characters (the schema's `maxLength`). An objective says what the
+/// run is for; what it works on goes in `inputs`. Bounded because runs lists, thread searches and
+/// LangGraph states show every run's objective whole.
+pub const MAX_OBJECTIVE_CHARS: usize = 16_384;
+
 static SCHEMA: LazyLock<BodySchema> = LazyLock::new(|| BodySchema::builtin(include_str!("task-envelope.schema.json")));
 
 /// The JSON Schema of the envelope's shape (served at `GET /api/v1/flex/schemas/task-envelope`).
@@ -362,6 +367,19 @@ mod tests {
         assert_eq!(paths.iter().filter(|p| p.starts_with("/goal_condition/1")).count(), 1, "not twice: {errors:#?}");
         let blank = errors.iter().find(|e| e.path == "/goal_condition/1/facet").unwrap();
         assert_eq!(blank.message, "must not be empty");
+    }
+
+    #[test]
+    fn an_objective_longer_than_its_bound_is_refused_in_a_bounded_message() {
+        assert_eq!(schema()["properties"]["objective"]["maxLength"], json!(MAX_OBJECTIVE_CHARS), "declared once");
+        let mut body = valid();
+        body["objective"] = json!("é".repeat(MAX_OBJECTIVE_CHARS));
+        assert!(from_value(body.clone(), &Catalog::builtin()).is_ok(), "the bound itself is allowed");
+        body["objective"] = json!("é".repeat(MAX_OBJECTIVE_CHARS * 4 + 1));
+        let errors = problems(body);
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!((errors[0].path.as_str(), errors[0].code.as_str()), ("/objective", "maxLength"));
+        assert_eq!(errors[0].message, "must be at most 16384 characters long (it is 65537)");
     }
 
     #[test]

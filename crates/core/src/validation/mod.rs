@@ -109,6 +109,12 @@ impl BodySchema {
                 ValidationErrorKind::Pattern { pattern } if pattern == NOT_BLANK => {
                     errors.push(FieldError::new(path, "pattern", "must hold more than spaces".to_string()));
                 }
+                // The validator's words quote the whole text, which can be as long as a body.
+                ValidationErrorKind::MaxLength { limit } => {
+                    let length = error.instance().as_str().map_or(0, |text| text.chars().count());
+                    let message = format!("must be at most {limit} characters long (it is {length})");
+                    errors.push(FieldError::new(path, "maxLength", message));
+                }
                 kind => {
                     errors.push(FieldError::new(path, kind.keyword(), error.to_string()));
                 }
