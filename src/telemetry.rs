@@ -205,48 +205,28 @@ pub fn model_endpoint_state(endpoint: &str, state: &'static str) {
 }
 
 /// What one answered model call used. `model` is a label from a fixed set: the caller passes a
-/// configured model's name, or `other`. Every answered call updates five series, whose handles
+/// configured model's name, or `other`. A series is made with its first known value, never
+/// before: a model without a price has no cost series rather than one reading 0 (free), and an
+/// endpoint that never reports cached or reasoning tokens has no series for them. The handles
 /// are [`Kept`].
 pub fn model_usage(model: &str, usage: &flexrun_core::usage::CallUsage) {
-    static METERS: Kept<Meters> = Kept::new();
-    let meters = METERS.get(model, || Meters::of(model));
+    static TOKENS: Kept<metrics::Counter> = Kept::new();
+    static COSTS: Kept<metrics::Gauge> = Kept::new();
     let counts = &usage.counts;
     let types = [
-        (&meters.input, counts.input_tokens),
-        (&meters.output, counts.output_tokens),
-        (&meters.cached_input, counts.cached_input_tokens),
-        (&meters.reasoning, counts.reasoning_tokens),
+        ("input", counts.input_tokens),
+        ("output", counts.output_tokens),
+        ("cached_input", counts.cached_input_tokens),
+        ("reasoning", counts.reasoning_tokens),
     ];
-    for (counter, tokens) in types {
-        if let Some(tokens) = tokens.filter(|n| *n > 0) {
-            counter.increment(tokens);
+    for (kind, tokens) in types {
+        if let Some(tokens) = tokens {
+            let key = [model, kind].join("\u{1f}");
+            TOKENS.get(&key, || counter!(MODEL_TOKENS, "model" => model.to_string(), "type" => kind)).increment(tokens);
         }
     }
     if let Some(cost) = usage.cost {
-        meters.cost.increment(cost.dollars());
-    }
-}
-
-/// One model's usage series.
-#[derive(Clone)]
-struct Meters {
-    input: metrics::Counter,
-    output: metrics::Counter,
-    cached_input: metrics::Counter,
-    reasoning: metrics::Counter,
-    cost: metrics::Gauge,
-}
-
-impl Meters {
-    fn of(model: &str) -> Self {
-        let tokens = |kind: &'static str| counter!(MODEL_TOKENS, "model" => model.to_string(), "type" => kind);
-        Self {
-            input: tokens("input"),
-            output: tokens("output"),
-            cached_input: tokens("cached_input"),
-            reasoning: tokens("reasoning"),
-            cost: gauge!(MODEL_COST, "model" => model.to_string()),
-        }
+        COSTS.get(model, || gauge!(MODEL_COST, "model" => model.to_string())).increment(cost.dollars());
     }
 }
 
@@ -287,10 +267,11 @@ impl<H: Clone> Kept<H> {
     }
 }
 
-/// The number of runs whose lease this node holds now.
-/// What stream backlogs hold together now (`run::backlog`).
+/// What stream backlogs hold together now (`run::backlog`): set whenever that changes, as frames
+/// are held and taken — so its handle is kept rather than looked up each time.
 pub fn backlog_bytes(bytes: u64) {
-    gauge!(BACKLOG_BYTES).set(f64::from(u32::try_from(bytes).unwrap_or(u32::MAX)));
+    static GAUGE: Kept<metrics::Gauge> = Kept::new();
+    GAUGE.get("", || gauge!(BACKLOG_BYTES)).set(f64::from(u32::try_from(bytes).unwrap_or(u32::MAX)));
 }
 
 /// A slow reader's stream was cut off to keep the node's backlogs within their bound.

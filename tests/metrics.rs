@@ -164,6 +164,54 @@ async fn metrics_count_tokens_and_cost_by_model() {
     expect(r#"flexrun_model_cost_usd_total{model="other"}"#, 0.0009);
 }
 
+/// A series appears with its first known value: a model without a price has no cost series
+/// (not one reading 0, which a dashboard would show as free), and tokens an endpoint never
+/// reports (cached, reasoning) have none either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_usage_has_no_series_rather_than_zero() {
+    // Input and output counted; cached and reasoning tokens not reported at all.
+    let usage = usage_block(100, 20, None, None);
+    let model = StandIn::start(script(move |call| {
+        let reply = if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) };
+        reply.usage(usage.clone())
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let (_, response) = server.post_run(&envelope()).await;
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+    let after = metrics(&server).await;
+    assert!(sample(&after, r#"flexrun_model_tokens_total{model="test-model",type="input"}"#) > 0.0, "{after}");
+    assert!(!after.contains("flexrun_model_cost_usd_total{"), "no price, no cost series: {after}");
+    assert!(!after.contains(r#"type="cached_input""#) && !after.contains(r#"type="reasoning""#), "{after}");
+}
+
+/// What stream backlogs hold goes back to 0 once their clients took it: the gauge follows the
+/// frames taken out, not only those put in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backlog_gauge_falls_back_when_streams_are_read() {
+    let model = StandIn::start(model()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    let (run_id, response) = server.post_run(&envelope()).await;
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+    // Re-joined from the start, the stream is read from the log, through the backlog.
+    assert_eq!(server.reattach(&run_id, 0).await.len(), frames.len());
+    let mut after = metrics(&server).await;
+    for _ in 0..50 {
+        if sample(&after, "flexrun_open_streams") == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        after = metrics(&server).await;
+    }
+    assert_eq!(sample(&after, "flexrun_open_streams"), 0.0, "{after}");
+    assert!(after.contains("\nflexrun_stream_backlog_bytes "), "frames were held: {after}");
+    assert_eq!(sample(&after, "flexrun_stream_backlog_bytes"), 0.0, "{after}");
+}
+
 /// Runs that reach a limit of their budget are counted by limit and by what they did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_budgets_reached_by_limit_and_action() {

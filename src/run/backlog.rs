@@ -147,6 +147,7 @@ impl<T: Weight + Send + 'static> Backlog<T> {
                 held.holders.remove(place);
                 self.holding = None;
             }
+            telemetry::backlog_bytes(held.total);
         }
         Some(item)
     }
@@ -163,6 +164,7 @@ impl<T: Weight + Send + 'static> Backlog<T> {
         let mut held = self.backlogs.lock();
         if held.holders.remove(&place).is_some() {
             held.total -= left.min(held.total);
+            telemetry::backlog_bytes(held.total);
         }
     }
 }
