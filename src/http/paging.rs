@@ -33,12 +33,15 @@ impl PageSize {
     }
 }
 
-/// A run list's `cursor`: the `nextCursor` of the page before (a run id).
+/// A run list's `cursor`: the `nextCursor` of the page before — the id of a run flexrun made, a
+/// UUID. Anything else is refused rather than compared: as text, a mistyped cursor would
+/// silently start the list over or end it.
 pub fn run_cursor(cursor: Option<&str>) -> Result<Option<RunId>, ApiError> {
     cursor
         .map(|cursor| {
-            RunId::parse(cursor)
-                .map_err(|_| ApiError::new(ErrorCode::InvalidQuery, "cursor must be the nextCursor of the page before"))
+            let refused = || ApiError::new(ErrorCode::InvalidQuery, "cursor must be the nextCursor of the page before");
+            uuid::Uuid::try_parse(cursor).map_err(|_| refused())?;
+            RunId::parse(cursor).map_err(|_| refused())
         })
         .transpose()
 }
@@ -58,6 +61,11 @@ mod tests {
             assert!(error.to_string().contains("from 1 to 500"), "{bad}: {error}");
         }
         assert!(run_cursor(Some("not a run")).is_err());
+        for mistyped in ["zzz", "123", "01936b2e-1111-7000-8000", "run-1"] {
+            assert!(run_cursor(Some(mistyped)).is_err(), "{mistyped}");
+        }
+        let id = RunId::generate();
+        assert_eq!(run_cursor(Some(id.as_str())).unwrap(), Some(id));
         assert_eq!(run_cursor(None).unwrap(), None);
     }
 }
