@@ -228,6 +228,37 @@ async fn help_lists_the_run_statuses() {
     assert!(text(&wrong.stderr).contains("invalid value 'paused' for '--status <STATUS>'"), "{wrong:?}");
 }
 
+/// A server address reqwest will not send to fails the command at once: it is not posted again
+/// as an unreachable server is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_address_that_cannot_be_used_is_not_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let envelope = write_envelope(dir.path(), &envelope());
+    let command = flexrun(&["run", "--server", "ftp://127.0.0.1:9", &envelope]).env("FLEXRUN_LOG", "warn").output();
+    let out = tokio::time::timeout(Duration::from_secs(60), command).await.expect("flexrun ends").unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(stderr.contains("cannot send to flexrun at ftp://127.0.0.1:9"), "{stderr}");
+    assert!(!stderr.contains("posting again"), "not retried: {stderr}");
+}
+
+/// `dsl compile` without capability files says where a capability's facets come from, when the
+/// expression names a variable it does not know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dsl_compile_says_where_facets_come_from() {
+    let expression = "facets.post_copy.quality_score >= 0.8";
+    let without =
+        flexrun(&["dsl", "compile", expression]).env_remove("FLEXRUN_CAPABILITIES_DIR").output().await.unwrap();
+    assert_eq!(without.status.code(), Some(2), "{without:?}");
+    assert!(text(&without.stderr).contains("set FLEXRUN_CAPABILITIES_DIR"), "{without:?}");
+    let capabilities = concat!(env!("CARGO_MANIFEST_DIR"), "/config/capabilities");
+    let with =
+        flexrun(&["dsl", "compile", expression]).env("FLEXRUN_CAPABILITIES_DIR", capabilities).output().await.unwrap();
+    assert!(with.status.success(), "{with:?}");
+    let compiled: Value = serde_json::from_slice(&with.stdout).unwrap();
+    assert_eq!(compiled["canonicalDsl"], expression, "{compiled}");
+}
+
 /// Runs `flexrun serve` with `env` until it exits (it must, within 20 s).
 async fn serve_must_exit(dir: &Path, env: &[(&str, &str)]) -> Output {
     let mut command = flexrun(&["serve"]);

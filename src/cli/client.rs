@@ -177,6 +177,11 @@ impl Client {
                 .await;
             match sent {
                 Ok(response) => return check(response).await,
+                // A request that cannot be made (a URL reqwest will not send to) fails the same
+                // way every time: nothing to retry.
+                Err(error) if error.is_builder() => {
+                    return Err(error).with_context(|| format!("cannot send to flexrun at {}", self.base));
+                }
                 Err(error) => {
                     let Some(retry) = backoff.next_retry(None) else {
                         return Err(error).with_context(|| format!("could not reach flexrun at {}", self.base));

@@ -18,7 +18,9 @@ use crate::config::Settings;
 pub enum DslCommand {
     /// Compile an expression and print its JSON-Logic, canonical form and variables.
     Compile {
-        /// The expression, e.g. "facets.post_copy.quality_score >= 0.8".
+        /// The expression, e.g. "facets.post_copy.quality_score >= 0.8" (the facets of the
+        /// capability files in FLEXRUN_CAPABILITIES_DIR, e.g. config/capabilities, and of
+        /// [facets] in the configuration).
         expression: String,
         /// Read names that are not catalog variables relative to the condition's value.
         #[arg(long)]
@@ -43,22 +45,22 @@ pub enum DslCommand {
 }
 
 pub fn run(command: DslCommand) -> anyhow::Result<ExitCode> {
-    let catalog = catalog()?;
+    let known = known()?;
     match command {
         DslCommand::Compile { expression, relative } => {
-            let compiled = compile(&expression, &catalog, relative)?;
+            let compiled = compile(&expression, &known, relative)?;
             print_line(&serde_json::to_string_pretty(&compiled)?);
             Ok(ExitCode::SUCCESS)
         }
         DslCommand::Check { file, relative } => {
             let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read {}", file.display()))?;
-            compile(text.trim_end(), &catalog, relative)?;
+            compile(text.trim_end(), &known, relative)?;
             print_line(&format!("{}: ok", file.display()));
             Ok(ExitCode::SUCCESS)
         }
         DslCommand::Eval { expression, data } => {
             let data: Value = serde_json::from_str(&data).context("--data is not valid JSON")?;
-            let compiled = compile(&expression, &catalog, true)?;
+            let compiled = compile(&expression, &known, true)?;
             let rule = Rule::from_dsl(compiled.json_logic, compiled.eval_logic).map_err(anyhow::Error::msg)?;
             let result = rule.evaluate(&data).map_err(anyhow::Error::msg)?;
             let holds = rule.holds(&data).map_err(anyhow::Error::msg)?;
@@ -72,11 +74,18 @@ pub fn run(command: DslCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// Compiles, or fails with every error rendered under the source.
-fn compile(source: &str, catalog: &Catalog, relative: bool) -> anyhow::Result<dsl::Compiled> {
+fn compile(source: &str, known: &Known, relative: bool) -> anyhow::Result<dsl::Compiled> {
     let scope = if relative { Scope::Relative { schema: None } } else { Scope::Catalog };
-    dsl::compile(source, catalog, scope).map_err(|errors| {
+    dsl::compile(source, &known.catalog, scope).map_err(|errors| {
         let shown: Vec<String> = errors.iter().map(|e| show(source, e)).collect();
-        anyhow::anyhow!("{} error(s) in the expression\n\n{}", errors.len(), shown.join("\n"))
+        let unknown = errors.iter().any(|e| e.code == dsl::ErrorCode::UnknownVariable);
+        let hint = if unknown && !known.capability_files {
+            "\nNo capability files were read, so no capability's facets are known: set \
+             FLEXRUN_CAPABILITIES_DIR (for example to config/capabilities).\n"
+        } else {
+            ""
+        };
+        anyhow::anyhow!("{} error(s) in the expression\n\n{}{hint}", errors.len(), shown.join("\n"))
     })
 }
 
@@ -98,9 +107,17 @@ pub fn show(source: &str, error: &DslError) -> String {
     )
 }
 
-/// The catalog a server with the current configuration would use: configured facets and the
+/// The variables an expression may name, as a server with the current configuration knows them.
+struct Known {
+    catalog: Catalog,
+    /// Whether capability files were read (`FLEXRUN_CAPABILITIES_DIR` is set): without them an
+    /// unknown facet is most likely one of theirs.
+    capability_files: bool,
+}
+
+/// What a server with the current configuration would know: configured facets and the
 /// capability files of `FLEXRUN_CAPABILITIES_DIR`.
-fn catalog() -> anyhow::Result<Catalog> {
+fn known() -> anyhow::Result<Known> {
     let settings = Settings::load()?;
     let configured: Vec<(String, Value)> =
         settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
@@ -117,7 +134,10 @@ fn catalog() -> anyhow::Result<Catalog> {
             }
         }
     }
-    Ok(capability::catalog(&configured, &capabilities))
+    Ok(Known {
+        catalog: capability::catalog(&configured, &capabilities),
+        capability_files: settings.capabilities_dir().is_some(),
+    })
 }
 
 #[cfg(test)]
