@@ -229,6 +229,14 @@ pub fn state_json(
     })
 }
 
+/// 404 `checkpoint_not_found`: `checkpoint` is not one of the thread's.
+pub fn not_found(checkpoint: &Checkpoint) -> ApiError {
+    ApiError::not_found(
+        ErrorCode::CheckpointNotFound,
+        format!("checkpoint {} of this thread", crate::excerpt::excerpt(&checkpoint.id(), 120)),
+    )
+}
+
 /// A run on `thread` from one of its checkpoints: a fork of the checkpoint's run, reusing what it
 /// had done by then, under the thread's one-active-run rule.
 pub async fn fork(
@@ -237,12 +245,7 @@ pub async fn fork(
     thread: &ThreadRow,
     from: &FromCheckpoint,
 ) -> Result<Started, ApiError> {
-    let not_found = || {
-        ApiError::not_found(
-            ErrorCode::CheckpointNotFound,
-            format!("checkpoint {} of this thread", crate::excerpt::excerpt(&from.checkpoint.id(), 120)),
-        )
-    };
+    let not_found = || not_found(&from.checkpoint);
     let row =
         run_of_thread(services, caller, &thread.thread_id, &from.checkpoint.run_id).await.map_err(|_| not_found())?;
     let lookup = row.run_id.clone();

@@ -132,11 +132,6 @@ pub async fn create_thread(
     Ok(HttpResponse::Ok().json(thread_json(&services, &thread, newest).await?))
 }
 
-pub async fn newest_run(services: &Services, thread_id: &str) -> Result<Option<RunRow>, ApiError> {
-    let id = thread_id.to_string();
-    Ok(services.store.read(move |conn| thread_rows::newest_run(conn, &id)).await?)
-}
-
 /// `GET /threads/{tid}`.
 #[get("/threads/{tid}")]
 pub async fn get_thread(
