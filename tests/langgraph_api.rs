@@ -294,6 +294,42 @@ async fn a_refused_start_leaves_no_thread() {
     assert_eq!(server.count(continued), 1, "the second chat goes on from the first");
 }
 
+/// Cancel takes the SDK's query parameters, `wait` and `action`: `action=interrupt` (the default)
+/// cancels the run, and the answer comes once the run has ended, whatever `wait` says. `rollback`,
+/// another key, a `wait` that is no boolean and a body are refused (400), the run left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_takes_the_sdks_query_and_refuses_rollback() {
+    use reqwest::Method;
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9).after(Duration::from_secs(5)))).await;
+    let thread = new_thread(&server, "alice-key").await;
+    let run = json!({"assistant_id": "flex", "input": envelope()});
+    let created = call(&server, Method::POST, &format!("/threads/{thread}/runs"), "alice-key", Some(run)).await;
+    assert_eq!(created.status(), 200);
+    let run_id = created.json::<Value>().await.unwrap()["run_id"].as_str().unwrap().to_string();
+    let status = || flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status;
+    let cancel = format!("/threads/{thread}/runs/{run_id}/cancel");
+    let refused = [
+        (format!("{cancel}?wait=0&action=rollback"), None, "invalid_query", "rollback"),
+        (cancel.clone(), Some(json!({"action": "rollback"})), "invalid_request", "query parameters"),
+        (format!("{cancel}?action=interrupt&reason=taken"), None, "invalid_query", "reason"),
+        (format!("{cancel}?wait=soon"), None, "invalid_query", "wait"),
+        (format!("{cancel}?action=pause"), None, "invalid_query", "interrupt"),
+    ];
+    for (path, body, code, says) in refused {
+        let answer = call(&server, Method::POST, &path, OPERATOR_KEY, body).await;
+        let answered = answer.status().as_u16();
+        let error: Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap_or(Value::Null);
+        assert_eq!((answered, error["error"]["code"].as_str()), (400, Some(code)), "{path}: {error}");
+        assert!(error["error"]["message"].as_str().unwrap().contains(says), "{path}: {error}");
+        assert!(status().is_active(), "{path}: refused, the run goes on");
+    }
+    let answer = call(&server, Method::POST, &format!("{cancel}?wait=1&action=interrupt"), OPERATOR_KEY, None).await;
+    assert_eq!(answer.status(), 202);
+    assert_eq!(status().as_str(), "cancelled", "the answer comes once the run has ended");
+    let read = call(&server, Method::GET, &format!("/threads/{thread}/runs/{run_id}"), "alice-key", None).await;
+    assert_eq!(read.json::<Value>().await.unwrap()["status"], "interrupted");
+}
+
 /// A stream says where to reconnect (`Location`, with its modes) and which run it is
 /// (`Content-Location`), and sends a heartbeat comment while the run is quiet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, get, post, web};
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::chat;
@@ -511,14 +512,77 @@ pub async fn join(
     settled_values(&services, &tid, row, frames).await
 }
 
-/// `POST /threads/{tid}/runs/{rid}/cancel`: cancels the run (an operator's action, as in the flex
-/// API); 202 with no body, as the SDK expects.
+/// A cancel's query parameters, as the SDKs send them (`?wait=0&action=interrupt`); a key not
+/// listed (the JS SDK's `reason`, say) is refused rather than ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelQuery {
+    /// Whether the answer waits for the run to end: it always does (see [`cancel`]), so either
+    /// boolean is taken, and nothing else.
+    #[serde(default)]
+    wait: Option<String>,
+    /// `interrupt` (the default): the run ends as cancelled, what it did kept. `rollback`, which
+    /// would delete the run, flexrun does not do.
+    #[serde(default)]
+    action: Option<String>,
+}
+
+impl CancelQuery {
+    /// Refuses (400) a `wait` that is not a boolean and an `action` other than `interrupt`.
+    fn check(&self) -> Result<(), ApiError> {
+        let refused = |message: String| Err(ApiError::new(ErrorCode::InvalidQuery, message));
+        if let Some(wait) = self.wait.as_deref()
+            && !["0", "1", "true", "false"].contains(&wait)
+        {
+            return refused(format!(
+                "`wait` is a boolean (1, 0, true or false), not {:?}",
+                crate::excerpt::excerpt(wait, 40)
+            ));
+        }
+        match self.action.as_deref() {
+            None | Some("interrupt") => Ok(()),
+            Some("rollback") => refused(
+                "`action=rollback` is not supported: flexrun keeps a cancelled run and what it did; cancel with \
+                 `action=interrupt` (the default)"
+                    .into(),
+            ),
+            Some(other) => {
+                refused(format!("`action` must be \"interrupt\", not {:?}", crate::excerpt::excerpt(other, 40)))
+            }
+        }
+    }
+}
+
+/// A cancel's body: none, as the SDKs send, or an empty one (`{}`, `null`). Its options are query
+/// parameters: one sent in a body would be ignored, so it is refused.
+fn no_options_in(body: &Body) -> Result<(), ApiError> {
+    if body.is_blank() {
+        return Ok(());
+    }
+    match body.json::<Value>()? {
+        Value::Null => Ok(()),
+        Value::Object(fields) if fields.is_empty() => Ok(()),
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "a cancel takes `wait` and `action` as query parameters (`?action=interrupt&wait=1`), not in a body",
+        )),
+    }
+}
+
+/// `POST /threads/{tid}/runs/{rid}/cancel?wait=&action=`: cancels the run (an operator's action,
+/// as in the flex API); 202 with no body, as the SDK expects. The answer comes once the
+/// cancellation is committed — the run has ended, as `cancelled` — so `wait=1` waits for nothing
+/// more. `action=rollback` is refused ([`CancelQuery`]).
 #[post("/threads/{tid}/runs/{rid}/cancel")]
 pub async fn cancel(
     caller: Caller,
     path: web::Path<(String, String)>,
+    query: web::Query<CancelQuery>,
+    body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
+    query.check()?;
+    no_options_in(&body)?;
     let (tid, rid) = path.into_inner();
     let row = run_of_thread(&services, &caller, &tid, &rid).await?;
     if caller.role != Role::Operator {
