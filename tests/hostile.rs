@@ -258,3 +258,44 @@ async fn health_says_when_no_capability_is_registered() {
     let health: Value = server.http.get(server.url("/api/v1/health")).send().await.unwrap().json().await.unwrap();
     assert_eq!((health["services"]["capabilities"]["count"].as_u64(), health.get("warnings")), (Some(1), None));
 }
+
+/// Search filters with more keys or ids than a client sends are refused at once (400
+/// `invalid_request`), before a query is built: 30,000 metadata keys overflowed the server's stack
+/// (the process aborted), a thousand broke the database's limits (500), and so did 40,000 ids. At
+/// the bounds (64 keys, 1,000 ids) a search runs as any other; a history's filter is bounded alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thread_search_filters_past_their_bounds_are_refused() {
+    use reqwest::Method;
+    let server = keyed().await;
+    let keys = |n: usize| Value::Object((0..n).map(|i| (format!("k{i}"), json!(i))).collect());
+    let ids = |n: usize| json!((0..n).map(|i| format!("t-{i}")).collect::<Vec<_>>());
+    let (status, _) =
+        send(&server, ALICE, Method::POST, "/threads", json!({"thread_id": "t-7", "metadata": keys(64)})).await;
+    assert_eq!(status, 200);
+    let search = |body: Value| send(&server, ALICE, Method::POST, "/threads/search", body);
+    for (body, what) in [
+        (json!({"metadata": keys(30_000)}), "30,000 keys"),
+        (json!({"metadata": keys(1_000)}), "1,000 keys"),
+        (json!({"metadata": keys(65)}), "65 keys"),
+        (json!({"ids": ids(40_000)}), "40,000 ids"),
+        (json!({"ids": ids(1_001)}), "1,001 ids"),
+    ] {
+        let began = std::time::Instant::now();
+        let (status, body) = search(body).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")), "{what}: {body}");
+        assert!(began.elapsed() < std::time::Duration::from_secs(5), "{what}: refused at once");
+    }
+    let (_, body) = search(json!({"metadata": keys(65)})).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("at most 64 keys"), "{body}");
+    let (_, body) = search(json!({"ids": ids(1_001)})).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("at most 1000 threads"), "{body}");
+
+    let (status, found) = search(json!({"metadata": keys(64)})).await;
+    assert_eq!((status, found.as_array().map(Vec::len)), (200, Some(1)), "{found}");
+    let (status, found) = search(json!({"ids": ids(1_000)})).await;
+    assert_eq!((status, found[0]["thread_id"].as_str()), (200, Some("t-7")), "{found}");
+    let history = |body: Value| send(&server, ALICE, Method::POST, "/threads/t-7/history", body);
+    let (status, body) = history(json!({"metadata": keys(65)})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")), "{body}");
+    assert_eq!(history(json!({"metadata": keys(64)})).await.0, 200);
+}

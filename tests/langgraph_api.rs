@@ -237,6 +237,99 @@ async fn a_thread_made_by_a_start_has_one_active_run() {
     drop(first);
 }
 
+/// No refused start leaves a thread behind, whatever it starts from — a chat input with no human
+/// message, a resume with nothing to answer (or by a caller who may not answer), a checkpoint of
+/// a thread that does not exist — on a thread of its own or on one `if_not_exists: create` names,
+/// whose id stays free. A chat start that is not refused makes its thread in its first commit,
+/// the caller's and named with the graph, and a second one on it goes on from its conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_start_leaves_no_thread() {
+    use reqwest::Method;
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let threads = "SELECT COUNT(*) AS n FROM threads";
+    let chat = |messages: Value| json!({"assistant_id": "flex", "input": {"messages": messages}});
+    let (no_human, system_only) = (chat(json!([])), chat(json!([{"role": "system", "content": "Be brief."}])));
+    let resume = json!({"assistant_id": "flex", "command": {"resume": true}});
+    let checkpoint = json!({"assistant_id": "flex", "checkpoint_id": "0190b2d4-0000-7000-8000-000000000001:1"});
+    let creating = |mut body: Value| {
+        body["if_not_exists"] = json!("create");
+        body
+    };
+    let fresh = "fresh-thread";
+    let named = |path: &str| format!("/threads/{fresh}{path}");
+    let cases = [
+        ("alice-key", "/runs/stream".to_string(), no_human.clone(), 400),
+        ("alice-key", "/runs/wait".to_string(), system_only.clone(), 400),
+        ("alice-key", "/runs".to_string(), no_human.clone(), 400),
+        (OPERATOR_KEY, "/runs/stream".to_string(), resume.clone(), 409),
+        ("alice-key", "/runs/wait".to_string(), resume.clone(), 403),
+        ("alice-key", named("/runs/stream"), creating(no_human), 400),
+        ("alice-key", named("/runs"), creating(system_only), 400),
+        (OPERATOR_KEY, named("/runs/stream"), creating(resume.clone()), 409),
+        ("alice-key", named("/runs/wait"), creating(resume), 403),
+        ("alice-key", named("/runs"), creating(checkpoint), 404),
+    ];
+    for (key, path, body, refused) in cases {
+        let answer = call(&server, Method::POST, &path, key, Some(body.clone())).await;
+        let (status, text) = (answer.status().as_u16(), answer.text().await.unwrap());
+        assert_eq!(status, refused, "{path} {body}: {text}");
+        assert_eq!(server.count(threads), 0, "{path} {body}: no thread made");
+    }
+    let made = call(&server, Method::POST, "/threads", "alice-key", Some(json!({"thread_id": fresh}))).await;
+    assert_eq!(made.status(), 200, "the id a refused start named is free");
+
+    let first = chat(json!([{"role": "user", "content": "First question"}]));
+    let answer = call(&server, Method::POST, "/runs/wait", "alice-key", Some(first.clone())).await;
+    assert_eq!(answer.status(), 200);
+    let path = "/threads/chat-made/runs/wait";
+    let answer = call(&server, Method::POST, path, "alice-key", Some(creating(first))).await;
+    assert_eq!(answer.status(), 200);
+    let second = creating(chat(json!([{"role": "user", "content": "Second question"}])));
+    assert_eq!(call(&server, Method::POST, path, "alice-key", Some(second)).await.status(), 200);
+    assert_eq!(server.count(threads), 3, "the one made by POST /threads, and one per chat that made its own");
+    let marked = "SELECT COUNT(*) AS n FROM threads WHERE owner = 'alice' AND metadata LIKE '%\"graph_id\":\"flex\"%'";
+    assert_eq!(server.count(marked), 2, "the chats' threads are alice's, named with the graph");
+    let continued = "SELECT COUNT(*) AS n FROM runs WHERE thread_id = 'chat-made' \
+                     AND envelope LIKE '%First question%' AND envelope LIKE '%Second question%'";
+    assert_eq!(server.count(continued), 1, "the second chat goes on from the first");
+}
+
+/// Cancel takes the SDK's query parameters, `wait` and `action`: `action=interrupt` (the default)
+/// cancels the run, and the answer comes once the run has ended, whatever `wait` says. `rollback`,
+/// another key, a `wait` that is no boolean and a body are refused (400), the run left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_takes_the_sdks_query_and_refuses_rollback() {
+    use reqwest::Method;
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9).after(Duration::from_secs(5)))).await;
+    let thread = new_thread(&server, "alice-key").await;
+    let run = json!({"assistant_id": "flex", "input": envelope()});
+    let created = call(&server, Method::POST, &format!("/threads/{thread}/runs"), "alice-key", Some(run)).await;
+    assert_eq!(created.status(), 200);
+    let run_id = created.json::<Value>().await.unwrap()["run_id"].as_str().unwrap().to_string();
+    let status = || flexrun::store::runs::get(&mut server.db(), &run_id).unwrap().status;
+    let cancel = format!("/threads/{thread}/runs/{run_id}/cancel");
+    let refused = [
+        (format!("{cancel}?wait=0&action=rollback"), None, "invalid_query", "rollback"),
+        (cancel.clone(), Some(json!({"action": "rollback"})), "invalid_request", "query parameters"),
+        (format!("{cancel}?action=interrupt&reason=taken"), None, "invalid_query", "reason"),
+        (format!("{cancel}?wait=soon"), None, "invalid_query", "wait"),
+        (format!("{cancel}?action=pause"), None, "invalid_query", "interrupt"),
+    ];
+    for (path, body, code, says) in refused {
+        let answer = call(&server, Method::POST, &path, OPERATOR_KEY, body).await;
+        let answered = answer.status().as_u16();
+        let error: Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap_or(Value::Null);
+        assert_eq!((answered, error["error"]["code"].as_str()), (400, Some(code)), "{path}: {error}");
+        assert!(error["error"]["message"].as_str().unwrap().contains(says), "{path}: {error}");
+        assert!(status().is_active(), "{path}: refused, the run goes on");
+    }
+    let answer = call(&server, Method::POST, &format!("{cancel}?wait=1&action=interrupt"), OPERATOR_KEY, None).await;
+    assert_eq!(answer.status(), 202);
+    assert_eq!(status().as_str(), "cancelled", "the answer comes once the run has ended");
+    let read = call(&server, Method::GET, &format!("/threads/{thread}/runs/{run_id}"), "alice-key", None).await;
+    assert_eq!(read.json::<Value>().await.unwrap()["status"], "interrupted");
+}
+
 /// A stream says where to reconnect (`Location`, with its modes) and which run it is
 /// (`Content-Location`), and sends a heartbeat comment while the run is quiet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

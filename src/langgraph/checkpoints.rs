@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::request::{self, Checkpoint, FromCheckpoint, Input};
 use super::started::{GRAPH_METADATA, Started};
-use super::{chat_of, project, run_of_thread, state_at, time};
+use super::{bounded_filter, chat_of, project, run_of_thread, state_at, time};
 use crate::error_code::ErrorCode;
 use crate::events::Seq;
 use crate::http::{ApiError, Caller};
@@ -58,6 +58,8 @@ struct Entry {
 
 /// The thread's checkpoints, newest first, `limit` of them, as `ThreadState`s.
 pub async fn history(services: &Services, thread_id: &str, query: History, limit: i64) -> Result<Vec<Value>, ApiError> {
+    // Matched here, not in a query; bounded all the same, as a search's is.
+    bounded_filter(query.metadata.as_ref())?;
     if query.checkpoint.as_ref().is_some_and(|c| c.get("checkpoint_ns").is_some_and(|ns| !ns.is_null() && ns != "")) {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
@@ -217,6 +219,14 @@ pub fn state_json(
     })
 }
 
+/// 404 `checkpoint_not_found`: `checkpoint` is not one of the thread's.
+pub fn not_found(checkpoint: &Checkpoint) -> ApiError {
+    ApiError::not_found(
+        ErrorCode::CheckpointNotFound,
+        format!("checkpoint {} of this thread", crate::excerpt::excerpt(&checkpoint.id(), 120)),
+    )
+}
+
 /// A run on `thread` from one of its checkpoints: a fork of the checkpoint's run, reusing what it
 /// had done by then, under the thread's one-active-run rule.
 pub async fn fork(
@@ -225,12 +235,7 @@ pub async fn fork(
     thread: &ThreadRow,
     from: &FromCheckpoint,
 ) -> Result<Started, ApiError> {
-    let not_found = || {
-        ApiError::not_found(
-            ErrorCode::CheckpointNotFound,
-            format!("checkpoint {} of this thread", crate::excerpt::excerpt(&from.checkpoint.id(), 120)),
-        )
-    };
+    let not_found = || not_found(&from.checkpoint);
     let row =
         run_of_thread(services, caller, &thread.thread_id, &from.checkpoint.run_id).await.map_err(|_| not_found())?;
     let lookup = row.run_id.clone();

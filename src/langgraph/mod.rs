@@ -24,7 +24,7 @@ mod values;
 
 use actix_web::web;
 use chrono::NaiveDateTime;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error_code::ErrorCode;
 use crate::events::Seq;
@@ -61,6 +61,22 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(runs::join_stream)
         .service(runs::join)
         .service(runs::cancel);
+}
+
+/// The most keys a metadata filter (of a thread search or a history) may have. A search's query
+/// holds a condition per key, nested: tens of thousands of them overflowed the stack building it,
+/// and a thousand the database's limits. A client filters by a few keys: the bound is far above.
+pub const MAX_FILTER_KEYS: usize = 64;
+
+/// Refuses (400) a metadata filter of more than [`MAX_FILTER_KEYS`] keys, before any query.
+fn bounded_filter(metadata: Option<&Map<String, Value>>) -> Result<(), ApiError> {
+    match metadata.map(Map::len) {
+        Some(keys) if keys > MAX_FILTER_KEYS => Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("`metadata` filters by at most {MAX_FILTER_KEYS} keys, not {keys}"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// LangGraph's time format.

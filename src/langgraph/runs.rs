@@ -6,14 +6,14 @@ use std::sync::Arc;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, get, post, web};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde_json::{Value, json};
 
 use super::chat;
 use super::checkpoints;
 use super::request::{self, Action, Input, RunRequest, StreamMode};
 use super::started::{GRAPH_METADATA, Started};
 use super::stream::{self, Translator};
-use super::threads::newest_run;
 use super::{chat_of, project, run_not_found, run_of_thread, state_at, time, visible_thread};
 use crate::error_code::ErrorCode;
 use crate::events::Seq;
@@ -25,7 +25,7 @@ use crate::run::{self, RunId};
 use crate::services::Services;
 use crate::store::events::LoggedFrame;
 use crate::store::runs::RunRow;
-use crate::store::threads as thread_rows;
+use crate::store::threads::{self as thread_rows, ThreadRow};
 use crate::thread::{self, ThreadError, ThreadId, ThreadRule};
 use flexrun_core::trace::TraceParent;
 
@@ -93,11 +93,13 @@ async fn begin(
     Ok(Began { thread_id, run_id: started.run_id.clone(), modes: request.modes, started })
 }
 
-/// A run from an envelope on thread `id`, started without reading the thread first: the caller
-/// is taken for its owner, and the run's first commit checks that (`ThreadRule`), so a start
-/// costs no read. With `create` the same commit makes the thread for the caller if there is
-/// none. An operator may start a run on anyone's thread, the run then the thread owner's: if the
-/// commit finds the thread not the operator's own, it is read, and the run started for its owner.
+/// A run on thread `id` — from an envelope, or a chat on a thread that does not exist yet (no
+/// conversation to go on from) — started without reading the thread first: the caller is taken
+/// for its owner, and the run's first commit checks that (`ThreadRule`), so a start costs no read.
+/// With `create` the same commit makes the thread for the caller if there is none, so a start
+/// refused makes none. An operator may start a run on anyone's thread, the run then the thread
+/// owner's: if the commit finds the thread not the operator's own, it is read, and the run started
+/// for its owner.
 async fn start_unread(
     services: &Arc<Services>,
     caller: &Caller,
@@ -123,8 +125,13 @@ async fn start_unread(
     }
 }
 
-/// Starts the request's run (or answers the thread's interrupt, or forks it) on the thread read
-/// first — or made, for a stateless run or one that creates its thread.
+/// A thread as a request reads it: the row and its newest run (a chat goes on from its
+/// conversation, a resume answers it).
+type Found = (ThreadRow, Option<RunRow>);
+
+/// Starts the request's run (a chat), answers the thread's interrupt, or forks it, on the thread
+/// read first. Nothing is written before the run's first commit (or the answer's): a thread that
+/// is not there is made by that commit, or not at all ([`without_thread`]).
 async fn on_thread(
     services: &Arc<Services>,
     caller: &Caller,
@@ -132,27 +139,22 @@ async fn on_thread(
     request: &RunRequest,
     trace_parent: Option<TraceParent>,
 ) -> Result<(String, Started), ApiError> {
-    let (thread, made) = match thread_id {
-        None => (thread::create(&services.store, caller, None, Map::new()).await?, true),
-        Some(id) if request.create_thread => {
-            let id = ThreadId::parse(id).map_err(|e| ApiError::new(ErrorCode::InvalidThreadId, e.to_string()))?;
-            (thread::enter(&services.store, caller, &id).await?, false)
-        }
-        Some(id) => (visible_thread(services, caller, id).await?, false),
+    let found = match thread_id {
+        Some(id) => read_thread(services, caller, id, request.create_thread).await?,
+        None => None,
     };
-    // The thread's newest run, read only when it matters: a chat goes on from its conversation,
-    // and a resume answers it. A thread this request made has none.
-    let newest = || async { if made { Ok(None) } else { newest_run(services, &thread.thread_id).await } };
+    let Some((thread, newest)) = found else {
+        return without_thread(services, caller, thread_id, &request.action, trace_parent).await;
+    };
     let started = match &request.action {
         Action::Start(input) => {
-            let newest = if matches!(input, Input::Chat(_)) { newest().await? } else { None };
             let on = OnThread { id: &thread.thread_id, owner: thread.owner.clone(), create: false };
             start(services, caller, on, input, newest.as_ref(), trace_parent).await?
         }
         // The resume and the fork boxed: their futures are twice a start's, which every start
         // would otherwise carry (copied whole as the request's handler is boxed).
         Action::Resume(value) => {
-            let resumed = Box::pin(resume(services, caller, newest().await?, value)).await?;
+            let resumed = Box::pin(resume(services, caller, newest, value)).await?;
             // No run is created, so no first commit names the graph: a commit of its own does.
             let (id, owner) = (thread.thread_id.clone(), thread.owner.clone());
             services
@@ -164,6 +166,45 @@ async fn on_thread(
         Action::Fork(from) => Box::pin(checkpoints::fork(services, caller, &thread, from)).await?,
     };
     Ok((thread.thread_id, started))
+}
+
+/// The thread `id` and its newest run, if `caller` may use it, in one read. With `create` an id
+/// no thread may have is refused, and a thread not found is `None`: the request makes it, or
+/// needs none.
+async fn read_thread(services: &Services, caller: &Caller, id: &str, create: bool) -> Result<Option<Found>, ApiError> {
+    if create {
+        ThreadId::parse(id).map_err(|e| ApiError::new(ErrorCode::InvalidThreadId, e.to_string()))?;
+    }
+    match thread::visible_with_newest(&services.store, caller, id).await {
+        Ok(found) => Ok(Some(found)),
+        Err(ThreadError::NotFound(_)) if create => Ok(None),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// A request on no thread — none named, or one `if_not_exists: create` names that is not there —
+/// making none before its run's first commit: a chat's run makes its thread in that commit (a
+/// new one, or the one named), as an envelope's does; a resume has nothing to answer, and a fork
+/// no checkpoint, so neither needs a thread.
+async fn without_thread(
+    services: &Arc<Services>,
+    caller: &Caller,
+    thread_id: Option<&str>,
+    action: &Action,
+    trace_parent: Option<TraceParent>,
+) -> Result<(String, Started), ApiError> {
+    match action {
+        Action::Start(input) => {
+            let id = thread_id.map_or_else(|| ThreadId::generate().to_string(), String::from);
+            let started = start_unread(services, caller, &id, true, input, trace_parent).await?;
+            Ok((id, started))
+        }
+        Action::Resume(_) => {
+            may_answer(caller)?;
+            Err(no_interrupt())
+        }
+        Action::Fork(from) => Err(checkpoints::not_found(&from.checkpoint)),
+    }
 }
 
 /// The thread a run starts on, as its start takes it: its id, whose it is — which the run's
@@ -225,15 +266,7 @@ async fn resume(
     newest: Option<RunRow>,
     value: &Value,
 ) -> Result<Started, ApiError> {
-    if caller.role != Role::Operator {
-        return Err(ApiError::Forbidden);
-    }
-    let no_interrupt = || {
-        ApiError::new(
-            ErrorCode::NoInterrupt,
-            "the thread has no interrupt to resume: its newest run does not wait for an answer",
-        )
-    };
+    may_answer(caller)?;
     let row = newest.ok_or_else(no_interrupt)?;
     let (objective, chat) = (row.objective.clone(), chat_of(&row));
     let state = state_at(services, row, None).await?;
@@ -245,6 +278,19 @@ async fn resume(
     let command = Command::Resume { expected_plan_version: None, answer, actor };
     let applied = run::apply(services, &run_id, command).await?;
     Ok(Started { run_id, state, objective, chat, frames: applied.frames })
+}
+
+/// Answering an interrupt is an operator's action, as in the flex API: 403 for anyone else.
+fn may_answer(caller: &Caller) -> Result<(), ApiError> {
+    if caller.role == Role::Operator { Ok(()) } else { Err(ApiError::Forbidden) }
+}
+
+/// 409 `no_interrupt`: the thread's newest run (if it has one) waits for no answer.
+fn no_interrupt() -> ApiError {
+    ApiError::new(
+        ErrorCode::NoInterrupt,
+        "the thread has no interrupt to resume: its newest run does not wait for an answer",
+    )
 }
 
 /// LangGraph's `Run`.
@@ -468,14 +514,77 @@ pub async fn join(
     settled_values(&services, &tid, row, frames).await
 }
 
-/// `POST /threads/{tid}/runs/{rid}/cancel`: cancels the run (an operator's action, as in the flex
-/// API); 202 with no body, as the SDK expects.
+/// A cancel's query parameters, as the SDKs send them (`?wait=0&action=interrupt`); a key not
+/// listed (the JS SDK's `reason`, say) is refused rather than ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelQuery {
+    /// Whether the answer waits for the run to end: it always does (see [`cancel`]), so either
+    /// boolean is taken, and nothing else.
+    #[serde(default)]
+    wait: Option<String>,
+    /// `interrupt` (the default): the run ends as cancelled, what it did kept. `rollback`, which
+    /// would delete the run, flexrun does not do.
+    #[serde(default)]
+    action: Option<String>,
+}
+
+impl CancelQuery {
+    /// Refuses (400) a `wait` that is not a boolean and an `action` other than `interrupt`.
+    fn check(&self) -> Result<(), ApiError> {
+        let refused = |message: String| Err(ApiError::new(ErrorCode::InvalidQuery, message));
+        if let Some(wait) = self.wait.as_deref()
+            && !["0", "1", "true", "false"].contains(&wait)
+        {
+            return refused(format!(
+                "`wait` is a boolean (1, 0, true or false), not {:?}",
+                crate::excerpt::excerpt(wait, 40)
+            ));
+        }
+        match self.action.as_deref() {
+            None | Some("interrupt") => Ok(()),
+            Some("rollback") => refused(
+                "`action=rollback` is not supported: flexrun keeps a cancelled run and what it did; cancel with \
+                 `action=interrupt` (the default)"
+                    .into(),
+            ),
+            Some(other) => {
+                refused(format!("`action` must be \"interrupt\", not {:?}", crate::excerpt::excerpt(other, 40)))
+            }
+        }
+    }
+}
+
+/// A cancel's body: none, as the SDKs send, or an empty one (`{}`, `null`). Its options are query
+/// parameters: one sent in a body would be ignored, so it is refused.
+fn no_options_in(body: &Body) -> Result<(), ApiError> {
+    if body.is_blank() {
+        return Ok(());
+    }
+    match body.json::<Value>()? {
+        Value::Null => Ok(()),
+        Value::Object(fields) if fields.is_empty() => Ok(()),
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "a cancel takes `wait` and `action` as query parameters (`?action=interrupt&wait=1`), not in a body",
+        )),
+    }
+}
+
+/// `POST /threads/{tid}/runs/{rid}/cancel?wait=&action=`: cancels the run (an operator's action,
+/// as in the flex API); 202 with no body, as the SDK expects. The answer comes once the
+/// cancellation is committed — the run has ended, as `cancelled` — so `wait=1` waits for nothing
+/// more. `action=rollback` is refused ([`CancelQuery`]).
 #[post("/threads/{tid}/runs/{rid}/cancel")]
 pub async fn cancel(
     caller: Caller,
     path: web::Path<(String, String)>,
+    query: web::Query<CancelQuery>,
+    body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
+    query.check()?;
+    no_options_in(&body)?;
     let (tid, rid) = path.into_inner();
     let row = run_of_thread(&services, &caller, &tid, &rid).await?;
     if caller.role != Role::Operator {

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::checkpoints;
 use super::request::ASSISTANT;
-use super::{chat_of, project, state_at, time, visible_thread};
+use super::{bounded_filter, chat_of, project, state_at, time, visible_thread};
 use crate::error_code::ErrorCode;
 use crate::http::paging::PageSize;
 use crate::http::{ApiError, Body, Caller};
@@ -17,6 +17,10 @@ use crate::thread::{self, ThreadError, ThreadId};
 
 /// Threads a search returns at most.
 const MAX_SEARCH: i64 = 100;
+
+/// Thread ids a search may list at most: each is a variable bound to the query, which the
+/// database limits (SQLite to 32,766); a client lists a page of threads it knows, far fewer.
+const MAX_SEARCH_IDS: usize = 1_000;
 
 /// `GET /info`: what this server is (clients use it as a health check).
 #[get("/info")]
@@ -132,11 +136,6 @@ pub async fn create_thread(
     Ok(HttpResponse::Ok().json(thread_json(&services, &thread, newest).await?))
 }
 
-pub async fn newest_run(services: &Services, thread_id: &str) -> Result<Option<RunRow>, ApiError> {
-    let id = thread_id.to_string();
-    Ok(services.store.read(move |conn| thread_rows::newest_run(conn, &id)).await?)
-}
-
 /// `GET /threads/{tid}`.
 #[get("/threads/{tid}")]
 pub async fn get_thread(
@@ -169,13 +168,30 @@ struct SearchThreads {
     sort_order: Option<String>,
 }
 
+impl SearchThreads {
+    /// Refuses (400) filters past their bounds ([`super::MAX_FILTER_KEYS`] keys of `metadata`,
+    /// [`MAX_SEARCH_IDS`] `ids`) before any query is built: a query of such size would fail in the
+    /// database, or overflow the stack as it is built.
+    fn bounded(&self) -> Result<(), ApiError> {
+        bounded_filter(self.metadata.as_ref())?;
+        match self.ids.as_ref().map(Vec::len) {
+            Some(ids) if ids > MAX_SEARCH_IDS => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("`ids` lists at most {MAX_SEARCH_IDS} threads, not {ids}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Threads read from the database per query while a search filters them by status.
 const SEARCH_BATCH: i64 = 200;
 
 /// `POST /threads/search` `{metadata?, status?, ids?, limit?, offset?}`: the caller's threads,
 /// most recently updated first. A metadata filter keeps threads whose metadata has each key with
 /// that value (found by the `thread_metadata` index); a status filter reads the threads a batch
-/// at a time until the page is full, so every match is found.
+/// at a time until the page is full, so every match is found. Filters are bounded
+/// ([`SearchThreads::bounded`]).
 #[post("/threads/search")]
 pub async fn search_threads(
     caller: Caller,
@@ -183,6 +199,7 @@ pub async fn search_threads(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let query: SearchThreads = if body.is_blank() { SearchThreads::default() } else { body.json()? };
+    query.bounded()?;
     let limit = PageSize { default: 10, max: MAX_SEARCH }.of_body(query.limit)?;
     if query.sort_by.as_deref().is_some_and(|s| s != "updated_at")
         || query.sort_order.as_deref().is_some_and(|s| s != "desc")

@@ -132,7 +132,9 @@ pub fn metadata_entry(key: &str, value: &Value) -> (String, String) {
     (key.to_string(), value.to_string())
 }
 
-/// Which threads a search finds.
+/// Which threads a search finds. The query holds a variable per id and a nested condition per
+/// metadata key: callers bound both (the LangGraph surface refuses more than 64 keys or 1,000 ids),
+/// or the database refuses the query, or building it overflows the stack.
 #[derive(Debug, Clone, Default)]
 pub struct Search<'a> {
     /// Only this principal's threads.
