@@ -226,7 +226,8 @@ async fn a_fork_killed_mid_step_resumes_without_running_reused_work() {
 }
 
 /// A fork of a fork reuses what its parent reused or ran, naming its parent's frames; a run still
-/// waiting for an operator may be forked from what it has committed, and goes on waiting.
+/// waiting for an operator may be forked from what it has committed, and goes on waiting — and so
+/// does the fork, for the approval of its plan that its envelope requires.
 #[tokio::test]
 async fn forks_of_forks_and_of_a_waiting_run() {
     let (server, parent, _) = repaired().await;
@@ -255,9 +256,61 @@ async fn forks_of_forks_and_of_a_waiting_run() {
     let (status, frames, _) = fork(&server, &waiting_id, &json!({})).await;
     assert_eq!(status, 200);
     assert_eq!(frame_of(&frames, "start").payload["forkedFrom"]["version"], 1);
-    assert!(frames.iter().any(|f| f.kind == "node_start"), "the fork runs what the waiting run had not");
+    assert_eq!(kinds(&frames), ["start", "plan_generated", "hitl_request"], "the fork waits for its approval");
     let stored = flexrun::store::runs::get(&mut server.db(), &waiting_id).unwrap();
     assert_eq!(stored.status.as_str(), "awaiting_hitl", "the parent goes on waiting");
+}
+
+/// A fork obeys its envelope's plan approval: a plan the parent's operator never approved runs in
+/// the fork only once approved there — and one the parent's operator approved is asked again (an
+/// approval is given for one run). A fork with no step left to run has nothing to approve.
+#[tokio::test]
+async fn a_fork_waits_for_the_plan_approval_its_envelope_requires() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let waiting = server.run(&gated_envelope()).await;
+    let parent = waiting[0].run_id.clone();
+    server.wait_for_status(&parent, "awaiting_hitl").await;
+    let writer = server.capability_calls("writer");
+
+    let (status, frames, _) = fork(&server, &parent, &json!({"fromVersion": 1})).await;
+    assert_eq!(status, 200);
+    let asked = frame_of(&frames, "hitl_request");
+    let request = &asked.payload["request"];
+    assert_eq!(
+        (request["kind"].as_str(), request["subject"].as_str(), request["planVersion"].as_u64()),
+        (Some("approval"), Some("plan"), Some(1))
+    );
+    assert!(!frames.iter().any(|f| f.kind == "node_start" || f.kind == "complete"), "{:?}", kinds(&frames));
+    let child = asked.run_id.clone();
+    server.wait_for_status(&child, "awaiting_hitl").await;
+    assert_eq!(server.capability_calls("writer"), writer, "no step ran before the approval");
+    let open = format!("SELECT COUNT(*) AS n FROM hitl_requests WHERE run_id = '{child}' AND status = 'pending'");
+    assert_eq!(server.count(&open), 1, "the fork's request is open in the inbox");
+    // PostgreSQL: no node holds the lease of a run that waits (SQLite has no leases).
+    let unleased = format!("SELECT COUNT(*) AS n FROM runs WHERE run_id = '{child}' AND lease_owner IS NULL");
+    assert_eq!(server.count(&unleased), 1, "the fork's first commit let go of its lease");
+
+    let request_id = request["id"].as_str().unwrap();
+    let (status, after, _) = resume(&server, decision(&child, request_id, true, None)).await;
+    assert_eq!(status, 200);
+    assert_eq!(frame_of(&after, "complete").payload["status"], "completed", "{:?}", kinds(&after));
+    assert_eq!(server.capability_calls("writer"), writer + 1, "approved, the draft ran");
+
+    // The parent approved and completed: a fork that runs its plan again asks again.
+    let parent_request = server.get_json(&format!("/api/v1/flex/runs/{parent}")).await["hitlRequests"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, done, _) = resume(&server, decision(&parent, &parent_request, true, None)).await;
+    assert_eq!((status, frame_of(&done, "complete").payload["status"].as_str()), (200, Some("completed")));
+    let (status, frames, _) = fork(&server, &parent, &json!({"fromVersion": 1})).await;
+    assert_eq!(status, 200);
+    assert_eq!(kinds(&frames), ["start", "plan_generated", "hitl_request"]);
+    // Everything reused: no step runs, none waits for an approval.
+    let (status, frames, _) = fork(&server, &parent, &json!({})).await;
+    assert_eq!(status, 200);
+    assert!(!frames.iter().any(|f| f.kind == "hitl_request" || f.kind == "node_start"), "{:?}", kinds(&frames));
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
 }
 
 /// An idempotency key re-joins the fork a first request made; the same key forking another run is

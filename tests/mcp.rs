@@ -289,6 +289,16 @@ async fn a_destructive_tools_step_runs_only_once_an_operator_approves_it() {
     assert_eq!(status, 200);
     assert_eq!(frame_of(&after, "complete").payload["status"], "completed", "{:?}", kinds(&after));
     assert_eq!(tools(py.calls().await), ["add", "wipe"]);
+
+    // A fork that runs the step again asks again: the approval was given in the parent.
+    let url = server.url(&format!("/api/v1/flex/runs/{run_id}/fork"));
+    let forked = server.http.post(url).json(&json!({"fromNode": "wipe"})).send().await.unwrap();
+    assert_eq!(forked.status(), 200);
+    let frames = support::read_frames(forked, usize::MAX).await;
+    let asked = frame_of(&frames, "hitl_request");
+    let request = &asked.payload["request"];
+    assert_eq!((request["subject"].as_str(), request["nodeId"].as_str()), (Some("node"), Some("wipe")));
+    assert_eq!(tools(py.calls().await), ["add", "wipe"], "the fork's wipe waits for an operator");
 }
 
 #[tokio::test]

@@ -162,3 +162,75 @@ async fn the_console_feed_tells_a_caller_only_of_its_own_runs() {
         "the operator's feed follows every run: {operator_saw:?}"
     );
 }
+
+/// `POST /runs/{id}/fork` with the status and, for a 200, the new run's id (its stream read to
+/// the end), else the error body.
+async fn fork_as(server: &TestServer, key: &str, run_id: &str, body: &Value) -> (u16, Value) {
+    let url = server.url(&format!("/api/v1/flex/runs/{run_id}/fork"));
+    let response = server.http.post(url).bearer_auth(key).json(body).send().await.unwrap();
+    let status = response.status().as_u16();
+    if status != 200 {
+        return (status, response.json().await.unwrap_or(Value::Null));
+    }
+    let frames = read_frames(response, usize::MAX).await;
+    (status, json!(frames[0].run_id))
+}
+
+fn on_thread(thread: &str) -> Value {
+    let mut envelope = envelope();
+    envelope["constraints"] = json!({"threadId": thread});
+    envelope
+}
+
+/// A fork is a run on its envelope's thread like one `run.stream` starts: forking her own run
+/// does not let alice put a run on bob's thread (404 `thread_not_found`, nothing stored), nor
+/// claim a thread id for anyone but herself; an operator's fork of bob's run on his thread is
+/// bob's run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_goes_on_a_thread_only_as_run_stream_would() {
+    let server = server().await;
+    let bobs = start_as(&server, BOB, &on_thread("bob-thread-1")).await;
+    let alices = start_as(&server, ALICE, &envelope()).await;
+    let runs = || server.count("SELECT COUNT(*) AS n FROM runs");
+    let on_bobs_thread = "SELECT COUNT(*) AS n FROM runs WHERE thread_id = 'bob-thread-1'";
+    let before = runs();
+
+    let injected = json!({"envelope": on_thread("bob-thread-1")});
+    let (status, body) = fork_as(&server, ALICE, &alices, &injected).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("thread_not_found")), "{body}");
+    let (status, body) =
+        fork_as(&server, ALICE, &alices, &json!({"fromVersion": 1, "envelope": on_thread("bob-thread-1")})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("thread_not_found")), "{body}");
+    assert_eq!((runs(), server.count(on_bobs_thread)), (before, 1), "bob's thread holds his run only");
+
+    // A thread id not in use is made for alice, as `run.stream` would make it: bob cannot use it.
+    let (status, forked) = fork_as(&server, ALICE, &alices, &json!({"envelope": on_thread("fresh-thread")})).await;
+    assert_eq!(status, 200, "{forked}");
+    let forked = forked.as_str().unwrap();
+    let owned = "SELECT COUNT(*) AS n FROM threads WHERE thread_id = 'fresh-thread' AND owner = 'alice'";
+    assert_eq!(server.count(owned), 1, "the thread is alice's");
+    assert_eq!(
+        server.count(&format!("SELECT COUNT(*) AS n FROM runs WHERE run_id = '{forked}' AND owner = 'alice'")),
+        1
+    );
+    let response = server
+        .http
+        .post(server.url("/api/v1/flex/run.stream"))
+        .bearer_auth(BOB)
+        .json(&on_thread("fresh-thread"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404, "alice's new thread is not bob's");
+    let (status, body) = fork_as(&server, ALICE, &alices, &json!({"envelope": on_thread("a/b")})).await;
+    assert_eq!((status, body["error"]["details"][0]["path"].as_str()), (400, Some("/envelope/constraints/threadId")));
+
+    // An operator's fork of bob's run stays on bob's thread, and is bob's.
+    let (status, forked) = fork_as(&server, OPERATOR_KEY, &bobs, &json!({})).await;
+    assert_eq!(status, 200, "{forked}");
+    let forked = forked.as_str().unwrap();
+    let (status, _) = get(&server, BOB, &format!("/api/v1/flex/runs/{forked}")).await;
+    assert_eq!(status, 200, "bob sees the run on his thread");
+    assert_eq!(server.count(on_bobs_thread), 2);
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs WHERE thread_id = 'bob-thread-1' AND owner = 'bob'"), 2);
+}

@@ -10,10 +10,10 @@ use super::auth::Caller;
 use super::body::Body;
 use super::error::ApiError;
 use super::idempotency;
-use super::runs::{correlation_id, started, visible};
+use super::runs::{correlation_id, run_owner, started, visible};
 use crate::envelope::{self, EnvelopeError};
 use crate::run::fork::{self, ForkOrder};
-use crate::run::{RunId, Stored};
+use crate::run::{Origin, RunId, Stored};
 use crate::services::Services;
 use crate::thread::ThreadRule;
 use crate::validation::{BodySchema, FieldError};
@@ -24,7 +24,8 @@ pub(super) static FORK: LazyLock<BodySchema> =
 
 /// `POST /api/v1/flex/runs/{id}/fork` `{fromVersion?, fromNode?, envelope?, outputs?,
 /// idempotencyKey?}`: forks a run its caller may see (an operator any run) and streams the new
-/// run's frames. Nothing is created unless every part of the request holds.
+/// run's frames. Nothing is created unless every part of the request holds. The fork is a run on
+/// its envelope's thread like one `run.stream` starts, and so is the thread owner's.
 #[post("/runs/{id}/fork")]
 pub async fn fork_run(
     req: HttpRequest,
@@ -50,7 +51,13 @@ pub async fn fork_run(
     let correlation_id = correlation_id(&req)?;
     let services: Arc<Services> = services.into_inner();
     let parent = Stored::read(&services, &parent_id).await?;
-    let run = fork::fork(&services, &parent, order, correlation_id, idempotency, &caller.principal).await?;
+    let (plan, envelope) = fork::prepare(&services, &parent, order)?;
+    // The fork's thread — its envelope's, or the parent's it inherits — is taken as `run.stream`
+    // takes one: forking a run of one's own must not put a run on another caller's thread.
+    let owner = run_owner(&services, &caller, &envelope, "/envelope").await?;
+    let origin =
+        Origin { correlation_id, idempotency, owner: &owner, thread_rule: ThreadRule::Shared, trace_parent: None };
+    let run = fork::start(&services, (plan, envelope), origin).await?;
     Ok(started(run, &services))
 }
 
@@ -67,7 +74,7 @@ fn order(request: &Value, services: &Services) -> Result<ForkOrder, ApiError> {
         as_of: None,
     };
     let outputs = request.get("outputs").and_then(Value::as_object).cloned().unwrap_or_default().into_iter().collect();
-    Ok(ForkOrder { point, envelope, outputs, thread_rule: ThreadRule::Shared })
+    Ok(ForkOrder { point, envelope, outputs })
 }
 
 /// An envelope's problems at their place in the fork request.

@@ -15,7 +15,7 @@ use super::idempotency;
 use super::paging::{self, PageSize};
 use super::sse::frame_stream;
 use super::traceparent::CallerSpan;
-use crate::envelope;
+use crate::envelope::{self, TaskEnvelope};
 use crate::error_code::ErrorCode;
 use crate::events::Seq;
 use crate::run::follow::follow;
@@ -43,13 +43,7 @@ pub async fn run_stream(
     let envelope = envelope::parse(body, &services.registry.catalog())?;
     let correlation_id = correlation_id(&req)?;
     let idempotency = idempotency::from_request(&req, &caller, body)?;
-    let owner = match &envelope.thread_id {
-        Some(id) => {
-            let thread = thread::enter(&services.store, &caller, &thread_id(id)?).await?;
-            thread::run_owner(thread.owner.as_deref(), &caller)
-        }
-        None => caller.principal.clone(),
-    };
+    let owner = run_owner(&services, &caller, &envelope, "").await?;
     let services: Arc<Services> = services.into_inner();
     let origin = Origin { correlation_id, idempotency, owner: &owner, thread_rule: ThreadRule::Shared, trace_parent };
     let run = crate::run::start(&services, envelope, origin).await?;
@@ -68,11 +62,28 @@ pub(super) fn started(run: StartedRun, services: &Services) -> impl Responder + 
         .insert_header(("x-flexrun-run-id", run.run_id.to_string()))
 }
 
-/// The envelope's `constraints.threadId`, if clients can address it (`crate::thread::ThreadId`).
-fn thread_id(id: &str) -> Result<ThreadId, ApiError> {
+/// Who owns the run `caller` starts with `envelope` — by `run.stream` or a fork, so that no API
+/// puts a run on a thread the rule of `crate::thread` keeps from its caller: on the envelope's
+/// `constraints.threadId`, the thread's owner, the thread taken by [`thread::enter`] (made for
+/// `caller` if not in use; another caller's is 404 `thread_not_found`); on no thread, `caller`.
+/// `at` is where the envelope is in the request body (`""` when it is the body).
+pub(super) async fn run_owner(
+    services: &Services,
+    caller: &Caller,
+    envelope: &TaskEnvelope,
+    at: &str,
+) -> Result<String, ApiError> {
+    let Some(id) = &envelope.thread_id else { return Ok(caller.principal.clone()) };
+    let thread = thread::enter(&services.store, caller, &thread_id(id, at)?).await?;
+    Ok(thread::run_owner(thread.owner.as_deref(), caller))
+}
+
+/// The envelope's `constraints.threadId`, if clients can address it (`crate::thread::ThreadId`);
+/// else 400 `invalid_envelope` at it, under `at`.
+fn thread_id(id: &str, at: &str) -> Result<ThreadId, ApiError> {
     ThreadId::parse(id).map_err(|error| {
         ApiError::invalid_envelope(vec![FieldError::new(
-            "/constraints/threadId",
+            format!("{at}/constraints/threadId"),
             "invalid_thread_id",
             error.to_string(),
         )])

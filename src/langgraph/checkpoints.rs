@@ -16,9 +16,9 @@ use super::{bounded_filter, chat_of, project, run_of_thread, state_at, time};
 use crate::error_code::ErrorCode;
 use crate::events::Seq;
 use crate::http::{ApiError, Caller};
-use crate::run::fork::{ForkError, ForkOrder};
+use crate::run::fork::{self, ForkError, ForkOrder};
 use crate::run::state::RunState;
-use crate::run::{RunId, Stored};
+use crate::run::{Origin, RunId, Stored};
 use crate::services::Services;
 use crate::store::events;
 use crate::store::runs::RunRow;
@@ -259,14 +259,21 @@ pub async fn fork(
         point: ForkPoint { as_of: Some(seq), ..ForkPoint::default() },
         envelope,
         outputs: from.outputs.clone().into_iter().collect(),
-        thread_rule: ThreadRule::OneActiveRun { metadata: GRAPH_METADATA, owner: thread.owner.clone(), create: false },
     };
     let run_id = RunId::parse(&row.run_id).map_err(|_| not_found())?;
     let parent = Stored::read(services, &run_id).await?;
+    // The fork is on this thread (a given envelope's thread id is set to it, the parent's is it):
+    // its first commit checks that the thread is still its owner's, as any LangGraph run's does.
+    let prepared = fork::prepare(services, &parent, order).map_err(on_request)?;
     let owner = thread::run_owner(thread.owner.as_deref(), caller);
-    let started = crate::run::fork::fork(services, &parent, order, Some(correlation_id.clone()), None, &owner)
-        .await
-        .map_err(on_request)?;
+    let origin = Origin {
+        correlation_id: Some(correlation_id.clone()),
+        idempotency: None,
+        owner: &owner,
+        thread_rule: ThreadRule::OneActiveRun { metadata: GRAPH_METADATA, owner: thread.owner.clone(), create: false },
+        trace_parent: None,
+    };
+    let started = fork::start(services, prepared, origin).await.map_err(on_request)?;
     let state = RunState::new(&started.run_id, &correlation_id);
     Ok(Started { run_id: started.run_id, state, objective, chat, frames: started.frames })
 }

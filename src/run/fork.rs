@@ -9,13 +9,12 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::lifecycle::{self, Idempotency, StartError, StartedRun};
+use super::lifecycle::{self, Origin, StartError, StartedRun};
 use super::stored::{ResumeError, Stored};
 use crate::capability::check_output;
 use crate::envelope::TaskEnvelope;
 use crate::events::{DecodedFrame, Frame};
 use crate::services::Services;
-use crate::thread::ThreadRule;
 use crate::validation::FieldError;
 use flexrun_core::capability::CapabilityError;
 use flexrun_core::run::fork::{self, ForkChanges, ForkPlan, ForkPoint};
@@ -28,9 +27,6 @@ pub struct ForkOrder {
     pub envelope: Option<TaskEnvelope>,
     /// Outputs replacing those of completed nodes, by node id.
     pub outputs: BTreeMap<String, Value>,
-    /// The rule of the fork's thread: the flex API's forks share it, a LangGraph run from a
-    /// checkpoint holds it as any LangGraph run does.
-    pub thread_rule: ThreadRule,
 }
 
 /// Why no fork was made.
@@ -47,18 +43,15 @@ pub enum ForkError {
     Unreadable(#[from] ResumeError),
 }
 
-/// Forks `parent` as `order` says, owned by `owner`.
-pub async fn fork(
+/// Starts the fork [`prepare`] made, as `origin` says. The fork's envelope may name a thread
+/// (its own `constraints.threadId`, or the parent's it inherits): the caller has taken that
+/// thread for the fork's owner first, as for any run it starts (`origin.owner`,
+/// `origin.thread_rule`) — a fork is a run on its thread like any other.
+pub async fn start(
     services: &Arc<Services>,
-    parent: &Stored,
-    order: ForkOrder,
-    correlation_id: Option<String>,
-    idempotency: Option<Idempotency>,
-    owner: &str,
+    (plan, envelope): (ForkPlan, TaskEnvelope),
+    origin: Origin<'_>,
 ) -> Result<StartedRun, ForkError> {
-    let thread_rule = order.thread_rule.clone();
-    let (plan, envelope) = prepare(services, parent, order)?;
-    let origin = lifecycle::Origin { correlation_id, idempotency, owner, thread_rule, trace_parent: None };
     Ok(lifecycle::start_fork(services, envelope, plan, origin).await?)
 }
 

@@ -179,7 +179,7 @@ async fn create(
         Some(fork) => coordinator.open_fork(start, fork).await,
     };
     if let Err(error) = opened {
-        coordinator.abandon();
+        coordinator.let_go();
         let error = match error {
             log::LogError::Store(error) => error,
             other => StoreError::Commit(other.to_string()),
@@ -196,8 +196,13 @@ async fn create(
     }
     crate::telemetry::run_started();
     tracing::info!(%run_id, owner, forked, "run started");
-    let owner = coordinator.owner();
-    spawn(services, owner, coordinator.drive(if forked { Resume::Execute } else { Resume::Requested }));
+    if coordinator.waits() {
+        // A fork created waiting for its plan's approval: the operator's answer drives it on.
+        coordinator.let_go();
+    } else {
+        let owner = coordinator.owner();
+        spawn(services, owner, coordinator.drive(if forked { Resume::Execute } else { Resume::Requested }));
+    }
     let frames = follow_new(services, live, run_id.to_string()).boxed();
     Ok(StartedRun { run_id, frames, replayed: false })
 }

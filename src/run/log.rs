@@ -253,13 +253,16 @@ impl RunLog {
 
     /// What the next commit does with the run's lease, if runs are leased: a new run takes its
     /// first; a commit that leaves the run waiting or ended lets go of it; any other checks it.
+    /// A new run created waiting (a fork whose plan needs approval) does both in its first commit.
     fn lease(&self, creating: bool) -> Option<Lease> {
         let epoch = self.claim.epoch()?;
+        let active = self.state.status.is_active();
         if creating {
             let leasing = self.claim.leasing()?;
-            return Some(Lease::Take { node: leasing.node.clone(), seconds: leasing.lease.as_secs_f64() });
+            let (node, seconds) = (leasing.node.clone(), leasing.lease.as_secs_f64());
+            return Some(Lease::Take { node, seconds, release: (!active).then_some(epoch) });
         }
-        Some(if self.state.status.is_active() { Lease::Hold(epoch) } else { Lease::Release(epoch) })
+        Some(if active { Lease::Hold(epoch) } else { Lease::Release(epoch) })
     }
 
     /// Counts in the metrics what the commit recorded: the replans it granted, and the run's end.
@@ -352,8 +355,9 @@ impl RunChange {
 /// What a commit of a leased run does with the lease, in the commit's transaction.
 #[derive(Debug, Clone)]
 enum Lease {
-    /// A new run: its first lease, taken once its row is inserted.
-    Take { node: String, seconds: f64 },
+    /// A new run: its first lease, taken once its row is inserted — and let go of at once (at
+    /// this epoch) when the run is created waiting for an operator: no node drives it then.
+    Take { node: String, seconds: f64, release: Option<i64> },
     /// The lease must still be at this epoch (the fencing check), and stays.
     Hold(i64),
     /// The lease must still be at this epoch, and is let go of.
@@ -373,8 +377,11 @@ impl Lease {
 
     /// After the run row is written: a new run's lease, and the notification of the change.
     fn finish(&self, conn: &mut crate::store::DbConn, run_id: &str) -> Result<(), StoreError> {
-        if let Self::Take { node, seconds } = self {
+        if let Self::Take { node, seconds, release } = self {
             leases::take_new(conn, run_id, node, *seconds)?;
+            if let Some(epoch) = release {
+                leases::release(conn, run_id, *epoch)?;
+            }
         }
         leases::notify(conn, notify::CHANGED, &notify::changed_payload(run_id))
     }

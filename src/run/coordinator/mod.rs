@@ -218,16 +218,32 @@ impl Coordinator {
 
     /// Creates a fork in one commit: its row (`running`), its `start` frame, the parent's plan
     /// version as its first and the `node_complete` of each node it reuses. Then [`Self::drive`]
-    /// it from [`Resume::Execute`].
+    /// it from [`Resume::Execute`] — unless it waits for its plan's approval ([`Self::waits`]).
+    ///
+    /// A fork obeys its envelope's `policies.approval.plan` as a run does each plan it is given:
+    /// when a step of the plan is left to run, the same commit asks an operator to approve it
+    /// (the run is created `awaiting_hitl`). Approvals are not inherited: the parent's operator
+    /// approved that plan for the parent — its envelope, its outputs, its caller — and a fork
+    /// may change each; a crash can never leave a fork whose approval was not asked for.
     pub(super) async fn open_fork(&mut self, start: Event, fork: ForkPlan) -> Result<(), LogError> {
         self.stage(vec![start])?;
         let now = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        let frames = fork.frames(self.log.run_id().as_str(), &now);
-        self.log.record(frames).await
+        let runs_a_step = fork.plan.nodes.iter().any(|node| node.status != crate::plan::NodeStatus::Completed);
+        self.stage(fork.frames(self.log.run_id().as_str(), &now))?;
+        if self.envelope.approval.plan && runs_a_step {
+            self.stage(vec![planning::plan_approval(&self.run())])?;
+        }
+        self.log.commit().await
     }
 
-    /// Lets go of a run that was never created (its first commit failed).
-    pub(super) fn abandon(self: Box<Self>) {
+    /// Whether the run waits for an operator (or ended): no coordinator drives it now.
+    pub(super) fn waits(&self) -> bool {
+        !self.log.state().status.is_active()
+    }
+
+    /// Lets go of a run without driving it: one never created (its first commit failed), or one
+    /// created waiting for an operator ([`Self::waits`]). Followers' streams end once caught up.
+    pub(super) fn let_go(self: Box<Self>) {
         self.log.settle();
     }
 

@@ -4,11 +4,12 @@
 use serde_json::Value;
 
 use super::{Coordinator, Step};
+use crate::events::Event;
 use crate::events::payload::{BudgetPhase, HitlSubject, ReplanInfo, RetryScope};
 use crate::plan::Diagnostic;
 use crate::planner::{self, PromptInput};
 use crate::run::decide::execution::{approval, fallbacks, retry};
-use crate::run::decide::{Failure, planning};
+use crate::run::decide::{Failure, Run, planning};
 use crate::run::log::LogError;
 use crate::run::spans;
 use crate::run::usage::Caller;
@@ -77,8 +78,7 @@ impl Coordinator {
                     let events = planning::install(&self.run(), plan, replan);
                     self.stage(events)?;
                     if self.envelope.approval.plan {
-                        let request = approval(&self.run(), HitlSubject::Plan, Value::Null);
-                        self.log.record(vec![request]).await?;
+                        self.log.record(vec![plan_approval(&self.run())]).await?;
                         return Ok(Step::Ended);
                     }
                     return Ok(Step::Continue(()));
@@ -152,4 +152,11 @@ impl Coordinator {
         let chain = planner.pool().chain(&self.envelope.models.planner).ok().filter(|chain| !chain.is_empty());
         planner.draft(&input, self.timeouts.model_call, chain.as_deref()).await
     }
+}
+
+/// The request for an operator's approval of the run's current plan version, before any of its
+/// steps runs (`policies.approval.plan: "required"`): of each plan the planner gives, and of a
+/// fork's first (`Coordinator::open_fork`).
+pub(super) fn plan_approval(run: &Run<'_>) -> Event {
+    approval(run, HitlSubject::Plan, Value::Null)
 }
