@@ -251,17 +251,26 @@ async fn memory_stays_bounded_under_hundreds_of_stalled_uploads() {
 }
 
 #[tokio::test]
-async fn a_megabyte_objective_makes_prompts_of_tens_of_kib() {
+async fn a_megabyte_objective_is_refused_and_the_longest_makes_prompts_of_tens_of_kib() {
     let server = TestServer::start(support::planner_then(&[("draft", "writer")], support::post(0.9))).await;
     let mut body = envelope();
     body["objective"] = json!("o".repeat(1_000_000));
+    let refused = server.post_run(&body).await;
+    assert_eq!(refused.status().as_u16(), 400);
+    let refused: Value = refused.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "invalid_envelope", "{refused}");
+    let message = refused["error"]["details"][0]["message"].as_str().unwrap_or_default();
+    assert_eq!(message, "must be at most 16384 characters long (it is 1000000)", "{refused}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "nothing is stored");
+
+    body["objective"] = json!("o".repeat(16_384));
     let frames = server.run(&body).await;
     assert_eq!(frames.last().unwrap().payload["status"], "completed");
     let calls = server.llm_calls();
     assert_eq!(calls.len(), 2, "one planner call, one capability call");
     for call in &calls {
         assert!(call.user.len() < 64 * 1024, "a prompt of {} bytes", call.user.len());
-        assert!(call.user.contains("… (992000 more characters)"), "the cut is marked");
+        assert!(call.user.contains("… (8384 more characters)"), "the cut is marked");
     }
 }
 
