@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::request::{self, Checkpoint, FromCheckpoint, Input};
 use super::started::{GRAPH_METADATA, Started};
-use super::{bounded_filter, chat_of, project, run_of_thread, state_at, time};
+use super::{bounded_metadata, chat_of, project, run_of_thread, state_at, time};
 use crate::error_code::ErrorCode;
 use crate::events::Seq;
 use crate::http::{ApiError, Caller};
@@ -59,7 +59,7 @@ struct Entry {
 /// The thread's checkpoints, newest first, `limit` of them, as `ThreadState`s.
 pub async fn history(services: &Services, thread_id: &str, query: History, limit: i64) -> Result<Vec<Value>, ApiError> {
     // Matched here, not in a query; bounded all the same, as a search's is.
-    bounded_filter(query.metadata.as_ref())?;
+    bounded_metadata(query.metadata.as_ref())?;
     if query.checkpoint.as_ref().is_some_and(|c| c.get("checkpoint_ns").is_some_and(|ns| !ns.is_null() && ns != "")) {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,

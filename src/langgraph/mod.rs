@@ -63,17 +63,20 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(runs::cancel);
 }
 
-/// The most keys a metadata filter (of a thread search or a history) may have. A search's query
-/// holds a condition per key, nested: tens of thousands of them overflowed the stack building it,
-/// and a thousand the database's limits. A client filters by a few keys: the bound is far above.
-pub const MAX_FILTER_KEYS: usize = 64;
+/// The most keys a thread's metadata, or a metadata filter (of a thread search or a history),
+/// may have. A search's query holds a condition per key, nested: tens of thousands of them
+/// overflowed the stack building it, and a thousand the database's limits; a thread's metadata is
+/// indexed a row per key, written in the commit that makes the thread. Clients use a few keys:
+/// the bound is far above.
+pub const MAX_METADATA_KEYS: usize = 64;
 
-/// Refuses (400) a metadata filter of more than [`MAX_FILTER_KEYS`] keys, before any query.
-fn bounded_filter(metadata: Option<&Map<String, Value>>) -> Result<(), ApiError> {
+/// Refuses (400) metadata of more than [`MAX_METADATA_KEYS`] keys, before anything is read or
+/// written.
+fn bounded_metadata(metadata: Option<&Map<String, Value>>) -> Result<(), ApiError> {
     match metadata.map(Map::len) {
-        Some(keys) if keys > MAX_FILTER_KEYS => Err(ApiError::new(
+        Some(keys) if keys > MAX_METADATA_KEYS => Err(ApiError::new(
             ErrorCode::InvalidRequest,
-            format!("`metadata` filters by at most {MAX_FILTER_KEYS} keys, not {keys}"),
+            format!("`metadata` has at most {MAX_METADATA_KEYS} keys, not {keys}"),
         )),
         _ => Ok(()),
     }

@@ -347,7 +347,7 @@ fn from_checkpoint(
 }
 
 fn modes(stream_mode: Option<&Value>) -> Result<Vec<StreamMode>, RequestError> {
-    let mut modes = match stream_mode {
+    let modes = match stream_mode {
         None | Some(Value::Null) => vec![StreamMode::Values],
         Some(Value::String(name)) => vec![StreamMode::parse(name)?],
         Some(Value::Array(names)) => names
@@ -358,8 +358,15 @@ fn modes(stream_mode: Option<&Value>) -> Result<Vec<StreamMode>, RequestError> {
             .collect::<Result<_, _>>()?,
         Some(_) => return Err(RequestError("stream_mode is a name or a list of names".into())),
     };
-    modes.dedup();
-    Ok(modes)
+    // Each mode once, in the order first asked for: a list naming modes over and over is one of
+    // a few modes, not a long `Location` to answer with.
+    let mut unique: Vec<StreamMode> = Vec::new();
+    for mode in modes {
+        if !unique.contains(&mode) {
+            unique.push(mode);
+        }
+    }
+    Ok(unique)
 }
 
 /// The envelope a run on `thread_id` starts from: the TaskEnvelope given (its thread set to
@@ -457,6 +464,9 @@ mod tests {
         assert_eq!(request.action, Action::Start(Input::Envelope(json!({"objective": "o"}))));
         let default = RunRequest::parse(&json!({"assistant_id": "flex", "input": {"objective": "o"}})).unwrap();
         assert_eq!(default.modes, vec![StreamMode::Values]);
+        let repeated: Vec<&str> = ["updates", "values"].iter().cycle().take(1000).copied().collect();
+        let body = json!({"assistant_id": "flex", "input": {"objective": "o"}, "stream_mode": repeated});
+        assert_eq!(RunRequest::parse(&body).unwrap().modes, vec![StreamMode::Updates, StreamMode::Values], "each once");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::checkpoints;
 use super::request::ASSISTANT;
-use super::{bounded_filter, chat_of, project, state_at, time, visible_thread};
+use super::{bounded_metadata, chat_of, project, state_at, time, visible_thread};
 use crate::error_code::ErrorCode;
 use crate::http::paging::PageSize;
 use crate::http::{ApiError, Body, Caller};
@@ -119,6 +119,7 @@ pub async fn create_thread(
             return Err(ApiError::new(ErrorCode::InvalidRequest, "if_exists must be \"raise\" or \"do_nothing\""));
         }
     };
+    bounded_metadata(body.metadata.as_ref())?;
     let metadata = body.metadata.unwrap_or_default();
     let (thread, newest) = match thread::create(&services.store, &caller, thread_id, metadata).await {
         // A thread this request made has no run yet: its answer needs no read.
@@ -169,11 +170,11 @@ struct SearchThreads {
 }
 
 impl SearchThreads {
-    /// Refuses (400) filters past their bounds ([`super::MAX_FILTER_KEYS`] keys of `metadata`,
+    /// Refuses (400) filters past their bounds ([`super::MAX_METADATA_KEYS`] keys of `metadata`,
     /// [`MAX_SEARCH_IDS`] `ids`) before any query is built: a query of such size would fail in the
     /// database, or overflow the stack as it is built.
     fn bounded(&self) -> Result<(), ApiError> {
-        bounded_filter(self.metadata.as_ref())?;
+        bounded_metadata(self.metadata.as_ref())?;
         match self.ids.as_ref().map(Vec::len) {
             Some(ids) if ids > MAX_SEARCH_IDS => Err(ApiError::new(
                 ErrorCode::InvalidRequest,
