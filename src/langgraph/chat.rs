@@ -5,15 +5,19 @@
 
 use serde_json::{Value, json};
 
-use super::request::RequestError;
 use crate::envelope::MAX_OBJECTIVE_CHARS;
+
+/// A chat input flexrun cannot take, in words for the client.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ChatError(pub String);
 
 /// Chat messages a thread keeps at most (older ones are dropped from new runs' history).
 const MAX_MESSAGES: usize = 50;
 
 /// Chat messages as LangChain message dicts (`{type, content, id, …}`), from the dicts, the
 /// `[role, content]` pairs and the plain strings clients send.
-pub fn messages(messages: &Value) -> Result<Vec<Value>, RequestError> {
+pub fn messages(messages: &Value) -> Result<Vec<Value>, ChatError> {
     let items = match messages {
         Value::Array(items) => items.as_slice(),
         single => std::slice::from_ref(single),
@@ -21,7 +25,7 @@ pub fn messages(messages: &Value) -> Result<Vec<Value>, RequestError> {
     items.iter().map(message).collect()
 }
 
-fn message(message: &Value) -> Result<Value, RequestError> {
+fn message(message: &Value) -> Result<Value, ChatError> {
     let (kind, content, id) = match message {
         Value::String(text) => ("human".to_string(), json!(text), None),
         Value::Array(pair) if pair.len() == 2 => (role(pair[0].as_str().unwrap_or_default()), pair[1].clone(), None),
@@ -29,7 +33,7 @@ fn message(message: &Value) -> Result<Value, RequestError> {
             let kind = dict.get("type").or_else(|| dict.get("role")).and_then(Value::as_str).unwrap_or("human");
             (role(kind), dict.get("content").cloned().unwrap_or(Value::Null), dict.get("id").cloned())
         }
-        _ => return Err(RequestError("a chat message is a string, a [role, content] pair or a message object".into())),
+        _ => return Err(ChatError("a chat message is a string, a [role, content] pair or a message object".into())),
     };
     let id = id.filter(|id| id.is_string()).unwrap_or_else(|| json!(uuid::Uuid::now_v7().to_string()));
     Ok(
@@ -64,14 +68,14 @@ fn text_of(content: &Value) -> String {
 /// The envelope of a chat run on `thread_id`: `messages` after the thread's `history` (the last
 /// [`MAX_MESSAGES`] of them), its objective the last human message's text (its first
 /// [`MAX_OBJECTIVE_CHARS`] characters).
-pub fn envelope(messages: &[Value], thread_id: &str, history: &[Value]) -> Result<Value, RequestError> {
+pub fn envelope(messages: &[Value], thread_id: &str, history: &[Value]) -> Result<Value, ChatError> {
     let objective = messages
         .iter()
         .rev()
         .find(|m| m["type"] == "human")
         .map(|m| text_of(&m["content"]))
         .filter(|text| !text.trim().is_empty())
-        .ok_or_else(|| RequestError("the chat input has no human message with text".into()))?;
+        .ok_or_else(|| ChatError("the chat input has no human message with text".into()))?;
     // The whole message is in `messages`; the objective, which lists show, is its beginning.
     let objective: String = objective.chars().take(MAX_OBJECTIVE_CHARS).collect();
     let mut all: Vec<Value> = history.iter().chain(messages).cloned().collect();

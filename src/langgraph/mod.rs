@@ -5,13 +5,14 @@
 //! `command.resume`. The mapping is written down in `docs/langgraph-api.md`.
 //!
 //! ```text
-//! request (pure: body → action) ──► runs / threads (handlers) ──► run::start / run::apply
+//! request, chat (pure: body → action) ──► runs / threads (handlers) ──► begin ──► run::start / run::apply
 //!                                                   │
 //!                     stream (Translator: frames → events) ◄── run::follow, RunState::apply
 //!                                                   │
 //!                                      project (pure: RunState → values, interrupts)
 //! ```
 
+mod begin;
 mod chat;
 mod checkpoints;
 mod project;

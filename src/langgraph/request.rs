@@ -55,6 +55,12 @@ impl StreamMode {
 #[error("{0}")]
 pub struct RequestError(pub String);
 
+impl From<chat::ChatError> for RequestError {
+    fn from(error: chat::ChatError) -> Self {
+        Self(error.0)
+    }
+}
+
 /// The assistant a request names, if it is not flexrun's one assistant (a missing or
 /// non-text `assistant_id` names none).
 pub fn unknown_assistant(body: &Value) -> Option<String> {
@@ -384,7 +390,7 @@ pub fn envelope(input: &Input, thread_id: &str, history: &[Value]) -> Result<Val
             }
             Ok(envelope)
         }
-        Input::Chat(messages) => chat::envelope(messages, thread_id, history),
+        Input::Chat(messages) => Ok(chat::envelope(messages, thread_id, history)?),
     }
 }
 

@@ -24,3 +24,17 @@ pub(super) struct Started {
     pub(super) chat: Option<Vec<Value>>,
     pub(super) frames: BoxStream<'static, Result<LoggedFrame, FollowError>>,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::langgraph::request::ASSISTANT;
+
+    #[test]
+    fn the_graph_metadata_names_the_one_assistant() {
+        let flex = json!(ASSISTANT).to_string();
+        assert_eq!(GRAPH_METADATA, [("graph_id", flex.as_str()), ("assistant_id", flex.as_str())]);
+    }
+}
