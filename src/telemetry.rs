@@ -268,10 +268,11 @@ impl<H: Clone> Kept<H> {
 }
 
 /// What stream backlogs hold together now (`run::backlog`): set whenever that changes, as frames
-/// are held and taken — so its handle is kept rather than looked up each time.
+/// are held and taken — so its one handle is kept (made after the recorder is installed, as
+/// [`Kept`]'s are) rather than looked up each time.
 pub fn backlog_bytes(bytes: u64) {
-    static GAUGE: Kept<metrics::Gauge> = Kept::new();
-    GAUGE.get("", || gauge!(BACKLOG_BYTES)).set(f64::from(u32::try_from(bytes).unwrap_or(u32::MAX)));
+    static GAUGE: std::sync::OnceLock<metrics::Gauge> = std::sync::OnceLock::new();
+    GAUGE.get_or_init(|| gauge!(BACKLOG_BYTES)).set(f64::from(u32::try_from(bytes).unwrap_or(u32::MAX)));
 }
 
 /// A slow reader's stream was cut off to keep the node's backlogs within their bound.

@@ -110,23 +110,18 @@ async fn send(server: &TestServer, key: &str, method: reqwest::Method, path: &st
     (status, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
-fn on_thread(thread: &str) -> Value {
-    let mut envelope = envelope();
-    envelope["constraints"] = json!({"threadId": thread});
-    envelope
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_threads_runs_are_its_owners_whichever_api_starts_them() {
     use reqwest::Method;
     let server = keyed().await;
     let (status, _) = send(&server, ALICE, Method::POST, "/threads", json!({"thread_id": "alices"})).await;
     assert_eq!(status, 200);
-    let (status, _) = send(&server, ALICE, Method::POST, "/api/v1/flex/run.stream", on_thread("alices")).await;
+    let (status, _) = send(&server, ALICE, Method::POST, "/api/v1/flex/run.stream", envelope_on_thread("alices")).await;
     assert_eq!(status, 200);
 
     // Bob cannot put a run on alice's thread through the flex API, nor learn whose it is.
-    let (status, body) = send(&server, BOB, Method::POST, "/api/v1/flex/run.stream", on_thread("alices")).await;
+    let (status, body) =
+        send(&server, BOB, Method::POST, "/api/v1/flex/run.stream", envelope_on_thread("alices")).await;
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("thread_not_found")));
     for if_exists in ["raise", "do_nothing"] {
         let body = json!({"thread_id": "alices", "if_exists": if_exists});
@@ -143,7 +138,7 @@ async fn a_threads_runs_are_its_owners_whichever_api_starts_them() {
     assert_eq!((on_alices, runs(&server)), (1, 1), "alice's thread holds her run only");
 
     // A thread id the flex API names first is made for its caller.
-    let (status, _) = send(&server, BOB, Method::POST, "/api/v1/flex/run.stream", on_thread("bobs")).await;
+    let (status, _) = send(&server, BOB, Method::POST, "/api/v1/flex/run.stream", envelope_on_thread("bobs")).await;
     assert_eq!(status, 200);
     let (status, _) = send(&server, ALICE, Method::GET, "/threads/bobs", Value::Null).await;
     assert_eq!(status, 404, "bob's thread is his");
@@ -152,7 +147,7 @@ async fn a_threads_runs_are_its_owners_whichever_api_starts_them() {
 
     // An operator may start a run on alice's thread: it is alice's run.
     let (status, frame) =
-        send(&server, OPERATOR_KEY, Method::POST, "/api/v1/flex/run.stream", on_thread("alices")).await;
+        send(&server, OPERATOR_KEY, Method::POST, "/api/v1/flex/run.stream", envelope_on_thread("alices")).await;
     assert_eq!(status, 200);
     let run_id = frame["runId"].as_str().unwrap();
     server.wait_for_settled(run_id).await;
@@ -165,7 +160,8 @@ async fn thread_ids_clients_cannot_address_are_refused() {
     use reqwest::Method;
     let server = keyed().await;
     for id in ["x?y=1", ".", "..", "a/b", "a b", "-x"] {
-        let (status, body) = send(&server, ALICE, Method::POST, "/api/v1/flex/run.stream", on_thread(id)).await;
+        let (status, body) =
+            send(&server, ALICE, Method::POST, "/api/v1/flex/run.stream", envelope_on_thread(id)).await;
         assert_eq!(
             (status, body["error"]["details"][0]["path"].as_str()),
             (400, Some("/constraints/threadId")),

@@ -568,17 +568,21 @@ async fn values_of_a_waiting_and_a_failed_run_are_the_threads_state() {
     assert_eq!(&state_values(&server, &failing).await, last);
 }
 
-/// A `values` event whose outputs hold a secret key is written through the redaction: the
-/// secret's value never reaches the stream, and the rest of the values are as for any run.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn values_with_a_secret_key_are_redacted() {
-    let script = script(|call| {
+/// A model whose writer's output holds a secret key (`api_key`).
+fn secret_output() -> flexrun::llm::standin::Script {
+    script(|call| {
         if call.is_planner() {
             return plan(&[("draft", "writer")]);
         }
         Reply::json(json!({"text": "a post", "quality_score": 0.9, "api_key": "sk-live-1234567890"}))
-    });
-    let server = keyed_server(script).await;
+    })
+}
+
+/// A `values` event whose outputs hold a secret key is written through the redaction: the
+/// secret's value never reaches the stream, and the rest of the values are as for any run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_with_a_secret_key_are_redacted() {
+    let server = keyed_server(secret_output()).await;
     let thread = new_thread(&server, "alice-key").await;
     let (values, text) = streamed_values(&server, &thread, envelope()).await;
     assert!(!text.contains("sk-live-1234567890"), "{text}");
@@ -594,13 +598,7 @@ async fn values_with_a_secret_key_are_redacted() {
 /// before it becomes text, where no redaction of the message could find their keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_message_with_a_secret_key_is_redacted() {
-    let script = script(|call| {
-        if call.is_planner() {
-            return plan(&[("draft", "writer")]);
-        }
-        Reply::json(json!({"text": "a post", "quality_score": 0.9, "api_key": "sk-live-1234567890"}))
-    });
-    let server = keyed_server(script).await;
+    let server = keyed_server(secret_output()).await;
     let thread = new_thread(&server, "alice-key").await;
     let run = json!({"assistant_id": "flex", "input": envelope(), "stream_mode": ["messages-tuple"]});
     let path = format!("/threads/{thread}/runs/stream");

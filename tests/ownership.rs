@@ -176,12 +176,6 @@ async fn fork_as(server: &TestServer, key: &str, run_id: &str, body: &Value) -> 
     (status, json!(frames[0].run_id))
 }
 
-fn on_thread(thread: &str) -> Value {
-    let mut envelope = envelope();
-    envelope["constraints"] = json!({"threadId": thread});
-    envelope
-}
-
 /// A fork is a run on its envelope's thread like one `run.stream` starts: forking her own run
 /// does not let alice put a run on bob's thread (404 `thread_not_found`, nothing stored), nor
 /// claim a thread id for anyone but herself; an operator's fork of bob's run on his thread is
@@ -189,22 +183,24 @@ fn on_thread(thread: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_goes_on_a_thread_only_as_run_stream_would() {
     let server = server().await;
-    let bobs = start_as(&server, BOB, &on_thread("bob-thread-1")).await;
+    let bobs = start_as(&server, BOB, &envelope_on_thread("bob-thread-1")).await;
     let alices = start_as(&server, ALICE, &envelope()).await;
     let runs = || server.count("SELECT COUNT(*) AS n FROM runs");
     let on_bobs_thread = "SELECT COUNT(*) AS n FROM runs WHERE thread_id = 'bob-thread-1'";
     let before = runs();
 
-    let injected = json!({"envelope": on_thread("bob-thread-1")});
+    let injected = json!({"envelope": envelope_on_thread("bob-thread-1")});
     let (status, body) = fork_as(&server, ALICE, &alices, &injected).await;
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("thread_not_found")), "{body}");
     let (status, body) =
-        fork_as(&server, ALICE, &alices, &json!({"fromVersion": 1, "envelope": on_thread("bob-thread-1")})).await;
+        fork_as(&server, ALICE, &alices, &json!({"fromVersion": 1, "envelope": envelope_on_thread("bob-thread-1")}))
+            .await;
     assert_eq!((status, body["error"]["code"].as_str()), (404, Some("thread_not_found")), "{body}");
     assert_eq!((runs(), server.count(on_bobs_thread)), (before, 1), "bob's thread holds his run only");
 
     // A thread id not in use is made for alice, as `run.stream` would make it: bob cannot use it.
-    let (status, forked) = fork_as(&server, ALICE, &alices, &json!({"envelope": on_thread("fresh-thread")})).await;
+    let (status, forked) =
+        fork_as(&server, ALICE, &alices, &json!({"envelope": envelope_on_thread("fresh-thread")})).await;
     assert_eq!(status, 200, "{forked}");
     let forked = forked.as_str().unwrap();
     let owned = "SELECT COUNT(*) AS n FROM threads WHERE thread_id = 'fresh-thread' AND owner = 'alice'";
@@ -217,12 +213,12 @@ async fn a_fork_goes_on_a_thread_only_as_run_stream_would() {
         .http
         .post(server.url("/api/v1/flex/run.stream"))
         .bearer_auth(BOB)
-        .json(&on_thread("fresh-thread"))
+        .json(&envelope_on_thread("fresh-thread"))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), 404, "alice's new thread is not bob's");
-    let (status, body) = fork_as(&server, ALICE, &alices, &json!({"envelope": on_thread("a/b")})).await;
+    let (status, body) = fork_as(&server, ALICE, &alices, &json!({"envelope": envelope_on_thread("a/b")})).await;
     assert_eq!((status, body["error"]["details"][0]["path"].as_str()), (400, Some("/envelope/constraints/threadId")));
 
     // An operator's fork of bob's run stays on bob's thread, and is bob's.

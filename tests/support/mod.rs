@@ -405,6 +405,13 @@ pub fn envelope() -> Value {
     })
 }
 
+/// [`envelope`] on thread `thread` (`constraints.threadId`).
+pub fn envelope_on_thread(thread: &str) -> Value {
+    let mut envelope = envelope();
+    envelope["constraints"] = json!({"threadId": thread});
+    envelope
+}
+
 pub fn plan(stages: &[(&str, &str)]) -> Reply {
     let nodes: Vec<Value> = stages.iter().map(|(stage, cap)| json!({"stage": stage, "capabilityId": cap})).collect();
     Reply::json(json!({"nodes": nodes}))

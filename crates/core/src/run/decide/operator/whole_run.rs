@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Decision, Operated, Refusal, closed};
+use super::{Decision, Operated, Pending, Refusal, closed};
 use crate::events::Event;
 use crate::events::payload::*;
 use crate::run::operator::Actor;
@@ -29,15 +29,8 @@ pub(super) fn replan(run: &Operated, feedback: Option<String>, actor: Actor) -> 
     }
     let feedback = feedback.filter(|f| !f.trim().is_empty());
     let info = ReplanInfo::operator(ReplanReason::OperatorReplan, feedback.clone());
-    let mut events = Vec::new();
-    if let Some(pending) = &run.pending {
-        events.push(Event::HitlResolved(HitlResolved {
-            request: closed(pending, RequestStatus::Superseded),
-            decision: None,
-            replan: None,
-            budget: None,
-        }));
-    }
+    let mut events: Vec<Event> =
+        run.pending.iter().map(|pending| withdrawn(pending, RequestStatus::Superseded)).collect();
     events.push(Event::PolicyTriggered(PolicyTriggered {
         run_id: state.run_id.to_string(),
         trigger: Trigger {
@@ -62,15 +55,8 @@ pub(super) fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Deci
             message: format!("run {} already ended: it is {}", state.run_id, state.status),
         });
     }
-    let mut events = Vec::new();
-    if let Some(pending) = &run.pending {
-        events.push(Event::HitlResolved(HitlResolved {
-            request: closed(pending, RequestStatus::Cancelled),
-            decision: None,
-            replan: None,
-            budget: None,
-        }));
-    }
+    let mut events: Vec<Event> =
+        run.pending.iter().map(|pending| withdrawn(pending, RequestStatus::Cancelled)).collect();
     events.push(Event::Complete(Complete {
         status: CompleteStatus::Cancelled,
         output: Value::Null,
@@ -85,4 +71,9 @@ pub(super) fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Deci
 /// The error a cancelled run ends with.
 pub fn cancelled_error(actor: &Actor) -> Value {
     json!({"code": CANCELLED, "message": "An operator cancelled the run", "operator": actor.operator, "note": actor.note})
+}
+
+/// The request `pending`, closed as `status` without an answer: the command goes past it.
+fn withdrawn(pending: &Pending, status: RequestStatus) -> Event {
+    Event::HitlResolved(HitlResolved { request: closed(pending, status), decision: None, replan: None, budget: None })
 }
