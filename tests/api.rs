@@ -295,6 +295,7 @@ async fn endpoints_are_matched_against_allowed_prefixes_as_urls() {
         "https://tools.internal:8443/api/score",
         "http://tools.internal/api/score",
         "https://tools.internal/api/../admin",
+        "https://tools.internal/api/..%2Fadmin",
         "http://127.0.0.1/score",
     ] {
         let (status, error) =

@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock};
 
 use datalogic_rs::{DataValue, Engine, Logic, ParsedData, bumpalo::Bump};
 use serde::{Serialize, Serializer};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 static ENGINE: LazyLock<Engine> = LazyLock::new(Engine::new);
 
@@ -72,7 +72,7 @@ impl Rule {
     /// Evaluates the rule against `data` and returns the result as JSON.
     pub fn evaluate(&self, data: &Value) -> Result<Value, String> {
         let arena = Bump::new();
-        let result = ENGINE.evaluate(&self.compiled, data, &arena).map_err(|e| e.to_string())?;
+        let result = ENGINE.evaluate(&self.compiled, data, &arena).map_err(|e| message(&e))?;
         serde_json::to_value(result.to_owned()).map_err(|e| e.to_string())
     }
 
@@ -97,7 +97,22 @@ fn with_arena<T>(f: impl FnOnce(&Bump) -> T) -> T {
 }
 
 fn truth(result: datalogic_rs::Result<&DataValue<'_>>) -> Result<bool, String> {
-    result.map(|value| ENGINE.truthy(value)).map_err(|e| e.to_string())
+    result.map(|value| ENGINE.truthy(value)).map_err(|e| message(&e))
+}
+
+/// An evaluation error as a reader can act on it. The engine reports arithmetic or a comparison on
+/// a value that is not a number as a thrown `{"type":"NaN"}`, which reads as an internal error.
+fn message(error: &datalogic_rs::Error) -> String {
+    let nan = error.thrown_value().and_then(|thrown| serde_json::to_value(thrown).ok()) == Some(json!({"type": "NaN"}));
+    match (nan, error.operator()) {
+        (true, Some(operator)) => {
+            format!("`{operator}` needs numbers, and an operand is not one (a string, null, a list or an object)")
+        }
+        (true, None) => {
+            "an operator needs numbers, and an operand is not one (a string, null, a list or an object)".into()
+        }
+        (false, _) => error.to_string(),
+    }
 }
 
 /// Every data path the rule reads (`var`, `val` and `missing` operands), dotted.
@@ -166,7 +181,6 @@ impl Serialize for Rule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn evaluates_with_truthiness() {
@@ -176,6 +190,14 @@ mod tests {
         let var = Rule::compile(json!({"var": "items"})).unwrap();
         assert!(!var.holds(&json!({"items": []})).unwrap());
         assert!(var.holds(&json!({"items": [1]})).unwrap());
+    }
+
+    #[test]
+    fn a_comparison_of_a_value_that_is_not_a_number_says_so() {
+        let rule = Rule::compile(json!({">": [{"var": "a"}, 1]})).unwrap();
+        for error in [rule.holds(&json!({"a": "x"})).unwrap_err(), rule.evaluate(&json!({"a": "x"})).unwrap_err()] {
+            assert_eq!(error, "`>` needs numbers, and an operand is not one (a string, null, a list or an object)");
+        }
     }
 
     #[test]

@@ -35,6 +35,10 @@ const AWS_METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0
 /// `/toolsx`). Hosts are compared as the URL parser normalises them (lowercase names, IDNA,
 /// canonical IP addresses): a name never matches an address, nor a subdomain its parent. The
 /// endpoint's query string and fragment are not compared.
+///
+/// Below a prefix's path, an encoded `/` or `\` (`%2F`, `%5C`) is refused: the parser leaves
+/// `/tools/..%2Fadmin` one segment under `/tools`, but a server or proxy that decodes it before
+/// resolving dot segments serves `/admin`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub struct UrlPrefix {
@@ -79,10 +83,9 @@ impl UrlPrefix {
         endpoint.scheme() == self.url.scheme()
             && endpoint.host() == self.url.host()
             && endpoint.port_or_known_default() == self.url.port_or_known_default()
-            && endpoint
-                .path()
-                .strip_prefix(self.path.as_str())
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            && endpoint.path().strip_prefix(self.path.as_str()).is_some_and(|rest| {
+                (rest.is_empty() || rest.starts_with('/')) && (self.path.is_empty() || !has_encoded_separator(rest))
+            })
     }
 
     /// The address the entry names, when its host is one.
@@ -103,6 +106,13 @@ impl fmt::Display for UrlPrefix {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.url.fmt(f)
     }
+}
+
+/// Whether `path` holds a percent-encoded `/` or `\`, which some servers decode into a separator.
+fn has_encoded_separator(path: &str) -> bool {
+    path.as_bytes()
+        .windows(3)
+        .any(|w| w[0] == b'%' && (w[1..].eq_ignore_ascii_case(b"2f") || w[1..].eq_ignore_ascii_case(b"5c")))
 }
 
 /// The address a URL's host is, when it is a literal address rather than a name.
@@ -237,7 +247,14 @@ mod tests {
             // Dot segments are resolved before matching.
             assert!(!allows(prefix, "http://tools/api/../admin"), "{prefix}");
             assert!(!allows(prefix, "http://tools/api/%2e%2e/admin"), "{prefix}");
+            // An encoded separator, which a server may decode before resolving dot segments.
+            for encoded in ["..%2fadmin", "..%2Fadmin", "..%5cadmin", "x/..%5C..%5Cadmin", "%2F"] {
+                assert!(!allows(prefix, &format!("http://tools/api/{encoded}")), "{prefix} {encoded}");
+            }
+            assert!(allows(prefix, "http://tools/api/a%20b%2"), "{prefix}: other escapes are left alone");
         }
+        // Under the root, nothing is above: any path is allowed.
+        assert!(allows("http://tools/", "http://tools/..%2fadmin"));
         assert!(allows("http://tools", "http://tools/anything"));
         assert!(allows("http://tools/", "http://tools"));
         assert!(!allows("http://tools/Api", "http://tools/api"), "paths are case-sensitive");

@@ -289,7 +289,7 @@ pub fn allowed_url(endpoint: &str, at: &str, policy: &EndpointAllowlist) -> Resu
         let allowed: Vec<String> = policy.allowed_url_prefixes.iter().map(ToString::to_string).collect();
         return Err(invalid(format!(
             "`{url}` is not under an allowed prefix ({}): scheme, host and port must equal one \
-             prefix's, and the path be at or below its path; see `http_capabilities.allowed_url_prefixes`",
+             prefix's, and the path be at or below its path, without an encoded `/` or `\\` below it; see `http_capabilities.allowed_url_prefixes`",
             allowed.join(", ")
         )));
     }
