@@ -88,3 +88,32 @@ async fn every_page_reads_in_both_schemes_and_at_a_phones_width() {
         browser.close().await;
     }
 }
+
+/// What a caller or a registration wrote can be one unbroken word thousands of characters long:
+/// the longest objective a run may have and a capability summary of the longest allowed wrap where
+/// they are shown — the run list, the run page, the inbox, the capabilities — instead of widening
+/// the page (before, the run page of such a run was some 230,000 px wide).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbroken_long_text_wraps_instead_of_widening_the_page() {
+    let mut wordy = ai_capability("wordy", &["brief"], &["notes"], json!({"type": "object"}));
+    wordy["summary"] = json!("s".repeat(2000));
+    let mut capabilities = default_capabilities();
+    capabilities.push(wordy);
+    let server = TestServer::start_with(repair_script(0.5, 0.9), Options { capabilities, ..Options::default() }).await;
+    let mut long = gated_envelope();
+    long["objective"] = json!("o".repeat(16_384));
+    let run = server.run(&long).await[0].run_id.clone();
+    server.wait_for_status(&run, "awaiting_hitl").await;
+    let pages = ["/ui/runs".to_string(), format!("/ui/runs/{run}"), "/ui/inbox".into(), "/ui/capabilities".into()];
+    for width in [1280, 390] {
+        let browser = Browser::start(width).await;
+        for path in &pages {
+            browser.client.goto(&server.url(path)).await.unwrap();
+            browser.text("h1").await;
+            assert_no_sideways_scroll(&browser, &format!("{path} at {width} px")).await;
+        }
+        let errors = browser.console_errors().await;
+        assert!(errors.is_empty(), "console errors: {errors:?}");
+        browser.close().await;
+    }
+}
