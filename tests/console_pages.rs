@@ -117,3 +117,27 @@ async fn unbroken_long_text_wraps_instead_of_widening_the_page() {
         browser.close().await;
     }
 }
+
+/// A console address that is wrong answers with a console page saying so, as a run that is not
+/// there does, not with the API's JSON: a path with no page is a 404 page, and a query a page
+/// cannot read (`?version=two`) a 400 page; both with the console's headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_console_address_answers_with_a_page() {
+    let server = TestServer::start(repair_script(0.5, 0.9)).await;
+    let run = server.run(&envelope()).await[0].run_id.clone();
+    let wrong = [
+        ("/ui/no-such-page".to_string(), 404, "Page not found"),
+        (format!("/ui/runs/{run}?version=two"), 400, "Not a page address"),
+        (format!("/ui/new?fork={run}&version=-"), 400, "Not a page address"),
+    ];
+    for (path, status, title) in wrong {
+        let response = server.http.get(server.url(&path)).send().await.unwrap();
+        assert_eq!(response.status(), status, "{path}");
+        let headers = response.headers();
+        assert_eq!(headers["content-type"], "text/html; charset=utf-8", "{path}");
+        assert!(headers.contains_key("content-security-policy"), "{path}");
+        let page = response.text().await.unwrap();
+        assert!(page.contains(&format!("<h1>{title}</h1>")), "{path}: {page}");
+        assert!(page.contains(r#"href="/ui/runs""#), "{path} leads on: {page}");
+    }
+}

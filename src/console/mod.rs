@@ -35,6 +35,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/", web::get().to(home)).service(
         web::scope("/ui")
             .wrap(from_fn(headers::add))
+            .app_data(web::QueryConfig::default().error_handler(page::bad_query))
             .service(assets::asset)
             .service(runs::list)
             .service(events::history)
@@ -47,7 +48,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .service(sign_in::sign_in)
             .service(sign_in::sign_out)
             .route("", web::get().to(home))
-            .route("/", web::get().to(home)),
+            .route("/", web::get().to(home))
+            .default_service(web::to(page::not_found)),
     );
 }
 

@@ -1,6 +1,7 @@
 //! Rendering a page, and the pages a request gets instead when it goes wrong.
 
-use actix_web::HttpResponse;
+use actix_web::error::{InternalError, QueryPayloadError};
+use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 
 /// The version pages put on their asset links.
@@ -41,6 +42,18 @@ struct Message<'a> {
     chrome: Chrome,
     title: &'a str,
     text: &'a str,
+}
+
+/// `/ui/…` with no page: a console page saying so (and how to go on), not the API's JSON answer.
+pub async fn not_found() -> HttpResponse {
+    message(404, "Page not found", "There is no console page at this address.")
+}
+
+/// A console address whose query a page cannot read (`?version=two`): a page saying what is
+/// wrong with it, not the API's JSON answer.
+pub fn bad_query(error: QueryPayloadError, _request: &HttpRequest) -> actix_web::Error {
+    let text = format!("This address asks for something the page cannot read: {error}.");
+    InternalError::from_response(error, message(400, "Not a page address", &text)).into()
 }
 
 /// A page that only says what happened (a run not found, an error).
