@@ -724,3 +724,22 @@ async fn an_inbox_plan_approval_shows_the_plan_and_why_it_exists() {
     assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;
 }
+
+/// A run whose planner never drafted a valid plan says why at the top of its page: each reason the
+/// drafts were refused (as the run's error records them), not only that no plan was valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_without_a_valid_plan_lists_why_the_drafts_were_refused() {
+    let server = TestServer::start(script(|_| plan(&[("draft", "no.such.capability")]))).await;
+    let frames = server.run(&envelope()).await;
+    let error = &frames.last().unwrap().payload["error"];
+    assert_eq!(error["code"], "plan_rejected");
+    let reason = error["diagnostics"][0]["message"].as_str().expect("a diagnostic with a message").to_string();
+
+    let browser = Browser::start(1280).await;
+    browser.client.goto(&server.url(&format!("/ui/runs/{}", frames[0].run_id))).await.unwrap();
+    assert_eq!(browser.text("[data-testid=failure-summary] h2").await, "The planner produced no valid plan");
+    assert_eq!(browser.text("[data-testid=failure-diagnostics] li").await, reason);
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}

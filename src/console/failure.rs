@@ -18,7 +18,17 @@ pub struct FailureSummary {
     pub goal_conditions: bool,
     /// An operator's reason, when one cancelled the run.
     pub note: Option<String>,
+    /// Why the planner's drafts were refused (`plan_rejected`), a line each: without them the
+    /// summary says only that no plan was valid, and the reason is in the raw error.
+    pub diagnostics: Vec<String>,
+    /// Diagnostics beyond those listed, left to the raw error.
+    pub more_diagnostics: usize,
 }
+
+/// How many diagnostics a summary lists, and how long each line may be: a refused draft can have
+/// many, and each names stages and facets a model wrote.
+const DIAGNOSTICS_SHOWN: usize = 10;
+const DIAGNOSTIC_CHARS: usize = 300;
 
 impl FailureSummary {
     /// The summary of a run's `error`; `None` when it has none.
@@ -29,6 +39,15 @@ impl FailureSummary {
         let code = error.get("code").and_then(Value::as_str).unwrap_or("error").to_string();
         let text = |key: &str| error.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
         let cause = text("cause");
+        let diagnostics: Vec<String> = error
+            .get("diagnostics")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d.get("message").and_then(Value::as_str))
+            .map(|message| crate::excerpt::excerpt(message, DIAGNOSTIC_CHARS).into_owned())
+            .collect();
+        let more_diagnostics = diagnostics.len().saturating_sub(DIAGNOSTICS_SHOWN);
         Some(Self {
             headline: words(&code).to_string(),
             goal_conditions: code.starts_with("goal_condition") || code == "replan_limit",
@@ -36,6 +55,8 @@ impl FailureSummary {
             node_id: text("nodeId"),
             cause: cause.as_deref().map(|cause| format!("{} ({cause})", words(cause))),
             note: text("note"),
+            diagnostics: diagnostics.into_iter().take(DIAGNOSTICS_SHOWN).collect(),
+            more_diagnostics,
             code,
         })
     }
@@ -107,5 +128,15 @@ mod tests {
         );
         assert_eq!(FailureSummary::of(&json!({"code": "somebody_elses"})).unwrap().headline, "somebody_elses");
         assert!(FailureSummary::of(&Value::Null).is_none());
+    }
+
+    #[test]
+    fn a_rejected_plan_lists_why_and_no_more_than_ten_reasons() {
+        let diagnostics: Vec<Value> =
+            (0..12).map(|i| json!({"code": "MISSING_INPUT_FACET", "message": format!("stage s{i} needs x")})).collect();
+        let error = json!({"code": "plan_rejected", "message": "no valid plan", "diagnostics": diagnostics});
+        let summary = FailureSummary::of(&error).unwrap();
+        assert_eq!(summary.diagnostics.len(), 10);
+        assert_eq!((summary.diagnostics[0].as_str(), summary.more_diagnostics), ("stage s0 needs x", 2));
     }
 }
