@@ -335,6 +335,15 @@ async fn an_operator_raises_a_reached_budget_from_the_run_page() {
     browser.wait_for_text("[data-testid=action-problem]", "decision.budget").await;
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0, "nothing recorded");
 
+    // End the run fails it: it asks first, and kept, nothing changes.
+    browser.click_button("section.actions", "End the run").await;
+    let dialog = "dialog[data-testid=confirm]";
+    browser.wait_until("the dialog asks", &format!("return document.querySelector('{dialog}').open")).await;
+    assert_eq!(browser.text(&format!("{dialog} h2")).await, "End the run as failed?");
+    browser.click_button(dialog, "Keep waiting").await;
+    browser.wait_until("the dialog closed", &format!("return !document.querySelector('{dialog}').open")).await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 0, "nothing recorded");
+
     client.find(Locator::Css("input[name=maxModelCalls]")).await.unwrap().send_keys("5").await.unwrap();
     raise().await.click().await.unwrap();
     browser.wait_for_text("[data-testid=status]", "completed").await;

@@ -71,7 +71,17 @@ async fn a_human_task_is_answered_with_a_form_from_its_output_schema() {
     server.wait_for_status(&declined, "awaiting_human").await;
     client.goto(&server.url(&format!("/ui/runs/{declined}"))).await.unwrap();
     browser.fill("form[data-action=decline] [name=reason]", "off brand").await;
+    // Declining fails the run: it asks first; kept, the task still waits.
     browser.click_button("section.actions", "Decline").await;
+    let dialog = "dialog[data-testid=confirm]";
+    browser.wait_until("the dialog asks", &format!("return document.querySelector('{dialog}').open")).await;
+    assert_eq!(browser.text(&format!("{dialog} h2")).await, "End the run as failed?");
+    browser.click_button(dialog, "Keep waiting").await;
+    browser.wait_until("the dialog closed", &format!("return !document.querySelector('{dialog}').open")).await;
+    server.wait_for_status(&declined, "awaiting_human").await;
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions"), 1, "only the first run's submit");
+    browser.click_button("section.actions", "Decline").await;
+    browser.click_button(dialog, "Decline and fail the run").await;
     browser.wait_for_text("[data-testid=status]", "failed").await;
     assert!(browser.text("[data-testid=failure-summary]").await.contains("An operator declined a human task"));
     assert_eq!(browser.text("[data-testid=failure-code]").await, "human_task_declined");

@@ -225,8 +225,9 @@ function confirmed({ title, message, go, keep, reason = false }) {
 }
 
 // What a form's action will do, asked before anything is sent when it cannot be undone: a
-// Reject without feedback fails the run, a Cancel ends it. False: the operator kept things as
-// they are.
+// Reject without feedback fails the run, a Cancel ends it, and so do a human task's Decline and a
+// reached budget's End the run (their forms say how, `data-ends-run`). False: the operator kept
+// things as they are.
 async function confirmedAction(form) {
   if (form.dataset.action === "cancel") {
     const reason = await confirmed({
@@ -245,6 +246,15 @@ async function confirmedAction(form) {
       title: "Reject and fail the run?",
       message: "Without feedback, rejecting ends the run as failed; it cannot go on. To have it planned again, write what should change as feedback instead.",
       go: "Reject and fail the run",
+      keep: "Keep waiting",
+    });
+    return go !== null;
+  }
+  if (form.hasAttribute("data-ends-run")) {
+    const go = await confirmed({
+      title: "End the run as failed?",
+      message: form.dataset.endsRun,
+      go: form.dataset.go,
       keep: "Keep waiting",
     });
     return go !== null;
