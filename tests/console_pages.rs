@@ -141,3 +141,29 @@ async fn a_wrong_console_address_answers_with_a_page() {
         assert!(page.contains(r#"href="/ui/runs""#), "{path} leads on: {page}");
     }
 }
+
+/// The run page heads a run with its objective as the run list shows it, the first 300
+/// characters: a long one (here the longest allowed, in words) leaves the run's status on the
+/// first screen, and the whole objective is one click away (before, a heading of 16,384
+/// characters pushed everything else several screens down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_objective_heads_its_run_page_cut_with_the_whole_one_click_away() {
+    let server = TestServer::start(repair_script(0.5, 0.9)).await;
+    let mut long = envelope();
+    let objective = format!("{}end", "word ".repeat(3276));
+    long["objective"] = json!(objective);
+    let run = server.run(&long).await[0].run_id.clone();
+    let browser = Browser::start(1280).await;
+    browser.client.goto(&server.url(&format!("/ui/runs/{run}"))).await.unwrap();
+    let heading = browser.text("h1").await;
+    let shown = heading.chars().count();
+    assert!(heading.ends_with("more characters)") && shown < 400, "a heading of {shown} characters");
+    let script = "const status = document.querySelector('[data-testid=status]').getBoundingClientRect(); \
+                  return status.bottom <= window.innerHeight";
+    assert_eq!(browser.client.execute(script, vec![]).await.unwrap(), json!(true), "the status is on the first screen");
+    browser.click("[data-testid=whole-objective] summary").await;
+    assert_eq!(browser.text("[data-testid=whole-objective] p").await, objective.trim_end());
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}

@@ -27,6 +27,9 @@ use crate::store::{StoreError, runs};
 /// Re-runs a page links to (a run started again more often than this is rare).
 const RERUNS_SHOWN: i64 = 50;
 
+/// Characters of the objective the run page's heading shows (the run list shows as many).
+const HEADING_CHARS: usize = 300;
+
 #[derive(Template)]
 #[template(path = "console/run.html")]
 struct RunPage {
@@ -37,7 +40,11 @@ struct RunPage {
     can_replan: bool,
     can_cancel: bool,
     run_id: String,
-    objective: String,
+    /// The objective as the page's heading: its first [`HEADING_CHARS`] characters, as the run
+    /// list and the inbox show it, so a long one does not push the run's status off the screen.
+    heading: String,
+    /// The whole objective, when the heading is cut: one click away.
+    whole_objective: Option<String>,
     status: String,
     correlation_id: String,
     plan_version: u32,
@@ -143,7 +150,8 @@ pub async fn show(
         can_cancel,
         actions_key,
         run_id: run_id.to_string(),
-        objective: view.run.objective.clone(),
+        heading: crate::excerpt::excerpt(&view.run.objective, HEADING_CHARS).into_owned(),
+        whole_objective: (view.run.objective.chars().count() > HEADING_CHARS).then(|| view.run.objective.clone()),
         status: status.as_str().to_string(),
         correlation_id: view.run.correlation_id.clone(),
         plan_version: view.run.plan_version,
