@@ -752,3 +752,31 @@ async fn a_run_without_a_valid_plan_lists_why_the_drafts_were_refused() {
     assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;
 }
+
+/// A run page open on a paused run follows it again when the run is decided elsewhere — through
+/// the API, the CLI, the inbox or another operator's tab: it shows the run going on to the end,
+/// its actions gone, without a reload (before, it kept showing the run waiting, Approve and all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_run_page_follows_the_run_when_it_is_decided_elsewhere() {
+    let server = TestServer::start(feedback_replan_script()).await;
+    let frames = server.run(&gated_envelope()).await;
+    let run_id = frames[0].run_id.clone();
+    let request = frame_of(&frames, "hitl_request").payload["request"]["id"].as_str().unwrap().to_string();
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();
+    browser.text("[data-testid=question]").await;
+    client.execute("window.sameDocument = true", vec![]).await.unwrap();
+    // The page stopped its stream at the pause; the decision comes from elsewhere a moment later.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let (status, _, _) = resume(&server, decision(&run_id, &request, true, None)).await;
+    assert_eq!(status, 200);
+    browser.wait_for_text("[data-testid=status]", "completed").await;
+    assert!(client.find(Locator::Css("section.actions")).await.is_err(), "an ended run offers no action");
+    let same = client.execute("return window.sameDocument === true", vec![]).await.unwrap();
+    assert_eq!(same, json!(true), "followed live, never reloaded");
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}

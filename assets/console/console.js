@@ -129,9 +129,17 @@ function applyFilter(list) {
   for (const item of list.querySelectorAll("li")) item.hidden = type !== "" && item.dataset.type !== type;
 }
 
-function followEvents(list) {
+// Streams the page stopped when their run paused, each a function that follows the run again
+// from its last frame: called when the feed says the run changed (an operator decided elsewhere —
+// through the API, the CLI, the inbox or another tab), so the page does not go on showing the run
+// waiting.
+const paused = new Set();
+
+function followEvents(list, after) {
   const renderedSeq = Number(list.dataset.renderedSeq || 0);
-  const source = open(list.dataset.stream);
+  const url = new URL(list.dataset.stream, location.href);
+  if (after !== undefined) url.searchParams.set("after", after);
+  const source = open(`${url.pathname}${url.search}`);
   const seen = new Set([...list.querySelectorAll("li")].map((item) => item.dataset.seq));
   const show = (event) => {
     if (seen.has(event.lastEventId)) return;
@@ -148,7 +156,9 @@ function followEvents(list) {
   };
   let last = list.lastElementChild?.dataset.type || null;
   source.onerror = () => {
-    if (pausing.has(last)) source.close();
+    if (!pausing.has(last)) return;
+    source.close();
+    if (last !== "complete") paused.add(() => followEvents(list, Number(list.lastElementChild?.dataset.seq || renderedSeq)));
   };
   source.onmessage = show;
   // Every frame type the server sends (`event:` lines name them), as the page lists them.
@@ -433,9 +443,15 @@ bindActions(document);
 // feed with its filters; other pages open the plain one.
 function followFeed() {
   const table = document.querySelector("table[data-feed]");
-  const url = table?.dataset.feed || document.body.dataset.feed;
+  const url = table?.dataset.feed || (document.body.dataset.feed && document.querySelector("[data-run-feed]")?.dataset.runFeed) || document.body.dataset.feed;
   if (!url) return;
   const source = open(url);
+  source.addEventListener("changed", () => {
+    for (const follow of [...paused]) {
+      paused.delete(follow);
+      follow();
+    }
+  });
   let connected = false;
   source.addEventListener("open", () => {
     // A reconnect may have missed changes: the list reads itself again.

@@ -1,8 +1,10 @@
 //! `/ui/feed` — what changes while a console page is open, pushed over SSE (never polled): the
 //! number of pending decisions the viewer may see (every page's navigation shows it), and, for the
 //! run list (`?list=1` with its filters), each run that starts or changes, as the row the list
-//! shows — or `gone` when it no longer passes the list's filters. A caller hears only of its own
-//! runs: another principal's run is never named, not even as `gone` (operators see every run).
+//! shows — or `gone` when it no longer passes the list's filters; and, for a run page (`?run=<id>`),
+//! `changed` whenever that run commits anything, so a page that stopped following a paused run
+//! follows it again once it is decided elsewhere. A caller hears only of its own runs: another
+//! principal's run is never named, not even as `gone` (operators see every run).
 //!
 //! The feed has no replay: after a reconnect it starts with the pending count again, and a list
 //! that may have missed changes (a reconnect, or a feed that fell behind) reads itself again.
@@ -29,16 +31,25 @@ pub struct FeedQuery {
     /// Also send the run list's changes.
     #[serde(default)]
     list: Option<String>,
+    /// Also say when this run changes (a run page).
+    #[serde(default)]
+    run: Option<String>,
     #[serde(flatten)]
     filters: Filters,
 }
 
-/// `GET /ui/feed?list=1&status=&q=&from=&to=`.
+/// `GET /ui/feed?list=1&status=&q=&from=&to=`, or `GET /ui/feed?run=<id>`.
 #[get("/feed")]
 pub async fn follow(caller: Caller, query: web::Query<FeedQuery>, services: web::Data<Services>) -> impl Responder {
     let query = query.into_inner();
+    let services = services.into_inner();
     let list = query.list.is_some_and(|l| l == "1").then_some(query.filters);
-    let events = changes(services.into_inner(), caller, list);
+    // Only a run the viewer may see: the feed would otherwise tell whether a guessed id exists.
+    let run = match query.run {
+        Some(run) if may_see(&services, &caller, &run).await => Some(Arc::from(run)),
+        _ => None,
+    };
+    let events = changes(services, caller, list, run);
     crate::http::Compact(Sse::from_stream(events).with_keep_alive(crate::http::KEEP_ALIVE))
 }
 
@@ -47,6 +58,8 @@ struct Feed {
     services: Arc<Services>,
     caller: Caller,
     list: Option<Filters>,
+    /// The run whose changes are sent as `changed`.
+    run: Option<Arc<str>>,
     changed: broadcast::Receiver<Arc<str>>,
     /// The pending count last sent (`None` before the first).
     pending: Option<usize>,
@@ -59,9 +72,10 @@ fn changes(
     services: Arc<Services>,
     caller: Caller,
     list: Option<Filters>,
+    run: Option<Arc<str>>,
 ) -> impl Stream<Item = Result<sse::Event, std::convert::Infallible>> {
     let changed = services.bus.changes();
-    let feed = Feed { services, caller, list, changed, pending: None, started: false, queued: VecDeque::new() };
+    let feed = Feed { services, caller, list, run, changed, pending: None, started: false, queued: VecDeque::new() };
     futures::stream::unfold(feed, |mut feed| async move {
         loop {
             if let Some(event) = feed.queued.pop_front() {
@@ -70,13 +84,23 @@ fn changes(
             if feed.started {
                 match feed.changed.recv().await {
                     Ok(run_id) => {
+                        if feed.run.as_ref() == Some(&run_id) {
+                            let data = json!({"runId": &*run_id}).to_string();
+                            feed.queued.push_back(sse::Data::new(data).event("changed").into());
+                        }
                         if let Some(filters) = &feed.list {
                             let row = row_event(&feed.services, &feed.caller, filters, &run_id).await;
                             feed.queued.extend(row);
                         }
                     }
-                    // Fell behind: the list reads itself again.
-                    Err(RecvError::Lagged(_)) => feed.queued.push_back(sse::Data::new("{}").event("resync").into()),
+                    // Fell behind: the list reads itself again (a run page follows its run again).
+                    Err(RecvError::Lagged(_)) => {
+                        feed.queued.push_back(sse::Data::new("{}").event("resync").into());
+                        if let Some(run) = &feed.run {
+                            let data = json!({"runId": &**run}).to_string();
+                            feed.queued.push_back(sse::Data::new(data).event("changed").into());
+                        }
+                    }
                     Err(RecvError::Closed) => return None,
                 }
             }
