@@ -163,6 +163,31 @@ async fn the_console_feed_tells_a_caller_only_of_its_own_runs() {
     );
 }
 
+/// A run page's feed (`/ui/feed?run=<id>`) says when its run changes — to a viewer who may see the
+/// run: alice's page on her paused run hears it was decided; bob, asking with her run's id, hears
+/// nothing of it (not even that a run of that id exists and moved).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_pages_feed_tells_of_the_run_only_a_viewer_who_may_see_it() {
+    let server = server().await;
+    let alices = start_as(&server, ALICE, &gated_envelope()).await;
+    let path = format!("/ui/feed?list=1&run={alices}");
+    let feed = |key: &'static str| server.http.get(server.url(&path)).bearer_auth(key).send();
+    let (alices_feed, bobs_feed) = (feed(ALICE).await.unwrap(), feed(BOB).await.unwrap());
+    assert_eq!((alices_feed.status().as_u16(), bobs_feed.status().as_u16()), (200, 200));
+
+    let (_, document) = get(&server, OPERATOR_KEY, &format!("/api/v1/flex/runs/{alices}")).await;
+    let request = document["hitlRequests"][0]["id"].as_str().unwrap().to_string();
+    let (status, _, _) = resume(&server, decision(&alices, &request, true, None)).await;
+    assert_eq!(status, 200);
+    // Bob's run is started after alice's ended: its completion is his feed's last change.
+    let bobs = start_as(&server, BOB, &envelope()).await;
+    let alice_done = |data: &str| data == format!(r#"{{"runId":"{alices}"}}"#);
+    let bob_done = |data: &str| data.contains(&bobs) && data.contains(r#""status":"completed""#);
+    let (alice_saw, bob_saw) = tokio::join!(feed_until(alices_feed, alice_done), feed_until(bobs_feed, bob_done));
+    assert!(alice_saw.iter().any(|(kind, _)| kind == "changed"), "{alice_saw:?}");
+    assert!(bob_saw.iter().all(|(kind, data)| kind != "changed" && !data.contains(&alices)), "{bob_saw:?}");
+}
+
 /// `POST /runs/{id}/fork` with the status and, for a 200, the new run's id (its stream read to
 /// the end), else the error body.
 async fn fork_as(server: &TestServer, key: &str, run_id: &str, body: &Value) -> (u16, Value) {
