@@ -286,10 +286,13 @@ async fn an_operator_approves_rejects_and_cancels_paused_runs_from_their_pages()
     browser.wait_for_text("[data-testid=status]", "failed").await;
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_decisions WHERE decision = 'rejected'"), 2);
 
-    // A stale page: the run was cancelled elsewhere; Approve shows why it cannot.
+    // A stale page: the run was cancelled elsewhere before the page heard of it (its streams
+    // stopped, as when it is left: a page that follows shows the cancel by itself); Approve shows
+    // why it cannot.
     let stale = paused().await;
     client.goto(&server.url(&format!("/ui/runs/{stale}"))).await.unwrap();
     browser.text("[data-testid=question]").await;
+    client.execute("window.dispatchEvent(new PageTransitionEvent('pagehide'))", vec![]).await.unwrap();
     browser.screenshot("approval").await;
     let cancel = server
         .http
