@@ -783,3 +783,42 @@ async fn a_paused_run_page_follows_the_run_when_it_is_decided_elsewhere() {
     assert!(errors.is_empty(), "console errors: {errors:?}");
     browser.close().await;
 }
+
+/// What a page hides stays hidden: the navigation's pending count when nothing is pending (it
+/// showed an orange "0"), and the confirmation's reason field when the action records no reason (a
+/// Reject without feedback offered a field whose text went nowhere); a Cancel's reason is asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_page_hides_stays_hidden() {
+    let server = TestServer::start(feedback_replan_script()).await;
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    let shown =
+        |css: &'static str| async move { client.find(Locator::Css(css)).await.unwrap().is_displayed().await.unwrap() };
+    let badge = "[data-testid=pending-count]";
+    client.goto(&server.url("/ui/runs")).await.unwrap();
+    browser
+        .wait_until(
+            "the feed's count arrived",
+            &format!("return document.querySelector('{badge}').textContent === '0'"),
+        )
+        .await;
+    assert!(!shown(badge).await, "no count when nothing is pending");
+    let run_id = server.run(&gated_envelope()).await[0].run_id.clone();
+    browser.wait_for_text(badge, "1").await;
+    assert!(shown(badge).await);
+
+    client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();
+    let dialog = "dialog[data-testid=confirm]";
+    let reason = "[data-testid=confirm-reason-label]";
+    browser.click_button("section.actions", "Reject").await;
+    browser.wait_until("the dialog asks", &format!("return document.querySelector('{dialog}').open")).await;
+    assert!(!shown(reason).await, "a Reject without feedback records no reason");
+    browser.click_button(dialog, "Keep waiting").await;
+    browser.click_button("section.actions", "Cancel").await;
+    browser.wait_until("the dialog asks", &format!("return document.querySelector('{dialog}').open")).await;
+    assert!(shown(reason).await, "a Cancel records its reason");
+    browser.click_button(dialog, "Keep it running").await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}
