@@ -188,6 +188,49 @@ async fn a_failing_endpoint_is_skipped_after_failures_in_a_row_then_probed_and_c
     assert_eq!((server.llm.calls().len(), backup.calls().len()), (4, 4));
 }
 
+/// A probe whose call never ends — its run cancelled while the endpoint thinks — is no outcome:
+/// the next call probes again, and a well endpoint closes its breaker; it is not skipped for good.
+#[tokio::test]
+async fn a_probe_cut_off_by_a_cancel_lets_the_next_call_probe() {
+    let backup = backup();
+    // 0: down; 1: well but slow to plan; 2: well.
+    let state = Arc::new(AtomicUsize::new(0));
+    let primary_state = state.clone();
+    let primary = script(move |call| match (primary_state.load(Ordering::SeqCst), call.is_planner()) {
+        (0, _) => Reply::error(503, "down"),
+        (1, true) => plan(&[("draft", "writer")]).after(Duration::from_secs(600)),
+        (_, true) => plan(&[("draft", "writer")]),
+        (_, false) => post(0.9),
+    });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+    let breaker = |health: &Value| {
+        let endpoints = health["services"]["llm"]["endpoints"].as_array().unwrap();
+        endpoints.iter().find(|e| e["name"] == "default").unwrap()["breaker"].as_str().unwrap().to_string()
+    };
+    server.run(&envelope()).await;
+    assert_eq!(breaker(&server.get_json("/api/v1/health").await), "open");
+
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    state.store(1, Ordering::SeqCst);
+    let probed = server.llm.calls().len() + 1;
+    let started = read_frames(server.post_run(&envelope()).await, 1).await;
+    for _ in 0..200 {
+        if server.llm.calls().len() == probed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(server.llm.calls().len(), probed, "the probe reached the primary, which holds it");
+    let cancel = server.url(&format!("/api/v1/flex/runs/{}/cancel", started[0].run_id));
+    let cancelled = server.http.post(cancel).bearer_auth(OPERATOR_KEY).send().await.unwrap();
+    assert!(cancelled.status().is_success(), "{}", cancelled.status());
+
+    state.store(2, Ordering::SeqCst);
+    let frames = server.run(&envelope()).await;
+    assert_eq!(frame_of(&frames, "plan_generated").payload["usage"]["answeredBy"], json!(["default/test-model"]));
+    assert_eq!(breaker(&server.get_json("/api/v1/health").await), "closed");
+}
+
 #[tokio::test]
 async fn the_planner_and_capabilities_follow_routes_of_their_own() {
     let backup = backup();

@@ -183,13 +183,16 @@ impl ModelPool {
         let mut last = None;
         for (index, entry) in chain.iter().enumerate() {
             let Some(endpoint) = self.endpoints.get(&entry.endpoint) else { continue };
-            if endpoint.admit() == Admission::Skip {
+            let admission = endpoint.admit();
+            if admission == Admission::Skip {
                 continue;
             }
+            let probe = Probe { endpoint, pending: admission == Admission::Probe };
             let slot = endpoint.client.slot().await;
             let mut call = request(endpoint, &entry.model);
             call.timeout = call.timeout.min(endpoint.timeout);
             let called = slot.complete(call).await;
+            probe.ended();
             let failure = called.result.as_ref().err().map(|error| (after_failure(error, PATIENCE), error.clone()));
             match failure {
                 // An answer, or a content error: the endpoint works.
@@ -221,6 +224,32 @@ impl ModelPool {
         // The last failure is the call's own: nothing was tried after it.
         let last_tried = fallbacks.pop().map(|(entry, _)| entry);
         Routed { called: Metered { fallbacks: linked(fallbacks, last_tried.as_ref()), ..called }, answered_by: None }
+    }
+}
+
+/// A probing call on its way: dropped before it ended (the call's future dropped with its run or
+/// step), it gives the probe up, so the next call probes again instead of the endpoint being
+/// skipped for good.
+struct Probe<'a> {
+    endpoint: &'a Endpoint,
+    pending: bool,
+}
+
+impl Probe<'_> {
+    /// The call ended: its outcome is recorded by the caller.
+    fn ended(mut self) {
+        self.pending = false;
+    }
+}
+
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        if self.pending {
+            let now = Instant::now();
+            let mut breaker = self.endpoint.breaker();
+            breaker.abandon_probe(now);
+            crate::telemetry::model_endpoint_state(&self.endpoint.name, breaker.state(now));
+        }
     }
 }
 

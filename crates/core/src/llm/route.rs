@@ -124,6 +124,16 @@ impl Breaker {
         };
     }
 
+    /// A probe that ended with no outcome — its call dropped before an answer or a failure (the
+    /// run cancelled, the step superseded or cut off by its own deadline) — says nothing of the
+    /// endpoint: the cool-down is over, so the next call probes. Kept probing, the endpoint would
+    /// be skipped by every call until the process restarts.
+    pub fn abandon_probe(&mut self, now: Instant) {
+        if *self == Self::Probing {
+            *self = Self::Open { until: now };
+        }
+    }
+
     /// The state's name, as health and metrics show it: `closed`, `open`, `half_open`.
     pub fn state(&self, now: Instant) -> &'static str {
         match self {
@@ -185,5 +195,11 @@ mod tests {
         assert_eq!(breaker.admit(much_later), Admission::Probe);
         breaker.record(true, much_later, settings);
         assert_eq!((breaker.admit(much_later), breaker.state(much_later)), (Admission::Call, "closed"));
+
+        let mut abandoned = Breaker::Probing;
+        abandoned.abandon_probe(much_later);
+        assert_eq!(abandoned.admit(much_later), Admission::Probe, "a probe with no outcome: the next call probes");
+        breaker.abandon_probe(much_later);
+        assert_eq!(breaker.state(much_later), "closed", "only a probe is abandoned");
     }
 }
