@@ -1,0 +1,58 @@
+//! What an MCP server's failures show: a tool's error text reaches frames, the run's log and the
+//! repair prompt bounded and without the registration's secrets (header values, the bearer
+//! token), even when the server quotes them back. A real server on the official Python SDK
+//! (`tests/mcp/server.py`), the model stood in for.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::mcp::McpProcess;
+use support::{Options, Reply, TestServer, frame_of, kinds, script};
+
+/// The variable flexrun reads the bearer token from: one the test process already has (setting
+/// one would race with other threads reading the environment), its value the token.
+const TOKEN_VARIABLE: &str = "PATH";
+const HEADER_SECRET: &str = "hdr-secret-4711";
+
+#[tokio::test]
+async fn a_tools_error_quoting_the_callers_credentials_shows_them_nowhere() {
+    let py = McpProcess::python().await;
+    let token = std::env::var(TOKEN_VARIABLE).expect("the test process has a PATH");
+    let first = json!({"nodes": [
+        {"stage": "check", "capabilityId": "py.refuse"},
+        {"stage": "add", "capabilityId": "py.add", "arguments": {"a": 1, "b": 1}, "dependsOn": ["check"]},
+    ]});
+    let repaired = json!({"nodes": [{"stage": "add", "capabilityId": "py.add", "arguments": {"a": 2, "b": 3}}]});
+    let planner = script(move |call| {
+        Reply::json(if call.user.contains("### NODE ERROR REPAIR") { repaired.clone() } else { first.clone() })
+    });
+    let server = TestServer::start_with(planner, Options { capabilities: Vec::new(), ..Options::default() }).await;
+    let registration = json!({"id": "py", "url": py.url(), "bearerTokenEnv": TOKEN_VARIABLE,
+                              "headers": {"X-Team": HEADER_SECRET}, "outputFacets": {"add": "sum"}});
+    let response =
+        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+
+    let envelope = json!({
+        "objective": "Add numbers with a tool", "inputs": {},
+        "outputContract": {"mode": "facets", "facets": ["sum"]},
+        "goal_condition": [{"facet": "sum", "path": "/total", "condition": {"jsonLogic": {"==": [{"var": "total"}, 5]}}}]
+    });
+    let frames = server.run(&envelope).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+    let error = &frame_of(&frames, "node_error").payload["error"];
+    assert_eq!(error["code"], "tool_error");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("not allowed: authorization=Bearer [redacted] x-team=[redacted]"), "{message}");
+
+    let secret_in = |text: &str| text.contains(&token) || text.contains(HEADER_SECRET);
+    let streamed: Vec<Value> = frames.iter().map(|f| f.payload.clone()).collect();
+    assert!(!secret_in(&json!(streamed).to_string()), "no secret in a frame");
+    assert!(!server.event_log_text(&frames[0].run_id).iter().any(|f| secret_in(f)), "nor in the run's log");
+    let repair = &server.planner_calls()[1].user;
+    assert!(repair.contains("### NODE ERROR REPAIR") && !secret_in(repair), "nor in the repair prompt: {repair}");
+    let document = server.get_json(&format!("/api/v1/flex/runs/{}", frames[0].run_id)).await;
+    assert!(!secret_in(&document.to_string()), "nor in the run document");
+}
