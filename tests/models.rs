@@ -261,6 +261,10 @@ fn a_route_the_pool_cannot_serve_keeps_the_server_from_starting_naming_its_key()
     assert!(refused("[llm.routes]\nplanner = [\"nowhere/m\"]").contains("llm.routes.planner[0]"));
     assert!(refused("[llm.routes]\nplanner = [\"gpt-4o\"]").contains("not `<endpoint>/<model>`"));
     assert!(refused("[llm.routes]\ncapabilities = []").contains("llm.routes.capabilities` is empty"));
+    let cycle = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+                 [llm.routes]\nplanner = [\"default/m\", \"b/x\", \"default/m\"]";
+    let message = refused(cycle);
+    assert!(message.contains("llm.routes.planner[2]") && message.contains("repeats `default/m`"), "{message}");
     let listed = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"x\"]\n[llm.routes]\ncapabilities = [\"b/y\"]";
     assert!(refused(listed).contains("does not list"));
     let keyless = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"FLEXRUN_TEST_NO_SUCH_KEY\"";
@@ -298,6 +302,15 @@ async fn a_run_and_a_capability_choose_their_own_chains_among_what_the_server_se
     assert_eq!(response.status().as_u16(), 400);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["details"][0]["path"], "/policies/models/capabilities/1", "{body}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 1, "nothing was created");
+    let mut repeated = envelope();
+    repeated["policies"] =
+        json!({"models": {"planner": ["default/test-model", "backup/backup-model", "default/test-model"]}});
+    let response = server.post_run(&repeated).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["details"][0]["path"], "/policies/models/planner/2", "{body}");
+    assert_eq!(body["error"]["details"][0]["code"], "repeated_model", "{body}");
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 1, "nothing was created");
 
     let mut writer = ai_capability("writer", &["brief"], &["post_copy"], json!({"type": "object"}));

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use flexrun_core::llm::route::{Admission, AfterFailure, Breaker, BreakerSettings, RouteEntry, after_failure};
+use flexrun_core::llm::route::{
+    Admission, AfterFailure, Breaker, BreakerSettings, RouteEntry, after_failure, first_repeat,
+};
 use flexrun_core::usage::{Fallback, Metered};
 
 use std::sync::Arc;
@@ -114,11 +116,15 @@ impl ModelPool {
             if entries.is_empty() {
                 return Err(problem(format!("llm.routes.{key}"), "is empty: a route needs at least one entry".into()));
             }
-            entries
+            let chain = entries
                 .iter()
                 .enumerate()
                 .map(|(i, text)| entry(&served, &format!("llm.routes.{key}[{i}]"), text))
-                .collect()
+                .collect::<Result<Vec<_>, _>>()?;
+            match first_repeat(&chain) {
+                Some((i, earlier)) => Err(problem(format!("llm.routes.{key}[{i}]"), repeated(&chain[i], earlier))),
+                None => Ok(chain),
+            }
         };
         let routes = Routes {
             planner: chain("planner", &settings.routes.planner)?,
@@ -150,14 +156,20 @@ impl ModelPool {
     /// The problems of `entries` given at `at` (an envelope's `policies.models`, a capability's
     /// `preferredModels`): each entry this pool does not serve, with its pointer.
     pub fn check(&self, entries: &[String], at: &str) -> Vec<FieldError> {
-        entries
+        let mut problems: Vec<FieldError> = entries
             .iter()
             .enumerate()
             .filter_map(|(i, entry)| {
                 let problem = self.chain(std::slice::from_ref(entry)).err()?;
                 Some(FieldError::new(format!("{at}/{i}"), "unknown_model", problem))
             })
-            .collect()
+            .collect();
+        if let Ok(chain) = self.chain(entries)
+            && let Some((i, earlier)) = first_repeat(&chain)
+        {
+            problems.push(FieldError::new(format!("{at}/{i}"), "repeated_model", repeated(&chain[i], earlier)));
+        }
+        problems
     }
 
     pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
@@ -267,6 +279,13 @@ fn linked(failed: Vec<(RouteEntry, LlmError)>, then: Option<&RouteEntry>) -> Vec
         .zip(nexts)
         .map(|((entry, error), next)| Fallback { failed: entry.to_string(), next, error: error.to_string() })
         .collect()
+}
+
+/// Why a chain's entry that repeats entry `earlier` is refused.
+fn repeated(entry: &RouteEntry, earlier: usize) -> String {
+    format!(
+        "repeats `{entry}` (entry {earlier}): a chain tries each entry once, and the run's retries go along it again"
+    )
 }
 
 /// A named endpoint, checked: its URL, its key's variable, its bounds.

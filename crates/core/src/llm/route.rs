@@ -34,6 +34,16 @@ impl std::fmt::Display for RouteEntry {
     }
 }
 
+/// The first entry of `chain` that repeats an earlier one: `(its index, the earlier one's)`. A
+/// chain tries each entry once — the run's retries go along it again — so a repeat is a mistake
+/// (a cycle) that would only call a failing model twice and count it twice against its breaker.
+pub fn first_repeat<T: PartialEq>(chain: &[T]) -> Option<(usize, usize)> {
+    chain
+        .iter()
+        .enumerate()
+        .find_map(|(i, entry)| chain[..i].iter().position(|earlier| earlier == entry).map(|at| (i, at)))
+}
+
 /// What a failed call means for the rest of its chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterFailure {
@@ -156,6 +166,12 @@ mod tests {
         for bad in ["gpt-4o", "/m", "e/", "bad name/m"] {
             assert_eq!(RouteEntry::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_chain_that_repeats_an_entry_is_found_at_the_repeat() {
+        assert_eq!(first_repeat(&["a/x", "b/y", "c/z"]), None);
+        assert_eq!(first_repeat(&["a/x", "b/y", "a/x", "b/y"]), Some((2, 0)));
     }
 
     #[test]
