@@ -238,6 +238,33 @@ async fn metrics_count_budgets_reached_by_limit_and_action() {
     expect(r#"flexrun_runs_ended_total{status="failed",code="budget_exceeded"}"#, 1.0);
 }
 
+/// A caller may name its run's models (`policies.models`) among what the server serves, and the
+/// `default` endpoint, listing none, serves any name: such a name is the caller's, not the
+/// configuration's, and labels no series — callers would otherwise add series without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_name_a_caller_chose_labels_no_series() {
+    let model = StandIn::start(script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    for chosen in ["caller-chosen-1", "caller-chosen-2"] {
+        let mut envelope = envelope();
+        envelope["policies"] = json!({"models": {"planner": [format!("default/{chosen}")]}});
+        let (_, response) = server.post_run(&envelope).await;
+        let frames = read_frames(response, usize::MAX).await;
+        assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+    }
+    let after = metrics(&server).await;
+    assert!(!after.contains("caller-chosen"), "{after}");
+    let expect = |series: &str, value: f64| assert_eq!(sample(&after, series), value, "{series}\n{after}");
+    expect(r#"flexrun_model_calls_total{purpose="planner",endpoint="default",model="other",outcome="ok"}"#, 2.0);
+    expect(
+        r#"flexrun_model_calls_total{purpose="capability",endpoint="default",model="test-model",outcome="ok"}"#,
+        2.0,
+    );
+    assert!(sample(&after, r#"flexrun_model_tokens_total{model="other",type="input"}"#) > 0.0, "{after}");
+}
+
 /// A price that is no price stops the server at start, naming the key.
 #[tokio::test]
 async fn a_negative_price_stops_the_server_naming_its_key() {

@@ -5,7 +5,7 @@
 //! on a rate limit, an outage or a timeout, never on a content error. Each entry left behind is a
 //! [`Fallback`], which the run records as a `retry` frame.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -91,10 +91,11 @@ impl ModelPool {
         prices: Prices,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<(Self, Routes), ConfigError> {
+        let configured = Arc::new(configured_models(settings, &prices));
         let prices = Arc::new(prices);
         let problem = |key: String, problem: String| ConfigError::Models { key, problem };
         let client = |settings: &ClientSettings<'_>| {
-            LlmClient::new(settings, prices.clone())
+            LlmClient::new(settings, prices.clone(), configured.clone())
                 .map_err(|e| problem(format!("llm.endpoints.{}", settings.name), e.to_string()))
         };
         let mut setups = vec![EndpointSetup {
@@ -279,6 +280,16 @@ fn linked(failed: Vec<(RouteEntry, LlmError)>, then: Option<&RouteEntry>) -> Vec
         .zip(nexts)
         .map(|((entry, error), next)| Fallback { failed: entry.to_string(), next, error: error.to_string() })
         .collect()
+}
+
+/// Every model name the configuration holds: `[llm].model`, the endpoints' `models`, the routes'
+/// entries and the priced models.
+fn configured_models(settings: &LlmSettings, prices: &Prices) -> BTreeSet<String> {
+    let routes = [&settings.routes.planner, &settings.routes.capabilities];
+    let routed = routes.into_iter().flatten().flatten().filter_map(|text| RouteEntry::parse(text)).map(|e| e.model);
+    let listed = settings.endpoints.values().flat_map(|endpoint| endpoint.models.iter().cloned());
+    let priced = prices.models().map(String::from);
+    [settings.model.clone()].into_iter().chain(routed).chain(listed).chain(priced).collect()
 }
 
 /// Why a chain's entry that repeats entry `earlier` is refused.

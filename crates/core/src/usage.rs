@@ -105,6 +105,11 @@ impl Prices {
     pub fn of(&self, reported: Option<&str>, requested: &str) -> Option<&Price> {
         reported.and_then(|model| self.0.get(model)).or_else(|| self.0.get(requested))
     }
+
+    /// The models priced.
+    pub fn models(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
 }
 
 /// Token counts; `None` where a call did not report one.
