@@ -1,7 +1,8 @@
-//! What an MCP server's failures show: a tool's error text reaches frames, the run's log and the
-//! repair prompt bounded and without the registration's secrets (header values, the bearer
-//! token), even when the server quotes them back. A real server on the official Python SDK
-//! (`tests/mcp/server.py`), the model stood in for.
+//! What an MCP server's failures and excesses show: a tool's error text reaches frames, the run's
+//! log and the repair prompt bounded and without the registration's secrets (header values, the
+//! bearer token), even when the server quotes them back; a server listing far more tools than are
+//! offered has a bounded listing. A real server on the official Python SDK (`tests/mcp/server.py`),
+//! the model stood in for.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
@@ -55,4 +56,26 @@ async fn a_tools_error_quoting_the_callers_credentials_shows_them_nowhere() {
     assert!(repair.contains("### NODE ERROR REPAIR") && !secret_in(repair), "nor in the repair prompt: {repair}");
     let document = server.get_json(&format!("/api/v1/flex/runs/{}", frames[0].run_id)).await;
     assert!(!secret_in(&document.to_string()), "nor in the run document");
+}
+
+#[tokio::test]
+async fn a_server_listing_a_thousand_tools_too_many_has_a_bounded_listing() {
+    let py = McpProcess::python_with_env(&[("MCP_EXTRA_TOOLS", "1000")]).await;
+    let server = TestServer::start_with(
+        script(|_| Reply::json(json!({"nodes": []}))),
+        Options { capabilities: Vec::new(), ..Options::default() },
+    )
+    .await;
+    let registration = json!({"id": "many", "url": py.url()});
+    let response =
+        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["server"]["toolCount"], 500, "at most 500 tools are offered");
+    let refused = body["server"]["refusedTools"].as_array().unwrap();
+    assert_eq!(refused.len(), 21, "twenty reasons, then how many more: {:?}", &refused[..3]);
+    assert!(refused[0].as_str().unwrap().contains("more than 500 tools"), "{}", refused[0]);
+    assert_eq!(refused[20], "… and 492 more tools not offered");
+    let listed = server.get_json("/api/v1/flex/mcp-servers").await;
+    assert_eq!(listed["servers"][0]["refusedTools"].as_array().unwrap().len(), 21);
 }

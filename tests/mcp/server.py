@@ -190,4 +190,7 @@ async def release(request: Request) -> Response:
 
 
 if __name__ == "__main__":
+    # MCP_EXTRA_TOOLS=N lists N more tools, `extra_0` … (a server with more than flexrun offers).
+    for i in range(int(os.environ.get("MCP_EXTRA_TOOLS") or 0)):
+        mcp.add_tool(lambda i=i: f"extra {i}", name=f"extra_{i}", description=f"extra tool {i}", structured_output=False)
     mcp.run(transport="streamable-http")
