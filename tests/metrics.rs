@@ -164,6 +164,35 @@ async fn metrics_count_tokens_and_cost_by_model() {
     expect(r#"flexrun_model_cost_usd_total{model="other"}"#, 0.0009);
 }
 
+/// The cost gauge is the sum of the calls' costs in whole micro-dollars, as the runs' own totals
+/// are: $0.00021 + $0.000105, three times, reads $0.000945 — not the float sum's
+/// 0.0009450000000000001.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cost_gauge_adds_whole_micro_dollars() {
+    let model = StandIn::start(script(|call| {
+        let reply = if call.is_planner() {
+            plan(&[("draft", "writer")]).usage(usage_block(1_000, 100, None, None))
+        } else {
+            post(0.9).usage(usage_block(500, 50, None, None))
+        };
+        reply
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prices.toml");
+    std::fs::write(&config, "[llm.prices.\"test-model\"]\ninput_per_mtok = 0.15\noutput_per_mtok = 0.6\n").unwrap();
+    let config = config.display().to_string();
+    let env = [("FLEXRUN_CONFIG", config.as_str())];
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await;
+    for _ in 0..3 {
+        let (_, response) = server.post_run(&envelope()).await;
+        let frames = read_frames(response, usize::MAX).await;
+        assert_eq!(frames.last().unwrap().payload["usage"]["costUsd"], 0.000315, "{:?}", kinds(&frames));
+    }
+    let after = metrics(&server).await;
+    assert_eq!(sample(&after, r#"flexrun_model_cost_usd_total{model="test-model"}"#), 0.000945, "{after}");
+}
+
 /// A series appears with its first known value: a model without a price has no cost series
 /// (not one reading 0, which a dashboard would show as free), and tokens an endpoint never
 /// reports (cached, reasoning) have none either.
