@@ -170,12 +170,11 @@ async fn metrics_count_tokens_and_cost_by_model() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cost_gauge_adds_whole_micro_dollars() {
     let model = StandIn::start(script(|call| {
-        let reply = if call.is_planner() {
+        if call.is_planner() {
             plan(&[("draft", "writer")]).usage(usage_block(1_000, 100, None, None))
         } else {
             post(0.9).usage(usage_block(500, 50, None, None))
-        };
-        reply
+        }
     }))
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
