@@ -192,19 +192,20 @@ impl LlmClient {
             Answered::Unreadable(error) => return self.metered(requested, None, Counts::default(), Err(error)),
         };
         let counts = counts(response.usage.as_deref());
+        let reported = flexrun_core::usage::reported_model(response.model.as_deref());
         let choice = response.choices.into_iter().next();
         if let Some(span) = span {
             let content = choice.as_ref().and_then(|c| c.message.content.as_deref());
             let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref());
             let id = response.id.as_deref().and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
-            span.answered(id.as_deref(), response.model.as_deref(), finish, content);
+            span.answered(id.as_deref(), reported, finish, content);
         }
         let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref()).map(|r| format!(" (finish reason {r})"));
         let content = choice
             .and_then(|c| c.message.content)
             .filter(|content| !content.trim().is_empty())
             .ok_or_else(|| LlmError::Empty(finish.unwrap_or_default()));
-        self.metered(requested, response.model.as_deref(), counts, content)
+        self.metered(requested, reported, counts, content)
     }
 
     /// A model's name as a metric label: a name the configuration holds, else `other`. Labels
