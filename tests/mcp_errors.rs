@@ -79,3 +79,31 @@ async fn a_server_listing_a_thousand_tools_too_many_has_a_bounded_listing() {
     let listed = server.get_json("/api/v1/flex/mcp-servers").await;
     assert_eq!(listed["servers"][0]["refusedTools"].as_array().unwrap().len(), 21);
 }
+
+/// Header values are secrets: a registration refused for its headers says what is wrong and where
+/// without quoting a value (a refused request's message is in the access log too), and a value no
+/// HTTP request can carry — a line break — is refused when registered, not stored to fail later.
+#[tokio::test]
+async fn a_registration_refused_for_its_headers_quotes_no_value() {
+    let server = TestServer::start_with(
+        script(|_| Reply::json(json!({"nodes": []}))),
+        Options { capabilities: Vec::new(), ..Options::default() },
+    )
+    .await;
+    let secret = "sk-mcp-secret-31337";
+    let many: serde_json::Map<String, Value> = (0..40).map(|i| (format!("X-H{i}"), json!(secret))).collect();
+    for (headers, at) in [
+        (json!(many), "/headers"),
+        (json!({"X-Token": [secret]}), "/headers/X-Token"),
+        (json!({"X-Token": format!("{secret}\r\nX-Injected: 1")}), "/headers/X-Token"),
+    ] {
+        let registration = json!({"id": "s", "url": "http://127.0.0.1:9/mcp", "headers": headers});
+        let response =
+            server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+        assert_eq!(response.status(), 400, "{at}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["details"][0]["path"], at, "{body}");
+        assert!(!body.to_string().contains(secret), "no header value in the answer: {body}");
+    }
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM mcp_servers"), 0, "nothing stored");
+}
