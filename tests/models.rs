@@ -154,6 +154,33 @@ async fn rate_limits_fall_over_after_a_short_wait_or_at_once_and_a_bad_request_d
     assert_eq!(frame_of(&frames, "complete").payload["status"], "failed");
 }
 
+/// A refusal that is the endpoint's own — its key refused (401, 403), the model not served there
+/// (404) — is not the request's fault: another endpoint may answer, so the call falls over.
+#[tokio::test]
+async fn an_endpoint_refusing_the_key_or_not_serving_the_model_falls_over() {
+    let backup = backup();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let primary = script(move |call| {
+        if !call.is_planner() {
+            return post(0.9);
+        }
+        match count.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::error(401, "invalid api key"),
+            1 => Reply::error(403, "forbidden"),
+            _ => Reply::error(404, "model not found"),
+        }
+    });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+    for status in ["401", "403", "404"] {
+        let frames = server.run(&envelope()).await;
+        assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{status}: {:?}", kinds(&frames));
+        assert_eq!(fallbacks(&frames), [json!({"failed": "default/test-model", "next": "backup/backup-model"})]);
+        assert!(frame_of(&frames, "retry").payload["error"].as_str().unwrap().contains(status));
+    }
+    assert_eq!(planner_calls(&backup), 3);
+}
+
 #[tokio::test]
 async fn a_failing_endpoint_is_skipped_after_failures_in_a_row_then_probed_and_closed() {
     let backup = backup();

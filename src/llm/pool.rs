@@ -218,7 +218,9 @@ impl ModelPool {
                     return Routed { called, answered_by: Some(entry.clone()) };
                 }
                 Some((AfterFailure::NextEntry { wait }, error)) => {
-                    endpoint.record(false, self.breaker);
+                    // An outage counts against the breaker; a refused key or model is the endpoint
+                    // answering (skipping it would only hide the refusal behind "cooling down").
+                    endpoint.record(!error.is_transient(), self.breaker);
                     fallbacks.push((entry.clone(), error));
                     last = Some(called);
                     // A short Retry-After is honoured before the next entry; after the last, the

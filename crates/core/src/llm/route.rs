@@ -47,9 +47,10 @@ pub fn first_repeat<T: PartialEq>(chain: &[T]) -> Option<(usize, usize)> {
 /// What a failed call means for the rest of its chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterFailure {
-    /// Rate-limited, overloaded, down or too slow: the next entry — after `wait`, the
-    /// `Retry-After` a rate-limited endpoint asked for when it is short (zero otherwise: a
-    /// long one is not waited for, another endpoint is there).
+    /// Rate-limited, overloaded, down, too slow, or refusing what is its own (the key, the
+    /// model): the next entry — after `wait`, the `Retry-After` a rate-limited endpoint asked
+    /// for when it is short (zero otherwise: a long one is not waited for, another endpoint is
+    /// there).
     NextEntry { wait: Duration },
     /// The answer's content was at fault (400, unreadable, schema-invalid): another endpoint
     /// would not change it; the call fails as it is.
@@ -58,12 +59,15 @@ pub enum AfterFailure {
 
 /// What a failure of one entry means: 429 honours a `Retry-After` up to `patience`, then falls
 /// over (at once when it is longer); 5xx, 408, timeouts and connection failures fall over at
-/// once; anything else stops.
+/// once, and so do 401, 403 and 404 — the endpoint refusing its key or not serving the model,
+/// which another endpoint may well answer (not retried on the same one: they are not transient);
+/// anything else stops.
 pub fn after_failure(error: &LlmError, patience: Duration) -> AfterFailure {
     match error {
         LlmError::Status { status: 429, retry_after: Some(wait), .. } if *wait <= patience => {
             AfterFailure::NextEntry { wait: *wait }
         }
+        LlmError::Status { status: 401 | 403 | 404, .. } => AfterFailure::NextEntry { wait: Duration::ZERO },
         error if error.is_transient() => AfterFailure::NextEntry { wait: Duration::ZERO },
         _ => AfterFailure::Stop,
     }
@@ -188,6 +192,8 @@ mod tests {
         let status = |status| LlmError::Status { status, message: String::new(), retry_after: None };
         assert_eq!(after_failure(&status(503), patience), now);
         assert_eq!(after_failure(&LlmError::Timeout(patience), patience), now);
+        assert_eq!(after_failure(&status(401), patience), now, "the endpoint's own refusal");
+        assert_eq!(after_failure(&status(404), patience), now);
         assert_eq!(after_failure(&status(400), patience), AfterFailure::Stop);
         assert_eq!(after_failure(&LlmError::Protocol("x".into()), patience), AfterFailure::Stop);
     }
