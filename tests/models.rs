@@ -362,6 +362,33 @@ async fn a_run_and_a_capability_choose_their_own_chains_among_what_the_server_se
     assert_eq!(body["error"]["details"][0]["path"], "/preferredModels/0", "{body}");
 }
 
+/// A capability registered from a file is not refused at start for its `preferredModels`: a chain
+/// that repeats an entry goes along the route instead (with a warning), so a failing model is
+/// not called twice for one attempt.
+#[tokio::test]
+async fn a_capability_files_chain_that_repeats_an_entry_is_not_followed() {
+    let down =
+        || script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { Reply::error(503, "down") });
+    let backup = StandIn::start(down()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("flexrun.toml");
+    let toml = format!(
+        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\n\n[llm.routes]\n{BOTH}\n",
+        backup.base_url
+    );
+    std::fs::write(&config, toml).unwrap();
+    let mut writer = ai_capability("writer", &["brief"], &["post_copy"], json!({"type": "object"}));
+    writer["preferredModels"] = json!(["default/test-model", "backup/backup-model", "default/test-model"]);
+    let env = vec![("FLEXRUN_CONFIG", config.display().to_string())];
+    let server =
+        TestServer::start_with(down(), Options { env, capabilities: vec![writer], ..Options::default() }).await;
+    let mut envelope = envelope();
+    envelope["policies"] = json!({"retry": {"maxRetries": 0}});
+    let frames = server.run(&envelope).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "failed", "{:?}", kinds(&frames));
+    assert_eq!(server.capability_calls("writer"), 1, "the failing model once, not twice");
+}
+
 /// flexrun killed with SIGKILL while a call waits on the fallback endpoint: after the restart the
 /// run plans again along its route and finishes, its one step run once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -139,8 +139,18 @@ impl ModelPool {
     }
 
     /// A chain of `entries` (a capability's `preferredModels`, an envelope's narrowing): each
-    /// `<endpoint>/<model>` the pool has; the error says which is not.
+    /// `<endpoint>/<model>` the pool has, none repeated; the error says which is not. (A
+    /// capability file is not refused at start for its chain: this is where a repeat is caught.)
     pub fn chain(&self, entries: &[String]) -> Result<Vec<RouteEntry>, String> {
+        let chain = self.served(entries)?;
+        match first_repeat(&chain) {
+            Some((i, earlier)) => Err(format!("entry {i} {}", repeated(&chain[i], earlier))),
+            None => Ok(chain),
+        }
+    }
+
+    /// Each of `entries` as an entry the pool serves; the error says which is not.
+    fn served(&self, entries: &[String]) -> Result<Vec<RouteEntry>, String> {
         entries
             .iter()
             .map(|text| {
@@ -161,11 +171,11 @@ impl ModelPool {
             .iter()
             .enumerate()
             .filter_map(|(i, entry)| {
-                let problem = self.chain(std::slice::from_ref(entry)).err()?;
+                let problem = self.served(std::slice::from_ref(entry)).err()?;
                 Some(FieldError::new(format!("{at}/{i}"), "unknown_model", problem))
             })
             .collect();
-        if let Ok(chain) = self.chain(entries)
+        if let Ok(chain) = self.served(entries)
             && let Some((i, earlier)) = first_repeat(&chain)
         {
             problems.push(FieldError::new(format!("{at}/{i}"), "repeated_model", repeated(&chain[i], earlier)));
