@@ -165,7 +165,8 @@ impl ModelPool {
     }
 
     /// The problems of `entries` given at `at` (an envelope's `policies.models`, a capability's
-    /// `preferredModels`): each entry this pool does not serve, with its pointer.
+    /// `preferredModels`): each entry this pool does not serve, and the first that repeats an
+    /// earlier one, with its pointer.
     pub fn check(&self, entries: &[String], at: &str) -> Vec<FieldError> {
         let mut problems: Vec<FieldError> = entries
             .iter()
