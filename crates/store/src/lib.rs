@@ -148,9 +148,22 @@ fn configure(conn: &mut DbConn) -> Result<(), diesel::result::Error> {
 
 /// A new, configured connection to `url`.
 fn connect(url: &str) -> Result<DbConn, StoreError> {
-    let mut conn = DbConn::establish(url).map_err(|e| StoreError::Connection(e.to_string()))?;
+    let mut conn = establish(url).map_err(|e| StoreError::Connection(e.to_string()))?;
     configure(&mut conn)?;
     Ok(conn)
+}
+
+/// Connects to `url` (as [`connection_url`] made it) with its own backend, so a failure says why:
+/// the server refused the connection, no such database, a directory that does not exist.
+/// `DbConn::establish` tries each backend in turn and answers any failure with "Invalid
+/// connection url for multiconnection", which is all an operator saw of a database that could
+/// not be opened at start, or of the writer's reconnects while PostgreSQL was down.
+fn establish(url: &str) -> diesel::ConnectionResult<DbConn> {
+    #[cfg(feature = "postgres")]
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return diesel::PgConnection::establish(url).map(DbConn::Pg);
+    }
+    diesel::SqliteConnection::establish(url).map(DbConn::Sqlite)
 }
 
 /// Turns a configured URL into what diesel expects.
