@@ -270,8 +270,10 @@ async fn a_run_that_cannot_be_resumed_is_failed_not_left_running() {
 
     server.restart().await;
     let after = server.reattach(&run_id, before.len() as u64).await;
-    assert_eq!(kinds(&after), ["complete"]);
-    let error = &after[0].payload["error"];
+    // The step the kill interrupted ends with the run: no node of a failed run is left running.
+    assert_eq!(kinds(&after), ["node_error", "complete"]);
+    assert_eq!((after[0].node_id.as_deref(), &after[0].payload["error"]["code"]), (Some("draft"), &json!("resume_failed")));
+    let error = &after[1].payload["error"];
     assert_eq!(error["code"], "resume_failed");
     assert!(error["message"].as_str().unwrap().contains("/objective"), "{error}");
     assert_eq!(flexrun::store::runs::get(&mut conn, &run_id).unwrap().status.as_str(), "failed");
