@@ -387,9 +387,13 @@ async fn a_run_that_keeps_killing_its_node_is_failed_with_its_step() {
     let ending: Vec<&str> = log.iter().rev().take(2).rev().map(|(_, kind)| kind.as_str()).collect();
     assert_eq!(ending, ["node_error", "complete"], "{log:?}");
     let run = cluster.run(0, &run_id).await;
-    assert_eq!((&run["run"]["status"], &run["run"]["error"]["code"]), (&json!("failed"), &json!("crash_limit_reached")));
+    assert_eq!(
+        (&run["run"]["status"], &run["run"]["error"]["code"]),
+        (&json!("failed"), &json!("crash_limit_reached"))
+    );
     assert_eq!(run["lease"]["crashAttempts"], 3, "{run}");
-    let nodes: Vec<(&Value, &Value)> = run["nodes"].as_array().unwrap().iter().map(|n| (&n["nodeId"], &n["status"])).collect();
+    let nodes: Vec<(&Value, &Value)> =
+        run["nodes"].as_array().unwrap().iter().map(|n| (&n["nodeId"], &n["status"])).collect();
     assert_eq!(nodes, [(&json!("draft"), &json!("completed")), (&json!("polish"), &json!("failed"))]);
     assert_eq!(calls(&slow, "editor"), 3, "tried three times, not a fourth");
 }

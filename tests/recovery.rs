@@ -272,7 +272,10 @@ async fn a_run_that_cannot_be_resumed_is_failed_not_left_running() {
     let after = server.reattach(&run_id, before.len() as u64).await;
     // The step the kill interrupted ends with the run: no node of a failed run is left running.
     assert_eq!(kinds(&after), ["node_error", "complete"]);
-    assert_eq!((after[0].node_id.as_deref(), &after[0].payload["error"]["code"]), (Some("draft"), &json!("resume_failed")));
+    assert_eq!(
+        (after[0].node_id.as_deref(), &after[0].payload["error"]["code"]),
+        (Some("draft"), &json!("resume_failed"))
+    );
     let error = &after[1].payload["error"];
     assert_eq!(error["code"], "resume_failed");
     assert!(error["message"].as_str().unwrap().contains("/objective"), "{error}");
@@ -413,8 +416,8 @@ fn refuse_node_completions(dir: &std::path::Path) {
 /// ended run is left running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_stopped_by_a_database_error_is_cancelled_with_its_step() {
-    let model =
-        StandIn::start(script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) })).unwrap();
+    let model = StandIn::start(script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }))
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let env = [("FLEXRUN_LEASE_SECONDS", "2")];
     let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await;
@@ -431,11 +434,18 @@ async fn a_run_stopped_by_a_database_error_is_cancelled_with_its_step() {
     assert_eq!(cancelled.status(), 200, "{}", cancelled.text().await.unwrap());
 
     let log = event_log(dir.path(), &run_id);
-    let ending: Vec<(&str, &Value)> = log.iter().rev().take(2).rev().map(|(_, kind, frame)| (kind.as_str(), frame)).collect();
-    assert_eq!(ending.iter().map(|(kind, _)| *kind).collect::<Vec<_>>(), ["node_error", "complete"], "{:?}", log.iter().map(|(_, kind, _)| kind).collect::<Vec<_>>());
+    let ending: Vec<(&str, &Value)> =
+        log.iter().rev().take(2).rev().map(|(_, kind, frame)| (kind.as_str(), frame)).collect();
+    assert_eq!(
+        ending.iter().map(|(kind, _)| *kind).collect::<Vec<_>>(),
+        ["node_error", "complete"],
+        "{:?}",
+        log.iter().map(|(_, kind, _)| kind).collect::<Vec<_>>()
+    );
     assert_eq!(ending[0].1["nodeId"], "draft");
     assert_eq!(ending[0].1["payload"]["error"]["code"], "cancelled");
     assert_eq!(ending[1].1["payload"]["status"], "cancelled");
-    let run: Value = server.http.get(server.url(&format!("/api/v1/flex/runs/{run_id}"))).send().await.unwrap().json().await.unwrap();
+    let run: Value =
+        server.http.get(server.url(&format!("/api/v1/flex/runs/{run_id}"))).send().await.unwrap().json().await.unwrap();
     assert_eq!(run["nodes"][0]["status"], "cancelled", "{}", run["nodes"]);
 }

@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 
 use super::{Decision, Operated, Pending, Refusal, closed};
 use crate::events::Event;
-use crate::run::decide::ending;
 use crate::events::payload::*;
+use crate::run::decide::ending;
 use crate::run::operator::Actor;
 use crate::run::status::RunStatus;
 
