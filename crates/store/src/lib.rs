@@ -26,6 +26,7 @@ pub(crate) use on_backend;
 pub mod metrics;
 
 pub mod capabilities;
+mod connect;
 pub mod evaluations;
 pub mod events;
 pub mod hitl;
@@ -43,7 +44,7 @@ use std::time::Duration;
 
 use diesel::Connection;
 use diesel::connection::SimpleConnection;
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool};
+use diesel::r2d2::{CustomizeConnection, Pool};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use writer::Writer;
@@ -112,7 +113,7 @@ impl StoreError {
     }
 }
 
-type DbPool = Pool<ConnectionManager<DbConn>>;
+type DbPool = Pool<connect::Manager>;
 
 /// Handle to the database. Cheap to clone.
 #[derive(Clone)]
@@ -148,22 +149,9 @@ fn configure(conn: &mut DbConn) -> Result<(), diesel::result::Error> {
 
 /// A new, configured connection to `url`.
 fn connect(url: &str) -> Result<DbConn, StoreError> {
-    let mut conn = establish(url).map_err(|e| StoreError::Connection(e.to_string()))?;
+    let mut conn = connect::establish(url).map_err(|e| StoreError::Connection(e.to_string()))?;
     configure(&mut conn)?;
     Ok(conn)
-}
-
-/// Connects to `url` (as [`connection_url`] made it) with its own backend, so a failure says why:
-/// the server refused the connection, no such database, a directory that does not exist.
-/// `DbConn::establish` tries each backend in turn and answers any failure with "Invalid
-/// connection url for multiconnection", which is all an operator saw of a database that could
-/// not be opened at start, or of the writer's reconnects while PostgreSQL was down.
-fn establish(url: &str) -> diesel::ConnectionResult<DbConn> {
-    #[cfg(feature = "postgres")]
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return diesel::PgConnection::establish(url).map(DbConn::Pg);
-    }
-    diesel::SqliteConnection::establish(url).map(DbConn::Sqlite)
 }
 
 /// Turns a configured URL into what diesel expects.
@@ -218,7 +206,7 @@ impl Store {
             // check would cost every read a statement prepared and run for nothing.
             .test_on_check_out(postgres)
             .connection_customizer(Box::new(SqliteSettings))
-            .build(ConnectionManager::new(url.clone()))
+            .build(connect::Manager::new(url.clone()))
             .map_err(|e| StoreError::Connection(e.to_string()))?;
         let writer = match runtime {
             Some(runtime) if !postgres => Writer::on_runtime(conn, runtime),
