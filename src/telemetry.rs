@@ -5,6 +5,7 @@
 //! route patterns. A value that could come from outside (an error code read back from a frame) is
 //! passed through [`code_label`] first.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
@@ -211,7 +212,7 @@ pub fn model_endpoint_state(endpoint: &str, state: &'static str) {
 /// are [`Kept`].
 pub fn model_usage(model: &str, usage: &flexrun_core::usage::CallUsage) {
     static TOKENS: Kept<metrics::Counter> = Kept::new();
-    static COSTS: Kept<metrics::Gauge> = Kept::new();
+    static COSTS: Kept<Arc<Mutex<CostGauge>>> = Kept::new();
     let counts = &usage.counts;
     let types = [
         ("input", counts.input_tokens),
@@ -226,8 +227,22 @@ pub fn model_usage(model: &str, usage: &flexrun_core::usage::CallUsage) {
         }
     }
     if let Some(cost) = usage.cost {
-        COSTS.get(model, || gauge!(MODEL_COST, "model" => model.to_string())).increment(cost.dollars());
+        let make =
+            || Arc::new(Mutex::new(CostGauge { gauge: gauge!(MODEL_COST, "model" => model.to_string()), micros: 0 }));
+        let kept = COSTS.get(model, make);
+        let mut kept = kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.micros = kept.micros.saturating_add(cost.0);
+        kept.gauge.set(flexrun_core::usage::Micros(kept.micros).dollars());
     }
+}
+
+/// A model's cost gauge and its total in whole micro-dollars: the gauge is set to the total, not
+/// incremented by each call's dollars, so it reads what the runs' totals add up to (exact
+/// micro-dollars) rather than a float sum that drifts (0.0009450000000000001). Set under the
+/// lock, it never goes back.
+struct CostGauge {
+    gauge: metrics::Gauge,
+    micros: u64,
 }
 
 /// One capability call: `outcome` is `ok`, `signal` or the error's code.

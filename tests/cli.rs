@@ -318,6 +318,27 @@ async fn a_model_url_that_is_no_url_stops_serve_at_start() {
     );
 }
 
+/// A database that cannot be opened at start stops `serve` with the reason its backend gave — a
+/// SQLite file in a directory that does not exist, a PostgreSQL server nobody listens for — not
+/// with the connection type's generic "Invalid connection url".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_cannot_be_opened_stops_serve_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = format!("sqlite://{}", dir.path().join("missing/flexrun.db").display());
+    let mut cases = vec![(missing, "unable to open database file")];
+    if cfg!(feature = "postgres") {
+        let port = support::process::free_port();
+        cases.push((format!("postgres://flexrun@127.0.0.1:{port}/flexrun"), "Connection refused"));
+    }
+    for (url, reason) in cases {
+        let output = serve_must_exit(dir.path(), &[("FLEXRUN_DATABASE_URL", &url)]).await;
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{url}: {stderr}");
+        assert!(stderr.starts_with("flexrun: database connection: "), "{url}: {stderr}");
+        assert!(stderr.contains(reason), "{url}: the backend's reason, {reason:?}: {stderr}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_known_path_with_another_method_is_405() {
     let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;

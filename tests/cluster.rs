@@ -359,6 +359,45 @@ async fn a_single_node_killed_mid_step_takes_its_run_back_at_once_when_restarted
     assert!(metrics.contains("flexrun_lease_claims_total{why=\"stale\"} 0"), "{metrics}");
 }
 
+/// A run whose node dies in the same step again and again is failed at the third crash
+/// (`crash_limit_reached`), with that step: it ends as failed, not left running in an ended run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_keeps_killing_its_node_is_failed_with_its_step() {
+    let slow = StandIn::start(script(|call| match (call.is_planner(), call.capability_id()) {
+        (true, _) => plan(&[("draft", "writer"), ("polish", "editor")]),
+        (false, Some("editor")) => post(0.9).after(Duration::from_secs(600)),
+        _ => post(0.9),
+    }))
+    .unwrap();
+    let mut cluster = Cluster::of(support::database::fresh_postgres(), &slow, &[vec![]]).await;
+    let (run_id, _response) = cluster.nodes[0].post_run(&envelope()).await;
+    for crashes in 1..=3 {
+        while calls(&slow, "editor") < crashes {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cluster.nodes[0].kill();
+        cluster.nodes[0].restart().await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cluster.run(0, &run_id).await["run"]["status"] != "failed" {
+        assert!(std::time::Instant::now() < deadline, "{}", cluster.run(0, &run_id).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = cluster.log(&run_id);
+    let ending: Vec<&str> = log.iter().rev().take(2).rev().map(|(_, kind)| kind.as_str()).collect();
+    assert_eq!(ending, ["node_error", "complete"], "{log:?}");
+    let run = cluster.run(0, &run_id).await;
+    assert_eq!(
+        (&run["run"]["status"], &run["run"]["error"]["code"]),
+        (&json!("failed"), &json!("crash_limit_reached"))
+    );
+    assert_eq!(run["lease"]["crashAttempts"], 3, "{run}");
+    let nodes: Vec<(&Value, &Value)> =
+        run["nodes"].as_array().unwrap().iter().map(|n| (&n["nodeId"], &n["status"])).collect();
+    assert_eq!(nodes, [(&json!("draft"), &json!("completed")), (&json!("polish"), &json!("failed"))]);
+    assert_eq!(calls(&slow, "editor"), 3, "tried three times, not a fourth");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_process_with_the_same_node_id_refuses_to_start_and_the_first_serves_on() {
     // Node a's polish answers after 5 s; a second process named node-a is started meanwhile.

@@ -154,13 +154,16 @@ async fn an_approval_interrupt_is_resumed_with_a_rejection_then_an_approval() {
 }
 
 /// A budget reached is an interrupt (`raise_budget`, with the limit reached); a resume that
-/// raises the limit lets the same run go on with the step that was held back.
+/// raises the limit — an Agent Inbox `edit` of the action (as Agent Chat UI sends it: the action
+/// request's args, a budget added), or a flex decision — lets the same run go on with the step
+/// that was held back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_interrupt_is_resumed_with_a_raised_limit() {
     let server = TestServer::start(planner_then(&[("draft", "writer"), ("polish", "editor")], post(0.9))).await;
     let mut input = envelope();
-    input["policies"] = json!({"budget": {"maxModelCalls": 2}});
-    let resumes = json!([{"approved": true, "budget": {"maxModelCalls": 5}}]);
+    input["policies"] = json!({"budget": {"maxModelCalls": 1}});
+    let edited = json!({"action": "raise_budget", "args": {"planVersion": 1, "budget": {"maxModelCalls": 2}}});
+    let resumes = json!([[{"type": "edit", "args": edited}], {"approved": true, "budget": {"maxModelCalls": 5}}]);
     let seen = drive("interrupt_and_resume", &server.base, json!({"input": input, "resumes": resumes})).await;
     let rounds = seen["rounds"].as_array().unwrap();
 
@@ -168,13 +171,17 @@ async fn a_budget_interrupt_is_resumed_with_a_raised_limit() {
     let interrupt = &first["state"]["interrupts"][0]["value"];
     assert_eq!(interrupt["kind"], "budget", "{first}");
     assert_eq!(interrupt["action_request"]["action"], "raise_budget");
-    assert_eq!((&interrupt["context"]["limit"], &interrupt["context"]["spent"]), (&json!("modelCalls"), &json!(2)));
-    assert_eq!(first["state"]["next"], json!(["polish"]));
+    assert_eq!((&interrupt["context"]["limit"], &interrupt["context"]["spent"]), (&json!("modelCalls"), &json!(1)));
     assert_eq!(first["thread"]["status"], "interrupted");
 
     let second = &rounds[1];
-    assert_eq!(second["state"]["values"]["status"], "completed", "{second}");
-    assert_eq!(second["state"]["values"]["usage"]["calls"], 3);
+    let interrupt = &second["state"]["interrupts"][0]["value"];
+    assert_eq!((&interrupt["context"]["max"], &interrupt["context"]["spent"]), (&json!(2), &json!(2)), "{second}");
+    assert_eq!(second["state"]["next"], json!(["polish"]));
+
+    let third = &rounds[2];
+    assert_eq!(third["state"]["values"]["status"], "completed", "{third}");
+    assert_eq!(third["state"]["values"]["usage"]["calls"], 3);
     assert_eq!((server.capability_calls("writer"), server.capability_calls("editor")), (1, 1));
 }
 

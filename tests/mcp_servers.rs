@@ -91,8 +91,20 @@ async fn answer_to(response: reqwest::Response, id: u64) -> Value {
 }
 
 /// The tools of tests/mcp/server.py.
-const PYTHON_TOOLS: [&str; 11] =
-    ["add", "fail", "wipe", "slow", "slow_once", "hold", "bad_output", "auth_ok", "add_tool", "remove_tool", "ask"];
+const PYTHON_TOOLS: [&str; 12] = [
+    "add",
+    "fail",
+    "refuse",
+    "wipe",
+    "slow",
+    "slow_once",
+    "hold",
+    "bad_output",
+    "auth_ok",
+    "add_tool",
+    "remove_tool",
+    "ask",
+];
 
 fn tool_names(list: &Value) -> Vec<&str> {
     list["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect()

@@ -164,6 +164,34 @@ async fn metrics_count_tokens_and_cost_by_model() {
     expect(r#"flexrun_model_cost_usd_total{model="other"}"#, 0.0009);
 }
 
+/// The cost gauge is the sum of the calls' costs in whole micro-dollars, as the runs' own totals
+/// are: $0.00021 + $0.000105, three times, reads $0.000945 — not the float sum's
+/// 0.0009450000000000001.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cost_gauge_adds_whole_micro_dollars() {
+    let model = StandIn::start(script(|call| {
+        if call.is_planner() {
+            plan(&[("draft", "writer")]).usage(usage_block(1_000, 100, None, None))
+        } else {
+            post(0.9).usage(usage_block(500, 50, None, None))
+        }
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("prices.toml");
+    std::fs::write(&config, "[llm.prices.\"test-model\"]\ninput_per_mtok = 0.15\noutput_per_mtok = 0.6\n").unwrap();
+    let config = config.display().to_string();
+    let env = [("FLEXRUN_CONFIG", config.as_str())];
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await;
+    for _ in 0..3 {
+        let (_, response) = server.post_run(&envelope()).await;
+        let frames = read_frames(response, usize::MAX).await;
+        assert_eq!(frames.last().unwrap().payload["usage"]["costUsd"], 0.000315, "{:?}", kinds(&frames));
+    }
+    let after = metrics(&server).await;
+    assert_eq!(sample(&after, r#"flexrun_model_cost_usd_total{model="test-model"}"#), 0.000945, "{after}");
+}
+
 /// A series appears with its first known value: a model without a price has no cost series
 /// (not one reading 0, which a dashboard would show as free), and tokens an endpoint never
 /// reports (cached, reasoning) have none either.
@@ -236,6 +264,33 @@ async fn metrics_count_budgets_reached_by_limit_and_action() {
     expect(r#"flexrun_budget_exceeded_total{limit="modelCalls",action="fail"}"#, 1.0);
     expect(r#"flexrun_budget_exceeded_total{limit="modelCalls",action="pause"}"#, 2.0);
     expect(r#"flexrun_runs_ended_total{status="failed",code="budget_exceeded"}"#, 1.0);
+}
+
+/// A caller may name its run's models (`policies.models`) among what the server serves, and the
+/// `default` endpoint, listing none, serves any name: such a name is the caller's, not the
+/// configuration's, and labels no series — callers would otherwise add series without end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_name_a_caller_chose_labels_no_series() {
+    let model = StandIn::start(script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &[]).await;
+    for chosen in ["caller-chosen-1", "caller-chosen-2"] {
+        let mut envelope = envelope();
+        envelope["policies"] = json!({"models": {"planner": [format!("default/{chosen}")]}});
+        let (_, response) = server.post_run(&envelope).await;
+        let frames = read_frames(response, usize::MAX).await;
+        assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+    }
+    let after = metrics(&server).await;
+    assert!(!after.contains("caller-chosen"), "{after}");
+    let expect = |series: &str, value: f64| assert_eq!(sample(&after, series), value, "{series}\n{after}");
+    expect(r#"flexrun_model_calls_total{purpose="planner",endpoint="default",model="other",outcome="ok"}"#, 2.0);
+    expect(
+        r#"flexrun_model_calls_total{purpose="capability",endpoint="default",model="test-model",outcome="ok"}"#,
+        2.0,
+    );
+    assert!(sample(&after, r#"flexrun_model_tokens_total{model="other",type="input"}"#) > 0.0, "{after}");
 }
 
 /// A price that is no price stops the server at start, naming the key.

@@ -154,6 +154,33 @@ async fn rate_limits_fall_over_after_a_short_wait_or_at_once_and_a_bad_request_d
     assert_eq!(frame_of(&frames, "complete").payload["status"], "failed");
 }
 
+/// A refusal that is the endpoint's own — its key refused (401, 403), the model not served there
+/// (404) — is not the request's fault: another endpoint may answer, so the call falls over.
+#[tokio::test]
+async fn an_endpoint_refusing_the_key_or_not_serving_the_model_falls_over() {
+    let backup = backup();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let primary = script(move |call| {
+        if !call.is_planner() {
+            return post(0.9);
+        }
+        match count.fetch_add(1, Ordering::SeqCst) {
+            0 => Reply::error(401, "invalid api key"),
+            1 => Reply::error(403, "forbidden"),
+            _ => Reply::error(404, "model not found"),
+        }
+    });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+    for status in ["401", "403", "404"] {
+        let frames = server.run(&envelope()).await;
+        assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{status}: {:?}", kinds(&frames));
+        assert_eq!(fallbacks(&frames), [json!({"failed": "default/test-model", "next": "backup/backup-model"})]);
+        assert!(frame_of(&frames, "retry").payload["error"].as_str().unwrap().contains(status));
+    }
+    assert_eq!(planner_calls(&backup), 3);
+}
+
 #[tokio::test]
 async fn a_failing_endpoint_is_skipped_after_failures_in_a_row_then_probed_and_closed() {
     let backup = backup();
@@ -188,6 +215,49 @@ async fn a_failing_endpoint_is_skipped_after_failures_in_a_row_then_probed_and_c
     assert_eq!((server.llm.calls().len(), backup.calls().len()), (4, 4));
 }
 
+/// A probe whose call never ends — its run cancelled while the endpoint thinks — is no outcome:
+/// the next call probes again, and a well endpoint closes its breaker; it is not skipped for good.
+#[tokio::test]
+async fn a_probe_cut_off_by_a_cancel_lets_the_next_call_probe() {
+    let backup = backup();
+    // 0: down; 1: well but slow to plan; 2: well.
+    let state = Arc::new(AtomicUsize::new(0));
+    let primary_state = state.clone();
+    let primary = script(move |call| match (primary_state.load(Ordering::SeqCst), call.is_planner()) {
+        (0, _) => Reply::error(503, "down"),
+        (1, true) => plan(&[("draft", "writer")]).after(Duration::from_secs(600)),
+        (_, true) => plan(&[("draft", "writer")]),
+        (_, false) => post(0.9),
+    });
+    let (server, _dir) = pooled(primary, &backup, BOTH).await;
+    let breaker = |health: &Value| {
+        let endpoints = health["services"]["llm"]["endpoints"].as_array().unwrap();
+        endpoints.iter().find(|e| e["name"] == "default").unwrap()["breaker"].as_str().unwrap().to_string()
+    };
+    server.run(&envelope()).await;
+    assert_eq!(breaker(&server.get_json("/api/v1/health").await), "open");
+
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    state.store(1, Ordering::SeqCst);
+    let probed = server.llm.calls().len() + 1;
+    let started = read_frames(server.post_run(&envelope()).await, 1).await;
+    for _ in 0..200 {
+        if server.llm.calls().len() == probed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(server.llm.calls().len(), probed, "the probe reached the primary, which holds it");
+    let cancel = server.url(&format!("/api/v1/flex/runs/{}/cancel", started[0].run_id));
+    let cancelled = server.http.post(cancel).bearer_auth(OPERATOR_KEY).send().await.unwrap();
+    assert!(cancelled.status().is_success(), "{}", cancelled.status());
+
+    state.store(2, Ordering::SeqCst);
+    let frames = server.run(&envelope()).await;
+    assert_eq!(frame_of(&frames, "plan_generated").payload["usage"]["answeredBy"], json!(["default/test-model"]));
+    assert_eq!(breaker(&server.get_json("/api/v1/health").await), "closed");
+}
+
 #[tokio::test]
 async fn the_planner_and_capabilities_follow_routes_of_their_own() {
     let backup = backup();
@@ -218,6 +288,10 @@ fn a_route_the_pool_cannot_serve_keeps_the_server_from_starting_naming_its_key()
     assert!(refused("[llm.routes]\nplanner = [\"nowhere/m\"]").contains("llm.routes.planner[0]"));
     assert!(refused("[llm.routes]\nplanner = [\"gpt-4o\"]").contains("not `<endpoint>/<model>`"));
     assert!(refused("[llm.routes]\ncapabilities = []").contains("llm.routes.capabilities` is empty"));
+    let cycle = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+                 [llm.routes]\nplanner = [\"default/m\", \"b/x\", \"default/m\"]";
+    let message = refused(cycle);
+    assert!(message.contains("llm.routes.planner[2]") && message.contains("repeats `default/m`"), "{message}");
     let listed = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\nmodels = [\"x\"]\n[llm.routes]\ncapabilities = [\"b/y\"]";
     assert!(refused(listed).contains("does not list"));
     let keyless = "[llm.endpoints.b]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"FLEXRUN_TEST_NO_SUCH_KEY\"";
@@ -256,6 +330,15 @@ async fn a_run_and_a_capability_choose_their_own_chains_among_what_the_server_se
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["details"][0]["path"], "/policies/models/capabilities/1", "{body}");
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 1, "nothing was created");
+    let mut repeated = envelope();
+    repeated["policies"] =
+        json!({"models": {"planner": ["default/test-model", "backup/backup-model", "default/test-model"]}});
+    let response = server.post_run(&repeated).await;
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["details"][0]["path"], "/policies/models/planner/2", "{body}");
+    assert_eq!(body["error"]["details"][0]["code"], "repeated_model", "{body}");
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 1, "nothing was created");
 
     let mut writer = ai_capability("writer", &["brief"], &["post_copy"], json!({"type": "object"}));
     writer["preferredModels"] = json!(["backup/backup-model"]);
@@ -277,6 +360,33 @@ async fn a_run_and_a_capability_choose_their_own_chains_among_what_the_server_se
     assert_eq!(refused.status().as_u16(), 400);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"]["details"][0]["path"], "/preferredModels/0", "{body}");
+}
+
+/// A capability registered from a file is not refused at start for its `preferredModels`: a chain
+/// that repeats an entry goes along the route instead (with a warning), so a failing model is
+/// not called twice for one attempt.
+#[tokio::test]
+async fn a_capability_files_chain_that_repeats_an_entry_is_not_followed() {
+    let down =
+        || script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { Reply::error(503, "down") });
+    let backup = StandIn::start(down()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("flexrun.toml");
+    let toml = format!(
+        "[llm.endpoints.backup]\nbase_url = \"{}\"\nmodels = [\"backup-model\"]\n\n[llm.routes]\n{BOTH}\n",
+        backup.base_url
+    );
+    std::fs::write(&config, toml).unwrap();
+    let mut writer = ai_capability("writer", &["brief"], &["post_copy"], json!({"type": "object"}));
+    writer["preferredModels"] = json!(["default/test-model", "backup/backup-model", "default/test-model"]);
+    let env = vec![("FLEXRUN_CONFIG", config.display().to_string())];
+    let server =
+        TestServer::start_with(down(), Options { env, capabilities: vec![writer], ..Options::default() }).await;
+    let mut envelope = envelope();
+    envelope["policies"] = json!({"retry": {"maxRetries": 0}});
+    let frames = server.run(&envelope).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "failed", "{:?}", kinds(&frames));
+    assert_eq!(server.capability_calls("writer"), 1, "the failing model once, not twice");
 }
 
 /// flexrun killed with SIGKILL while a call waits on the fallback endpoint: after the restart the

@@ -270,8 +270,13 @@ async fn a_run_that_cannot_be_resumed_is_failed_not_left_running() {
 
     server.restart().await;
     let after = server.reattach(&run_id, before.len() as u64).await;
-    assert_eq!(kinds(&after), ["complete"]);
-    let error = &after[0].payload["error"];
+    // The step the kill interrupted ends with the run: no node of a failed run is left running.
+    assert_eq!(kinds(&after), ["node_error", "complete"]);
+    assert_eq!(
+        (after[0].node_id.as_deref(), &after[0].payload["error"]["code"]),
+        (Some("draft"), &json!("resume_failed"))
+    );
+    let error = &after[1].payload["error"];
     assert_eq!(error["code"], "resume_failed");
     assert!(error["message"].as_str().unwrap().contains("/objective"), "{error}");
     assert_eq!(flexrun::store::runs::get(&mut conn, &run_id).unwrap().status.as_str(), "failed");
@@ -383,4 +388,64 @@ async fn a_question_survives_a_crash_and_is_answered_from_the_command_line() {
     let writer: Vec<ChatCall> = model.calls().into_iter().filter(|c| c.capability_id() == Some("writer")).collect();
     assert_eq!(writer.len(), 2, "asked once, then ran once more with the answer");
     assert!(writer[1].user.contains("Answer: EU only"));
+}
+
+/// Makes every commit of a `node_complete` frame fail in the test database of `dir`, as a full
+/// disk or a database error would, until [`let_nodes_complete`].
+fn refuse_node_completions(dir: &std::path::Path) {
+    let sql: &[&str] = if support::database::is_postgres() {
+        &[
+            "CREATE FUNCTION refuse_node_complete() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN IF NEW.event_type = 'node_complete' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$",
+            "CREATE TRIGGER refuse_node_complete BEFORE INSERT ON run_events \
+             FOR EACH ROW EXECUTE FUNCTION refuse_node_complete()",
+        ]
+    } else {
+        &["CREATE TRIGGER refuse_node_complete BEFORE INSERT ON run_events \
+           WHEN NEW.event_type = 'node_complete' BEGIN SELECT RAISE(ABORT, 'refused'); END"]
+    };
+    let mut conn = support::database::connect(dir);
+    for statement in sql {
+        diesel::sql_query(*statement).execute(&mut conn).unwrap();
+    }
+}
+
+/// A run whose coordinator stopped on a database error (its step's completion could not be
+/// committed) is left `running` with that step started; an operator's cancel ends it, and ends
+/// the step as a cancel of a running run does (`node_error {code: "cancelled"}`): no node of an
+/// ended run is left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_by_a_database_error_is_cancelled_with_its_step() {
+    let model = StandIn::start(script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("FLEXRUN_LEASE_SECONDS", "2")];
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await;
+    refuse_node_completions(dir.path());
+    let (run_id, response) = server.post_run(&envelope()).await;
+    drop(response);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !server.log().contains("run coordinator stopped on a database error") {
+        assert!(std::time::Instant::now() < deadline, "{}", server.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cancel = server.http.post(server.url(&format!("/api/v1/flex/runs/{run_id}/cancel"))).json(&json!({}));
+    let cancelled = cancel.send().await.unwrap();
+    assert_eq!(cancelled.status(), 200, "{}", cancelled.text().await.unwrap());
+
+    let log = event_log(dir.path(), &run_id);
+    let ending: Vec<(&str, &Value)> =
+        log.iter().rev().take(2).rev().map(|(_, kind, frame)| (kind.as_str(), frame)).collect();
+    assert_eq!(
+        ending.iter().map(|(kind, _)| *kind).collect::<Vec<_>>(),
+        ["node_error", "complete"],
+        "{:?}",
+        log.iter().map(|(_, kind, _)| kind).collect::<Vec<_>>()
+    );
+    assert_eq!(ending[0].1["nodeId"], "draft");
+    assert_eq!(ending[0].1["payload"]["error"]["code"], "cancelled");
+    assert_eq!(ending[1].1["payload"]["status"], "cancelled");
+    let run: Value =
+        server.http.get(server.url(&format!("/api/v1/flex/runs/{run_id}"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(run["nodes"][0]["status"], "cancelled", "{}", run["nodes"]);
 }

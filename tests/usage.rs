@@ -156,3 +156,26 @@ async fn unknown_counts_stay_unknown_and_every_attempt_that_was_answered_counts(
     assert_eq!(doc["nodes"][0]["usage"]["calls"], 2);
     assert_eq!(listed(&server, &run_id).await["usage"]["calls"], 4);
 }
+
+/// The model name a response reports is copied into every frame, document and list that shows
+/// the call: one that is no model's name — far too long, or holding control characters — is not
+/// kept, and the call is recorded under the model asked for.
+#[tokio::test]
+async fn a_response_naming_no_plausible_model_is_recorded_under_the_model_asked_for() {
+    let script = script(|call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer")]).model("evil\u{0}\u{202e}name");
+        }
+        post(0.9).model("x".repeat(100_000))
+    });
+    let server = TestServer::start(script).await;
+    let frames = server.run(&envelope()).await;
+    let run_id = frames[0].run_id.clone();
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed");
+    for kind in ["plan_generated", "node_complete", "complete"] {
+        assert_eq!(frame_of(&frames, kind).payload["usage"]["models"], json!(["test-model"]), "{kind}");
+    }
+    let listed = listed(&server, &run_id).await;
+    assert_eq!(listed["usage"]["models"], json!(["test-model"]));
+    assert!(document(&server, &run_id).await.to_string().len() < 20_000, "the run document stays small");
+}

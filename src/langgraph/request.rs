@@ -438,7 +438,13 @@ pub fn resume_answer(
                 ("accept", HitlKind::Approval) => Ok(decide(true, None)),
                 ("response", HitlKind::Approval) => Ok(decide(false, text)),
                 ("ignore", HitlKind::Approval | HitlKind::Budget) => Ok(decide(false, None)),
-                ("edit", HitlKind::Budget) => decide_raising(true, None, args.get("budget").or(Some(&args))),
+                ("edit", HitlKind::Budget) => {
+                    // An Agent Inbox edit is `{action, args}`: the limits are in the edited args
+                    // (beside the action request's own, which Agent Chat UI sends back), or are
+                    // those args.
+                    let edited = args.get("args").unwrap_or(&args);
+                    decide_raising(true, None, edited.get("budget").or(Some(edited)))
+                }
                 ("response", HitlKind::Clarify) => Ok(decide(true, text)),
                 ("edit", HitlKind::HumanTask) => {
                     let output = args.get("args").cloned().unwrap_or(args);

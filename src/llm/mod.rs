@@ -17,6 +17,7 @@ mod wire;
 use wire::{Completion, counts};
 pub use wire::{ResponseShape, SystemPrompt};
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,6 +100,8 @@ pub struct LlmClient {
     authorization: Option<HeaderValue>,
     /// What each model's tokens cost (`llm.prices`).
     prices: Arc<Prices>,
+    /// The model names the configuration holds: the only ones metrics label a series with.
+    configured: Arc<BTreeSet<String>>,
     /// The largest body read from the model endpoint.
     limit: usize,
     /// The API key, cut out of every error text the endpoint answers: a server may echo the
@@ -111,8 +114,13 @@ pub struct LlmClient {
 }
 
 impl LlmClient {
-    /// A client for an endpoint, its calls priced with `prices`.
-    pub fn new(settings: &ClientSettings<'_>, prices: Arc<Prices>) -> Result<Self, ClientError> {
+    /// A client for an endpoint, its calls priced with `prices`; `configured` are the model
+    /// names its metrics may carry.
+    pub fn new(
+        settings: &ClientSettings<'_>,
+        prices: Arc<Prices>,
+        configured: Arc<BTreeSet<String>>,
+    ) -> Result<Self, ClientError> {
         let url = format!("{}/chat/completions", settings.base_url.trim_end_matches('/'));
         let url = reqwest::Url::parse(&url).map_err(|_| ClientError::BaseUrl(settings.name.to_string()))?;
         let key = settings.api_key;
@@ -130,7 +138,7 @@ impl LlmClient {
         let name = settings.name.to_string();
         let secrets = if key.is_empty() { Vec::new() } else { vec![key.to_string()] };
         let limit = settings.max_response_bytes;
-        Ok(Self { name, http, url, authorization, prices, limit, secrets, slots })
+        Ok(Self { name, http, url, authorization, prices, configured, limit, secrets, slots })
     }
 
     /// The `default` endpoint's settings (`[llm]`).
@@ -160,9 +168,9 @@ impl LlmClient {
             span.end(&called);
         }
         let outcome = called.result.as_ref().map_or_else(LlmError::kind, |_| "ok");
-        crate::telemetry::model_call(purpose.as_str(), &self.name, requested, outcome, started.elapsed());
+        crate::telemetry::model_call(purpose.as_str(), &self.name, self.label(requested), outcome, started.elapsed());
         if let Some(usage) = &called.usage {
-            crate::telemetry::model_usage(self.label(requested, &usage.model), usage);
+            crate::telemetry::model_usage(self.label(&usage.model), usage);
         }
         called
     }
@@ -184,25 +192,28 @@ impl LlmClient {
             Answered::Unreadable(error) => return self.metered(requested, None, Counts::default(), Err(error)),
         };
         let counts = counts(response.usage.as_deref());
+        let reported = flexrun_core::usage::reported_model(response.model.as_deref());
         let choice = response.choices.into_iter().next();
         if let Some(span) = span {
             let content = choice.as_ref().and_then(|c| c.message.content.as_deref());
             let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref());
             let id = response.id.as_deref().and_then(|raw| serde_json::from_str::<String>(raw.get()).ok());
-            span.answered(id.as_deref(), response.model.as_deref(), finish, content);
+            span.answered(id.as_deref(), reported, finish, content);
         }
         let finish = choice.as_ref().and_then(|c| c.finish_reason.as_deref()).map(|r| format!(" (finish reason {r})"));
         let content = choice
             .and_then(|c| c.message.content)
             .filter(|content| !content.trim().is_empty())
             .ok_or_else(|| LlmError::Empty(finish.unwrap_or_default()));
-        self.metered(requested, response.model.as_deref(), counts, content)
+        self.metered(requested, reported, counts, content)
     }
 
-    /// A model's name as a metric label: the one asked for or a priced one, else `other` — a
-    /// response names its model, and labels must come from a fixed set.
-    fn label<'m>(&self, requested: &str, model: &'m str) -> &'m str {
-        if model == requested || self.prices.of(Some(model), "").is_some() { model } else { "other" }
+    /// A model's name as a metric label: a name the configuration holds, else `other`. Labels
+    /// must come from a fixed set, and neither the name a response gives nor the one asked for
+    /// is fixed: a caller may choose its run's models (`policies.models`) on an endpoint that
+    /// lists none, which serves any name.
+    fn label<'m>(&self, model: &'m str) -> &'m str {
+        if self.configured.contains(model) { model } else { "other" }
     }
 
     /// `result` of a call the endpoint answered, with its usage priced.

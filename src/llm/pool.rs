@@ -5,11 +5,13 @@
 //! on a rate limit, an outage or a timeout, never on a content error. Each entry left behind is a
 //! [`Fallback`], which the run records as a `retry` frame.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use flexrun_core::llm::route::{Admission, AfterFailure, Breaker, BreakerSettings, RouteEntry, after_failure};
+use flexrun_core::llm::route::{
+    Admission, AfterFailure, Breaker, BreakerSettings, RouteEntry, after_failure, first_repeat,
+};
 use flexrun_core::usage::{Fallback, Metered};
 
 use std::sync::Arc;
@@ -89,10 +91,11 @@ impl ModelPool {
         prices: Prices,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<(Self, Routes), ConfigError> {
+        let configured = Arc::new(configured_models(settings, &prices));
         let prices = Arc::new(prices);
         let problem = |key: String, problem: String| ConfigError::Models { key, problem };
         let client = |settings: &ClientSettings<'_>| {
-            LlmClient::new(settings, prices.clone())
+            LlmClient::new(settings, prices.clone(), configured.clone())
                 .map_err(|e| problem(format!("llm.endpoints.{}", settings.name), e.to_string()))
         };
         let mut setups = vec![EndpointSetup {
@@ -114,11 +117,15 @@ impl ModelPool {
             if entries.is_empty() {
                 return Err(problem(format!("llm.routes.{key}"), "is empty: a route needs at least one entry".into()));
             }
-            entries
+            let chain = entries
                 .iter()
                 .enumerate()
                 .map(|(i, text)| entry(&served, &format!("llm.routes.{key}[{i}]"), text))
-                .collect()
+                .collect::<Result<Vec<_>, _>>()?;
+            match first_repeat(&chain) {
+                Some((i, earlier)) => Err(problem(format!("llm.routes.{key}[{i}]"), repeated(&chain[i], earlier))),
+                None => Ok(chain),
+            }
         };
         let routes = Routes {
             planner: chain("planner", &settings.routes.planner)?,
@@ -132,8 +139,18 @@ impl ModelPool {
     }
 
     /// A chain of `entries` (a capability's `preferredModels`, an envelope's narrowing): each
-    /// `<endpoint>/<model>` the pool has; the error says which is not.
+    /// `<endpoint>/<model>` the pool has, none repeated; the error says which is not. (A
+    /// capability file is not refused at start for its chain: this is where a repeat is caught.)
     pub fn chain(&self, entries: &[String]) -> Result<Vec<RouteEntry>, String> {
+        let chain = self.served(entries)?;
+        match first_repeat(&chain) {
+            Some((i, earlier)) => Err(format!("entry {i} {}", repeated(&chain[i], earlier))),
+            None => Ok(chain),
+        }
+    }
+
+    /// Each of `entries` as an entry the pool serves; the error says which is not.
+    fn served(&self, entries: &[String]) -> Result<Vec<RouteEntry>, String> {
         entries
             .iter()
             .map(|text| {
@@ -148,16 +165,23 @@ impl ModelPool {
     }
 
     /// The problems of `entries` given at `at` (an envelope's `policies.models`, a capability's
-    /// `preferredModels`): each entry this pool does not serve, with its pointer.
+    /// `preferredModels`): each entry this pool does not serve, and the first that repeats an
+    /// earlier one, with its pointer.
     pub fn check(&self, entries: &[String], at: &str) -> Vec<FieldError> {
-        entries
+        let mut problems: Vec<FieldError> = entries
             .iter()
             .enumerate()
             .filter_map(|(i, entry)| {
-                let problem = self.chain(std::slice::from_ref(entry)).err()?;
+                let problem = self.served(std::slice::from_ref(entry)).err()?;
                 Some(FieldError::new(format!("{at}/{i}"), "unknown_model", problem))
             })
-            .collect()
+            .collect();
+        if let Ok(chain) = self.served(entries)
+            && let Some((i, earlier)) = first_repeat(&chain)
+        {
+            problems.push(FieldError::new(format!("{at}/{i}"), "repeated_model", repeated(&chain[i], earlier)));
+        }
+        problems
     }
 
     pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
@@ -183,13 +207,16 @@ impl ModelPool {
         let mut last = None;
         for (index, entry) in chain.iter().enumerate() {
             let Some(endpoint) = self.endpoints.get(&entry.endpoint) else { continue };
-            if endpoint.admit() == Admission::Skip {
+            let admission = endpoint.admit();
+            if admission == Admission::Skip {
                 continue;
             }
+            let probe = Probe { endpoint, pending: admission == Admission::Probe };
             let slot = endpoint.client.slot().await;
             let mut call = request(endpoint, &entry.model);
             call.timeout = call.timeout.min(endpoint.timeout);
             let called = slot.complete(call).await;
+            probe.ended();
             let failure = called.result.as_ref().err().map(|error| (after_failure(error, PATIENCE), error.clone()));
             match failure {
                 // An answer, or a content error: the endpoint works.
@@ -202,7 +229,9 @@ impl ModelPool {
                     return Routed { called, answered_by: Some(entry.clone()) };
                 }
                 Some((AfterFailure::NextEntry { wait }, error)) => {
-                    endpoint.record(false, self.breaker);
+                    // An outage counts against the breaker; a refused key or model is the endpoint
+                    // answering (skipping it would only hide the refusal behind "cooling down").
+                    endpoint.record(!error.is_transient(), self.breaker);
                     fallbacks.push((entry.clone(), error));
                     last = Some(called);
                     // A short Retry-After is honoured before the next entry; after the last, the
@@ -224,6 +253,32 @@ impl ModelPool {
     }
 }
 
+/// A probing call on its way: dropped before it ended (the call's future dropped with its run or
+/// step), it gives the probe up, so the next call probes again instead of the endpoint being
+/// skipped for good.
+struct Probe<'a> {
+    endpoint: &'a Endpoint,
+    pending: bool,
+}
+
+impl Probe<'_> {
+    /// The call ended: its outcome is recorded by the caller.
+    fn ended(mut self) {
+        self.pending = false;
+    }
+}
+
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        if self.pending {
+            let now = Instant::now();
+            let mut breaker = self.endpoint.breaker();
+            breaker.abandon_probe(now);
+            crate::telemetry::model_endpoint_state(&self.endpoint.name, breaker.state(now));
+        }
+    }
+}
+
 /// Each entry left behind with the one tried after it: the next that failed, or `then` (the
 /// one that answered, or failed last).
 fn linked(failed: Vec<(RouteEntry, LlmError)>, then: Option<&RouteEntry>) -> Vec<Fallback> {
@@ -238,6 +293,23 @@ fn linked(failed: Vec<(RouteEntry, LlmError)>, then: Option<&RouteEntry>) -> Vec
         .zip(nexts)
         .map(|((entry, error), next)| Fallback { failed: entry.to_string(), next, error: error.to_string() })
         .collect()
+}
+
+/// Every model name the configuration holds: `[llm].model`, the endpoints' `models`, the routes'
+/// entries and the priced models.
+fn configured_models(settings: &LlmSettings, prices: &Prices) -> BTreeSet<String> {
+    let routes = [&settings.routes.planner, &settings.routes.capabilities];
+    let routed = routes.into_iter().flatten().flatten().filter_map(|text| RouteEntry::parse(text)).map(|e| e.model);
+    let listed = settings.endpoints.values().flat_map(|endpoint| endpoint.models.iter().cloned());
+    let priced = prices.models().map(String::from);
+    [settings.model.clone()].into_iter().chain(routed).chain(listed).chain(priced).collect()
+}
+
+/// Why a chain's entry that repeats entry `earlier` is refused.
+fn repeated(entry: &RouteEntry, earlier: usize) -> String {
+    format!(
+        "repeats `{entry}` (entry {earlier}): a chain tries each entry once, and the run's retries go along it again"
+    )
 }
 
 /// A named endpoint, checked: its URL, its key's variable, its bounds.

@@ -203,12 +203,32 @@ impl Session {
         let unreadable = |e: serde_json::Error| McpError::Refused(format!("unreadable result: {e}"));
         match handle.await_response().await.map_err(|e| self.failed(e))? {
             ServerResult::CallToolResult(result) => {
-                serde_json::to_value(result).map(Called::Result).map_err(unreadable)
+                let mut result = serde_json::to_value(result).map_err(unreadable)?;
+                self.cut_from_error(&mut result);
+                Ok(Called::Result(result))
             }
             ServerResult::InputRequiredResult(asked) if self.is_modern() => {
                 serde_json::to_value(asked).map(Called::InputRequired).map_err(unreadable)
             }
             _ => Err(McpError::Refused("the answer to tools/call is not a tool result".into())),
+        }
+    }
+
+    /// Cuts the registration's secrets out of an error result's texts, which become a
+    /// `tool_error` message (frames, the log, the repair prompt): a server that quotes the
+    /// request's headers back in its error must not show them. A result that is not an error is
+    /// the tool's output, kept as it is.
+    fn cut_from_error(&self, result: &mut Value) {
+        if result.get("isError").and_then(Value::as_bool) != Some(true) {
+            return;
+        }
+        let blocks = result.get_mut("content").and_then(Value::as_array_mut).into_iter().flatten();
+        for text in blocks.filter_map(|block| block.get_mut("text")) {
+            if let Value::String(text) = text {
+                // Unbounded here: the message is bounded once, after the cut, so no secret is cut
+                // in half by the bound and half shown.
+                *text = flexrun_core::redact::cut_secrets(text, &self.secrets, usize::MAX);
+            }
         }
     }
 

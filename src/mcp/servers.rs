@@ -414,8 +414,13 @@ impl McpServers {
     }
 }
 
+/// How many reasons for tools not offered a server's listing shows; the rest are counted. A
+/// server may list thousands of tools: every listing (the API, the console) would carry a line
+/// for each.
+const MAX_REFUSED_SHOWN: usize = 20;
+
 /// The tools of `listed` that `server` offers, by name, and why the others that it would offer
-/// are not.
+/// are not (the first [`MAX_REFUSED_SHOWN`], then how many more).
 fn offered(server: &McpServer, listed: Vec<Value>) -> (BTreeMap<String, Arc<Capability>>, Vec<String>) {
     let mut tools = BTreeMap::new();
     let mut refused = Vec::new();
@@ -441,6 +446,11 @@ fn offered(server: &McpServer, listed: Vec<Value>) -> (BTreeMap<String, Arc<Capa
             }
             Err(error) => refused.push(error.to_string()),
         }
+    }
+    if refused.len() > MAX_REFUSED_SHOWN {
+        let more = refused.len() - MAX_REFUSED_SHOWN;
+        refused.truncate(MAX_REFUSED_SHOWN);
+        refused.push(format!("… and {more} more tools not offered"));
     }
     (tools, refused)
 }

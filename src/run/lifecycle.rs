@@ -282,7 +282,9 @@ fn next_step(state: &RunState) -> Resume {
 }
 
 /// Fails a stored run that is not to go on, with `failure` on `complete` (from its state, or from
-/// its last frame when the state cannot be read back).
+/// its last frame when the state cannot be read back). A node its log shows running — in flight
+/// when its process died, perhaps what killed it — ends with the run, with `failure`'s code: an
+/// ended run has no running node.
 pub(super) async fn fail_stored(
     services: &Services,
     claim: Claim,
@@ -294,7 +296,7 @@ pub(super) async fn fail_stored(
         RunState::unreadable(&stored.id, &stored.row.correlation_id, stored.row.status, last_seq)
     });
     let mut log = RunLog::resume(services, claim, state, &stored.row);
-    let events = decide::ending::failed(log.state(), failure, Vec::new());
+    let events = decide::ending::stopped(log.state(), failure);
     let result = log.record(events).await;
     log.settle();
     result.map_err(|e| match e {

@@ -33,6 +33,9 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
         };
         let Some(claim) = services.claims.try_claim(&run_id) else { continue };
         match Stored::read(services, &run_id).await {
+            // Ended since the list was read: HTTP is served while recovery goes through the runs,
+            // and an operator may have cancelled one no coordinator drove yet.
+            Ok(stored) if stored.row.status.is_terminal() => {}
             Ok(stored) => resumed += usize::from(drive_claimed(services, claim, &stored, true).await?),
             Err(error) => tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not recover the run"),
         }

@@ -4,11 +4,12 @@
     python tests/mcp/server.py PORT
 
 serves Streamable HTTP at http://127.0.0.1:PORT/mcp. Its tools are the cases flexrun's MCP client
-has to handle: structured output (`add`), a tool error (`fail`), a destructive tool (`wipe`), calls
-that take time or never end on their own (`slow`, `slow_once`, `hold`), output that breaks its own
-schema (`bad_output`), the caller's bearer token (`auth_ok`), the tool list changing mid-session
-(`add_tool`, `remove_tool`) and elicitation (`ask`). Only `add` and `bad_output` declare an output
-schema and answer structuredContent; the others answer text content only (FastMCP would otherwise
+has to handle: structured output (`add`), a tool error (`fail`; `refuse` quotes the caller's
+credentials in its error), a destructive tool (`wipe`), calls that take time or never end on their
+own (`slow`, `slow_once`, `hold`), output that breaks its own schema (`bad_output`), the caller's
+bearer token (`auth_ok`), the tool list changing mid-session (`add_tool`, `remove_tool`) and
+elicitation (`ask`). Only `add` and `bad_output` declare an output schema and answer
+structuredContent; the others answer text content only (FastMCP would otherwise
 give every tool a {"result": ...} schema).
 
 Besides /mcp, plain HTTP routes for the test itself:
@@ -70,6 +71,15 @@ def add(a: int, b: int) -> Sum:
 def fail(reason: str) -> str:
     """Always fails: a result with isError true and `reason` in its text."""
     raise ToolError(reason)
+
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=True), structured_output=False)
+async def refuse(ctx: Context) -> str:
+    """Always fails, quoting the request's Authorization and X-Team headers in its error, as a
+    server that echoes its caller's credentials back does."""
+    request = ctx.request_context.request
+    headers = request.headers if request is not None else {}
+    raise ToolError(f"not allowed: authorization={headers.get('authorization')} x-team={headers.get('x-team')}")
 
 
 @mcp.tool(annotations=ToolAnnotations(destructiveHint=True), structured_output=False)
@@ -180,4 +190,7 @@ async def release(request: Request) -> Response:
 
 
 if __name__ == "__main__":
+    # MCP_EXTRA_TOOLS=N lists N more tools, `extra_0` … (a server with more than flexrun offers).
+    for i in range(int(os.environ.get("MCP_EXTRA_TOOLS") or 0)):
+        mcp.add_tool(lambda i=i: f"extra {i}", name=f"extra_{i}", description=f"extra tool {i}", structured_output=False)
     mcp.run(transport="streamable-http")

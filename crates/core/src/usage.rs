@@ -105,6 +105,11 @@ impl Prices {
     pub fn of(&self, reported: Option<&str>, requested: &str) -> Option<&Price> {
         reported.and_then(|model| self.0.get(model)).or_else(|| self.0.get(requested))
     }
+
+    /// The models priced.
+    pub fn models(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
 }
 
 /// Token counts; `None` where a call did not report one.
@@ -147,9 +152,22 @@ pub struct CallUsage {
 impl CallUsage {
     /// A call answered by `reported` (else `requested`) with `counts`, priced from `prices`.
     pub fn priced(prices: &Prices, requested: &str, reported: Option<&str>, counts: Counts) -> Self {
+        let reported = reported_model(reported);
         let cost = prices.of(reported, requested).and_then(|price| price.cost(&counts));
         Self { model: reported.unwrap_or(requested).to_string(), counts, cost, route: None }
     }
+}
+
+/// The longest model name a response may report that is kept (a route's model names are at most
+/// 200 characters too).
+const MAX_REPORTED_MODEL: usize = 200;
+
+/// The model a response names, when it is a name to keep: 1 to 200 bytes, no control character.
+/// The name is copied into every frame, document, list and trace that shows the call, so a
+/// server naming its model with megabytes of text (or with characters that break a log line)
+/// is not taken at its word: the call is recorded under the model asked for.
+pub fn reported_model(reported: Option<&str>) -> Option<&str> {
+    reported.filter(|name| !name.is_empty() && name.len() <= MAX_REPORTED_MODEL && !name.chars().any(char::is_control))
 }
 
 /// A model call's result with the usage it reported: `None` when no model answered (the call

@@ -26,6 +26,7 @@ pub(crate) use on_backend;
 pub mod metrics;
 
 pub mod capabilities;
+mod connect;
 pub mod evaluations;
 pub mod events;
 pub mod hitl;
@@ -43,7 +44,7 @@ use std::time::Duration;
 
 use diesel::Connection;
 use diesel::connection::SimpleConnection;
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool};
+use diesel::r2d2::{CustomizeConnection, Pool};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 use writer::Writer;
@@ -112,7 +113,7 @@ impl StoreError {
     }
 }
 
-type DbPool = Pool<ConnectionManager<DbConn>>;
+type DbPool = Pool<connect::Manager>;
 
 /// Handle to the database. Cheap to clone.
 #[derive(Clone)]
@@ -148,7 +149,7 @@ fn configure(conn: &mut DbConn) -> Result<(), diesel::result::Error> {
 
 /// A new, configured connection to `url`.
 fn connect(url: &str) -> Result<DbConn, StoreError> {
-    let mut conn = DbConn::establish(url).map_err(|e| StoreError::Connection(e.to_string()))?;
+    let mut conn = connect::establish(url).map_err(|e| StoreError::Connection(e.to_string()))?;
     configure(&mut conn)?;
     Ok(conn)
 }
@@ -205,7 +206,7 @@ impl Store {
             // check would cost every read a statement prepared and run for nothing.
             .test_on_check_out(postgres)
             .connection_customizer(Box::new(SqliteSettings))
-            .build(ConnectionManager::new(url.clone()))
+            .build(connect::Manager::new(url.clone()))
             .map_err(|e| StoreError::Connection(e.to_string()))?;
         let writer = match runtime {
             Some(runtime) if !postgres => Writer::on_runtime(conn, runtime),

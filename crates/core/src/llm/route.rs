@@ -34,12 +34,23 @@ impl std::fmt::Display for RouteEntry {
     }
 }
 
+/// The first entry of `chain` that repeats an earlier one: `(its index, the earlier one's)`. A
+/// chain tries each entry once — the run's retries go along it again — so a repeat is a mistake
+/// (a cycle) that would only call a failing model twice and count it twice against its breaker.
+pub fn first_repeat<T: PartialEq>(chain: &[T]) -> Option<(usize, usize)> {
+    chain
+        .iter()
+        .enumerate()
+        .find_map(|(i, entry)| chain[..i].iter().position(|earlier| earlier == entry).map(|at| (i, at)))
+}
+
 /// What a failed call means for the rest of its chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AfterFailure {
-    /// Rate-limited, overloaded, down or too slow: the next entry — after `wait`, the
-    /// `Retry-After` a rate-limited endpoint asked for when it is short (zero otherwise: a
-    /// long one is not waited for, another endpoint is there).
+    /// Rate-limited, overloaded, down, too slow, or refusing what is its own (the key, the
+    /// model): the next entry — after `wait`, the `Retry-After` a rate-limited endpoint asked
+    /// for when it is short (zero otherwise: a long one is not waited for, another endpoint is
+    /// there).
     NextEntry { wait: Duration },
     /// The answer's content was at fault (400, unreadable, schema-invalid): another endpoint
     /// would not change it; the call fails as it is.
@@ -48,12 +59,15 @@ pub enum AfterFailure {
 
 /// What a failure of one entry means: 429 honours a `Retry-After` up to `patience`, then falls
 /// over (at once when it is longer); 5xx, 408, timeouts and connection failures fall over at
-/// once; anything else stops.
+/// once, and so do 401, 403 and 404 — the endpoint refusing its key or not serving the model,
+/// which another endpoint may well answer (not retried on the same one: they are not transient);
+/// anything else stops.
 pub fn after_failure(error: &LlmError, patience: Duration) -> AfterFailure {
     match error {
         LlmError::Status { status: 429, retry_after: Some(wait), .. } if *wait <= patience => {
             AfterFailure::NextEntry { wait: *wait }
         }
+        LlmError::Status { status: 401 | 403 | 404, .. } => AfterFailure::NextEntry { wait: Duration::ZERO },
         error if error.is_transient() => AfterFailure::NextEntry { wait: Duration::ZERO },
         _ => AfterFailure::Stop,
     }
@@ -124,6 +138,16 @@ impl Breaker {
         };
     }
 
+    /// A probe that ended with no outcome — its call dropped before an answer or a failure (the
+    /// run cancelled, the step superseded or cut off by its own deadline) — says nothing of the
+    /// endpoint: the cool-down is over, so the next call probes. Kept probing, the endpoint would
+    /// be skipped by every call until the process restarts.
+    pub fn abandon_probe(&mut self, now: Instant) {
+        if *self == Self::Probing {
+            *self = Self::Open { until: now };
+        }
+    }
+
     /// The state's name, as health and metrics show it: `closed`, `open`, `half_open`.
     pub fn state(&self, now: Instant) -> &'static str {
         match self {
@@ -149,6 +173,12 @@ mod tests {
     }
 
     #[test]
+    fn a_chain_that_repeats_an_entry_is_found_at_the_repeat() {
+        assert_eq!(first_repeat(&["a/x", "b/y", "c/z"]), None);
+        assert_eq!(first_repeat(&["a/x", "b/y", "a/x", "b/y"]), Some((2, 0)));
+    }
+
+    #[test]
     fn rate_limits_fall_over_after_a_short_wait_or_at_once_content_errors_stop() {
         let patience = Duration::from_secs(2);
         let limited = |secs| LlmError::Status {
@@ -162,6 +192,8 @@ mod tests {
         let status = |status| LlmError::Status { status, message: String::new(), retry_after: None };
         assert_eq!(after_failure(&status(503), patience), now);
         assert_eq!(after_failure(&LlmError::Timeout(patience), patience), now);
+        assert_eq!(after_failure(&status(401), patience), now, "the endpoint's own refusal");
+        assert_eq!(after_failure(&status(404), patience), now);
         assert_eq!(after_failure(&status(400), patience), AfterFailure::Stop);
         assert_eq!(after_failure(&LlmError::Protocol("x".into()), patience), AfterFailure::Stop);
     }
@@ -185,5 +217,11 @@ mod tests {
         assert_eq!(breaker.admit(much_later), Admission::Probe);
         breaker.record(true, much_later, settings);
         assert_eq!((breaker.admit(much_later), breaker.state(much_later)), (Admission::Call, "closed"));
+
+        let mut abandoned = Breaker::Probing;
+        abandoned.abandon_probe(much_later);
+        assert_eq!(abandoned.admit(much_later), Admission::Probe, "a probe with no outcome: the next call probes");
+        breaker.abandon_probe(much_later);
+        assert_eq!(breaker.state(much_later), "closed", "only a probe is abandoned");
     }
 }

@@ -86,9 +86,20 @@ impl McpServer {
         validation::refuse_nul(registration).map_err(|e| vec![e])?;
         let errors = SCHEMA.check(registration);
         if !errors.is_empty() {
-            return Err(errors);
+            return Err(errors.into_iter().map(quoting_no_header_value).collect());
         }
         let raw: Raw = validation::decode(registration, "").map_err(|e| vec![e])?;
+        let unsendable = raw.headers.iter().filter(|(_, value)| !sendable(value));
+        let unsendable: Vec<FieldError> = unsendable
+            .map(|(name, _)| {
+                let message =
+                    "a header value is visible ASCII characters and tabs (no line break, no control character)";
+                FieldError::new(validation::pointer(["headers", name]), "invalid_header_value", message)
+            })
+            .collect();
+        if !unsendable.is_empty() {
+            return Err(unsendable);
+        }
         let url = allowed_url(&raw.url, "/url", policy).map_err(|e| vec![e])?;
         if raw.headers.keys().any(|name| name.eq_ignore_ascii_case("authorization")) && raw.bearer_token_env.is_some() {
             let message = "send the token either as `bearerTokenEnv` or as an `Authorization` header, not both";
@@ -120,6 +131,29 @@ impl McpServer {
     pub fn output_facet(&self, tool: &str) -> String {
         self.output_facets.get(tool).cloned().unwrap_or_else(|| tool.to_string())
     }
+}
+
+/// Whether an HTTP request can carry `value` as a header value (what the HTTP client accepts):
+/// one it cannot would be stored, and fail every connection, instead of being refused.
+fn sendable(value: &str) -> bool {
+    value.bytes().all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+}
+
+/// A schema problem at `/headers` told without the values: they are credentials, and the
+/// validator's messages quote the value they refuse (a refused request's message is logged too).
+/// Names are not secret: a name's problem keeps its message.
+fn quoting_no_header_value(mut error: FieldError) -> FieldError {
+    let at_headers = error.path == "/headers" || error.path.starts_with("/headers/");
+    if at_headers && error.code != "propertyNames" {
+        error.message = match error.code.as_str() {
+            "maxProperties" => "at most 32 headers".into(),
+            "type" if error.path == "/headers" => "must be an object of header names and values".into(),
+            "type" => "a header value must be a string".into(),
+            "maxLength" => "a header value must be at most 8000 characters long".into(),
+            code => format!("not a valid header ({code}; header values are not shown)"),
+        };
+    }
+    error
 }
 
 /// Never shows header values: they hold credentials.

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use super::{Decision, Operated, Pending, Refusal, closed};
 use crate::events::Event;
 use crate::events::payload::*;
+use crate::run::decide::ending;
 use crate::run::operator::Actor;
 use crate::run::status::RunStatus;
 
@@ -57,14 +58,11 @@ pub(super) fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Deci
     }
     let mut events: Vec<Event> =
         run.pending.iter().map(|pending| withdrawn(pending, RequestStatus::Cancelled)).collect();
-    events.push(Event::Complete(Complete {
-        status: CompleteStatus::Cancelled,
-        output: Value::Null,
-        goal_condition_results: None,
-        error: Some(cancelled_error(&actor)),
-        post_condition_results: Vec::new(),
-        usage: None,
-    }));
+    // Ended as the run's own coordinator ends a cancelled run: a `node_error` for each node its
+    // log shows running. Without a coordinator here — it stopped on a database error, or its
+    // node died — the log can still show a step started and never finished, which would
+    // otherwise stay `running` in an ended run.
+    events.extend(ending::stopped(state, ending::cancelled(&actor)));
     Ok(Decision::of(events))
 }
 
