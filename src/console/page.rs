@@ -52,7 +52,9 @@ pub async fn not_found() -> HttpResponse {
 /// A console address whose query a page cannot read (`?version=two`): a page saying what is
 /// wrong with it, not the API's JSON answer.
 pub fn bad_query(error: QueryPayloadError, _request: &HttpRequest) -> actix_web::Error {
-    let text = format!("This address asks for something the page cannot read: {error}.");
+    // The parser's message may quote the query: bounded, as every answer is.
+    let reason = crate::excerpt::excerpt(&error.to_string(), 300).into_owned();
+    let text = format!("This address asks for something the page cannot read: {reason}.");
     InternalError::from_response(error, message(400, "Not a page address", &text)).into()
 }
 
