@@ -109,7 +109,14 @@ async fn soak_with_faults_and_kills() {
         .map(|_| {
             let (next, base, body) = (next.clone(), base.clone(), body.clone());
             tokio::spawn(async move {
-                let http = reqwest::Client::new();
+                // Bounded waits: a request caught by a kill must fail, and be posted again with
+                // its key, rather than wait forever (the server sends a comment every 15
+                // seconds, so a live stream never goes quiet this long).
+                let http = reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .read_timeout(Duration::from_secs(30))
+                    .build()
+                    .unwrap();
                 let mut ids = Vec::new();
                 loop {
                     let n = next.fetch_add(1, Ordering::SeqCst);
