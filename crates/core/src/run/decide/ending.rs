@@ -1,7 +1,7 @@
 //! How a run ends: completed with its output, or failed (or cancelled) with its error, and the
 //! `node_error`s of nodes still running when it was stopped.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::Failure;
 use crate::capability::CapabilityError;
@@ -101,14 +101,12 @@ pub fn node_failure(node_id: &str, capability_id: &str, code: &str, message: &st
         .detail("cause", code)
 }
 
-/// How a run ends that an operator cancelled.
+/// How a run ends that an operator cancelled: the error names the operator and their note.
 pub fn cancelled(actor: &Actor) -> Failure {
-    let error = super::operator::cancelled_error(actor);
-    let mut failure = Failure::new(CANCELLED, error["message"].as_str().unwrap_or_default());
+    let mut failure = Failure::new(CANCELLED, "An operator cancelled the run");
     failure.ending = CompleteStatus::Cancelled;
-    if let Value::Object(fields) = error {
-        failure.details = fields.into_iter().filter(|(k, _)| k != "code" && k != "message").collect();
-    }
+    failure.details.insert("operator".into(), json!(actor.operator));
+    failure.details.insert("note".into(), json!(actor.note));
     failure
 }
 

@@ -19,7 +19,6 @@ mod answer;
 mod whole_run;
 
 use answer::{accept_candidate, approval, budget_answer, clarification, decline, submission};
-pub use whole_run::cancelled_error;
 use whole_run::{cancel, replan};
 
 /// The request a run waits on, as an operator answers it.

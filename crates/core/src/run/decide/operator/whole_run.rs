@@ -1,7 +1,7 @@
 //! The commands on a whole run rather than on its request: a replan an operator asks for, and a
 //! cancellation. Either closes the request the run waited on, if any.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Decision, Operated, Pending, Refusal, closed};
 use crate::events::Event;
@@ -64,11 +64,6 @@ pub(super) fn cancel(run: &Operated, stopped: bool, actor: Actor) -> Result<Deci
     // otherwise stay `running` in an ended run.
     events.extend(ending::stopped(state, ending::cancelled(&actor)));
     Ok(Decision::of(events))
-}
-
-/// The error a cancelled run ends with.
-pub fn cancelled_error(actor: &Actor) -> Value {
-    json!({"code": CANCELLED, "message": "An operator cancelled the run", "operator": actor.operator, "note": actor.note})
 }
 
 /// The request `pending`, closed as `status` without an answer: the command goes past it.
