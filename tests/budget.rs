@@ -187,7 +187,7 @@ async fn a_repair_waits_for_its_budget_and_the_planner_is_told_what_is_left() {
     assert_eq!(tail, ["node_complete", "goal_condition_failed", "budget_exceeded", "hitl_request"]);
     assert_eq!(frame_of(&frames, "hitl_request").payload["request"]["context"]["phase"], "planning");
     assert_eq!(server.planner_calls().len(), 1, "the repair's draft was not asked for");
-    let request_id = frame_of(&frames, "hitl_request").payload["request"]["id"].as_str().unwrap().to_string();
+    let request_id = hitl_request_id(&frames);
 
     server.wait_for_status(&run_id, "awaiting_hitl").await;
     let mut body = decision(&run_id, &request_id, true, None);
@@ -207,7 +207,7 @@ async fn a_repair_waits_for_its_budget_and_the_planner_is_told_what_is_left() {
     // The same run rejected instead: it fails with budget_exceeded.
     let frames = server.run(&with_budget(budget)).await;
     let run_id = frames[0].run_id.clone();
-    let request_id = frame_of(&frames, "hitl_request").payload["request"]["id"].as_str().unwrap().to_string();
+    let request_id = hitl_request_id(&frames);
     server.wait_for_status(&run_id, "awaiting_hitl").await;
     let (status, ended, _) = resume(&server, decision(&run_id, &request_id, false, Some("too dear"))).await;
     assert_eq!(status, 200);
@@ -246,7 +246,7 @@ async fn a_retry_held_back_runs_once_raised_and_its_earlier_attempt_is_recorded(
     assert_eq!(exceeded["heldNodes"], json!(["draft"]));
     assert_eq!(exceeded["usage"]["calls"], 1, "the failed attempt is recorded with the hold");
     assert!(!kinds(&frames).contains(&"node_complete"));
-    let request_id = frame_of(&frames, "hitl_request").payload["request"]["id"].as_str().unwrap().to_string();
+    let request_id = hitl_request_id(&frames);
 
     server.wait_for_status(&run_id, "awaiting_hitl").await;
     let mut body = decision(&run_id, &request_id, true, None);

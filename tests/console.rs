@@ -706,7 +706,7 @@ async fn an_inbox_plan_approval_shows_the_plan_and_why_it_exists() {
     let server = TestServer::start(feedback_replan_script()).await;
     let frames = server.run(&gated_envelope()).await;
     let run_id = frames[0].run_id.clone();
-    let request = frame_of(&frames, "hitl_request").payload["request"]["id"].as_str().unwrap().to_string();
+    let request = hitl_request_id(&frames);
     let (status, _, _) = resume(&server, decision(&run_id, &request, false, Some("add a polish step"))).await;
     assert_eq!(status, 200);
     server.wait_for_status(&run_id, "awaiting_hitl").await;
@@ -764,7 +764,7 @@ async fn a_paused_run_page_follows_the_run_when_it_is_decided_elsewhere() {
     let server = TestServer::start(feedback_replan_script()).await;
     let frames = server.run(&gated_envelope()).await;
     let run_id = frames[0].run_id.clone();
-    let request = frame_of(&frames, "hitl_request").payload["request"]["id"].as_str().unwrap().to_string();
+    let request = hitl_request_id(&frames);
     let browser = Browser::start(1280).await;
     let client = &browser.client;
     client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();

@@ -118,22 +118,28 @@ async fn a_timeout_or_a_dropped_connection_falls_over() {
     assert_eq!((slow.calls().len(), planner_calls(&backup)), (2, 2));
 }
 
-#[tokio::test]
-async fn rate_limits_fall_over_after_a_short_wait_or_at_once_and_a_bad_request_does_not() {
-    let backup = backup();
-    let seen = Arc::new(AtomicUsize::new(0));
-    let count = seen.clone();
-    // The first planner call is rate-limited for 1 s, the second for a minute, the third is a 400.
-    let primary = script(move |call| {
+/// A model whose planner calls get `replies` in turn (the last one from then on); other calls
+/// are answered with a post.
+fn planner_replies(replies: Vec<Reply>) -> Script {
+    let count = AtomicUsize::new(0);
+    script(move |call| {
         if !call.is_planner() {
             return post(0.9);
         }
-        match count.fetch_add(1, Ordering::SeqCst) {
-            0 => Reply::error_retry_after(429, "slow down", "1"),
-            1 => Reply::error_retry_after(429, "come back later", "60"),
-            _ => Reply::error(400, "bad request"),
-        }
-    });
+        let n = count.fetch_add(1, Ordering::SeqCst).min(replies.len() - 1);
+        replies[n].clone()
+    })
+}
+
+#[tokio::test]
+async fn rate_limits_fall_over_after_a_short_wait_or_at_once_and_a_bad_request_does_not() {
+    let backup = backup();
+    // The first planner call is rate-limited for 1 s, the second for a minute, the third is a 400.
+    let primary = planner_replies(vec![
+        Reply::error_retry_after(429, "slow down", "1"),
+        Reply::error_retry_after(429, "come back later", "60"),
+        Reply::error(400, "bad request"),
+    ]);
     let (server, _dir) = pooled(primary, &backup, BOTH).await;
     let fell_over = [json!({"failed": "default/test-model", "next": "backup/backup-model"})];
 
@@ -159,18 +165,11 @@ async fn rate_limits_fall_over_after_a_short_wait_or_at_once_and_a_bad_request_d
 #[tokio::test]
 async fn an_endpoint_refusing_the_key_or_not_serving_the_model_falls_over() {
     let backup = backup();
-    let seen = Arc::new(AtomicUsize::new(0));
-    let count = seen.clone();
-    let primary = script(move |call| {
-        if !call.is_planner() {
-            return post(0.9);
-        }
-        match count.fetch_add(1, Ordering::SeqCst) {
-            0 => Reply::error(401, "invalid api key"),
-            1 => Reply::error(403, "forbidden"),
-            _ => Reply::error(404, "model not found"),
-        }
-    });
+    let primary = planner_replies(vec![
+        Reply::error(401, "invalid api key"),
+        Reply::error(403, "forbidden"),
+        Reply::error(404, "model not found"),
+    ]);
     let (server, _dir) = pooled(primary, &backup, BOTH).await;
     for status in ["401", "403", "404"] {
         let frames = server.run(&envelope()).await;

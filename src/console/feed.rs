@@ -85,8 +85,7 @@ fn changes(
                 match feed.changed.recv().await {
                     Ok(run_id) => {
                         if feed.run.as_ref() == Some(&run_id) {
-                            let data = json!({"runId": &*run_id}).to_string();
-                            feed.queued.push_back(sse::Data::new(data).event("changed").into());
+                            feed.queued.push_back(run_changed(&run_id));
                         }
                         if let Some(filters) = &feed.list {
                             let row = row_event(&feed.services, &feed.caller, filters, &run_id).await;
@@ -97,8 +96,7 @@ fn changes(
                     Err(RecvError::Lagged(_)) => {
                         feed.queued.push_back(sse::Data::new("{}").event("resync").into());
                         if let Some(run) = &feed.run {
-                            let data = json!({"runId": &**run}).to_string();
-                            feed.queued.push_back(sse::Data::new(data).event("changed").into());
+                            feed.queued.push_back(run_changed(run));
                         }
                     }
                     Err(RecvError::Closed) => return None,
@@ -116,6 +114,11 @@ fn changes(
 
 /// The changed run as the list shows it, or `gone` if the list's filters no longer keep it; nothing
 /// for a run the viewer may not see.
+/// `changed` for the run a run page follows: the page picks its stream up again.
+fn run_changed(run_id: &str) -> sse::Event {
+    sse::Data::new(json!({"runId": run_id}).to_string()).event("changed").into()
+}
+
 async fn row_event(services: &Services, caller: &Caller, filters: &Filters, run_id: &str) -> Option<sse::Event> {
     let query = filters.parse().query(caller, Some(run_id.to_string()));
     let page = RunList::read(services, query, None, 1).await.ok()?;

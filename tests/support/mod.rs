@@ -307,6 +307,11 @@ pub fn frame_of<'a>(frames: &'a [ReceivedFrame], kind: &str) -> &'a ReceivedFram
     frames.iter().find(|f| f.kind == kind).unwrap_or_else(|| panic!("no {kind} in {:?}", kinds(frames)))
 }
 
+/// The id of the first request the run opened (its first `hitl_request`).
+pub fn hitl_request_id(frames: &[ReceivedFrame]) -> String {
+    frame_of(frames, "hitl_request").payload["request"]["id"].as_str().expect("a request id").to_string()
+}
+
 pub fn kinds(frames: &[ReceivedFrame]) -> Vec<&str> {
     frames.iter().map(|f| f.kind.as_str()).collect()
 }
