@@ -449,3 +449,110 @@ async fn a_run_stopped_by_a_database_error_is_cancelled_with_its_step() {
         server.http.get(server.url(&format!("/api/v1/flex/runs/{run_id}"))).send().await.unwrap().json().await.unwrap();
     assert_eq!(run["nodes"][0]["status"], "cancelled", "{}", run["nodes"]);
 }
+
+/// Drops the trigger of [`refuse_node_completions`]: the database takes every write again.
+fn allow_node_completions(dir: &std::path::Path) {
+    let sql = if support::database::is_postgres() {
+        "DROP TRIGGER refuse_node_complete ON run_events"
+    } else {
+        "DROP TRIGGER refuse_node_complete"
+    };
+    diesel::sql_query(sql).execute(&mut support::database::connect(dir)).unwrap();
+}
+
+/// A run whose coordinator stopped on a database error goes on by itself once the database takes
+/// its writes again — no restart, no operator: it is picked up from its committed log, the step
+/// whose completion was lost runs again, and completes once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_by_a_database_error_goes_on_once_writes_work_again() {
+    let model = StandIn::start(script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("FLEXRUN_LEASE_SECONDS", "2")];
+    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await;
+    refuse_node_completions(dir.path());
+    let (run_id, response) = server.post_run(&envelope()).await;
+    drop(response);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !server.log().contains("run coordinator stopped on a database error") {
+        assert!(std::time::Instant::now() < deadline, "{}", server.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    allow_node_completions(dir.path());
+
+    let run_url = server.url(&format!("/api/v1/flex/runs/{run_id}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let run: Value = server.http.get(&run_url).send().await.unwrap().json().await.unwrap();
+        if run["run"]["status"] == "completed" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the run was left {}:\n{}", run["run"]["status"], server.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = event_log(dir.path(), &run_id);
+    let kinds: Vec<&str> = log.iter().map(|(_, kind, _)| kind.as_str()).collect();
+    assert_eq!(kinds.iter().filter(|kind| **kind == "node_complete").count(), 1, "{kinds:?}");
+    assert!(kinds.contains(&"log"), "the pick-up is in the log: {kinds:?}");
+    assert_eq!(kinds.last(), Some(&"complete"));
+    let writer = model.calls().iter().filter(|c| c.capability_id() == Some("writer")).count();
+    assert!(writer >= 2, "the draft whose completion was lost ran again ({writer} calls)");
+}
+
+/// A run in flight each time the server dies is failed at the third start after a crash
+/// (`crash_limit_reached`) with the step it had in flight, not resumed forever; a clean stop
+/// (SIGTERM) counts no crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_in_flight_at_every_crash_is_failed_at_the_third() {
+    let model = StandIn::start(script(|call| match (call.is_planner(), call.capability_id()) {
+        (true, _) => plan(&[("draft", "writer"), ("polish", "editor")]),
+        (false, Some("editor")) => post(0.9).after(Duration::from_secs(600)),
+        _ => post(0.9),
+    }))
+    .unwrap();
+    let editor = || model.calls().iter().filter(|c| c.capability_id() == Some("editor")).count();
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("FLEXRUN_DRAIN_SECONDS", "1")];
+    let mut server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await;
+    let (run_id, response) = server.post_run(&envelope()).await;
+    drop(response);
+    let held = |calls: usize| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while editor() < calls {
+            assert!(std::time::Instant::now() < deadline, "the polish was not asked for a {calls}th time");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    held(1).await;
+    server.signal("TERM");
+    assert!(server.exited(Duration::from_secs(30)).await.success());
+    server.restart().await;
+    for crash in 1..=3 {
+        held(1 + crash).await;
+        server.kill();
+        server.restart().await;
+    }
+    // The last start fails it as it recovers, which it does while already serving.
+    let run_url = server.url(&format!("/api/v1/flex/runs/{run_id}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let run = loop {
+        let run: Value = server.http.get(&run_url).send().await.unwrap().json().await.unwrap();
+        if run["run"]["status"] != "running" || std::time::Instant::now() > deadline {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (&run["run"]["status"], &run["run"]["error"]["code"]),
+        (&json!("failed"), &json!("crash_limit_reached")),
+        "{}",
+        run["run"]
+    );
+    let nodes: Vec<(&Value, &Value)> =
+        run["nodes"].as_array().unwrap().iter().map(|n| (&n["nodeId"], &n["status"])).collect();
+    assert_eq!(nodes, [(&json!("draft"), &json!("completed")), (&json!("polish"), &json!("failed"))]);
+    let log = event_log(dir.path(), &run_id);
+    let ending: Vec<&str> = log.iter().rev().take(2).rev().map(|(_, kind, _)| kind.as_str()).collect();
+    assert_eq!(ending, ["node_error", "complete"]);
+    assert_eq!(editor(), 4, "asked before the clean stop and once per start after; not after the third crash");
+}

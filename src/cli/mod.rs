@@ -310,7 +310,7 @@ async fn serve() -> anyhow::Result<ExitCode> {
         taken = taken_over => return Err(taken.into()),
     }
     let grace = std::time::Duration::from_secs(services.settings.cluster.drain_seconds);
-    crate::run::lease::drain(&services, grace).await?;
+    crate::run::stop(&services, grace).await?;
     if let Some(identity) = &services.identity {
         identity.release().await;
     }

@@ -40,6 +40,6 @@ pub use flexrun_core::run::{context, decide, id, legacy, nodes, operator, state,
 pub use control::{Applied, ControlError, apply};
 pub use id::RunId;
 pub use lifecycle::{Idempotency, Origin, StartError, StartedRun, start};
-pub use recovery::recover;
+pub use recovery::{recover, stop};
 pub use status::{RunStatus, UnknownStatus};
 pub use stored::{ResumeError, Stored, fold};

@@ -1,19 +1,31 @@
-//! Picking up, at start-up, the runs an earlier process left active.
+//! Every active run has a coordinator: at start-up, the runs an earlier process left active are
+//! picked up ([`recover`]); while serving, a run whose coordinator stopped is driven again
+//! ([`watch`]); at a clean stop, the coordinators stop at their next wait ([`stop`]).
+//!
+//! With several nodes on PostgreSQL, leases do all of this ([`lease`]): a node joins the others,
+//! sweeps for runs no live node drives and hands its runs back when it drains. Alone on a
+//! database (SQLite), this module does it for the one process.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::time::Instant;
+
+use super::decide::ending::{CRASH_LIMIT, crashed};
 use super::id::RunId;
 use super::lease::{self, notify};
-use super::lifecycle::drive_claimed;
+use super::lifecycle::{drive_claimed, fail_stored};
 use super::status::RunStatus;
 use super::stored::Stored;
+use crate::hash::HashMap;
 use crate::services::Services;
-use crate::store::StoreError;
-use crate::store::runs;
+use crate::store::{StoreError, runs, serving};
 
 /// Picks up every run an earlier process left `pending`, `planning` or `running` (it stopped or
 /// crashed), from its committed log. A run that cannot be resumed is failed with
-/// `resume_failed` rather than left active. Returns how many runs were resumed.
+/// `resume_failed` rather than left active; one that was active each of the last
+/// [`CRASH_LIMIT`] times the process died is failed with `crash_limit_reached`. Returns how many
+/// runs were resumed.
 ///
 /// Call once at start-up. Alone on a database (SQLite), before any other process could work on
 /// it: two servers recovering the same database would both drive its runs. With leases
@@ -24,21 +36,113 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
         notify::listen(services);
         return lease::join(services).await;
     }
-    let run_ids = services.store.read(move |conn| runs::ids_with_status(conn, &RunStatus::ACTIVE)).await?;
+    let active = services.store.write(|conn| serving::take(conn, &RunStatus::ACTIVE)).await?;
     let mut resumed = 0;
-    for run_id in run_ids {
-        let Ok(run_id) = RunId::parse(&run_id) else {
-            tracing::error!(%run_id, "a stored run has an id flexrun does not make; it is left alone");
-            continue;
-        };
-        let Some(claim) = services.claims.try_claim(&run_id) else { continue };
-        match Stored::read(services, &run_id).await {
-            // Ended since the list was read: HTTP is served while recovery goes through the runs,
-            // and an operator may have cancelled one no coordinator drove yet.
-            Ok(stored) if stored.row.status.is_terminal() => {}
-            Ok(stored) => resumed += usize::from(drive_claimed(services, claim, &stored, true).await?),
-            Err(error) => tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not recover the run"),
+    for run in active {
+        let Ok(run_id) = parse(&run.run_id) else { continue };
+        resumed += usize::from(pick_up(services, &run_id, Some(run.crash_attempts)).await?);
+    }
+    services.runtime.spawn(watch(services.clone()));
+    Ok(resumed)
+}
+
+/// Drives `run_id` from its log if no task in this process does and it is still active; `false`
+/// when it did not (held here, ended, unreadable, or failed for its `crash_attempts`).
+async fn pick_up(services: &Arc<Services>, run_id: &RunId, crash_attempts: Option<i32>) -> Result<bool, StoreError> {
+    let Some(claim) = services.claims.try_claim(run_id) else { return Ok(false) };
+    match Stored::read(services, run_id).await {
+        // Ended since the list was read: HTTP is served meanwhile, and an operator may have
+        // cancelled a run no coordinator drove.
+        Ok(stored) if stored.row.status.is_terminal() => Ok(false),
+        Ok(stored) => match crash_attempts {
+            Some(attempts) if attempts >= CRASH_LIMIT => {
+                tracing::error!(%run_id, crashes = attempts, "the process died driving this run too often; failing it");
+                fail_stored(services, claim, &stored, crashed(attempts)).await.map(|()| false)
+            }
+            _ => drive_claimed(services, claim, &stored, true).await,
+        },
+        Err(error) => {
+            tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not recover the run");
+            Ok(false)
         }
     }
-    Ok(resumed)
+}
+
+/// How often [`watch`] looks for active runs no coordinator drives: as often as nodes sweep for
+/// them on PostgreSQL, a fifth of `cluster.lease_seconds`.
+fn watch_every(services: &Services) -> Duration {
+    Duration::from_secs(services.settings.cluster.lease_seconds.max(1)) / 5
+}
+
+/// The longest [`watch`] waits before driving a run again that keeps stopping.
+const MOST_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Drives again, until the process stops, the active runs no coordinator drives. A coordinator
+/// that hits a database error (a full disk, a write lock held past the busy timeout) stops where
+/// its run's log stands, as a crash would stop it; its run would otherwise stay active, without
+/// a coordinator, until the next start. It is picked up from its committed log as at a start —
+/// completed steps are not run again — once per look, then, while it keeps stopping, after a
+/// wait doubling up to [`MOST_BACKOFF`].
+async fn watch(services: Arc<Services>) {
+    let every = watch_every(&services);
+    let mut stopping: HashMap<RunId, Backoff> = HashMap::default();
+    loop {
+        tokio::time::sleep(every).await;
+        if services.claims.is_draining() {
+            return;
+        }
+        let listed = services.store.read(move |conn| runs::ids_with_status(conn, &RunStatus::ACTIVE)).await;
+        let run_ids: Vec<RunId> = match listed {
+            Ok(ids) => ids.iter().filter_map(|id| parse(id).ok()).collect(),
+            Err(error) => {
+                tracing::warn!(error = %crate::excerpt::log(error), "could not list the active runs");
+                continue;
+            }
+        };
+        stopping.retain(|run_id, _| run_ids.contains(run_id));
+        for run_id in run_ids {
+            let now = Instant::now();
+            if stopping.get(&run_id).is_some_and(|backoff| now < backoff.until) {
+                continue;
+            }
+            match pick_up(&services, &run_id, None).await {
+                Ok(true) => {
+                    tracing::warn!(%run_id, "a run no coordinator drove is driven again from its log");
+                    let backoff = stopping.entry(run_id).or_insert(Backoff { until: now, wait: every });
+                    backoff.until = now + backoff.wait;
+                    backoff.wait = (backoff.wait * 2).min(MOST_BACKOFF);
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(%run_id, error = %crate::excerpt::log(error), "could not drive a run again")
+                }
+            }
+        }
+    }
+}
+
+/// When [`watch`] may drive a run again that it drove before, and how long it waits after that.
+struct Backoff {
+    until: Instant,
+    wait: Duration,
+}
+
+/// Stops this process's coordinators for a clean stop (SIGTERM): each stops at its next wait — a
+/// call in flight finishes — for up to `grace`, then whatever still runs is stopped. With leases
+/// the node's runs are handed back to the other nodes ([`lease::drain`]); alone on a database,
+/// the database is handed back, so the next start counts no crash for the runs left active.
+pub async fn stop(services: &Services, grace: Duration) -> Result<(), StoreError> {
+    if services.claims.leasing().is_some() {
+        return lease::drain(services, grace).await.map(drop);
+    }
+    services.claims.drain();
+    services.claims.settle(grace).await;
+    services.claims.abort_all();
+    services.store.write(serving::hand_back).await
+}
+
+fn parse(run_id: &str) -> Result<RunId, ()> {
+    RunId::parse(run_id).map_err(|_| {
+        tracing::error!(%run_id, "a stored run has an id flexrun does not make; it is left alone");
+    })
 }

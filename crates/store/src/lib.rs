@@ -35,6 +35,7 @@ pub mod mcp_servers;
 pub mod prepared;
 pub mod runs;
 pub mod schema;
+pub mod serving;
 mod stamp;
 pub mod threads;
 mod wal_frames;

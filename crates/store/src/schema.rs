@@ -126,6 +126,13 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    serving (id) {
+        id -> Integer,
+        held -> Bool,
+    }
+}
+
 diesel::joinable!(thread_metadata -> threads (thread_id));
 
 diesel::allow_tables_to_appear_in_same_query!(

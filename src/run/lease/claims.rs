@@ -216,6 +216,23 @@ impl Claims {
         self.draining.send_replace(true);
     }
 
+    /// Waits up to `grace` for every claim to be released (the coordinators stopped).
+    pub async fn settle(&self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops every task driving a run here at once (the process stops).
+    pub fn abort_all(&self) {
+        for held in self.lock().values_mut() {
+            if let Some(task) = held.task.take() {
+                task.abort();
+            }
+        }
+    }
+
     pub fn is_draining(&self) -> bool {
         *self.draining.borrow()
     }

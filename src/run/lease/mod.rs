@@ -10,4 +10,4 @@ pub mod identity;
 pub mod notify;
 pub mod takeover;
 
-pub use takeover::{MAX_CRASH_ATTEMPTS, drain, join};
+pub use takeover::{drain, join};

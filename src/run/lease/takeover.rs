@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use super::claims::Leasing;
 use crate::hash::{HashMap, HashSet};
-use crate::run::decide::Failure;
+use crate::run::decide::ending::{CRASH_LIMIT, crashed};
 use crate::run::id::RunId;
 use crate::run::lifecycle::{drive_claimed, fail_stored};
 use crate::run::status::RunStatus;
@@ -37,10 +37,6 @@ const SWEEPS_PER_LEASE: u32 = 5;
 /// Runs claimed per sweep: a node takes over a dead node's runs a batch at a time, leaving the
 /// rest to the other nodes' sweeps.
 const SWEEP_BATCH: i64 = 100;
-
-/// After this many takeovers from a node that died while driving it, a run is failed rather than
-/// tried again: something in it may be what kills nodes.
-pub const MAX_CRASH_ATTEMPTS: i32 = 3;
 
 /// Claims what this node can drive now — the runs leased under its node id by a process before
 /// this one, runs no node holds, runs whose lease ran out — and keeps claiming, renewing and
@@ -159,7 +155,7 @@ fn stop(services: &Services, runs: &[&RunId], why: &str) {
 }
 
 /// Claims runs whose lease ran out or was handed back, and drives each (or fails it, after
-/// [`MAX_CRASH_ATTEMPTS`]).
+/// [`CRASH_LIMIT`]).
 async fn sweep(services: &Arc<Services>, leasing: &Leasing) -> Result<usize, StoreError> {
     telemetry::sweep();
     let (node, seconds) = (leasing.node.clone(), leasing.lease.as_secs_f64());
@@ -202,19 +198,11 @@ async fn take_over(services: &Arc<Services>, run_id: RunId, lease: leases::Taken
         }
     };
     tracing::info!(%run_id, epoch = lease.lease_epoch, crashes = lease.crash_attempts, "claimed a run");
-    if lease.crash_attempts >= MAX_CRASH_ATTEMPTS {
+    if lease.crash_attempts >= CRASH_LIMIT {
         fail_stored(services, claim, &stored, crashed(lease.crash_attempts)).await?;
         return Ok(false);
     }
     drive_claimed(services, claim, &stored, true).await
-}
-
-/// How a run fails that nodes died driving too often.
-fn crashed(attempts: i32) -> Failure {
-    Failure::new(
-        "crash_limit_reached",
-        format!("The node driving the run stopped without handing it back {attempts} times; it is not tried again"),
-    )
 }
 
 /// Drains the node (SIGTERM): no more claims; coordinators stop at their next wait — in-flight
@@ -223,10 +211,7 @@ fn crashed(attempts: i32) -> Failure {
 pub async fn drain(services: &Services, grace: Duration) -> Result<usize, StoreError> {
     let Some(leasing) = services.claims.leasing() else { return Ok(0) };
     services.claims.drain();
-    let deadline = Instant::now() + grace;
-    while services.claims.count() > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    services.claims.settle(grace).await;
     let left: Vec<RunId> = services.claims.leased().into_iter().map(|(run_id, _)| run_id).collect();
     stop(services, &left.iter().collect::<Vec<_>>(), "the node drains");
     let node = leasing.node.clone();

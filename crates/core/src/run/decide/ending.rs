@@ -116,6 +116,19 @@ pub fn timed_out(limit: u64) -> Failure {
         .detail("limitSeconds", limit)
 }
 
+/// After a process died this many times while driving a run — a node that did not hand its
+/// lease back (several nodes on PostgreSQL), or the one server that did not hand the database back
+/// (SQLite) — the run is failed rather than tried again: something in it may be what kills them.
+pub const CRASH_LIMIT: i32 = 3;
+
+/// How a run fails that processes died driving `attempts` times ([`CRASH_LIMIT`]).
+pub fn crashed(attempts: i32) -> Failure {
+    Failure::new(
+        "crash_limit_reached",
+        format!("The node driving the run stopped without handing it back {attempts} times; it is not tried again"),
+    )
+}
+
 /// How a run fails whose stored envelope or log cannot be read back.
 pub fn unresumable(reason: &str) -> Failure {
     Failure::new("resume_failed", format!("The run cannot be resumed: {reason}"))
