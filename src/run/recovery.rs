@@ -40,31 +40,30 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
     let mut resumed = 0;
     for run in active {
         let Ok(run_id) = parse(&run.run_id) else { continue };
-        resumed += usize::from(pick_up(services, &run_id, Some(run.crash_attempts)).await?);
+        match pick_up(services, &run_id, Some(run.crash_attempts)).await {
+            Ok(driven) => resumed += usize::from(driven),
+            // The watch tries it again.
+            Err(error) => tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not recover the run"),
+        }
     }
     services.runtime.spawn(watch(services.clone()));
     Ok(resumed)
 }
 
 /// Drives `run_id` from its log if no task in this process does and it is still active; `false`
-/// when it did not (held here, ended, unreadable, or failed for its `crash_attempts`).
+/// when it did not (held here, ended, or failed for its `crash_attempts`).
 async fn pick_up(services: &Arc<Services>, run_id: &RunId, crash_attempts: Option<i32>) -> Result<bool, StoreError> {
     let Some(claim) = services.claims.try_claim(run_id) else { return Ok(false) };
-    match Stored::read(services, run_id).await {
+    let stored = Stored::read(services, run_id).await?;
+    match crash_attempts {
         // Ended since the list was read: HTTP is served meanwhile, and an operator may have
         // cancelled a run no coordinator drove.
-        Ok(stored) if stored.row.status.is_terminal() => Ok(false),
-        Ok(stored) => match crash_attempts {
-            Some(attempts) if attempts >= CRASH_LIMIT => {
-                tracing::error!(%run_id, crashes = attempts, "the process died driving this run too often; failing it");
-                fail_stored(services, claim, &stored, crashed(attempts)).await.map(|()| false)
-            }
-            _ => drive_claimed(services, claim, &stored, true).await,
-        },
-        Err(error) => {
-            tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not recover the run");
-            Ok(false)
+        _ if stored.row.status.is_terminal() => Ok(false),
+        Some(attempts) if attempts >= CRASH_LIMIT => {
+            tracing::error!(%run_id, crashes = attempts, "the process died driving this run too often; failing it");
+            fail_stored(services, claim, &stored, crashed(attempts)).await.map(|()| false)
         }
+        _ => drive_claimed(services, claim, &stored, true).await,
     }
 }
 
@@ -106,17 +105,16 @@ async fn watch(services: Arc<Services>) {
                 continue;
             }
             match pick_up(&services, &run_id, None).await {
-                Ok(true) => {
-                    tracing::warn!(%run_id, "a run no coordinator drove is driven again from its log");
-                    let backoff = stopping.entry(run_id).or_insert(Backoff { until: now, wait: every });
-                    backoff.until = now + backoff.wait;
-                    backoff.wait = (backoff.wait * 2).min(MOST_BACKOFF);
-                }
-                Ok(false) => {}
+                Ok(false) => continue,
+                Ok(true) => tracing::warn!(%run_id, "a run no coordinator drove is driven again from its log"),
                 Err(error) => {
                     tracing::warn!(%run_id, error = %crate::excerpt::log(error), "could not drive a run again")
                 }
             }
+            // Tried: not again before its wait, doubling while it keeps stopping.
+            let backoff = stopping.entry(run_id).or_insert(Backoff { until: now, wait: every });
+            backoff.until = now + backoff.wait;
+            backoff.wait = (backoff.wait * 2).min(MOST_BACKOFF);
         }
     }
 }
