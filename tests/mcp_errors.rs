@@ -1,8 +1,9 @@
 //! What an MCP server's failures and excesses show: a tool's error text reaches frames, the run's
 //! log and the repair prompt bounded and without the registration's secrets (header values, the
 //! bearer token), even when the server quotes them back; a server listing far more tools than are
-//! offered has a bounded listing. A real server on the official Python SDK (`tests/mcp/server.py`),
-//! the model stood in for.
+//! offered has a bounded listing; a result over the response limit fails its step once, as an
+//! `http` capability's answer does. A real server on the official Python SDK
+//! (`tests/mcp/server.py`), the model stood in for.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
@@ -10,7 +11,8 @@ mod support;
 
 use serde_json::{Value, json};
 use support::mcp::McpProcess;
-use support::{Options, Reply, TestServer, frame_of, kinds, script};
+use support::process::ServerProcess;
+use support::{Options, Reply, TestServer, frame_of, kinds, read_frames, script};
 
 /// The variable flexrun reads the bearer token from: one the test process already has (setting
 /// one would race with other threads reading the environment), its value the token.
@@ -75,7 +77,8 @@ async fn a_server_listing_a_thousand_tools_too_many_has_a_bounded_listing() {
     let refused = body["server"]["refusedTools"].as_array().unwrap();
     assert_eq!(refused.len(), 21, "twenty reasons, then how many more: {:?}", &refused[..3]);
     assert!(refused[0].as_str().unwrap().contains("more than 500 tools"), "{}", refused[0]);
-    assert_eq!(refused[20], "… and 492 more tools not offered");
+    // 1,013 listed (the 1,000 extra and server.py's 13), 500 offered, 20 reasons shown.
+    assert_eq!(refused[20], "… and 493 more tools not offered");
     let listed = server.get_json("/api/v1/flex/mcp-servers").await;
     assert_eq!(listed["servers"][0]["refusedTools"].as_array().unwrap().len(), 21);
 }
@@ -106,4 +109,82 @@ async fn a_registration_refused_for_its_headers_quotes_no_value() {
         assert!(!body.to_string().contains(secret), "no header value in the answer: {body}");
     }
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM mcp_servers"), 0, "nothing stored");
+}
+
+/// The response limit the size tests run with (`limits.max_capability_response_bytes`).
+const RESPONSE_LIMIT: usize = 100_000;
+/// What `big`'s text is made of: twice over in a row, it is a piece of the result.
+const BIG_PIECE: &str = "big-result-big-result-";
+
+/// A tool's result over `limits.max_capability_response_bytes`, streamed as a server-sent event
+/// (the Python SDK's default), fails its step with `capability_response_too_large` without a retry.
+#[tokio::test]
+async fn a_tool_result_over_the_size_limit_fails_its_step_once_without_a_retry() {
+    a_result_over_the_limit_fails_once(McpProcess::python().await).await;
+}
+
+/// The same result answered as one JSON body (`application/json`) fails the same way.
+#[tokio::test]
+async fn a_tool_result_over_the_size_limit_in_one_json_body_fails_its_step_once_without_a_retry() {
+    a_result_over_the_limit_fails_once(McpProcess::python_with_env(&[("MCP_JSON_RESPONSE", "1")]).await).await;
+}
+
+/// And so does one from a server of the 2026-07-28 revision (no session: each call stands alone).
+#[tokio::test]
+async fn a_tool_result_over_the_size_limit_over_2026_07_28_fails_its_step_once_without_a_retry() {
+    a_result_over_the_limit_fails_once(McpProcess::python_modern().await).await;
+}
+
+/// Runs a plan calling `big` on `py` for three times the limit on a `flexrun serve` process, then
+/// one calling `add`: the first fails with `capability_response_too_large` as an `http`
+/// capability does — the tool called once (a call may have done something: it is not made
+/// again), no retry, nothing of the result in a frame, the run's document or the log — and the
+/// server's session serves the next run's call.
+async fn a_result_over_the_limit_fails_once(py: McpProcess) {
+    let big =
+        json!({"nodes": [{"stage": "fetch", "capabilityId": "py.big", "arguments": {"size": 3 * RESPONSE_LIMIT}}]});
+    let add = json!({"nodes": [{"stage": "add", "capabilityId": "py.add", "arguments": {"a": 2, "b": 3}}]});
+    let llm = flexrun::llm::standin::StandIn::start(script(move |call| {
+        Reply::json(if call.user.contains("Add numbers") { add.clone() } else { big.clone() })
+    }))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("limits.toml");
+    std::fs::write(&config, format!("[limits]\nmax_capability_response_bytes = {RESPONSE_LIMIT}\n")).unwrap();
+    let config = config.display().to_string();
+    let server = ServerProcess::start(dir.path(), &llm.base_url, &[], &[("FLEXRUN_CONFIG", &config)]).await;
+    let registration = json!({"id": "py", "url": py.url(), "outputFacets": {"add": "sum", "big": "text"}});
+    let response =
+        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+
+    let envelope = json!({"objective": "Fetch a big text with a tool", "inputs": {},
+                          "outputContract": {"mode": "facets", "facets": ["text"]}});
+    let (run_id, response) = server.post_run(&envelope).await;
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "failed", "{:?}", kinds(&frames));
+    let error = &frame_of(&frames, "node_error").payload["error"];
+    assert_eq!(error["code"], "capability_response_too_large", "{error}");
+    assert_eq!(error["message"], format!("capability response is larger than {RESPONSE_LIMIT} bytes"));
+    assert!(!kinds(&frames).contains(&"retry"), "not retried: {:?}", kinds(&frames));
+    let calls = py.calls().await;
+    assert_eq!(calls.iter().filter(|c| c["tool"] == "big").count(), 1, "the tool is called once: {calls:?}");
+
+    let streamed: Vec<Value> = frames.iter().map(|f| f.payload.clone()).collect();
+    assert!(!json!(streamed).to_string().contains(BIG_PIECE), "nothing of the result in a frame");
+    let document = server.http.get(server.url(&format!("/api/v1/flex/runs/{run_id}"))).send().await.unwrap();
+    assert!(!document.text().await.unwrap().contains(BIG_PIECE), "nor in the run document");
+    let log = server.log();
+    assert!(!log.contains(BIG_PIECE), "nor in the log: {}", &log[log.len().saturating_sub(4000)..]);
+
+    let envelope = json!({
+        "objective": "Add numbers with a tool", "inputs": {},
+        "outputContract": {"mode": "facets", "facets": ["sum"]},
+        "goal_condition": [{"facet": "sum", "path": "/total", "condition": {"jsonLogic": {"==": [{"var": "total"}, 5]}}}]
+    });
+    let (_, response) = server.post_run(&envelope).await;
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+    let calls = py.calls().await;
+    assert_eq!(calls.iter().filter(|c| c["tool"] == "big").count(), 1, "still called once: {calls:?}");
 }

@@ -91,7 +91,7 @@ async fn answer_to(response: reqwest::Response, id: u64) -> Value {
 }
 
 /// The tools of tests/mcp/server.py.
-const PYTHON_TOOLS: [&str; 12] = [
+const PYTHON_TOOLS: [&str; 13] = [
     "add",
     "fail",
     "refuse",
@@ -104,6 +104,7 @@ const PYTHON_TOOLS: [&str; 12] = [
     "add_tool",
     "remove_tool",
     "ask",
+    "big",
 ];
 
 fn tool_names(list: &Value) -> Vec<&str> {

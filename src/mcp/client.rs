@@ -1,7 +1,8 @@
 //! One session with an MCP server over Streamable HTTP, through the official SDK (`rmcp`): open
 //! it (the 2026-07-28 revision when the server speaks it, else 2025-11-25's `initialize`), list
-//! the tools, call one. Every request has a deadline (the SDK sets none), and every error's text
-//! is bounded and cleared of the registration's secrets before anyone sees it.
+//! the tools, call one. Every request has a deadline (the SDK sets none), every answer is read
+//! within the response limit ([`super::http`]), and every error's text is bounded and cleared of
+//! the registration's secrets before anyone sees it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use rmcp::{ClientHandler, service::RunningService};
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
+use super::http::McpHttp;
 use flexrun_core::excerpt;
 use flexrun_core::mcp::McpServer;
 
@@ -39,6 +41,11 @@ pub enum McpError {
     Unreachable(String),
     #[error("the server refused the request: {0}")]
     Refused(String),
+    /// The answer was larger than the response limit (bytes): it was not read beyond it. Not a
+    /// transport failure: the server answered (a tool call did its work), and asking again would
+    /// bring the same answer.
+    #[error("the server's answer is larger than {0} bytes")]
+    TooLarge(usize),
 }
 
 /// The `_meta` key of a 2026-07-28 request's client capabilities.
@@ -96,6 +103,8 @@ pub struct Session {
     service: RunningService<RoleClient, Handler>,
     /// The registration's header values and token, cut out of every error text.
     secrets: Vec<String>,
+    /// The largest answer read, bytes.
+    max_response_bytes: usize,
 }
 
 impl Session {
@@ -124,7 +133,7 @@ impl Session {
             secrets.push(token.clone());
             config = config.auth_header(token);
         }
-        let transport = StreamableHttpClientTransport::with_client(http, config);
+        let transport = StreamableHttpClientTransport::with_client(McpHttp::new(http), config);
         let handler = Handler { changed: changed.clone() };
         let mode = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -136,7 +145,7 @@ impl Session {
             Ok(Err(error)) => return Err(McpError::Unreachable(clean(&error.to_string(), &secrets))),
             Ok(Ok(service)) => service,
         };
-        let session = Self { service, secrets };
+        let session = Self { service, secrets, max_response_bytes };
         session.listen_for_changes(changed).await;
         Ok(session)
     }
@@ -239,6 +248,9 @@ impl Session {
     fn failed(&self, error: rmcp::ServiceError) -> McpError {
         match error {
             rmcp::ServiceError::Timeout { timeout } => McpError::Timeout(timeout),
+            rmcp::ServiceError::McpError(data) if super::too_large::is_answer(&data) => {
+                McpError::TooLarge(self.max_response_bytes)
+            }
             rmcp::ServiceError::McpError(data) => McpError::Refused(clean(&data.message, &self.secrets)),
             other => McpError::Unreachable(clean(&other.to_string(), &self.secrets)),
         }

@@ -388,6 +388,9 @@ impl McpServers {
                 Ok(Called::Result(result)) => return tool::output(tool, facet, &result).map(Reply::Output),
                 Ok(Called::InputRequired(asked)) => asked,
                 Err(McpError::Refused(message)) => return Err(CapabilityError::Protocol(message)),
+                // As an `http` capability's answer over the limit: not retried, and the session,
+                // which only lost the connection that carried the answer, is kept.
+                Err(McpError::TooLarge(limit)) => return Err(CapabilityError::TooLarge(limit)),
                 Err(error) => return Err(self.unreachable(&server.id, error)),
             };
             match question::read(&asked)? {

@@ -7,8 +7,8 @@ serves Streamable HTTP at http://127.0.0.1:PORT/mcp. Its tools are the cases fle
 has to handle: structured output (`add`), a tool error (`fail`; `refuse` quotes the caller's
 credentials in its error), a destructive tool (`wipe`), calls that take time or never end on their
 own (`slow`, `slow_once`, `hold`), output that breaks its own schema (`bad_output`), the caller's
-bearer token (`auth_ok`), the tool list changing mid-session (`add_tool`, `remove_tool`) and
-elicitation (`ask`). Only `add` and `bad_output` declare an output schema and answer
+bearer token (`auth_ok`), the tool list changing mid-session (`add_tool`, `remove_tool`),
+elicitation (`ask`) and a result of any size (`big`). Only `add` and `bad_output` declare an output schema and answer
 structuredContent; the others answer text content only (FastMCP would otherwise
 give every tool a {"result": ...} schema).
 
@@ -19,7 +19,7 @@ Besides /mcp, plain HTTP routes for the test itself:
 - POST /release/{key}: ends the `hold` calls on `key`, and any later one at once.
 
 State (calls, tools added or removed, keys seen) lives in this process: a test that needs a clean
-server starts one.
+server starts one. MCP_JSON_RESPONSE=1 answers requests with one JSON body instead of an SSE stream.
 """
 
 import asyncio
@@ -172,6 +172,12 @@ async def ask(question: str, ctx: Context) -> str:
     return "declined" if result.action == "decline" else "cancelled"
 
 
+@mcp.tool(structured_output=False)
+def big(size: int) -> str:
+    """Answers a text of `size` characters: "big-result-" repeated."""
+    return ("big-result-" * (size // 11 + 1))[:size]
+
+
 @mcp.custom_route("/healthz", methods=["GET"])
 async def healthz(_request: Request) -> Response:
     return PlainTextResponse("ok")
@@ -193,4 +199,5 @@ if __name__ == "__main__":
     # MCP_EXTRA_TOOLS=N lists N more tools, `extra_0` … (a server with more than flexrun offers).
     for i in range(int(os.environ.get("MCP_EXTRA_TOOLS") or 0)):
         mcp.add_tool(lambda i=i: f"extra {i}", name=f"extra_{i}", description=f"extra tool {i}", structured_output=False)
+    mcp.settings.json_response = os.environ.get("MCP_JSON_RESPONSE") == "1"
     mcp.run(transport="streamable-http")

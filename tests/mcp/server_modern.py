@@ -9,9 +9,11 @@ http://127.0.0.1:PORT/mcp and GET /healthz (readiness). Tools:
 - confirm_order(item, quantity) -> {"item", "quantity", "warehouse"} (outputSchema): asks the user
   (form elicitation, `Ship {quantity} x {item}? Which warehouse?`, one required string `warehouse`);
   on 2026-07-28 as an input_required result answered by a retried tools/call (MRTR), on older
-  revisions as an `elicitation/create` request; declined or cancelled -> isError.
+  revisions as an `elicitation/create` request; declined or cancelled -> isError;
+- big(size) -> a text of `size` characters ("big-result-" repeated).
 GET /calls lists the confirm_order calls: {"tool", "stage": "entered"} for each tools/call that
-reached it (each MRTR round), {"tool", "stage": "finished"} when one finished with an answer.
+reached it (each MRTR round), {"tool", "stage": "finished"} when one finished with an answer; and
+the big calls: {"tool": "big", "stage": "entered"}.
 """
 
 import sys
@@ -27,7 +29,7 @@ from mcp.types import ToolAnnotations
 
 mcp = MCPServer("flexrun-test-modern")
 # Every tools/call that reached confirm_order ("entered", each MRTR round) and every one that
-# finished with an answer ("finished"), in order.
+# finished with an answer ("finished"), and every big call, in order.
 CALLS: list[dict[str, str]] = []
 
 
@@ -75,6 +77,13 @@ def confirm_order(
         raise ToolError(f"order not confirmed (the user chose {answer.action})")
     CALLS.append({"tool": "confirm_order", "stage": "finished"})
     return Order(item=item, quantity=quantity, warehouse=answer.data.warehouse)
+
+
+@mcp.tool()
+def big(size: int) -> str:
+    """Answers a text of `size` characters."""
+    CALLS.append({"tool": "big", "stage": "entered"})
+    return ("big-result-" * (size // 11 + 1))[:size]
 
 
 @mcp.custom_route("/calls", methods=["GET"])
