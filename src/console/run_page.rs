@@ -109,12 +109,12 @@ pub async fn show(
 ) -> HttpResponse {
     let caller = &viewer.caller;
     let not_found =
-        || page::message(404, "Run not found", "There is no run with this id that you may see.");
+        || page::message(Some(&viewer), 404, "Run not found", "There is no run with this id that you may see.");
     let Ok(run_id) = RunId::parse(&id) else { return not_found() };
     let view = match RunView::read(&services, &run_id).await {
         Ok(view) => view,
         Err(ViewError::Store(StoreError::NotFound(_))) => return not_found(),
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(&viewer, &error),
     };
     if !caller.may_see(view.run.owner.as_deref()) {
         return not_found();
@@ -124,7 +124,7 @@ pub async fn show(
         |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", crate::http::query_escape(pointer));
     let view = match view.bounded(href) {
         Ok(view) => view,
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(&viewer, &error),
     };
     let read = async {
         // The frames up to the view's last one, not later ones: the page follows from there.
@@ -136,7 +136,7 @@ pub async fn show(
     };
     let (events, facts, parent, reruns) = match read.await {
         Ok(read) => read,
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(&viewer, &error),
     };
     let operator = caller.role == Role::Operator;
     let status = view.run.status;

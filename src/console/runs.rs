@@ -189,7 +189,7 @@ pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::D
     let cursor = cursor.and_then(|cursor| RunId::parse(&cursor).ok());
     let list = match RunList::read(&services, parsed.query(caller, None), cursor, PAGE).await {
         Ok(list) => list,
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(&viewer, &error),
     };
     let next_page = list.next_cursor.map(|cursor| format!("/ui/runs?{}", parsed.url_query(&[("cursor", &cursor)])));
     let day = |d: Option<NaiveDate>| d.map(|d| d.to_string()).unwrap_or_default();
@@ -210,7 +210,8 @@ pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::D
     })
 }
 
-pub(super) fn unavailable(error: &dyn std::fmt::Display) -> HttpResponse {
+pub(super) fn unavailable(viewer: &Viewer, error: &dyn std::fmt::Display) -> HttpResponse {
     tracing::error!(error = %crate::excerpt::log(error), "console could not read runs");
-    page::message(503, "Runs cannot be read right now", "The database did not answer; try again shortly.")
+    let text = "The database did not answer; try again shortly.";
+    page::message(Some(viewer), 503, "Runs cannot be read right now", text)
 }
