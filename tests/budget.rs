@@ -137,6 +137,32 @@ async fn a_paused_run_goes_on_once_an_operator_raises_the_limit_and_runs_no_step
     assert_eq!(resumed.last().unwrap().payload["usage"]["calls"], 3);
 }
 
+/// The wait-for-an-operator lines of the run page's timeline (its text list), as shown.
+async fn timeline_waits(server: &TestServer, run_id: &str) -> Vec<String> {
+    let page = server.http.get(server.url(&format!("/ui/runs/{run_id}"))).send().await.unwrap().text().await.unwrap();
+    page.split(r#"<li data-kind="wait">"#).skip(1).map(|rest| rest.split("</li>").next().unwrap().to_string()).collect()
+}
+
+/// The run page's timeline says in words what a run paused on its budget waited for — once, not
+/// "budget of the budget" — while it waits and once an operator raised it.
+#[tokio::test]
+async fn the_timeline_says_the_run_waited_for_a_raise_of_its_budget() {
+    let server = server_with(two_steps(0.9), "").await;
+    let frames = server.run(&with_budget(json!({"maxModelCalls": 2}))).await;
+    let run_id = frames[0].run_id.clone();
+    let request_id = frame_of(&frames, "hitl_request").payload["request"]["id"].as_str().unwrap().to_string();
+    server.wait_for_status(&run_id, "awaiting_hitl").await;
+    let waits = timeline_waits(&server, &run_id).await;
+    assert_eq!(waits.len(), 1, "{waits:?}");
+    assert!(waits[0].starts_with("operator: a raise of the budget, pending ("), "{waits:?}");
+
+    let mut raise = decision(&run_id, &request_id, true, None);
+    raise["decision"]["budget"] = json!({"maxModelCalls": 5});
+    assert_eq!(resume(&server, raise).await.0, 200);
+    let waits = timeline_waits(&server, &run_id).await;
+    assert!(waits[0].starts_with("operator: a raise of the budget, approved ("), "{waits:?}");
+}
+
 #[tokio::test]
 async fn each_limit_pauses_a_run_and_raising_that_limit_lets_it_finish() {
     // Reached after the plan and the writer (1,650 tokens, $0.0042); raised, the editor runs.

@@ -344,10 +344,10 @@ async fn a_known_path_with_another_method_is_405() {
     let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
     let run_id = server.run(&envelope()).await[0].run_id.clone();
     let cases = [
-        (reqwest::Method::DELETE, format!("/api/v1/flex/runs/{run_id}"), "GET"),
+        (reqwest::Method::DELETE, format!("/api/v1/flex/runs/{run_id}"), "GET, HEAD"),
         (reqwest::Method::GET, "/api/v1/flex/run.stream".to_string(), "POST"),
         (reqwest::Method::PUT, format!("/api/v1/flex/runs/{run_id}/cancel"), "POST"),
-        (reqwest::Method::POST, "/api/v1/health".to_string(), "GET"),
+        (reqwest::Method::POST, "/api/v1/health".to_string(), "GET, HEAD"),
     ];
     for (method, path, allow) in cases {
         let response = server.http.request(method.clone(), server.url(&path)).send().await.unwrap();
@@ -364,6 +364,68 @@ async fn a_known_path_with_another_method_is_405() {
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], "not_found", "{body}");
     }
+}
+
+/// `HEAD` is answered wherever `GET` is, as the `GET` would be without its body: the same status
+/// and headers (a JSON answer's `Content-Length` too), the API's, the console's and a 404 alike;
+/// a path whose endpoints take no `GET` answers 405 naming `HEAD`. A `HEAD` of an endpoint that
+/// streams (a running run's frames, the console's feed, which never ends) is answered at once
+/// and leaves the connection free for the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn head_is_answered_as_get_without_a_body() {
+    let server = TestServer::start(script(|call| {
+        if call.is_planner() {
+            return plan(&[("draft", "writer")]);
+        }
+        post(0.9).after(Duration::from_secs(20))
+    }))
+    .await;
+    let head = |path: String| {
+        let server = &server;
+        async move { server.http.head(server.url(&path)).bearer_auth(OPERATOR_KEY).send().await.unwrap() }
+    };
+    let get = server.http.get(server.url("/api/v1/openapi.json")).send().await.unwrap();
+    let (get_type, get_body) = (get.headers()["content-type"].clone(), get.bytes().await.unwrap());
+    let response = head("/api/v1/openapi.json".into()).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], get_type);
+    assert_eq!(response.headers()["content-length"], get_body.len().to_string().as_str(), "as the GET's");
+    assert!(response.bytes().await.unwrap().is_empty());
+    assert_eq!(head("/api/v1/health".into()).await.status(), 200);
+
+    let missing = head("/api/v1/flex/runs/01a20000-0000-7000-8000-000000000000".into()).await;
+    assert_eq!((missing.status().as_u16(), &missing.headers()["content-type"]), (404, &get_type));
+    let page = head("/ui/runs".into()).await;
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    assert!(page.headers().contains_key("content-security-policy"), "the console's headers");
+    let refused = head("/api/v1/flex/runs/01a20000-0000-7000-8000-000000000000/cancel".into()).await;
+    assert_eq!(refused.status(), 405);
+    assert_eq!(refused.headers()["allow"], "POST");
+
+    // A running run's frames and the console's feed: on one HTTP/1.1 connection, both answered
+    // with their headers and nothing else, then the request after them.
+    let run_id = read_frames(server.post_run(&envelope()).await, 1).await[0].run_id.clone();
+    let host = server.base.trim_start_matches("http://");
+    let mut connection = tokio::net::TcpStream::connect(host).await.unwrap();
+    let requests = format!(
+        "HEAD /api/v1/flex/runs/{run_id}/stream HTTP/1.1\r\nHost: {host}\r\n\r\n\
+         HEAD /ui/feed?list=1 HTTP/1.1\r\nHost: {host}\r\n\r\n\
+         GET /api/v1/health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut connection, requests.as_bytes()).await.unwrap();
+    let mut answers = Vec::new();
+    let read = tokio::io::AsyncReadExt::read_to_end(&mut connection, &mut answers);
+    tokio::time::timeout(Duration::from_secs(10), read).await.expect("answered at once, not streamed").unwrap();
+    let answers = String::from_utf8(answers).unwrap();
+    let heads: Vec<&str> = answers.split("HTTP/1.1 ").skip(1).collect();
+    assert_eq!(heads.len(), 3, "{answers}");
+    for streamed in &heads[..2] {
+        assert!(streamed.starts_with("200 OK\r\n"), "{answers}");
+        assert!(streamed.contains("content-type: text/event-stream"), "{answers}");
+        assert!(streamed.ends_with("\r\n\r\n"), "headers only: {answers}");
+    }
+    assert!(heads[2].starts_with("200 OK\r\n") && heads[2].contains(r#""status""#), "{answers}");
 }
 
 /// `flexrun demo --serve` keeps its server up after the demo's run — a chat through its LangGraph

@@ -315,6 +315,39 @@ async fn an_operator_approves_rejects_and_cancels_paused_runs_from_their_pages()
     browser.close().await;
 }
 
+/// A waiting run offers Replan while it has replans left; once it used them all the page shows
+/// the action disabled with the reason, live, rather than offering what the server refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_no_replans_left_is_not_offered_a_replan() {
+    let server = TestServer::start(feedback_replan_script()).await;
+    let mut capped = gated_envelope();
+    capped["policies"]["replan"] = json!({"maxReplans": 1});
+    let run_id = server.run(&capped).await[0].run_id.clone();
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url(&format!("/ui/runs/{run_id}"))).await.unwrap();
+    assert_eq!(browser.text("[data-testid=question]").await, "Approve plan version 1 before any of its steps runs?");
+    assert!(client.find(Locator::Css("[data-testid=replan-refused]")).await.is_err(), "a replan is left");
+
+    browser.fill("form[data-action=replan] textarea", "add a polish step").await;
+    browser.click_button("form[data-action=replan]", "Replan").await;
+    browser.wait_for_text("[data-testid=question]", "Approve plan version 2").await;
+    browser.wait_for_text("[data-testid=replan-refused]", "No replans left: 1 of 1 used").await;
+    assert!(client.find(Locator::Css("form[data-action=replan]")).await.is_err(), "no replan is offered");
+    let button = client.find(Locator::Css("[data-testid=replan-refused] button")).await.unwrap();
+    assert_eq!(button.attr("disabled").await.unwrap().as_deref(), Some("true"));
+    assert!(client.find(Locator::Css("form[data-approved=true] button")).await.is_ok(), "approving is still offered");
+
+    // The server refuses what the page no longer offers.
+    let url = server.url(&format!("/api/v1/flex/runs/{run_id}/replan"));
+    let refused = server.http.post(url).bearer_auth(OPERATOR_KEY).json(&json!({})).send().await.unwrap();
+    assert_eq!(refused.status(), 422);
+    assert_eq!(refused.json::<serde_json::Value>().await.unwrap()["error"]["code"], "replan_limit");
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}
+
 /// A run that reached its budget waits on its page with a form to raise it: an empty form shows the
 /// server's refusal and records nothing; a raised model-call limit lets the run go on to the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -142,6 +142,39 @@ async fn a_wrong_console_address_answers_with_a_page() {
     }
 }
 
+/// A page that says something is not there is framed as every page is: a signed-in viewer sees
+/// who they are signed in as (and may sign out) on the console's 404 page, a run's, its frames'
+/// and the composer's. A visitor who is not signed in gets the 404 page without that header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_found_pages_show_who_is_signed_in() {
+    let options = Options { env: vec![("FLEXRUN_OPERATOR_KEYS", format!("ops:{OPERATOR_KEY}"))], ..Options::default() };
+    let server = TestServer::start_with(repair_script(0.5, 0.9), options).await;
+    let missing = "01a20000-0000-7000-8000-000000000000";
+    let response = server.http.get(server.url("/ui/no-such-page")).send().await.unwrap();
+    assert_eq!(response.status(), 404);
+    let page = response.text().await.unwrap();
+    assert!(page.contains("<h1>Page not found</h1>") && !page.contains("Signed in as"), "{page}");
+
+    let browser = Browser::start(1280).await;
+    sign_in(&browser, &server, Scheme::Light).await;
+    let pages = [
+        ("/ui/no-such-page".to_string(), "Page not found"),
+        (format!("/ui/runs/{missing}"), "Run not found"),
+        ("/ui/runs/not-a-run-id".to_string(), "Run not found"),
+        (format!("/ui/runs/{missing}/events"), "Run not found"),
+        (format!("/ui/new?from={missing}"), "Nothing to start from"),
+    ];
+    for (path, title) in &pages {
+        browser.client.goto(&server.url(path)).await.unwrap();
+        assert_eq!(browser.text("h1").await, *title, "{path}");
+        assert_eq!(browser.text("[data-testid=principal]").await, "ops", "{path}: the signed-in header");
+        assert!(browser.client.find(Locator::Css("form.sign-out button")).await.is_ok(), "{path}: sign out");
+    }
+    let errors = browser.console_errors().await;
+    assert!(errors.iter().all(|e| e.contains("404")), "console errors: {errors:?}");
+    browser.close().await;
+}
+
 /// The run page heads a run with its objective as the run list shows it, the first 300
 /// characters: a long one (here the longest allowed, in words) leaves the run's status on the
 /// first screen, and the whole objective is one click away (before, a heading of 16,384

@@ -378,6 +378,30 @@ async fn cancel_stops_running_and_paused_runs_and_refuses_ended_ones() {
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_requests WHERE status = 'cancelled'"), 1);
 }
 
+/// A run cancelled while a human task waits ends that node as it ends a running one: the run's
+/// document and its console page show it `cancelled`, with the cancel's code, not still
+/// `awaiting_human` in a run that ended; the frames are a cancel's usual ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_ends_the_human_task_the_run_waited_on() {
+    let server = human_server().await;
+    let run_id = server.run(&envelope()).await[0].run_id.clone();
+    server.wait_for_status(&run_id, "awaiting_human").await;
+    let review = |nodes: Vec<Value>| nodes.into_iter().rfind(|n| n["nodeId"] == "review").unwrap();
+    assert_eq!(review(server.nodes(&run_id).await)["status"], "awaiting_human");
+
+    let response = post_json(&server, &format!("/api/v1/flex/runs/{run_id}/cancel"), json!({})).await;
+    assert_eq!(response.status(), 200);
+    let log = server.event_log(&run_id);
+    let kinds: Vec<&str> = log.iter().rev().take(2).map(|(_, kind, _)| kind.as_str()).collect();
+    assert_eq!(kinds, ["complete", "hitl_resolved"], "no frame beyond a cancel's usual ones");
+    let node = review(server.nodes(&run_id).await);
+    assert_eq!((node["status"].as_str(), node["error"]["code"].as_str()), (Some("cancelled"), Some("cancelled")));
+    assert!(node["completedAt"].is_string(), "{node}");
+    let page = server.http.get(server.url(&format!("/ui/runs/{run_id}"))).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains(r#"data-node-id="review" data-status="cancelled""#), "{page}");
+    assert!(!page.contains(r#"data-status="awaiting_human""#), "no node of the ended run waits: {page}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_completed_run_is_a_conflict() {
     let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;

@@ -89,13 +89,13 @@ pub async fn compose(viewer: Viewer, query: web::Query<Start>, services: web::Da
                 let stored: Value = serde_json::from_str(&row.envelope).unwrap_or_else(|_| json!({}));
                 (format!("run {run_id}"), rerun(stored, run_id.as_str()), Some(run_id.to_string()))
             }
-            Ok(None) => return not_found(),
-            Err(error) => return unavailable(&error),
+            Ok(None) => return not_found(&viewer),
+            Err(error) => return unavailable(&viewer, &error),
         },
-        Some(Err(_)) => return not_found(),
+        Some(Err(_)) => return not_found(&viewer),
         None => {
             let name = query.example.as_deref().unwrap_or(EXAMPLES[0].0);
-            let Some((name, text)) = EXAMPLES.iter().find(|(n, _)| *n == name) else { return not_found() };
+            let Some((name, text)) = EXAMPLES.iter().find(|(n, _)| *n == name) else { return not_found(&viewer) };
             let example: Value = serde_json::from_str(text).unwrap_or_else(|_| json!({}));
             (format!("examples/{name}"), example, None)
         }
@@ -111,11 +111,11 @@ async fn fork(
     node: Option<String>,
     services: &Services,
 ) -> HttpResponse {
-    let Ok(run_id) = RunId::parse(run) else { return not_found() };
+    let Ok(run_id) = RunId::parse(run) else { return not_found(&viewer) };
     let row = match viewer.run_row(services, &run_id).await {
         Ok(Some(row)) => row,
-        Ok(None) => return not_found(),
-        Err(error) => return unavailable(&error),
+        Ok(None) => return not_found(&viewer),
+        Err(error) => return unavailable(&viewer, &error),
     };
     let version = version.unwrap_or(u32::try_from(row.plan_version).unwrap_or_default());
     let output = match &node {
@@ -123,7 +123,7 @@ async fn fork(
             Ok(output) => {
                 output.map(|output| serde_json::to_string_pretty(&services.redaction.value(output)).unwrap_or_default())
             }
-            Err(error) => return unavailable(&error),
+            Err(error) => return unavailable(&viewer, &error),
         },
         None => None,
     };
@@ -191,8 +191,9 @@ fn redacted_paths(value: &Value, path: &mut String, found: &mut Vec<String>) {
     }
 }
 
-fn not_found() -> HttpResponse {
-    page::message(404, "Nothing to start from", "There is no such run that you may see, or no such example.")
+fn not_found(viewer: &Viewer) -> HttpResponse {
+    let text = "There is no such run that you may see, or no such example.";
+    page::message(Some(viewer), 404, "Nothing to start from", text)
 }
 
 /// A stored envelope made ready to post again as a run of its own: [`as_written`], and

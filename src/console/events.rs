@@ -122,17 +122,18 @@ pub async fn history(
     query: web::Query<Before>,
     services: web::Data<Services>,
 ) -> HttpResponse {
-    let not_found = || page::message(404, "Run not found", "There is no run with this id that you may see.");
+    let not_found =
+        || page::message(Some(&viewer), 404, "Run not found", "There is no run with this id that you may see.");
     let Ok(run_id) = RunId::parse(&id) else { return not_found() };
     let row = match viewer.run_row(&services, &run_id).await {
         Ok(Some(row)) => row,
         Ok(None) => return not_found(),
-        Err(error) => return super::runs::unavailable(&error),
+        Err(error) => return super::runs::unavailable(&viewer, &error),
     };
     let before = query.before.as_deref().and_then(|b| Seq::parse(b).ok()).unwrap_or(Seq::MAX);
     let events = match page_before(&services, &run_id, before).await {
         Ok(events) => events,
-        Err(error) => return super::runs::unavailable(&error),
+        Err(error) => return super::runs::unavailable(&viewer, &error),
     };
     let first = events.first().map(|e| e.seq);
     page::html(&EventsPage {

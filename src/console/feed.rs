@@ -20,8 +20,9 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast::{self, error::RecvError};
 
-use super::runs::{Filters, Row, RowHtml};
-use crate::http::{Caller, Role};
+use super::runs::{BadFilter, Filters, Parsed, Row, RowHtml};
+use crate::error_code::ErrorCode;
+use crate::http::{ApiError, Caller, Role};
 use crate::run::inbox;
 use crate::run::list::RunList;
 use crate::services::Services;
@@ -38,26 +39,38 @@ pub struct FeedQuery {
     filters: Filters,
 }
 
-/// `GET /ui/feed?list=1&status=&q=&from=&to=`, or `GET /ui/feed?run=<id>`.
+/// `GET /ui/feed?list=1&status=&q=&from=&to=`, or `GET /ui/feed?run=<id>`. A list's filter it
+/// cannot read is refused (400 `invalid_query`) as the list page refuses it: the page never
+/// links one.
 #[get("/feed")]
-pub async fn follow(caller: Caller, query: web::Query<FeedQuery>, services: web::Data<Services>) -> impl Responder {
+pub async fn follow(
+    caller: Caller,
+    query: web::Query<FeedQuery>,
+    services: web::Data<Services>,
+) -> Result<impl Responder, ApiError> {
     let query = query.into_inner();
     let services = services.into_inner();
-    let list = query.list.is_some_and(|l| l == "1").then_some(query.filters);
+    let list = if query.list.is_some_and(|l| l == "1") {
+        let refused =
+            |BadFilter(reason)| ApiError::new(ErrorCode::InvalidQuery, format!("invalid query string: {reason}"));
+        Some(query.filters.parse().map_err(refused)?)
+    } else {
+        None
+    };
     // Only a run the viewer may see: the feed would otherwise tell whether a guessed id exists.
     let run = match query.run {
         Some(run) if may_see(&services, &caller, &run).await => Some(Arc::from(run)),
         _ => None,
     };
     let events = changes(services, caller, list, run);
-    crate::http::Compact(Sse::from_stream(events).with_keep_alive(crate::http::KEEP_ALIVE))
+    Ok(crate::http::Compact(Sse::from_stream(events).with_keep_alive(crate::http::KEEP_ALIVE)))
 }
 
 /// What a feed holds between events.
 struct Feed {
     services: Arc<Services>,
     caller: Caller,
-    list: Option<Filters>,
+    list: Option<Parsed>,
     /// The run whose changes are sent as `changed`.
     run: Option<Arc<str>>,
     changed: broadcast::Receiver<Arc<str>>,
@@ -71,7 +84,7 @@ struct Feed {
 fn changes(
     services: Arc<Services>,
     caller: Caller,
-    list: Option<Filters>,
+    list: Option<Parsed>,
     run: Option<Arc<str>>,
 ) -> impl Stream<Item = Result<sse::Event, std::convert::Infallible>> {
     let changed = services.bus.changes();
@@ -119,8 +132,8 @@ fn run_changed(run_id: &str) -> sse::Event {
     sse::Data::new(json!({"runId": run_id}).to_string()).event("changed").into()
 }
 
-async fn row_event(services: &Services, caller: &Caller, filters: &Filters, run_id: &str) -> Option<sse::Event> {
-    let query = filters.parse().query(caller, Some(run_id.to_string()));
+async fn row_event(services: &Services, caller: &Caller, filters: &Parsed, run_id: &str) -> Option<sse::Event> {
+    let query = filters.query(caller, Some(run_id.to_string()));
     let page = RunList::read(services, query, None, 1).await.ok()?;
     let Some(run) = page.runs.into_iter().next() else {
         return may_see(services, caller, run_id)
@@ -138,7 +151,7 @@ async fn may_see(services: &Services, caller: &Caller, run_id: &str) -> bool {
     if caller.role == Role::Operator {
         return true;
     }
-    let query = Filters::default().parse().query(caller, Some(run_id.to_string()));
+    let query = Parsed::none().query(caller, Some(run_id.to_string()));
     RunList::read(services, query, None, 1).await.is_ok_and(|page| !page.runs.is_empty())
 }
 

@@ -153,7 +153,8 @@ pub async fn show(viewer: Viewer, services: web::Data<Services>) -> HttpResponse
         }
         Err(error) => {
             tracing::error!(error = %crate::excerpt::log(&error), "console could not read the inbox");
-            page::message(503, "The inbox cannot be read right now", "The database did not answer; try again shortly.")
+            let text = "The database did not answer; try again shortly.";
+            page::message(Some(&viewer), 503, "The inbox cannot be read right now", text)
         }
     }
 }

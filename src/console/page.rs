@@ -4,6 +4,8 @@ use actix_web::error::{InternalError, QueryPayloadError};
 use actix_web::{HttpRequest, HttpResponse};
 use askama::Template;
 
+use super::viewer::Viewer;
+
 /// The version pages put on their asset links.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -18,7 +20,7 @@ pub struct Chrome {
 }
 
 impl Chrome {
-    pub fn new(section: &'static str, viewer: Option<&super::viewer::Viewer>) -> Self {
+    pub fn new(section: &'static str, viewer: Option<&Viewer>) -> Self {
         let (signed_in, principal) =
             viewer.map_or((false, String::new()), |v| (v.signed_in, v.caller.principal.clone()));
         Self { version: VERSION, section, signed_in, principal, feed: viewer.is_some() }
@@ -31,7 +33,7 @@ pub fn html(page: &impl Template) -> HttpResponse {
         Ok(body) => HttpResponse::Ok().content_type("text/html; charset=utf-8").body(body),
         Err(error) => {
             tracing::error!(error = %crate::excerpt::log(&error), "console page failed to render");
-            message(500, "Something went wrong", "The page could not be shown; the server log says why.")
+            message(None, 500, "Something went wrong", "The page could not be shown; the server log says why.")
         }
     }
 }
@@ -44,9 +46,11 @@ struct Message<'a> {
     text: &'a str,
 }
 
-/// `/ui/…` with no page: a console page saying so (and how to go on), not the API's JSON answer.
-pub async fn not_found() -> HttpResponse {
-    message(404, "Page not found", "There is no console page at this address.")
+/// `/ui/…` with no page: a console page saying so (and how to go on), not the API's JSON answer;
+/// in the frame every page has, with who is signed in, when someone is. A visitor who is not is
+/// told the same without it (not sent to sign in first: there is nothing here to come back to).
+pub async fn not_found(viewer: Option<Viewer>) -> HttpResponse {
+    message(viewer.as_ref(), 404, "Page not found", "There is no console page at this address.")
 }
 
 /// A console address whose query a page cannot read (`?version=two`): a page saying what is
@@ -55,12 +59,14 @@ pub fn bad_query(error: QueryPayloadError, _request: &HttpRequest) -> actix_web:
     // The parser's message may quote the query: bounded, as every answer is.
     let reason = crate::excerpt::excerpt(&error.to_string(), 300).into_owned();
     let text = format!("This address asks for something the page cannot read: {reason}.");
-    InternalError::from_response(error, message(400, "Not a page address", &text)).into()
+    // An error handler cannot wait for the viewer to be read: the page has no signed-in header.
+    InternalError::from_response(error, message(None, 400, "Not a page address", &text)).into()
 }
 
-/// A page that only says what happened (a run not found, an error).
-pub fn message(status: u16, title: &str, text: &str) -> HttpResponse {
-    let page = Message { chrome: Chrome::new("", None), title, text };
+/// A page that only says what happened (a run not found, an error), in the frame every page has:
+/// with who is signed in when `viewer` is known, as the page the viewer asked for would have had.
+pub fn message(viewer: Option<&Viewer>, status: u16, title: &str, text: &str) -> HttpResponse {
+    let page = Message { chrome: Chrome::new("", viewer), title, text };
     let body = page.render().unwrap_or_else(|_| text.to_string());
     let status =
         actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);

@@ -39,6 +39,9 @@ struct RunPage {
     /// Operator actions that apply now (empty for a caller: the page is read-only).
     can_replan: bool,
     can_cancel: bool,
+    /// Why a waiting run cannot be replanned although an operator looks at it (its replans are
+    /// used up): the action is shown disabled with this reason rather than offered and refused.
+    replan_refused: Option<String>,
     run_id: String,
     /// The objective as the page's heading: its first [`HEADING_CHARS`] characters, as the run
     /// list and the inbox show it, so a long one does not push the run's status off the screen.
@@ -105,12 +108,13 @@ pub async fn show(
     services: web::Data<Services>,
 ) -> HttpResponse {
     let caller = &viewer.caller;
-    let not_found = || page::message(404, "Run not found", "There is no run with this id that you may see.");
+    let not_found =
+        || page::message(Some(&viewer), 404, "Run not found", "There is no run with this id that you may see.");
     let Ok(run_id) = RunId::parse(&id) else { return not_found() };
     let view = match RunView::read(&services, &run_id).await {
         Ok(view) => view,
         Err(ViewError::Store(StoreError::NotFound(_))) => return not_found(),
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(&viewer, &error),
     };
     if !caller.may_see(view.run.owner.as_deref()) {
         return not_found();
@@ -120,7 +124,7 @@ pub async fn show(
         |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", crate::http::query_escape(pointer));
     let view = match view.bounded(href) {
         Ok(view) => view,
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(&viewer, &error),
     };
     let read = async {
         // The frames up to the view's last one, not later ones: the page follows from there.
@@ -132,7 +136,7 @@ pub async fn show(
     };
     let (events, facts, parent, reruns) = match read.await {
         Ok(read) => read,
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(&viewer, &error),
     };
     let operator = caller.role == Role::Operator;
     let status = view.run.status;
@@ -141,13 +145,16 @@ pub async fn show(
     let result = Some(&view.run.result).filter(|v| !v.is_null()).map(|v| shown::json(redaction, v));
     let error = Some(&view.run.error).filter(|v| !v.is_null()).map(|v| shown::json(redaction, v));
     let pending = pending(&services, &view).filter(|_| operator && waiting);
-    let (can_replan, can_cancel) = (operator && waiting, operator && !status.is_terminal());
+    let replan_refused = replan_refused(&view).filter(|_| operator && waiting);
+    let can_replan = operator && waiting && replan_refused.is_none();
+    let can_cancel = operator && !status.is_terminal();
     let actions_key = format!("{}|{can_replan}|{can_cancel}", pending.as_ref().map_or("", |p| p.id.as_str()));
     page::html(&RunPage {
         chrome: Chrome::new("runs", Some(&viewer)),
         pending,
         can_replan,
         can_cancel,
+        replan_refused,
         actions_key,
         run_id: run_id.to_string(),
         heading: crate::excerpt::excerpt(&view.run.objective, HEADING_CHARS).into_owned(),
@@ -230,6 +237,14 @@ fn replans(view: &RunView) -> String {
         None => used.total.to_string(),
     };
     if kinds.is_empty() { total } else { format!("{total} ({})", kinds.join(", ")) }
+}
+
+/// "No replans left: 4 of 4 used" when the run used every replan it may make: the server would
+/// refuse an operator's replan (`replan_limit`), so the page does not offer one.
+fn replan_refused(view: &RunView) -> Option<String> {
+    let budget = view.run.replan_budget.as_ref()?;
+    let (used, max) = (budget.used.total, budget.limits.max_replans);
+    (budget.limits.replans_left(&budget.used) == 0).then(|| format!("No replans left: {used} of {max} used"))
 }
 
 /// The run this one was started again from and the runs started again from it, those the

@@ -20,6 +20,10 @@ const PAGE: i64 = 50;
 /// Longest objective text filter (characters).
 const TEXT_CHARS: usize = 200;
 
+/// Characters of a filter value a refusal quotes: enough to recognise it, never the whole of a
+/// long one.
+const QUOTED_CHARS: usize = 40;
+
 /// The list's filters, as the URL carries them (`?status=&q=&from=&to=`).
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct Filters {
@@ -35,7 +39,7 @@ pub struct Filters {
     to: String,
 }
 
-/// The filters, parsed: what cannot be parsed filters nothing.
+/// The filters, parsed (an empty one filters nothing).
 pub struct Parsed {
     pub status: Option<RunStatus>,
     pub text: String,
@@ -43,19 +47,55 @@ pub struct Parsed {
     pub to: Option<NaiveDate>,
 }
 
+/// A filter value the list cannot read, and why, in words (the value quoted, bounded).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadFilter(pub String);
+
 impl Filters {
-    pub fn parse(&self) -> Parsed {
-        let day = |text: &str| NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d").ok();
-        Parsed {
-            status: self.status.parse::<RunStatus>().ok(),
+    /// The filters, parsed. A status or day the list cannot read is refused, not ignored: a list
+    /// that read `?status=bogus` as no filter would show every run as if they matched it (the
+    /// API's list answers the same with 400 `invalid_query`). The text filter takes any text.
+    pub fn parse(&self) -> Result<Parsed, BadFilter> {
+        Ok(Parsed {
+            status: status(&self.status)?,
             text: self.q.trim().chars().take(TEXT_CHARS).collect(),
-            from: day(&self.from),
-            to: day(&self.to),
-        }
+            from: day("from", &self.from)?,
+            to: day("to", &self.to)?,
+        })
     }
 }
 
+/// The `status` filter: empty is any status.
+fn status(value: &str) -> Result<Option<RunStatus>, BadFilter> {
+    if value.trim().is_empty() {
+        return Ok(None);
+    }
+    value.trim().parse::<RunStatus>().map(Some).map_err(|_| {
+        let known: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+        BadFilter(format!("status “{}” is not a run status (one of {})", quoted(value), known.join(", ")))
+    })
+}
+
+/// The `from` or `to` filter (`name`), a UTC day `YYYY-MM-DD`: empty is no limit.
+fn day(name: &str, value: &str) -> Result<Option<NaiveDate>, BadFilter> {
+    if value.trim().is_empty() {
+        return Ok(None);
+    }
+    NaiveDate::parse_from_str(value.trim(), "%Y-%m-%d")
+        .map(Some)
+        .map_err(|_| BadFilter(format!("{name} “{}” is not a day (YYYY-MM-DD)", quoted(value))))
+}
+
+fn quoted(value: &str) -> std::borrow::Cow<'_, str> {
+    crate::excerpt::excerpt(value.trim(), QUOTED_CHARS)
+}
+
 impl Parsed {
+    /// No filter: every run the caller may see.
+    pub fn none() -> Self {
+        Self { status: None, text: String::new(), from: None, to: None }
+    }
+
     /// The runs these filters keep, of those `caller` may see (`run_id`: only that one).
     pub fn query(&self, caller: &Caller, run_id: Option<String>) -> Runs {
         let midnight =
@@ -183,13 +223,19 @@ struct RunsPage {
 pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::Data<Services>) -> HttpResponse {
     let caller = &viewer.caller;
     let ListQuery { filters, cursor } = query.into_inner();
-    let parsed = filters.parse();
+    let parsed = match filters.parse() {
+        Ok(parsed) => parsed,
+        Err(BadFilter(reason)) => {
+            let text = format!("The run list cannot filter by this: {reason}.");
+            return page::message(Some(&viewer), 400, "Not a run list filter", &text);
+        }
+    };
     let first_page = cursor.is_none();
     // A cursor a page did not link to starts the list from the top.
     let cursor = cursor.and_then(|cursor| RunId::parse(&cursor).ok());
     let list = match RunList::read(&services, parsed.query(caller, None), cursor, PAGE).await {
         Ok(list) => list,
-        Err(error) => return unavailable(&error),
+        Err(error) => return unavailable(&viewer, &error),
     };
     let next_page = list.next_cursor.map(|cursor| format!("/ui/runs?{}", parsed.url_query(&[("cursor", &cursor)])));
     let day = |d: Option<NaiveDate>| d.map(|d| d.to_string()).unwrap_or_default();
@@ -210,7 +256,8 @@ pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::D
     })
 }
 
-pub(super) fn unavailable(error: &dyn std::fmt::Display) -> HttpResponse {
+pub(super) fn unavailable(viewer: &Viewer, error: &dyn std::fmt::Display) -> HttpResponse {
     tracing::error!(error = %crate::excerpt::log(error), "console could not read runs");
-    page::message(503, "Runs cannot be read right now", "The database did not answer; try again shortly.")
+    let text = "The database did not answer; try again shortly.";
+    page::message(Some(viewer), 503, "Runs cannot be read right now", text)
 }

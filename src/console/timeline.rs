@@ -6,6 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::events::payload::{HitlKind, HitlRequestInfo, HitlSubject};
 use crate::hash::HashMap;
 use crate::run::view::RunView;
 
@@ -138,11 +139,27 @@ fn waits(view: &RunView, end: DateTime<Utc>) -> Vec<Span> {
             let from = DateTime::parse_from_rfc3339(&request.request.created_at).ok()?.with_timezone(&Utc);
             let to = request.closed_at.unwrap_or(end).max(from);
             let outcome = request.decision.as_ref().map_or(request.status.as_str(), |d| d.decision.as_str());
-            let what =
-                format!("{} of the {}, {outcome}", request.request.kind.as_str(), request.request.subject.as_str());
+            let what = format!("{}, {outcome}", asked(&request.request));
             Some(Span { kind: "wait", status: String::new(), label: "operator".into(), what, from, to })
         })
         .collect()
+}
+
+/// What an operator was asked, in words. Not the request's kind and subject joined ("budget of
+/// the budget", "clarify of the node"): a budget request is about the budget, and a question or a
+/// task is a step's, so each reads as what it is.
+fn asked(request: &HitlRequestInfo) -> String {
+    let step = request.node_id.as_deref().unwrap_or("a step");
+    match (request.kind, request.subject) {
+        (HitlKind::Budget, _) => "a raise of the budget".into(),
+        (HitlKind::Clarify, _) => format!("an answer to {step}'s question"),
+        (HitlKind::HumanTask, _) => format!("the human task {step}"),
+        (HitlKind::Approval, HitlSubject::Plan) => "approval of the plan".into(),
+        (HitlKind::Approval, HitlSubject::Completion) => "approval of the result".into(),
+        (HitlKind::Approval, HitlSubject::Node) => format!("approval of step {step}"),
+        (HitlKind::Approval, HitlSubject::Policy) => "approval for a runtime policy".into(),
+        (HitlKind::Approval, HitlSubject::Budget) => "approval of the budget".into(),
+    }
 }
 
 /// `part` of `whole` (both milliseconds) as a fraction from 0 to 1, to a ten-thousandth.
@@ -164,8 +181,36 @@ pub fn took(duration: chrono::TimeDelta) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::took;
+    use super::{asked, took};
+    use crate::events::payload::{HitlKind, HitlRequestInfo, HitlSubject};
     use chrono::TimeDelta;
+
+    /// Every kind of request reads as what it asks, none with a word said twice.
+    #[test]
+    fn each_request_reads_as_what_it_asks() {
+        let request = |kind, subject, node: Option<&str>| HitlRequestInfo {
+            id: "r".into(),
+            kind,
+            subject,
+            question: "?".into(),
+            plan_version: 1,
+            created_at: "2026-11-21T10:00:00.000Z".into(),
+            node_id: node.map(String::from),
+            context: serde_json::Value::Null,
+        };
+        let cases = [
+            (HitlKind::Budget, HitlSubject::Budget, None, "a raise of the budget"),
+            (HitlKind::Clarify, HitlSubject::Node, Some("draft"), "an answer to draft's question"),
+            (HitlKind::HumanTask, HitlSubject::Node, Some("review"), "the human task review"),
+            (HitlKind::Approval, HitlSubject::Plan, None, "approval of the plan"),
+            (HitlKind::Approval, HitlSubject::Completion, None, "approval of the result"),
+            (HitlKind::Approval, HitlSubject::Node, Some("publish"), "approval of step publish"),
+            (HitlKind::Approval, HitlSubject::Policy, Some("draft"), "approval for a runtime policy"),
+        ];
+        for (kind, subject, node, wanted) in cases {
+            assert_eq!(asked(&request(kind, subject, node)), wanted, "{kind:?} {subject:?}");
+        }
+    }
 
     #[test]
     fn durations_read_as_words() {

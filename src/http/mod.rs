@@ -8,6 +8,7 @@ mod capabilities;
 mod conditions;
 mod error;
 mod fork;
+mod head;
 mod idempotency;
 mod openapi;
 mod operator;
@@ -76,12 +77,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .default_service(web::to(no_route));
 }
 
-/// The methods the endpoints at `path` take (none: no endpoint has that path).
+/// The methods the endpoints at `path` take (none: no endpoint has that path): those
+/// [`ENDPOINTS`] lists, and `HEAD` wherever `GET` is one ([`head`] answers it).
 fn allowed_methods(path: &str) -> Vec<&'static Method> {
     static PATTERNS: LazyLock<Vec<(&'static Method, ResourceDef)>> =
         LazyLock::new(|| ENDPOINTS.iter().map(|e| (&e.method, ResourceDef::new(e.path))).collect());
     let mut methods: Vec<&'static Method> =
         PATTERNS.iter().filter(|(_, pattern)| pattern.is_match(path)).map(|(method, _)| *method).collect();
+    if methods.contains(&&Method::GET) {
+        methods.push(&Method::HEAD);
+    }
     methods.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     methods.dedup();
     methods
@@ -95,7 +100,7 @@ async fn no_route(request: HttpRequest) -> HttpResponse {
         ApiError::new(ErrorCode::NotFound, "no such endpoint")
     } else {
         let allow: Vec<&str> = allowed.iter().map(|method| method.as_str()).collect();
-        ApiError::MethodNotAllowed { method: request.method().to_string(), allow: allow.join(", ") }
+        ApiError::MethodNotAllowed { method: head::sent_method(&request).to_string(), allow: allow.join(", ") }
     };
     error.error_response()
 }
@@ -138,6 +143,8 @@ pub fn serve(
             .app_data(query_errors.clone())
             .app_data(bodies.clone())
             .app_data(path_errors.clone())
+            // Innermost, next to routing: a HEAD request is routed as its GET.
+            .wrap(from_fn(head::as_get))
             .wrap(from_fn(refuse_nul_url))
             .wrap(from_fn(site::guard))
             .wrap(TracingLogger::<access::AccessLog>::new())
@@ -191,7 +198,8 @@ mod tests {
             let other = if *method == Method::GET { Method::DELETE } else { Method::GET };
             let (status, code, allow) = unrouted(call(&other, &path).await).await;
             assert_eq!((status, code.as_deref()), (405, Some("method_not_allowed")), "{other} {path}");
-            assert_eq!(allow.as_deref(), Some(method.as_str()), "{other} {path}");
+            let allowed = if *method == Method::GET { "GET, HEAD" } else { method.as_str() };
+            assert_eq!(allow.as_deref(), Some(allowed), "{other} {path}");
         }
         for path in ["/api/v1/flex/nope", "/api/v1/flex/runs/x/y", "/api/v2/flex/runs"] {
             let answer = unrouted(call(&Method::GET, path).await).await;

@@ -26,6 +26,12 @@ impl ReplanLimits {
         Ok(Self::resolve(&policy, settings))
     }
 
+    /// Replans still allowed after those `counts` made: `maxReplans` minus them. An operator's
+    /// replan is refused at 0, so the console offers none then.
+    pub fn replans_left(&self, counts: &ReplanCounts) -> u32 {
+        self.max_replans.saturating_sub(counts.total)
+    }
+
     /// The envelope's values where given, the configured ones otherwise.
     pub fn resolve(policy: &ReplanOverrides, settings: &ReplanSettings) -> Self {
         Self {

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::state::{At, RunState};
 use crate::condition::GoalConditionResult;
 use crate::events::Event;
-use crate::events::payload::{CANCELLED, ErrorInfo, HUMAN_OUTPUT_INVALID, HitlKind};
+use crate::events::payload::{CANCELLED, Complete, CompleteStatus, ErrorInfo, HUMAN_OUTPUT_INVALID, HitlKind};
 use crate::plan::{NodeStatus, Plan, StoredNodeStatus};
 
 /// One node of one plan version.
@@ -98,6 +98,9 @@ impl NodeTable {
                     self.set_status(node_id, NodeStatus::Pending);
                 }
             }
+            Event::Complete(complete) if complete.status == CompleteStatus::Cancelled => {
+                self.cancel_waiting(complete, now);
+            }
             Event::Start(_)
             | Event::PlanRequested(_)
             | Event::PlanRejected(_)
@@ -139,6 +142,22 @@ impl NodeTable {
     fn set_status(&mut self, node_id: &str, status: NodeStatus) {
         if let Some(node) = self.node_mut(node_id) {
             node.status = status.into();
+        }
+    }
+
+    /// A cancel ends the latest version's nodes that waited on an operator (a question, a human
+    /// task) as it ends running ones: `cancelled`, with the cancel's code and message as their
+    /// error. A running node gets that from its own `node_error`; a waiting one has no frame of
+    /// its own, so it is derived from the run's `complete` (the log stays as it was recorded).
+    fn cancel_waiting(&mut self, complete: &Complete, now: DateTime<Utc>) {
+        let (code, message) = complete.error_summary();
+        let waiting = [NodeStatus::AwaitingHitl.into(), NodeStatus::AwaitingHuman.into()];
+        let nodes = self.nodes.get_mut(self.latest..).unwrap_or_default();
+        for node in nodes.iter_mut().filter(|n| waiting.contains(&n.status)) {
+            node.status = StoredNodeStatus::Cancelled;
+            node.output = None;
+            node.error = Some(error_value(&ErrorInfo::new(code, message)));
+            node.completed_at = Some(now);
         }
     }
 
@@ -283,5 +302,33 @@ mod tests {
             folded(&fixture, &[requested(1, None), generated(two_nodes(), None), node_start("draft", "writer")]);
         table.apply_next(&mut state, &node_error("draft", "writer", CANCELLED));
         assert_eq!(table.get(1, "draft").status, StoredNodeStatus::Cancelled);
+    }
+
+    /// A node waiting on a question or a human task when its run is cancelled ends `cancelled`,
+    /// with the cancel's code and message, as a running node does from its `node_error`.
+    #[test]
+    fn a_cancel_ends_a_node_that_waited_on_an_operator_as_cancelled() {
+        use crate::events::payload::HitlKind;
+        use crate::run::decide::operator::decide;
+        use crate::run::operator::{Actor, Command};
+
+        let fixture = Fixture::new(json!({}));
+        for (kind, waited) in
+            [(HitlKind::Clarify, NodeStatus::AwaitingHitl), (HitlKind::HumanTask, NodeStatus::AwaitingHuman)]
+        {
+            let events = paused_on(kind);
+            let (mut state, mut table) = folded(&fixture, &events[1..]);
+            assert_eq!(table.get(1, "review").status, waited.into(), "{kind:?}");
+            let limits = state.replan_limits.expect("started");
+            let cancel = Command::Cancel { stopped: false, actor: Actor::default() };
+            let decision = decide(&state, limits, cancel, t0(), |_, _| Vec::new()).expect("a cancel");
+            for event in &decision.events {
+                table.apply_next(&mut state, event);
+            }
+            let review = table.get(1, "review");
+            assert_eq!(review.status, StoredNodeStatus::Cancelled, "{kind:?}");
+            assert_eq!(review.error, Some(json!({"code": "cancelled", "message": "An operator cancelled the run"})));
+            assert_eq!(review.completed_at, at(i64::try_from(state.last_seq.get()).unwrap_or_default()));
+        }
     }
 }

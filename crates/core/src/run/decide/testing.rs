@@ -302,3 +302,43 @@ pub fn goal(satisfied: bool, observed: f64) -> crate::condition::GoalConditionRe
         error: None,
     }
 }
+
+/// The events of a run of one node, `review` (capability `human.review`), paused on request `q1`
+/// of `kind`: a plan approval, `review`'s human task or question, or its budget.
+pub fn paused_on(kind: HitlKind) -> Vec<Event> {
+    let review = plan(1, vec![node("review", "human.review", &["brief"], &["review"])]);
+    let mut events = vec![run_started(), requested(1, None), generated(review, None)];
+    match kind {
+        HitlKind::Approval => events.push(request("q1", kind, HitlSubject::Plan, None, Value::Null)),
+        HitlKind::HumanTask => {
+            let assignment = json!({"taskId": "q1", "createdAt": "t", "capabilityId": "human.review",
+                                    "label": "Review"});
+            events.push(Event::NodeStart(NodeStart {
+                executor_type: ExecutorType::Human,
+                assignment: Some(assignment),
+                ..review_start()
+            }));
+            events.push(Event::Log(Log::paused(Log::PAUSES[1], "awaiting_human", vec!["review".into()])));
+        }
+        HitlKind::Clarify => {
+            events.push(Event::NodeStart(review_start()));
+            let context = json!({"capabilityId": "human.review", "label": "Review"});
+            events.push(request("q1", kind, HitlSubject::Node, Some("review"), context));
+            events.push(Event::Log(Log::paused(Log::PAUSES[2], "awaiting_hitl", vec!["review".into()])));
+        }
+        HitlKind::Budget => {
+            let context = json!({"limit": "modelCalls", "max": 1, "spent": 1, "phase": "execution",
+                                 "budget": {"maxModelCalls": 1}, "spentSoFar": {"modelCalls": 1, "totalTokens": 0, "costUsd": 0}});
+            events.push(request("q1", kind, HitlSubject::Budget, None, context));
+        }
+    }
+    events
+}
+
+/// `review`'s `node_start`, an AI step's.
+pub fn review_start() -> NodeStart {
+    match node_start("review", "human.review") {
+        Event::NodeStart(start) => start,
+        _ => unreachable!("node_start makes a node_start"),
+    }
+}

@@ -298,6 +298,9 @@ impl RunState {
                 self.end = Some(complete.clone());
                 // Nobody answers a request of a run that ended.
                 self.requests.clear();
+                if complete.status == CompleteStatus::Cancelled {
+                    self.waiting_nodes_stopped();
+                }
                 moved(self, ending(complete.status))?;
             }
             Event::BudgetExceeded(exceeded) => {
@@ -345,6 +348,18 @@ impl RunState {
         let node = node.ok_or_else(|| ApplyError::UnknownNode { seq, kind, node_id: node_id.to_string() })?;
         self.nodes.insert(node, status);
         Ok(())
+    }
+
+    /// A cancel ends the nodes that waited on an operator (a question, a human task) as it ends
+    /// running ones, which get a `node_error` with code `cancelled` (`decide::ending::stopped`)
+    /// and so read `failed`. Derived here rather than recorded: a cancel's frames stay as they
+    /// always were, and every reader of the log agrees that no node of an ended run still waits.
+    fn waiting_nodes_stopped(&mut self) {
+        for status in self.nodes.values_mut() {
+            if matches!(status, NodeStatus::AwaitingHitl | NodeStatus::AwaitingHuman) {
+                *status = NodeStatus::Failed;
+            }
+        }
     }
 
     fn node_started(&mut self, at: At, start: &NodeStart) -> Result<(), ApplyError> {

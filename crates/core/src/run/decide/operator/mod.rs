@@ -137,7 +137,7 @@ struct Operated<'a> {
 impl Operated<'_> {
     /// Replans the budget still allows (`maxReplans` minus those made).
     fn replans_left(&self) -> u32 {
-        self.limits.max_replans.saturating_sub(self.state.replans.total)
+        self.limits.replans_left(&self.state.replans)
     }
 }
 

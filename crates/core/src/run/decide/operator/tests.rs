@@ -1,6 +1,7 @@
 use super::*;
 use crate::budget::BudgetRaise;
 use crate::events::FrameKind;
+use crate::plan::NodeStatus;
 use crate::run::decide::budget;
 use crate::run::decide::testing::*;
 
@@ -8,40 +9,7 @@ const LIMITS: ReplanLimits = ReplanLimits { enabled: true, max_goal_condition_re
 
 /// A run waiting on request `q1` of `kind`, about node `review` unless it is a plan approval.
 fn waiting(kind: HitlKind) -> RunState {
-    let review = plan(1, vec![node("review", "human.review", &["brief"], &["review"])]);
-    let mut events = vec![run_started(), requested(1, None), generated(review, None)];
-    match kind {
-        HitlKind::Approval => events.push(request("q1", kind, HitlSubject::Plan, None, Value::Null)),
-        HitlKind::HumanTask => {
-            let assignment = json!({"taskId": "q1", "createdAt": "t", "capabilityId": "human.review",
-                                    "label": "Review"});
-            events.push(Event::NodeStart(NodeStart {
-                executor_type: ExecutorType::Human,
-                assignment: Some(assignment),
-                ..node_start_of("review")
-            }));
-            events.push(Event::Log(Log::paused(Log::PAUSES[1], "awaiting_human", vec!["review".into()])));
-        }
-        HitlKind::Clarify => {
-            events.push(Event::NodeStart(node_start_of("review")));
-            let context = json!({"capabilityId": "human.review", "label": "Review"});
-            events.push(request("q1", kind, HitlSubject::Node, Some("review"), context));
-            events.push(Event::Log(Log::paused(Log::PAUSES[2], "awaiting_hitl", vec!["review".into()])));
-        }
-        HitlKind::Budget => {
-            let context = json!({"limit": "modelCalls", "max": 1, "spent": 1, "phase": "execution",
-                                 "budget": {"maxModelCalls": 1}, "spentSoFar": {"modelCalls": 1, "totalTokens": 0, "costUsd": 0}});
-            events.push(request("q1", kind, HitlSubject::Budget, None, context));
-        }
-    }
-    Fixture::new(json!({})).fold(&events)
-}
-
-fn node_start_of(id: &str) -> NodeStart {
-    match node_start(id, "human.review") {
-        Event::NodeStart(start) => start,
-        _ => unreachable!(),
-    }
+    Fixture::new(json!({})).fold(&paused_on(kind))
 }
 
 fn with_status(events: Vec<Event>) -> RunState {
@@ -165,7 +133,7 @@ fn a_tools_question_takes_an_answer_fitting_its_schema_and_gives_it_to_the_next_
         run_started(),
         requested(1, None),
         generated(review, None),
-        Event::NodeStart(node_start_of("review")),
+        Event::NodeStart(review_start()),
         request("q1", HitlKind::Clarify, HitlSubject::Node, Some("review"), context),
         Event::Log(Log::paused(Log::PAUSES[2], "awaiting_hitl", vec!["review".into()])),
     ]);
@@ -251,6 +219,22 @@ fn cancel_rules() {
     assert!(cancelled.requests.is_empty());
     assert!(matches!(decide_now(&cancelled, command(false)), Err(Refusal::InvalidState { .. })));
     assert_eq!(decide_now(&cancelled, command(true)).unwrap().events, Vec::new());
+}
+
+/// A cancel ends a node waiting on a question or a human task as it ends a running one: the node
+/// reads `failed` (it waited before; it is not left waiting in an ended run), with no frame of
+/// its own beyond those a cancel always records.
+#[test]
+fn a_cancel_ends_the_node_a_question_or_a_human_task_kept_waiting() {
+    for kind in [HitlKind::Clarify, HitlKind::HumanTask] {
+        let state = waiting(kind);
+        assert_ne!(state.nodes["review"], NodeStatus::Failed, "{kind:?}: it waits");
+        let d = decide_now(&state, Command::Cancel { stopped: false, actor: Actor::default() }).unwrap();
+        assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::Complete], "{kind:?}");
+        let cancelled = after(&state, &d);
+        assert_eq!(cancelled.status, RunStatus::Cancelled, "{kind:?}");
+        assert_eq!(cancelled.nodes["review"], NodeStatus::Failed, "{kind:?}");
+    }
 }
 
 /// A run of budget `maxModelCalls: 2, maxCostUsd: 0.01` paused on it in `phase` (2 calls
