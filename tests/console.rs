@@ -414,6 +414,50 @@ async fn the_inbox_shows_the_step_that_asks_and_the_budget_that_was_reached() {
     browser.close().await;
 }
 
+/// The inbox follows what operators owe without a reload: a decision asked meanwhile shows up in
+/// its place, one answered elsewhere leaves, and an item an operator is writing in is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_follows_decisions_asked_and_answered_elsewhere() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let browser = Browser::start(1280).await;
+    let client = &browser.client;
+    client.goto(&server.url("/ui/inbox")).await.unwrap();
+    browser.wait_for_text("[data-testid=empty]", "Nothing waits for an operator").await;
+    let item = |run: &str| format!("[data-testid=inbox] section[data-run-id='{run}']");
+    let shown = |run: &str| format!("return !!document.querySelector(\"{}\")", item(run));
+
+    let gated = gated_envelope();
+    let first = server.run(&gated).await;
+    let first_run = first[0].run_id.clone();
+    browser.wait_until("the first decision shows", &shown(&first_run)).await;
+    let feedback = format!("{} [name=feedback]", item(&first_run));
+    client.find(Locator::Css(&feedback)).await.unwrap().send_keys("Shorter, please").await.unwrap();
+
+    let second = server.run(&gated).await;
+    let second_run = second[0].run_id.clone();
+    browser.wait_until("the second decision shows", &shown(&second_run)).await;
+    let order =
+        "return [...document.querySelectorAll('[data-testid=inbox] section.actions')].map(s => s.dataset.runId)";
+    assert_eq!(client.execute(order, vec![]).await.unwrap(), json!([first_run, second_run]), "oldest first");
+    browser.wait_for_text("[data-testid=pending-count]", "2").await;
+
+    // The second is approved elsewhere (the API): it leaves; the first keeps what was written.
+    let decision = json!({"runId": second_run, "decision": {"requestId": hitl_request_id(&second), "approved": true}});
+    assert_eq!(resume(&server, decision).await.0, 200);
+    browser.wait_until("the answered decision leaves", &shown(&second_run).replace("!!", "!")).await;
+    let written = format!("return document.querySelector(\"{feedback}\").value");
+    assert_eq!(client.execute(&written, vec![]).await.unwrap(), json!("Shorter, please"));
+    browser.wait_for_text("[data-testid=pending-count]", "1").await;
+
+    // The last one answered elsewhere too: the inbox says nothing waits.
+    let decision = json!({"runId": first_run, "decision": {"requestId": hitl_request_id(&first), "approved": true}});
+    assert_eq!(resume(&server, decision).await.0, 200);
+    browser.wait_for_text("[data-testid=empty]", "Nothing waits for an operator").await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors: {errors:?}");
+    browser.close().await;
+}
+
 /// The inbox lists every decision operators owe, oldest first, and answers them in place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_lists_pending_decisions_oldest_first_and_answers_them_in_place() {

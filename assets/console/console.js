@@ -464,6 +464,7 @@ function followFeed() {
       badge.textContent = count >= 200 ? "200+" : String(count);
       badge.hidden = count === 0;
     }
+    if (document.querySelector("[data-inbox]")) refreshInbox();
   });
   if (!table) return;
   source.addEventListener("resync", () => location.reload());
@@ -492,6 +493,62 @@ function followFeed() {
     }
     selectionChanged();
   });
+}
+
+// The inbox, when the decisions pending change (asked, or answered elsewhere): the page reads
+// itself again — at most one read at a time — adds the items it does not show, in their place,
+// and drops those no longer pending. An item it shows stays as it is: an operator may be writing
+// in it.
+let inboxReading = false;
+let inboxAgain = false;
+
+async function refreshInbox() {
+  if (inboxReading) {
+    inboxAgain = true;
+    return;
+  }
+  inboxReading = true;
+  try {
+    const response = await fetch(location.href, { credentials: "same-origin", headers: { accept: "text/html" } });
+    if (response.ok) reconcileInbox(new DOMParser().parseFromString(await response.text(), "text/html"));
+  } catch {
+    // The next change tries again.
+  } finally {
+    inboxReading = false;
+    if (inboxAgain) {
+      inboxAgain = false;
+      refreshInbox();
+    }
+  }
+}
+
+function reconcileInbox(fresh) {
+  const shown = document.querySelector("[data-inbox]");
+  const next = fresh.querySelector("[data-inbox]");
+  if (!shown || !next) return;
+  const list = shown.querySelector("ol.inbox");
+  const nextList = next.querySelector("ol.inbox");
+  const adopt = (element) => {
+    const adopted = document.adoptNode(element);
+    localTimes(adopted);
+    bindActions(adopted);
+    return adopted;
+  };
+  if (!list || !nextList) {
+    // From nothing pending, or to it: nothing shown is kept.
+    shown.replaceWith(adopt(next));
+    return;
+  }
+  const key = (item) => item.querySelector("section.actions")?.dataset.requestId;
+  const wanted = new Set([...nextList.children].map(key));
+  for (const item of [...list.children]) if (!wanted.has(key(item))) item.remove();
+  const kept = new Map([...list.children].map((item) => [key(item), item]));
+  // Oldest first in both: walked from the newest, each new item goes before the one after it.
+  let after = null;
+  for (const item of [...nextList.children].reverse()) {
+    const known = kept.get(key(item));
+    after = known || list.insertBefore(adopt(item), after);
+  }
 }
 
 // The first page keeps one page of rows as new runs arrive: the oldest go, and "Older runs" then

@@ -1,5 +1,6 @@
 //! `/ui/feed` — what changes while a console page is open, pushed over SSE (never polled): the
-//! number of pending decisions the viewer may see (every page's navigation shows it), and, for the
+//! number of pending decisions the viewer may see (every page's navigation shows it; sent whenever
+//! which decisions are pending changes, so the inbox reads itself again), and, for the
 //! run list (`?list=1` with its filters), each run that starts or changes, as the row the list
 //! shows — or `gone` when it no longer passes the list's filters; and, for a run page (`?run=<id>`),
 //! `changed` whenever that run commits anything, so a page that stopped following a paused run
@@ -74,8 +75,8 @@ struct Feed {
     /// The run whose changes are sent as `changed`.
     run: Option<Arc<str>>,
     changed: broadcast::Receiver<Arc<str>>,
-    /// The pending count last sent (`None` before the first).
-    pending: Option<usize>,
+    /// The pending decisions last told of (`None` before the first).
+    pending: Option<Vec<String>>,
     started: bool,
     queued: VecDeque<sse::Event>,
 }
@@ -116,9 +117,10 @@ fn changes(
                 }
             }
             feed.started = true;
-            let count = pending_count(&feed.services, &feed.caller).await;
-            if count.is_some() && count != feed.pending {
-                feed.pending = count;
+            let pending = pending(&feed.services, &feed.caller).await;
+            if pending.is_some() && pending != feed.pending {
+                let count = pending.as_ref().map_or(0, Vec::len);
+                feed.pending = pending;
                 feed.queued.push_back(sse::Data::new(json!({"count": count}).to_string()).event("pending").into());
             }
         }
@@ -155,7 +157,9 @@ async fn may_see(services: &Services, caller: &Caller, run_id: &str) -> bool {
     RunList::read(services, query, None, 1).await.is_ok_and(|page| !page.runs.is_empty())
 }
 
-/// The decisions pending that `caller` may see (at most [`inbox::LIMIT`]).
-async fn pending_count(services: &Services, caller: &Caller) -> Option<usize> {
-    inbox::read(services, caller.owner_filter().map(String::from)).await.ok().map(|pending| pending.len())
+/// The requests of the decisions pending that `caller` may see (at most [`inbox::LIMIT`]). Their
+/// number can stay the same while they change (one answered, another asked, between two looks).
+async fn pending(services: &Services, caller: &Caller) -> Option<Vec<String>> {
+    let pending = inbox::read(services, caller.owner_filter().map(String::from)).await.ok()?;
+    Some(pending.into_iter().map(|pending| pending.request_id).collect())
 }
