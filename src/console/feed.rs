@@ -19,10 +19,11 @@ use askama::Template;
 use futures::Stream;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 
 use super::runs::{BadFilter, Filters, Parsed, Row, RowHtml};
 use crate::error_code::ErrorCode;
+use crate::hash::HashSet;
 use crate::http::{ApiError, Caller, Role};
 use crate::run::inbox;
 use crate::run::list::RunList;
@@ -96,24 +97,27 @@ fn changes(
                 return Some((Ok(event), feed));
             }
             if feed.started {
-                match feed.changed.recv().await {
-                    Ok(run_id) => {
-                        if feed.run.as_ref() == Some(&run_id) {
-                            feed.queued.push_back(run_changed(&run_id));
-                        }
-                        if let Some(filters) = &feed.list {
-                            let row = row_event(&feed.services, &feed.caller, filters, &run_id).await;
-                            feed.queued.extend(row);
-                        }
-                    }
-                    // Fell behind: the list reads itself again (a run page follows its run again).
-                    Err(RecvError::Lagged(_)) => {
-                        feed.queued.push_back(sse::Data::new("{}").event("resync").into());
-                        if let Some(run) = &feed.run {
-                            feed.queued.push_back(run_changed(run));
-                        }
-                    }
+                let first = match feed.changed.recv().await {
+                    Ok(run_id) => Some(run_id),
+                    Err(RecvError::Lagged(_)) => None,
                     Err(RecvError::Closed) => return None,
+                };
+                let (changed, behind) = burst(&mut feed.changed, first);
+                if behind {
+                    // Fell behind: the list reads itself again (a run page follows its run again).
+                    feed.queued.push_back(sse::Data::new("{}").event("resync").into());
+                    if let Some(run) = &feed.run {
+                        feed.queued.push_back(run_changed(run));
+                    }
+                }
+                for run_id in changed {
+                    if feed.run.as_ref() == Some(&run_id) {
+                        feed.queued.push_back(run_changed(&run_id));
+                    }
+                    if let Some(filters) = &feed.list {
+                        let row = row_event(&feed.services, &feed.caller, filters, &run_id).await;
+                        feed.queued.extend(row);
+                    }
                 }
             }
             feed.started = true;
@@ -127,13 +131,34 @@ fn changes(
     })
 }
 
-/// The changed run as the list shows it, or `gone` if the list's filters no longer keep it; nothing
-/// for a run the viewer may not see.
+/// The runs changed in a burst, `first` (`None`: the feed fell behind) and those already waiting
+/// behind it, each once in the order they changed; and whether the feed fell behind meanwhile.
+/// A commit of the writer often holds many runs' frames: taken together, they cost one look at
+/// what is pending and one row per run, not one look per frame.
+fn burst(changes: &mut broadcast::Receiver<Arc<str>>, first: Option<Arc<str>>) -> (Vec<Arc<str>>, bool) {
+    let mut behind = first.is_none();
+    let mut changed: Vec<Arc<str>> = first.into_iter().collect();
+    let mut seen: HashSet<Arc<str>> = changed.iter().cloned().collect();
+    loop {
+        match changes.try_recv() {
+            Ok(run_id) => {
+                if seen.insert(run_id.clone()) {
+                    changed.push(run_id);
+                }
+            }
+            Err(TryRecvError::Lagged(_)) => behind = true,
+            Err(TryRecvError::Empty | TryRecvError::Closed) => return (changed, behind),
+        }
+    }
+}
+
 /// `changed` for the run a run page follows: the page picks its stream up again.
 fn run_changed(run_id: &str) -> sse::Event {
     sse::Data::new(json!({"runId": run_id}).to_string()).event("changed").into()
 }
 
+/// The changed run as the list shows it, or `gone` if the list's filters no longer keep it; nothing
+/// for a run the viewer may not see.
 async fn row_event(services: &Services, caller: &Caller, filters: &Parsed, run_id: &str) -> Option<sse::Event> {
     let query = filters.query(caller, Some(run_id.to_string()));
     let page = RunList::read(services, query, None, 1).await.ok()?;
@@ -162,4 +187,28 @@ async fn may_see(services: &Services, caller: &Caller, run_id: &str) -> bool {
 async fn pending(services: &Services, caller: &Caller) -> Option<Vec<String>> {
     let pending = inbox::read(services, caller.owner_filter().map(String::from)).await.ok()?;
     Some(pending.into_iter().map(|pending| pending.request_id).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_takes_every_change_waiting_each_run_once_in_order() {
+        let (sender, mut changes) = broadcast::channel::<Arc<str>>(4);
+        for run in ["b", "a", "b", "c"] {
+            sender.send(Arc::from(run)).ok();
+        }
+        let first = changes.try_recv().ok();
+        let (changed, behind) = burst(&mut changes, first);
+        assert_eq!(changed.iter().map(|r| &**r).collect::<Vec<_>>(), ["b", "a", "c"]);
+        assert!(!behind);
+        assert_eq!(burst(&mut changes, None), (vec![], true), "a feed that fell behind says so");
+        for run in ["a", "b", "c", "d", "e", "f"] {
+            sender.send(Arc::from(run)).ok();
+        }
+        let (changed, behind) = burst(&mut changes, Some(Arc::from("z")));
+        assert_eq!(changed.iter().map(|r| &**r).collect::<Vec<_>>(), ["z", "c", "d", "e", "f"]);
+        assert!(behind, "two changes were lost to the channel's capacity");
+    }
 }
