@@ -415,3 +415,61 @@ async fn names_resolving_to_link_local_addresses_fail_the_node_without_a_retry()
         assert_eq!(endpoint.received().len(), 1, "{host}: nothing was sent");
     }
 }
+
+/// An operator unregisters a capability: it leaves the list and the planner's prompt at once, and
+/// stays gone after a restart; a caller may not, an unknown id is 404, and a file's capability is
+/// registered again by its file at the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_unregisters_a_capability_and_the_planner_no_longer_sees_it() {
+    const CALLER: &str = "caller-secret";
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let env =
+        vec![("FLEXRUN_API_KEYS", format!("alice:{CALLER}")), ("FLEXRUN_OPERATOR_KEYS", format!("ops:{OPERATOR_KEY}"))];
+    let options = || Options { dir: Some(dir.clone()), env: env.clone(), ..Options::default() };
+    let server = TestServer::start_with(always_plan(&[("draft", "writer")]), options()).await;
+    let registration = ai_capability("summariser", &["doc"], &["summary"], json!({"type": "object"}));
+    let register = server.url("/api/v1/flex/capabilities/register");
+    let registered = server.http.post(&register).bearer_auth(OPERATOR_KEY).json(&registration).send().await.unwrap();
+    assert_eq!(registered.status(), 201);
+    let unregister = |id: &str, key: &'static str| {
+        server.http.delete(server.url(&format!("/api/v1/flex/capabilities/{id}"))).bearer_auth(key).send()
+    };
+    let ids = |server: &TestServer| {
+        let list = server.http.get(server.url("/api/v1/flex/capabilities")).bearer_auth(OPERATOR_KEY).send();
+        async move {
+            let list: Value = list.await.unwrap().json().await.unwrap();
+            let mut ids: Vec<String> =
+                list["capabilities"].as_array().unwrap().iter().map(|c| c["capabilityId"].to_string()).collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert!(ids(&server).await.contains(&"\"summariser\"".to_string()));
+
+    let (status, error) = error_body(unregister("summariser", CALLER).await.unwrap()).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (403, Some("forbidden")));
+    let removed = unregister("summariser", OPERATOR_KEY).await.unwrap();
+    assert_eq!(removed.status(), 200);
+    let body: Value = removed.json().await.unwrap();
+    assert_eq!((&body["ok"], &body["capabilityId"]), (&json!(true), &json!("summariser")));
+    assert!(!ids(&server).await.contains(&"\"summariser\"".to_string()));
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM capabilities WHERE capability_id = 'summariser'"), 0);
+    let (status, error) = error_body(unregister("summariser", OPERATOR_KEY).await.unwrap()).await;
+    assert_eq!((status, error["error"]["code"].as_str()), (404, Some("capability_not_found")));
+
+    // The planner is no longer offered it; the file's writer is unregistered until the next start.
+    let removed = unregister("writer", OPERATOR_KEY).await.unwrap();
+    assert_eq!(removed.status(), 200);
+    server.run(&envelope()).await;
+    let prompt = &server.llm_calls()[0];
+    assert!(prompt.is_planner());
+    let offered = format!("{}{}", prompt.system, prompt.user);
+    assert!(!offered.contains("summariser") && !offered.contains("| writer |"), "{offered}");
+    assert!(offered.contains("| editor |"), "the other capabilities are offered: {offered}");
+    server.stop().await;
+
+    let restarted = TestServer::start_with(always_plan(&[("draft", "writer")]), options()).await;
+    let after = ids(&restarted).await;
+    assert!(!after.contains(&"\"summariser\"".to_string()), "{after:?}");
+    assert!(after.contains(&"\"writer\"".to_string()), "its file registers it again: {after:?}");
+}

@@ -24,6 +24,11 @@ pub enum RegistryError {
     File { path: String, message: String },
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("no capability {0} is registered")]
+    NotRegistered(String),
+    /// A tool of an MCP server: its server offers it again whenever it lists its tools.
+    #[error("capability {id} is a tool of MCP server {server}")]
+    OfMcpServer { id: String, server: String },
 }
 
 pub struct Registry {
@@ -111,6 +116,27 @@ impl Registry {
             next.insert(capability.id.clone(), capability.clone());
         });
         Ok(capability)
+    }
+
+    /// Removes a registration and stops offering it: runs started from now on cannot plan it (a
+    /// run that started before keeps the capabilities it started with). A registration stored
+    /// but no longer valid (not offered) is removed too. A capabilities file registers its
+    /// capability again at the next start.
+    pub async fn unregister(&self, id: &str) -> Result<(), RegistryError> {
+        let _registering = self.registering.lock().await;
+        if let Some(capability) = self.snapshot().get(id)
+            && let Executor::Mcp(tool) = &capability.executor
+        {
+            return Err(RegistryError::OfMcpServer { id: id.to_string(), server: tool.server.clone() });
+        }
+        let owned = id.to_string();
+        if !self.store.write(move |conn| rows::remove(conn, &owned)).await? {
+            return Err(RegistryError::NotRegistered(id.to_string()));
+        }
+        self.change(|next| {
+            next.remove(id);
+        });
+        Ok(())
     }
 
     /// Offers `tools` as MCP server `server`'s capabilities, in place of those it offered before.

@@ -1,6 +1,6 @@
 //! Capability and MCP server registration (operators) and listing.
 
-use actix_web::{HttpResponse, get, post, web};
+use actix_web::{HttpResponse, delete, get, post, web};
 use serde_json::{Value, json};
 
 use super::auth::{Caller, Operator};
@@ -29,6 +29,19 @@ pub async fn register(
     let count = services.registry.snapshot().len();
     Ok(HttpResponse::Created()
         .json(json!({"ok": true, "capability": capability.shown(&services.redaction), "registry": {"count": count}})))
+}
+
+/// `DELETE /api/v1/flex/capabilities/{id}`: no run started from now on can plan it.
+#[delete("/capabilities/{id}")]
+pub async fn unregister(
+    _operator: Operator,
+    id: web::Path<String>,
+    services: web::Data<Services>,
+) -> Result<HttpResponse, ApiError> {
+    services.registry.unregister(&id).await?;
+    tracing::info!(capability = %crate::excerpt::log(id.as_str()), "capability unregistered");
+    let count = services.registry.snapshot().len();
+    Ok(HttpResponse::Ok().json(json!({"ok": true, "capabilityId": *id, "registry": {"count": count}})))
 }
 
 /// `GET /api/v1/flex/capabilities`

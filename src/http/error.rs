@@ -168,6 +168,14 @@ impl From<RegistryError> for ApiError {
             RegistryError::Invalid(details) => {
                 Self::listed(ErrorCode::InvalidCapability, "invalid capability registration", details)
             }
+            RegistryError::NotRegistered(id) => Self::new(
+                ErrorCode::CapabilityNotFound,
+                format!("no capability {} is registered", excerpt::excerpt(&id, 200)),
+            ),
+            error @ RegistryError::OfMcpServer { .. } => Self::new(
+                ErrorCode::CapabilityOfMcpServer,
+                format!("{}: remove it from the server, or the server from flexrun", excerpt::log(&error)),
+            ),
             other => Self::internal(other),
         }
     }

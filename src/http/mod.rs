@@ -67,6 +67,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                     .service(fork::fork_run)
                     .service(capabilities::register)
                     .service(capabilities::list)
+                    .service(capabilities::unregister)
                     .service(capabilities::register_mcp_server)
                     .service(capabilities::list_mcp_servers)
                     .service(conditions::compile_condition)

@@ -99,6 +99,9 @@ impl TestServer {
     /// started next on the same database takes it.
     pub async fn stop(&self) {
         self.handle.stop(false).await;
+        // As `serve` stops: its coordinators stop at their next wait and nothing of this server
+        // drives a run again (a server started next on the database drives them).
+        self.services.claims.drain();
         if let Some(identity) = &self.services.identity {
             identity.release().await;
         }

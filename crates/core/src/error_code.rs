@@ -109,6 +109,8 @@ error_codes! {
         "No schema has this name.";
     ValueNotFound => "value_not_found", 404,
         "The pointer is not one of the run's values that its document leaves out.";
+    CapabilityNotFound => "capability_not_found", 404,
+        "No capability is registered with this id.";
     MethodNotAllowed => "method_not_allowed", 405,
         "The endpoint does not take this method; `Allow` lists those it takes.";
     // 408, 413, 415, 421: how the request was sent.
@@ -135,6 +137,8 @@ error_codes! {
         "The run changed while the command was applied; nothing was done.";
     InvalidTaskState => "invalid_task_state", 409,
         "The task is not an open human task.";
+    CapabilityOfMcpServer => "capability_of_mcp_server", 409,
+        "The capability is a tool an MCP server offers: it goes when the server no longer lists it.";
     ThreadExists => "thread_exists", 409,
         "A thread with this id exists already.";
     ThreadBusy => "thread_busy", 409,

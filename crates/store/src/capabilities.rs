@@ -35,6 +35,12 @@ pub fn save(conn: &mut DbConn, mut row: CapabilityRow) -> Result<(), StoreError>
     Ok(())
 }
 
+/// Deletes a registration; whether there was one.
+pub fn remove(conn: &mut DbConn, capability_id: &str) -> Result<bool, StoreError> {
+    let deleted = super::on_backend!(conn, |c| diesel::delete(capabilities::table.find(capability_id)).execute(c))?;
+    Ok(deleted > 0)
+}
+
 pub fn all(conn: &mut DbConn) -> Result<Vec<CapabilityRow>, StoreError> {
     Ok(super::on_backend!(conn, |c| capabilities::table
         .order(capabilities::capability_id)

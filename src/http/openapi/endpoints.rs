@@ -54,7 +54,7 @@ pub struct Endpoint {
 }
 
 /// Every endpoint, in the order the API documentation lists them.
-pub const ENDPOINTS: [Endpoint; 20] = [
+pub const ENDPOINTS: [Endpoint; 21] = [
     Endpoint {
         method: Method::GET,
         path: "/metrics",
@@ -259,6 +259,18 @@ pub const ENDPOINTS: [Endpoint; 20] = [
         body: Some(RequestBody::Required(registration)),
         success: Success::Json(201, registered),
         errors: &[],
+    },
+    Endpoint {
+        method: Method::DELETE,
+        path: "/api/v1/flex/capabilities/{id}",
+        id: "unregisterCapability",
+        summary: "Unregister a capability: no run started from now on can plan it",
+        access: Access::Operator,
+        query: &[],
+        headers: &[],
+        body: None,
+        success: Success::Json(200, unregistered),
+        errors: &[404, 409],
     },
     Endpoint {
         method: Method::GET,

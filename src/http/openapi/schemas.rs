@@ -228,6 +228,12 @@ pub(super) fn registered() -> Value {
                           "registry": {"type": "object", "required": ["count"], "properties": {"count": {"type": "integer"}}}}})
 }
 
+pub(super) fn unregistered() -> Value {
+    json!({"type": "object", "required": ["ok", "capabilityId", "registry"],
+           "properties": {"ok": {"const": true}, "capabilityId": {"type": "string"},
+                          "registry": {"type": "object", "required": ["count"], "properties": {"count": {"type": "integer"}}}}})
+}
+
 pub(super) fn compiled() -> Value {
     json!({"type": "object", "required": ["jsonLogic", "canonicalDsl", "variables", "warnings"],
            "properties": {"jsonLogic": {}, "canonicalDsl": {"type": "string"},
