@@ -410,12 +410,10 @@ fn refuse_node_completions(dir: &std::path::Path) {
     }
 }
 
-/// A run whose coordinator stopped on a database error (its step's completion could not be
-/// committed) is left `running` with that step started; an operator's cancel ends it, and ends
-/// the step as a cancel of a running run does (`node_error {code: "cancelled"}`): no node of an
-/// ended run is left running.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_stopped_by_a_database_error_is_cancelled_with_its_step() {
+/// A run (one step, `draft`) whose coordinator stopped on a database error: the database refuses
+/// its step's completion ([`refuse_node_completions`]). The model, the server's directory, the
+/// server and the run.
+async fn stopped_by_a_database_error() -> (StandIn, tempfile::TempDir, ServerProcess, String) {
     let model = StandIn::start(script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -429,6 +427,16 @@ async fn a_run_stopped_by_a_database_error_is_cancelled_with_its_step() {
         assert!(std::time::Instant::now() < deadline, "{}", server.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    (model, dir, server, run_id)
+}
+
+/// A run whose coordinator stopped on a database error (its step's completion could not be
+/// committed) is left `running` with that step started; an operator's cancel ends it, and ends
+/// the step as a cancel of a running run does (`node_error {code: "cancelled"}`): no node of an
+/// ended run is left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_by_a_database_error_is_cancelled_with_its_step() {
+    let (_model, dir, server, run_id) = stopped_by_a_database_error().await;
     let cancel = server.http.post(server.url(&format!("/api/v1/flex/runs/{run_id}/cancel"))).json(&json!({}));
     let cancelled = cancel.send().await.unwrap();
     assert_eq!(cancelled.status(), 200, "{}", cancelled.text().await.unwrap());
@@ -465,19 +473,7 @@ fn allow_node_completions(dir: &std::path::Path) {
 /// whose completion was lost runs again, and completes once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_stopped_by_a_database_error_goes_on_once_writes_work_again() {
-    let model = StandIn::start(script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let env = [("FLEXRUN_LEASE_SECONDS", "2")];
-    let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await;
-    refuse_node_completions(dir.path());
-    let (run_id, response) = server.post_run(&envelope()).await;
-    drop(response);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !server.log().contains("run coordinator stopped on a database error") {
-        assert!(std::time::Instant::now() < deadline, "{}", server.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (model, dir, server, run_id) = stopped_by_a_database_error().await;
     allow_node_completions(dir.path());
 
     let run_url = server.url(&format!("/api/v1/flex/runs/{run_id}"));

@@ -53,10 +53,16 @@ function refreshSoon() {
   setTimeout(refreshLive, 150);
 }
 
+// This page as the server renders it now; null if it did not answer with it.
+async function readThisPage() {
+  const response = await fetch(location.href, { credentials: "same-origin", headers: { accept: "text/html" } });
+  return response.ok ? new DOMParser().parseFromString(await response.text(), "text/html") : null;
+}
+
 async function refreshLive() {
   try {
-    const response = await fetch(location.href, { credentials: "same-origin", headers: { accept: "text/html" } });
-    if (response.ok) swapLive(new DOMParser().parseFromString(await response.text(), "text/html"));
+    const fresh = await readThisPage();
+    if (fresh) swapLive(fresh);
   } catch {
     // The next frame tries again; the event list goes on meanwhile.
   } finally {
@@ -509,8 +515,8 @@ async function refreshInbox() {
   }
   inboxReading = true;
   try {
-    const response = await fetch(location.href, { credentials: "same-origin", headers: { accept: "text/html" } });
-    if (response.ok) reconcileInbox(new DOMParser().parseFromString(await response.text(), "text/html"));
+    const fresh = await readThisPage();
+    if (fresh) reconcileInbox(fresh);
   } catch {
     // The next change tries again.
   } finally {
