@@ -130,7 +130,10 @@ impl Services {
         };
         let configured = settings.facets.iter().filter_map(|(f, d)| d.schema.clone().map(|s| (f.clone(), s))).collect();
         let files = RegistrationFiles::read(settings.capabilities_dir().as_deref())?;
-        let registry = Arc::new(Registry::load(store.clone(), policy.clone(), configured, files.capabilities).await?);
+        // On a shared database, each change of the registrations is announced to the other nodes.
+        let announce = identity.as_ref().map(|identity| identity.node().to_string());
+        let registry =
+            Arc::new(Registry::load(store.clone(), policy.clone(), configured, files.capabilities, announce).await?);
         let (pool, routes) = ModelPool::configure(&settings.llm, settings.prices()?, |name| std::env::var(name).ok())?;
         let models = Arc::new(pool);
         let planner = Planner::new(models.clone(), routes.planner.clone());

@@ -4,7 +4,8 @@
 //! mid-run. A run goes on elsewhere without repeating a completed step, its log stays gap-free, a
 //! stale node writes nothing, and clients follow runs across nodes. And a node's id: a single
 //! node killed and restarted takes its run back at once, a second process under a node id in
-//! use refuses to start, and a node whose id lock connection is cut takes it again.
+//! use refuses to start, and a node whose id lock connection is cut takes it again. And a
+//! capability registered or unregistered through one node is offered or withdrawn by the others.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 mod support;
@@ -535,6 +536,117 @@ async fn starts_raced_on_one_thread_through_two_nodes_make_one_run() {
     let next = b.http.post(b.url(&runs_path)).json(&body).send().await.unwrap();
     assert_eq!(next.status(), 200, "{}", next.text().await.unwrap());
     assert_eq!(on_thread(&cluster), 2);
+}
+
+/// The capability ids `node` lists (`GET /capabilities`).
+async fn listed(node: &ServerProcess) -> Vec<String> {
+    let list: Value = node.http.get(node.url("/api/v1/flex/capabilities")).send().await.unwrap().json().await.unwrap();
+    list["capabilities"].as_array().unwrap().iter().map(|c| c["capabilityId"].as_str().unwrap().to_string()).collect()
+}
+
+/// Waits up to 5 s for `node` to list capability `id` (`offered`), or to no longer list it.
+async fn listing(node: &ServerProcess, id: &str, offered: bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let ids = listed(node).await;
+        if ids.iter().any(|listed| listed == id) == offered {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{id} offered: {}, expected {offered}: {ids:?}", !offered);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The CAPABILITIES table of the newest planner prompt.
+fn offered_to_planner(model: &StandIn) -> String {
+    let planner = model.calls().into_iter().rfind(ChatCall::is_planner).expect("a planner call");
+    let table = planner.user.split("### CAPABILITIES\n").nth(1).expect("a CAPABILITIES section");
+    table.split("\n\n###").next().unwrap().to_string()
+}
+
+/// A capability registered through one node is offered by the other without a restart — listed,
+/// and in the CAPABILITIES table of a run's planner there — and no longer once unregistered
+/// through the first. Node b checks the registrations only every minute: within the test's
+/// bounds only the notification reaches it. A registration b's allowlist refuses is stored (a
+/// allows it) but not offered by b, which says so and serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capability_registered_and_unregistered_through_one_node_is_offered_and_withdrawn_by_the_other() {
+    let model = StandIn::start(planner_then(&[("draft", "writer")], post(0.9))).unwrap();
+    let config = tempfile::tempdir().unwrap();
+    let toml = config.path().join("flexrun.toml");
+    std::fs::write(
+        &toml,
+        "[cluster]\npoll_millis = 60000\n\n[http_capabilities]\nallowed_url_prefixes = [\"http://127.0.0.1:9/allowed/\"]\n",
+    )
+    .unwrap();
+    let toml = toml.display().to_string();
+    let lease = [("FLEXRUN_LEASE_SECONDS", "2"), ("FLEXRUN_DRAIN_SECONDS", "10")];
+    let a = [&lease[..], &[("FLEXRUN_NODE_ID", "node-a")]].concat();
+    let b = [&lease[..], &[("FLEXRUN_NODE_ID", "node-b"), ("FLEXRUN_CONFIG", toml.as_str())]].concat();
+    let cluster = Cluster::of(support::database::fresh_postgres(), &model, &[a, b]).await;
+    let (node_a, node_b) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let register = |registration: Value| {
+        node_a.http.post(node_a.url("/api/v1/flex/capabilities/register")).json(&registration).send()
+    };
+
+    let outsider =
+        http_capability("outsider", &["brief"], &["notes"], json!({"type": "object"}), "http://127.0.0.1:9/elsewhere");
+    assert_eq!(register(outsider).await.unwrap().status(), 201, "a allows any endpoint");
+    let summariser = ai_capability("summariser", &["brief"], &["summary"], json!({"type": "object"}));
+    assert_eq!(register(summariser).await.unwrap().status(), 201);
+    listing(node_b, "summariser", true).await;
+    let on_b = listed(node_b).await;
+    assert!(!on_b.contains(&"outsider".to_string()), "b's allowlist refuses its endpoint: {on_b:?}");
+    assert!(listed(node_a).await.contains(&"outsider".to_string()));
+    let log = node_b.log();
+    assert!(
+        log.lines().any(|line| line.contains("stored capability registration is no longer valid") && line.contains("outsider")),
+        "b said why it does not offer it:\n{log}"
+    );
+
+    // A run started on b: its planner is offered the new capability beside the others.
+    let (run_id, response) = node_b.post_run(&envelope()).await;
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+    assert_eq!(cluster.run(1, &run_id).await["lease"]["epoch"], 1, "b drove it");
+    let table = offered_to_planner(&model);
+    assert!(table.contains("| summariser |") && table.contains("| writer |"), "{table}");
+    assert!(!table.contains("outsider"), "{table}");
+
+    // Unregistered through a: b no longer offers it, to the next run's planner either.
+    let removed = node_a.http.delete(node_a.url("/api/v1/flex/capabilities/summariser")).send().await.unwrap();
+    assert_eq!(removed.status(), 200);
+    listing(node_b, "summariser", false).await;
+    let (_, response) = node_b.post_run(&envelope()).await;
+    let frames = read_frames(response, usize::MAX).await;
+    assert_eq!(frames.last().unwrap().payload["status"], "completed", "{:?}", kinds(&frames));
+    let table = offered_to_planner(&model);
+    assert!(!table.contains("summariser") && table.contains("| writer |"), "{table}");
+    assert_eq!(health(node_b).await["status"], "healthy");
+}
+
+/// A registration written to the database without a notification (by hand, with SQL) is offered
+/// within a few of the node's checks (every `cluster.poll_millis`, 1 s), and withdrawn once deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_written_without_a_notification_is_followed_by_the_nodes_check() {
+    let model = StandIn::start(planner_then(&[("draft", "writer")], post(0.9))).unwrap();
+    let cluster = Cluster::start(1, &model).await;
+    let registration = ai_capability("by-hand", &["brief"], &["summary"], json!({"type": "object"}));
+    let now = flexrun::store::now();
+    let row = flexrun::store::capabilities::CapabilityRow {
+        capability_id: "by-hand".into(),
+        version: "1.0".into(),
+        agent_type: flexrun::capability::ExecutorType::Ai,
+        kind: flexrun::capability::CapabilityKind::Execution,
+        registration: registration.to_string(),
+        source: "sql".into(),
+        registered_at: now,
+        updated_at: now,
+    };
+    flexrun::store::capabilities::save(&mut cluster.db(), row).unwrap();
+    listing(&cluster.nodes[0], "by-hand", true).await;
+    assert!(flexrun::store::capabilities::remove(&mut cluster.db(), "by-hand").unwrap());
+    listing(&cluster.nodes[0], "by-hand", false).await;
 }
 
 /// The sum of the integer column `n` over the rows of `query`.

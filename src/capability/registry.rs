@@ -1,20 +1,30 @@
 //! The registry of active capabilities: loaded from the database and `FLEXRUN_CAPABILITIES_DIR` at
 //! start, extended by the register endpoint, persisted on every change. Readers take a cheap
 //! snapshot, so a run plans and executes against one consistent set.
+//!
+//! With several nodes on one database (PostgreSQL) the stored registrations are the truth: every
+//! change of them is announced to the other nodes in its transaction, and each node applies what
+//! another wrote ([`Registry::follow_stored`], driven by `capability::follow`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use serde_json::Value;
 
+use super::stored::{Invalid, Registrations, difference};
 use super::{Capabilities, Capability, EndpointAllowlist, Executor, catalog};
 
 /// The top-level key of a registration file that registers an MCP server.
 pub const MCP_SERVER_KEY: &str = "mcpServer";
 use crate::condition::dsl::Catalog;
-use crate::store::capabilities::{self as rows, CapabilityRow};
-use crate::store::{Store, StoreError};
+use crate::run::lease::notify::REGISTRATIONS;
+use crate::store::capabilities::{self as rows, CapabilityRow, Summary};
+use crate::store::{Store, StoreError, leases};
 use crate::validation::FieldError;
+
+/// The longest node id a [`REGISTRATIONS`] notification carries (a payload must stay under
+/// PostgreSQL's 8,000 bytes, and a node id is the operator's to choose).
+const MAX_PAYLOAD_CHARS: usize = 200;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -37,46 +47,55 @@ pub struct Registry {
     catalog: RwLock<Arc<Catalog>>,
     /// Facet schemas from the configuration (they win over capability contracts).
     configured_facets: Vec<(String, Value)>,
-    /// Serialises registrations so the database and the active set change in the same order.
-    registering: tokio::sync::Mutex<()>,
+    /// The registrations stored, as this node last wrote or read them. Held while the database
+    /// and the active set change, so both change in the same order — whether this node writes a
+    /// registration or applies what another node wrote.
+    stored: tokio::sync::Mutex<Followed>,
+    /// Set when the stored registrations are to be read again ([`Registry::reread`]).
+    reread: tokio::sync::Notify,
     store: Store,
     policy: EndpointAllowlist,
+    /// This node's id on a database several nodes share (PostgreSQL): each write of a
+    /// registration announces itself to the others in its transaction. `None` alone (SQLite).
+    announce: Option<String>,
+}
+
+/// What this node applied of the stored registrations.
+struct Followed {
+    /// Each stored registration's text by id, valid or not (one that is not valid here was
+    /// warned of once, when it was read).
+    registrations: Registrations,
+    /// The [`Summary`] of the rows last read; `None` before any.
+    summary: Option<Summary>,
 }
 
 impl Registry {
     /// Loads stored registrations, then (re-)registers `files` (the capability registrations of
-    /// the capabilities directory, by path).
+    /// the capabilities directory, by path). `announce`: this node's id when several nodes share
+    /// the database.
     pub async fn load(
         store: Store,
         policy: EndpointAllowlist,
         configured_facets: Vec<(String, Value)>,
         files: Vec<(PathBuf, Value)>,
+        announce: Option<String>,
     ) -> Result<Self, RegistryError> {
-        let stored = store.read(rows::all).await?;
+        let rows = store.read(rows::all).await?;
+        let summary = Some(Summary::of(&rows));
+        let registrations = registrations(rows);
         let mut capabilities = Capabilities::new();
-        for row in stored {
-            match serde_json::from_str(&row.registration)
-                .map_err(|e| vec![FieldError::new("", "json", e.to_string())])
-                .and_then(|value| Capability::parse(value, &policy))
-            {
-                Ok(capability) => {
-                    capabilities.insert(capability.id.clone(), Arc::new(capability));
-                }
-                Err(errors) => tracing::warn!(
-                    capability = %crate::excerpt::log(&row.capability_id),
-                    problems = errors.len(),
-                    first = %crate::excerpt::log(errors.first().map(|e| format!("{}: {}", e.path, e.message)).unwrap_or_default()),
-                    "stored capability registration is no longer valid; it is not active"
-                ),
-            }
-        }
+        let invalid =
+            difference(&Registrations::new(), &registrations).apply(&mut capabilities, &registrations, &policy);
+        invalid.iter().for_each(warn_invalid);
         let registry = Self {
             catalog: RwLock::new(Arc::new(catalog(&configured_facets, &capabilities))),
             current: RwLock::new(Arc::new(capabilities)),
             configured_facets,
-            registering: tokio::sync::Mutex::new(()),
+            stored: tokio::sync::Mutex::new(Followed { registrations, summary }),
+            reread: tokio::sync::Notify::new(),
             store,
             policy,
+            announce,
         };
         registry.load_files(files).await?;
         Ok(registry)
@@ -99,7 +118,7 @@ impl Registry {
     /// Validates, persists and activates a registration (replacing one with the same id).
     pub async fn register(&self, registration: Value, source: &str) -> Result<Arc<Capability>, RegistryError> {
         let capability = Arc::new(Capability::parse(registration, &self.policy).map_err(RegistryError::Invalid)?);
-        let _registering = self.registering.lock().await;
+        let mut stored = self.stored.lock().await;
         let now = crate::store::now();
         let row = CapabilityRow {
             capability_id: capability.id.clone(),
@@ -111,10 +130,18 @@ impl Registry {
             registered_at: now,
             updated_at: now,
         };
-        self.store.write(move |conn| rows::save(conn, row.clone())).await?;
+        let text = row.registration.clone();
+        let announce = self.announcement();
+        self.store
+            .write(move |conn| {
+                rows::save(conn, row.clone())?;
+                announce.as_deref().map_or(Ok(()), |node| leases::notify(conn, REGISTRATIONS, node))
+            })
+            .await?;
         self.change(|next| {
             next.insert(capability.id.clone(), capability.clone());
         });
+        stored.registrations.insert(capability.id.clone(), text);
         Ok(capability)
     }
 
@@ -123,19 +150,87 @@ impl Registry {
     /// but no longer valid (not offered) is removed too. A capabilities file registers its
     /// capability again at the next start.
     pub async fn unregister(&self, id: &str) -> Result<(), RegistryError> {
-        let _registering = self.registering.lock().await;
+        let mut stored = self.stored.lock().await;
         if let Some(capability) = self.snapshot().get(id)
             && let Executor::Mcp(tool) = &capability.executor
         {
             return Err(RegistryError::OfMcpServer { id: id.to_string(), server: tool.server.clone() });
         }
         let owned = id.to_string();
-        if !self.store.write(move |conn| rows::remove(conn, &owned)).await? {
+        let announce = self.announcement();
+        let removed = self
+            .store
+            .write(move |conn| {
+                let removed = rows::remove(conn, &owned)?;
+                if removed && let Some(node) = &announce {
+                    leases::notify(conn, REGISTRATIONS, node)?;
+                }
+                Ok(removed)
+            })
+            .await?;
+        if !removed {
             return Err(RegistryError::NotRegistered(id.to_string()));
         }
         self.change(|next| {
             next.remove(id);
         });
+        stored.registrations.remove(id);
+        Ok(())
+    }
+
+    /// The payload of this node's [`REGISTRATIONS`] notifications (its id, cut to fit); `None`
+    /// when no other node shares the database.
+    fn announcement(&self) -> Option<String> {
+        self.announce.as_deref().map(|node| crate::excerpt::excerpt(node, MAX_PAYLOAD_CHARS).into_owned())
+    }
+
+    /// Asks for the stored registrations to be read again (`capability::follow` does it): another
+    /// node announced a change, or this node may have missed announcements.
+    pub fn reread(&self) {
+        // A permit is kept until taken: asks made while a read is under way make one more read.
+        self.reread.notify_one();
+    }
+
+    /// Waits until [`Self::reread`] is called (at once if it was since the last wait).
+    pub async fn reread_asked(&self) {
+        self.reread.notified().await;
+    }
+
+    /// Reads the stored registrations and makes the active set offer them: what another node
+    /// registered is offered, what it unregistered is not any more, a registration replaced is
+    /// offered as it is now (see [`super::stored::Difference::apply`]; MCP servers' tools are
+    /// left as their connections set them). One stored but not valid here is warned of, once.
+    /// Runs started before keep the capabilities they started with.
+    pub async fn follow_stored(&self) -> Result<(), RegistryError> {
+        let mut followed = self.stored.lock().await;
+        let rows = self.store.read(rows::all).await?;
+        let summary = Summary::of(&rows);
+        let stored = registrations(rows);
+        let changes = difference(&followed.registrations, &stored);
+        if !changes.is_empty() {
+            let mut invalid = Vec::new();
+            self.change(|next| invalid = changes.apply(next, &stored, &self.policy));
+            invalid.iter().for_each(warn_invalid);
+            tracing::info!(
+                stored = %crate::excerpt::log(changes.stored.join(", ")),
+                removed = %crate::excerpt::log(changes.removed.join(", ")),
+                "capability registrations changed in the database; the active set follows them"
+            );
+        }
+        followed.registrations = stored;
+        followed.summary = Some(summary);
+        Ok(())
+    }
+
+    /// Reads the stored registrations again ([`Self::follow_stored`]) if their [`Summary`] is
+    /// not that of the rows read last: the cheap check `capability::follow` makes between
+    /// announcements.
+    pub async fn check_stored(&self) -> Result<(), RegistryError> {
+        let now = self.store.read(rows::summary).await?;
+        let last = self.stored.lock().await.summary;
+        if last != Some(now) {
+            self.follow_stored().await?;
+        }
         Ok(())
     }
 
@@ -169,6 +264,22 @@ impl Registry {
     pub fn snapshot(&self) -> Arc<Capabilities> {
         self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
+}
+
+/// Each row's registration text by id.
+fn registrations(rows: Vec<CapabilityRow>) -> Registrations {
+    rows.into_iter().map(|row| (row.capability_id, row.registration)).collect()
+}
+
+/// Says that a stored registration is not offered: it is skipped, the node serves on.
+fn warn_invalid(invalid: &Invalid) {
+    let errors = &invalid.errors;
+    tracing::warn!(
+        capability = %crate::excerpt::log(&invalid.capability_id),
+        problems = errors.len(),
+        first = %crate::excerpt::log(errors.first().map(|e| format!("{}: {}", e.path, e.message)).unwrap_or_default()),
+        "stored capability registration is no longer valid; it is not active"
+    );
 }
 
 fn file_error(path: &Path, message: String) -> RegistryError {

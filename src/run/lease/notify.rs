@@ -1,6 +1,7 @@
 //! What the other nodes on the database tell this one (PostgreSQL `LISTEN/NOTIFY`): a run they
-//! committed to changed — so clients following it here read its new frames — or an operator
-//! cancelled, on their node, a run this node drives.
+//! committed to changed — so clients following it here read its new frames —, an operator
+//! cancelled, on their node, a run this node drives, or a capability was registered or
+//! unregistered through them.
 //!
 //! The event log is the truth; a notification only says when to read it. Every commit of a leased
 //! run notifies in its transaction ([`CHANGED`]: the run's id and the commit's time),
@@ -8,6 +9,12 @@
 //! notification or a dropped connection only delays a frame: every `cluster.poll_millis` the
 //! followed runs driven elsewhere are woken anyway, and after the connection is back all of them
 //! at once.
+//!
+//! The stored capability registrations are the truth in the same way: every write or delete of
+//! one notifies in its transaction ([`REGISTRATIONS`]), and the listener asks the registry to read
+//! them again ([`crate::capability::Registry::reread`]) — and so it does each time it is listening
+//! again, since notifications sent meanwhile are lost. `capability::follow` does the reading (and
+//! says why it also checks the registrations every `cluster.poll_millis`).
 
 use std::sync::Arc;
 
@@ -21,6 +28,11 @@ pub const CHANGED: &str = "flexrun_runs";
 
 /// The channel on which a node asks the run's driver to stop it (payload: [`StopNotice`]).
 pub const STOP: &str = "flexrun_stop";
+
+/// The channel on which a node tells the others that it wrote or deleted a capability
+/// registration (payload: its node id, for whoever watches the channel; the registrations are
+/// read from the database).
+pub const REGISTRATIONS: &str = "flexrun_capabilities";
 
 /// A cancel sent from another node.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -47,10 +59,13 @@ impl StopNotice {
     }
 }
 
-/// Starts this node's listener (PostgreSQL only): it runs until the process ends.
+/// Starts this node's listener, and what follows the capability registrations stored
+/// (PostgreSQL only): they run until the process ends.
 pub fn listen(services: &Arc<Services>) {
     #[cfg(feature = "postgres")]
     if services.claims.leasing().is_some() {
+        let every = std::time::Duration::from_millis(services.settings.cluster.poll_millis);
+        services.runtime.spawn(crate::capability::follow(services.registry.clone(), every));
         services.runtime.spawn(listener::run(services.clone()));
     }
     #[cfg(not(feature = "postgres"))]
@@ -71,7 +86,7 @@ mod listener {
     use tokio::sync::mpsc;
     use tokio_postgres::AsyncMessage;
 
-    use super::{CHANGED, STOP, StopNotice};
+    use super::{CHANGED, REGISTRATIONS, STOP, StopNotice};
     use crate::events::BusMessage;
     use crate::run::id::RunId;
     use crate::services::Services;
@@ -115,9 +130,10 @@ mod listener {
                 }
             }
         });
-        client.batch_execute(&format!("LISTEN {CHANGED}; LISTEN {STOP}")).await?;
+        client.batch_execute(&format!("LISTEN {CHANGED}; LISTEN {STOP}; LISTEN {REGISTRATIONS}")).await?;
         // Whatever was committed while no one listened.
         wake_followed(services);
+        services.registry.reread();
         let mut polls = tokio::time::interval(poll);
         let outcome = loop {
             tokio::select! {
@@ -142,6 +158,9 @@ mod listener {
     fn handle(services: &Services, channel: &str, payload: &str) {
         if channel == STOP {
             return stop(services, payload);
+        }
+        if channel == REGISTRATIONS {
+            return services.registry.reread();
         }
         let (run_id, at) = payload.split_once(' ').unwrap_or((payload, ""));
         changed(services, run_id, at.parse().ok(), "notify");

@@ -6,6 +6,7 @@ pub mod call;
 pub mod endpoint;
 pub mod mcp_tool;
 pub mod signal;
+pub mod stored;
 
 pub use call::{CapabilityError, Clarification, ContextBundle, PostConditionFailures, check_output};
 pub use endpoint::{
