@@ -4,7 +4,7 @@
 //! every registration goes through the one node's [`Registry`].
 //!
 //! Every write or delete of a registration sends `NOTIFY flexrun_capabilities` in its transaction
-//! (`run::lease::notify::REGISTRATIONS`); each node's listener then asks its registry to read the
+//! ([`super::REGISTRATIONS`]); each node's listener then asks its registry to read the
 //! registrations again ([`Registry::reread`]), as it does whenever it is listening again after its
 //! connection dropped. This task does the reading ([`Registry::follow_stored`]), one read for any
 //! number of asks made meanwhile, off the listener (which wakes run followers in the meantime).

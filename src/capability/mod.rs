@@ -13,5 +13,5 @@ mod resolver;
 pub use execute::{Executors, HttpLimits};
 pub use flexrun_core::capability::*;
 pub use follow::follow;
-pub use registry::{MCP_SERVER_KEY, RegistrationFiles, Registry, RegistryError, registration_files};
+pub use registry::{MCP_SERVER_KEY, REGISTRATIONS, RegistrationFiles, Registry, RegistryError, registration_files};
 pub use resolver::GuardedResolver;

@@ -17,10 +17,15 @@ use super::{Capabilities, Capability, EndpointAllowlist, Executor, catalog};
 /// The top-level key of a registration file that registers an MCP server.
 pub const MCP_SERVER_KEY: &str = "mcpServer";
 use crate::condition::dsl::Catalog;
-use crate::run::lease::notify::REGISTRATIONS;
 use crate::store::capabilities::{self as rows, CapabilityRow, Summary};
 use crate::store::{Store, StoreError, leases};
 use crate::validation::FieldError;
+
+/// The channel on which a node tells the others that it wrote or deleted a capability
+/// registration (payload: its node id, for whoever watches the channel; the registrations are
+/// read from the database). Declared here, with the writes that send it; the run wing's listener
+/// (`run::lease::notify`) listens on it.
+pub const REGISTRATIONS: &str = "flexrun_capabilities";
 
 /// The longest node id a [`REGISTRATIONS`] notification carries (a payload must stay under
 /// PostgreSQL's 8,000 bytes, and a node id is the operator's to choose).

@@ -11,13 +11,15 @@
 //! at once.
 //!
 //! The stored capability registrations are the truth in the same way: every write or delete of
-//! one notifies in its transaction ([`REGISTRATIONS`]), and the listener asks the registry to read
-//! them again ([`crate::capability::Registry::reread`]) — and so it does each time it is listening
-//! again, since notifications sent meanwhile are lost. `capability::follow` does the reading (and
-//! says why it also checks the registrations every `cluster.poll_millis`).
+//! one notifies in its transaction ([`REGISTRATIONS`], the registry's channel), and the listener
+//! asks the registry to read them again ([`crate::capability::Registry::reread`]) — and so it does
+//! each time it is listening again, since notifications sent meanwhile are lost.
+//! `capability::follow` does the reading (and says why it also checks the registrations every
+//! `cluster.poll_millis`).
 
 use std::sync::Arc;
 
+use crate::capability::REGISTRATIONS;
 use crate::run::id::RunId;
 use crate::run::operator::Actor;
 use crate::services::Services;
@@ -28,11 +30,6 @@ pub const CHANGED: &str = "flexrun_runs";
 
 /// The channel on which a node asks the run's driver to stop it (payload: [`StopNotice`]).
 pub const STOP: &str = "flexrun_stop";
-
-/// The channel on which a node tells the others that it wrote or deleted a capability
-/// registration (payload: its node id, for whoever watches the channel; the registrations are
-/// read from the database).
-pub const REGISTRATIONS: &str = "flexrun_capabilities";
 
 /// A cancel sent from another node.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
