@@ -83,6 +83,12 @@ struct InboxPage {
     box_height: u32,
 }
 
+impl page::Page for InboxPage {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 /// The most items shown with what their run says (a plan, a step, a budget): each reads its run.
 const CONTEXTS_SHOWN: usize = 20;
 

@@ -83,6 +83,12 @@ struct RunPage {
     box_height: u32,
 }
 
+impl page::Page for RunPage {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub struct RunQuery {
     version: Option<u32>,
