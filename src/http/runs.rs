@@ -160,14 +160,13 @@ pub async fn get_run(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
-    let mut view = RunView::read(&services, &run_id).await.map_err(|error| match error {
+    let view = RunView::read(&services, &run_id, &caller).await.map_err(|error| match error {
         ViewError::Store(error) => run_error(&run_id)(error),
         ViewError::Unreadable(error) => ApiError::internal(error),
     })?;
     if !caller.may_see(view.run.owner.as_deref()) {
         return Err(not_found(&run_id));
     }
-    view.run.forks.retain(|fork| caller.may_see(fork.owner.as_deref()));
     let href = |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", query_escape(pointer));
     let body = view.document(href).map_err(ApiError::internal)?;
     Ok(HttpResponse::Ok().json(services.redaction.value(body)))
@@ -195,7 +194,7 @@ pub async fn get_value(
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
     visible(&services, &caller, &run_id).await?;
-    let view = RunView::read(&services, &run_id).await.map_err(|error| match error {
+    let view = RunView::read(&services, &run_id, &caller).await.map_err(|error| match error {
         ViewError::Store(error) => run_error(&run_id)(error),
         ViewError::Unreadable(error) => ApiError::internal(error),
     })?;
