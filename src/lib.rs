@@ -13,8 +13,8 @@ pub use flexrun_conditions as condition;
 pub use flexrun_conditions::suggest;
 /// The pure core, a crate of its own (`crates/core`).
 pub use flexrun_core::{
-    budget, contract, elide, envelope, error_code, excerpt, facet, hash, plan, redact, replan_budget, retry,
-    runtime_policy, timeouts, usage, validation,
+    budget, contract, correlation, elide, envelope, error_code, excerpt, facet, hash, plan, redact, replan_budget,
+    retry, runtime_policy, timeouts, usage, validation,
 };
 /// The store, a crate of its own (`crates/store`).
 pub use flexrun_store as store;

@@ -129,6 +129,53 @@ async fn an_integer_written_with_a_fraction_is_an_integer_as_the_schema_says() {
     assert_eq!(detail_paths(&error), ["/policies/replan/maxGoalConditionReplans"]);
 }
 
+/// `X-Correlation-Id` and `metadata.correlationId` take the same ids, 1 to 200 visible ASCII
+/// characters: one the envelope took before (a space, a newline, a letter beyond ASCII) is
+/// refused both ways and nothing is stored; one within the rule names the run either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_correlation_id_is_held_to_one_rule_in_the_header_and_the_envelope() {
+    let server = TestServer::start(always_plan(&[("draft", "writer")])).await;
+    let with_header = |body: &Value, id: &[u8]| {
+        let value = reqwest::header::HeaderValue::from_bytes(id).unwrap();
+        server
+            .http
+            .post(server.url("/api/v1/flex/run.stream"))
+            .bearer_auth(OPERATOR_KEY)
+            .header("x-correlation-id", value)
+            .json(body)
+    };
+    for id in ["order 42", "line\nbreak", "café", &"x".repeat(201)] {
+        let mut body = envelope();
+        body["metadata"] = json!({"correlationId": id});
+        let response = server.post_run(&body).await;
+        assert_eq!(response.status(), 400, "{id:?} in the envelope");
+        let (_, error) = error_body(response).await;
+        assert_eq!(error["error"]["code"], "invalid_envelope", "{id:?}: {error}");
+        assert_eq!(detail_paths(&error), ["/metadata/correlationId"], "{id:?}");
+        if id.len() <= 200 {
+            assert_eq!(error["error"]["details"][0]["code"], "invalid_correlation_id", "{id:?}: {error}");
+        }
+        // Refused in the envelope even beside a header within the rule.
+        assert_eq!(with_header(&body, b"ok-1").send().await.unwrap().status(), 400, "{id:?}");
+        // A newline cannot be sent in a header at all.
+        if !id.contains('\n') {
+            let (status, error) = error_body(with_header(&envelope(), id.as_bytes()).send().await.unwrap()).await;
+            let code = error["error"]["code"].as_str();
+            assert_eq!((status, code), (400, Some("invalid_correlation_id")), "{id:?}: {error}");
+            assert!(error["error"]["message"].as_str().unwrap().contains("visible ASCII"), "{error}");
+        }
+    }
+    assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0, "no run for a refused correlation id");
+
+    let id = "order:42/retry#3~!";
+    let response = with_header(&envelope(), id.as_bytes()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(read_frames(response, usize::MAX).await.iter().all(|f| f.correlation_id == id));
+    let mut body = envelope();
+    body["metadata"] = json!({"correlationId": id});
+    assert!(server.run(&body).await.iter().all(|f| f.correlation_id == id));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_problem_of_one_envelope_is_reported() {
     let server = TestServer::start(always_plan(&[("draft", "writer")])).await;

@@ -142,9 +142,11 @@ async fn a_wrong_console_address_answers_with_a_page() {
     }
 }
 
-/// A page that says something is not there is framed as every page is: a signed-in viewer sees
-/// who they are signed in as (and may sign out) on the console's 404 page, a run's, its frames'
-/// and the composer's. A visitor who is not signed in gets the 404 page without that header.
+/// A page that says something is not there, or that an address is not a page's, is framed as
+/// every page is: a signed-in viewer sees who they are signed in as (and may sign out) on the
+/// console's 404 page, a run's, its frames' and the composer's, and on the 400 page of a query a
+/// page cannot read (answered before the page's handler runs). A visitor who is not signed in gets
+/// the 404 page without that header.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_found_pages_show_who_is_signed_in() {
     let options = Options { env: vec![("FLEXRUN_OPERATOR_KEYS", format!("ops:{OPERATOR_KEY}"))], ..Options::default() };
@@ -163,6 +165,7 @@ async fn not_found_pages_show_who_is_signed_in() {
         ("/ui/runs/not-a-run-id".to_string(), "Run not found"),
         (format!("/ui/runs/{missing}/events"), "Run not found"),
         (format!("/ui/new?from={missing}"), "Nothing to start from"),
+        (format!("/ui/runs/{missing}?version=two"), "Not a page address"),
     ];
     for (path, title) in &pages {
         browser.client.goto(&server.url(path)).await.unwrap();
@@ -171,7 +174,7 @@ async fn not_found_pages_show_who_is_signed_in() {
         assert!(browser.client.find(Locator::Css("form.sign-out button")).await.is_ok(), "{path}: sign out");
     }
     let errors = browser.console_errors().await;
-    assert!(errors.iter().all(|e| e.contains("404")), "console errors: {errors:?}");
+    assert!(errors.iter().all(|e| e.contains("404") || e.contains("400")), "console errors: {errors:?}");
     browser.close().await;
 }
 

@@ -66,6 +66,47 @@ async fn callers_see_only_their_own_runs_and_operators_see_every_run() {
     assert_eq!(server.count(&format!("SELECT COUNT(*) AS n FROM runs WHERE run_id = '{bobs}' AND owner = 'bob'")), 1);
 }
 
+/// The runs a run's console page (and its document) lists as started again from it — the
+/// console's `data-testid=reruns`.
+async fn reruns_shown(server: &TestServer, key: &str, run_id: &str) -> Vec<String> {
+    let response = server.http.get(server.url(&format!("/ui/runs/{run_id}"))).bearer_auth(key).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let page = response.text().await.unwrap();
+    let Some((_, listed)) = page.split_once("data-testid=\"reruns\">") else { return Vec::new() };
+    let listed = listed.split_once("</dd>").unwrap().0;
+    listed.split("href=\"/ui/runs/").skip(1).map(|link| link.split('"').next().unwrap().to_string()).collect()
+}
+
+/// Any caller may name any run as the one its run starts again (`metadata.rerunOf`). Many runs of
+/// bob's naming alice's run, older than hers and more than a run lists, do not crowd alice's own
+/// rerun out of her run's page and document: the runs listed are read for their reader, not read
+/// and then filtered; an operator still sees bob's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_callers_runs_naming_a_run_do_not_crowd_out_its_owners_rerun() {
+    use flexrun::store::runs::{self, RunRow};
+    let server = server().await;
+    let alices = start_as(&server, ALICE, &envelope()).await;
+    let mut again = envelope();
+    again["metadata"] = json!({"rerunOf": alices});
+    let bobs = start_as(&server, BOB, &again).await;
+    // As many more as a run lists, stored as bob's was (running each would only take longer).
+    let mut conn = server.db();
+    let row = runs::get(&mut conn, &bobs).unwrap();
+    let shown = usize::try_from(flexrun::run::view::FORKS_SHOWN).unwrap();
+    for _ in 0..shown {
+        runs::insert(&mut conn, &RunRow { run_id: uuid::Uuid::now_v7().to_string(), ..row.clone() }).unwrap();
+    }
+    let own = start_as(&server, ALICE, &again).await;
+
+    assert_eq!(reruns_shown(&server, ALICE, &alices).await, vec![own.clone()]);
+    let (_, document) = get(&server, ALICE, &format!("/api/v1/flex/runs/{alices}")).await;
+    assert_eq!(document["run"]["forks"], json!([own]));
+    let operators = reruns_shown(&server, OPERATOR_KEY, &alices).await;
+    assert_eq!((operators.len(), operators[0].as_str()), (shown, bobs.as_str()), "every run, the oldest first");
+    let (_, document) = get(&server, OPERATOR_KEY, &format!("/api/v1/flex/runs/{alices}")).await;
+    assert_eq!(document["run"]["forks"].as_array().unwrap().len(), shown);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_keys_are_scoped_to_their_caller() {
     let server = server().await;

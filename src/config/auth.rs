@@ -5,6 +5,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use super::ConfigError;
+use flexrun_core::settings::integer;
 
 /// A secret string (API keys): deserialises like a string, never prints its value.
 #[derive(Clone, Default, Deserialize, PartialEq, Eq)]
@@ -101,7 +102,9 @@ impl AuthSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SessionSettings {
+    #[serde(deserialize_with = "integer")]
     pub max_per_principal: usize,
+    #[serde(deserialize_with = "integer")]
     pub sign_in_attempts_per_minute: u32,
 }
 

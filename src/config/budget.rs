@@ -4,6 +4,7 @@ use serde::Deserialize;
 
 use super::{ConfigError, Settings};
 use flexrun_core::budget::BudgetDefaults;
+use flexrun_core::settings::optional_integer;
 use flexrun_core::usage::Micros;
 
 /// `[budget]` as configured: read through [`Settings::budget`].
@@ -11,7 +12,9 @@ use flexrun_core::usage::Micros;
 #[serde(deny_unknown_fields)]
 pub(super) struct BudgetSettings {
     default_max_cost_usd: Option<f64>,
+    #[serde(default, deserialize_with = "optional_integer")]
     default_max_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "optional_integer")]
     default_max_model_calls: Option<u64>,
     ceiling_max_cost_usd: Option<f64>,
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::{ConfigError, PlannerResponseFormat, Secret, Settings};
+use flexrun_core::settings::{integer, optional_integer};
 use flexrun_core::usage::{Micros, Price, Prices};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -14,10 +15,13 @@ pub struct LlmSettings {
     pub base_url: String,
     pub api_key: Secret,
     pub model: String,
+    #[serde(deserialize_with = "integer")]
     pub timeout_secs: u64,
     pub planner_response_format: PlannerResponseFormat,
+    #[serde(deserialize_with = "integer")]
     pub max_response_bytes: usize,
     /// Model calls of this node in flight at once; more wait for a free slot.
+    #[serde(deserialize_with = "integer")]
     pub max_concurrent_calls: usize,
     /// US dollars per million tokens, by model name (`[llm.prices."<model>"]`): read through
     /// [`Settings::prices`].
@@ -44,7 +48,9 @@ pub struct EndpointSettings {
     /// The model names it serves (routes may name only these; empty: any).
     #[serde(default)]
     pub models: Vec<String>,
+    #[serde(default, deserialize_with = "optional_integer")]
     pub timeout_secs: Option<u64>,
+    #[serde(default, deserialize_with = "optional_integer")]
     pub max_concurrent_calls: Option<usize>,
     pub planner_response_format: Option<PlannerResponseFormat>,
 }
@@ -65,8 +71,10 @@ pub struct RouteSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct BreakerConfig {
     /// Failures in a row that open an endpoint's breaker.
+    #[serde(deserialize_with = "integer")]
     pub failures: u32,
     /// How long an open breaker skips its endpoint before one call probes it.
+    #[serde(deserialize_with = "integer")]
     pub cool_down_secs: u64,
 }
 

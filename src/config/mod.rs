@@ -18,6 +18,7 @@ use crate::capability::UrlPrefix;
 use crate::timeouts::Timeouts;
 use budget::BudgetSettings;
 use flexrun_core::run::decide::RunLimits;
+use flexrun_core::settings::integer;
 
 pub use auth::{AuthSettings, NamedKey, Secret, SessionSettings};
 pub use error::ConfigError;
@@ -57,8 +58,11 @@ pub struct Settings {
 pub struct ClusterSettings {
     /// Empty for the default: read it through [`Settings::node_id`].
     node_id: String,
+    #[serde(deserialize_with = "integer")]
     pub lease_seconds: u64,
+    #[serde(deserialize_with = "integer")]
     pub drain_seconds: u64,
+    #[serde(deserialize_with = "integer")]
     pub poll_millis: u64,
 }
 
@@ -85,12 +89,16 @@ pub struct TelemetrySettings {
     /// Prompts, outputs and tool arguments on spans (redacted); off by default.
     pub capture_message_content: bool,
     /// Spans waiting to be sent; more are dropped (and counted) rather than held.
+    #[serde(deserialize_with = "integer")]
     pub queue_size: usize,
     /// The most spans one export request carries.
+    #[serde(deserialize_with = "integer")]
     pub max_export_batch_size: usize,
     /// How long a span waits for others to share its export request, milliseconds.
+    #[serde(deserialize_with = "integer")]
     pub schedule_delay_millis: u64,
     /// How long one export request may take, milliseconds; then its spans are dropped.
+    #[serde(deserialize_with = "integer")]
     pub export_timeout_millis: u64,
 }
 
@@ -105,17 +113,29 @@ pub struct RedactionSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
+    #[serde(deserialize_with = "integer")]
     pub run_timeout_secs: u64,
+    #[serde(deserialize_with = "integer")]
     pub max_body_bytes: usize,
+    #[serde(deserialize_with = "integer")]
     pub body_read_timeout_secs: u64,
+    #[serde(deserialize_with = "integer")]
     pub max_concurrent_body_reads: usize,
+    #[serde(deserialize_with = "integer")]
     pub stream_page_bytes: u64,
+    #[serde(deserialize_with = "integer")]
     pub stream_backlog_bytes: u64,
+    #[serde(deserialize_with = "integer")]
     pub max_concurrent_nodes: usize,
+    #[serde(deserialize_with = "integer")]
     pub max_plan_nodes: usize,
+    #[serde(deserialize_with = "integer")]
     pub capability_timeout_secs: u64,
+    #[serde(deserialize_with = "integer")]
     pub max_capability_response_bytes: usize,
+    #[serde(deserialize_with = "integer")]
     pub max_clarifications_per_run: u32,
+    #[serde(deserialize_with = "integer")]
     pub post_condition_max_retries: u32,
 }
 
@@ -134,6 +154,7 @@ pub struct HttpCapabilitySettings {
     pub allowed_url_prefixes: Vec<UrlPrefix>,
     pub allow_link_local: bool,
     /// `http` capability calls of this node in flight at once; more wait for a free slot.
+    #[serde(deserialize_with = "integer")]
     pub max_concurrent_calls: usize,
 }
 
@@ -513,6 +534,89 @@ mod tests {
         std::fs::write(&path, "[limits]\nmax_concurrent_body_reads = 0\n").unwrap();
         let message = shown(load(&[("FLEXRUN_CONFIG", &path.display().to_string())]).unwrap_err());
         assert_eq!(message, "configuration: `limits.max_concurrent_body_reads` must be at least 1");
+    }
+
+    /// The keys of the integer settings the documented defaults set (`llm.breaker.failures`), and
+    /// those they leave unset.
+    fn integer_keys() -> Vec<String> {
+        fn walk(table: &config::Map<String, config::Value>, at: &str, keys: &mut Vec<String>) {
+            for (name, value) in table {
+                let key = if at.is_empty() { name.clone() } else { format!("{at}.{name}") };
+                match &value.kind {
+                    config::ValueKind::Table(inner) => walk(inner, &key, keys),
+                    config::ValueKind::I64(_) | config::ValueKind::U64(_) => keys.push(key),
+                    _ => {}
+                }
+            }
+        }
+        let defaults = config::Source::collect(&config::File::from_str(DEFAULTS, config::FileFormat::Toml)).unwrap();
+        let mut keys = Vec::new();
+        walk(&defaults, "", &mut keys);
+        assert!(keys.len() >= 30 && keys.iter().any(|k| k == "llm.breaker.failures"), "{keys:?}");
+        let unset = ["budget.default_max_tokens", "budget.default_max_model_calls"];
+        keys.extend(unset.map(String::from));
+        keys.extend(["timeout_secs", "max_concurrent_calls"].map(|k| format!("llm.endpoints.local.{k}")));
+        keys
+    }
+
+    /// A file setting `key` to `value` (an endpoint named with what it must have besides).
+    fn setting(key: &str, value: &str) -> String {
+        let (table, name) = key.rsplit_once('.').unwrap();
+        let endpoint = if table.starts_with("llm.endpoints.") { "base_url = \"http://127.0.0.1:9/v1\"\n" } else { "" };
+        format!("[{table}]\n{endpoint}{name} = {value}\n")
+    }
+
+    #[test]
+    fn an_integer_setting_takes_only_an_integer_and_a_refusal_names_it() {
+        let message = shown(load_file("[budget]\ndefault_max_tokens = 1.5\n").unwrap_err());
+        assert_eq!(
+            message,
+            "configuration: invalid type: floating point `1.5`, expected an integer for key `budget.default_max_tokens`"
+        );
+        for key in integer_keys() {
+            assert!(load_file(&setting(&key, "7")).is_ok(), "{key} = 7");
+            // `2.0` too: a setting is an integer or not, whatever the fraction.
+            for value in ["1.5", "2.0", "-1", "true", "1e3", "\"yes\""] {
+                let message = shown(load_file(&setting(&key, value)).unwrap_err());
+                assert!(message.ends_with(&format!(" for key `{key}`")), "{key} = {value}: {message}");
+                assert!(message.contains("expected an integer"), "{key} = {value}: {message}");
+            }
+        }
+        let message = shown(load_file("[limits]\nmax_clarifications_per_run = 4294967296\n").unwrap_err());
+        assert_eq!(
+            message,
+            "configuration: invalid value: integer `4294967296`, expected an integer from 0 to 4294967295 for key \
+             `limits.max_clarifications_per_run`"
+        );
+    }
+
+    #[test]
+    fn an_integer_variable_takes_only_decimal_digits_and_a_refusal_names_its_setting() {
+        let integers = integer_keys();
+        let variables: Vec<(&str, &str)> = ENV_OVERRIDES
+            .iter()
+            .filter(|(key, _)| integers.iter().any(|k| k == key))
+            .flat_map(|(key, names)| names.iter().map(move |name| (*key, *name)))
+            .collect();
+        assert!(variables.len() >= 9, "{variables:?}");
+        let long = "9".repeat(100_000);
+        for (key, name) in variables {
+            assert!(load(&[(name, "7")]).is_ok(), "{name}=7");
+            for value in ["1.5", "2.0", "yes", "on", "true", "-1", " 7", "", &long] {
+                if value.is_empty() {
+                    assert!(load(&[(name, value)]).is_ok(), "an empty variable is not set");
+                    continue;
+                }
+                let message = shown(load(&[(name, value)]).unwrap_err());
+                assert!(message.ends_with(&format!(" for key `{key}`")), "{name}={value}: {message}");
+                assert!(message.len() < 300, "{name}: a long value is quoted in part: {message}");
+            }
+        }
+        let message = shown(load(&[("FLEXRUN_LEASE_SECONDS", "1.5")]).unwrap_err());
+        assert_eq!(
+            message,
+            "configuration: invalid type: string \"1.5\", expected an integer for key `cluster.lease_seconds`"
+        );
     }
 
     #[test]

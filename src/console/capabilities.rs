@@ -86,6 +86,12 @@ struct CapabilitiesPage {
     servers: Vec<ServerRow>,
 }
 
+impl page::Page for CapabilitiesPage {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 /// `GET /ui/capabilities`, in id order.
 #[get("/capabilities")]
 pub async fn show(viewer: Viewer, services: web::Data<Services>) -> HttpResponse {

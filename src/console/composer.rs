@@ -76,6 +76,12 @@ struct ComposerPage {
     redacted: &'static str,
 }
 
+impl page::Page for ComposerPage {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 /// `GET /ui/new?from=<run id>` or `?example=<file>`.
 #[get("/new")]
 pub async fn compose(viewer: Viewer, query: web::Query<Start>, services: web::Data<Services>) -> HttpResponse {

@@ -109,6 +109,12 @@ struct EventsPage {
     later: Option<u64>,
 }
 
+impl page::Page for EventsPage {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub struct Before {
     before: Option<String>,

@@ -10,7 +10,7 @@ use super::plan_view::PlanSection;
 use super::task_form::{self, Field};
 use super::viewer::Viewer;
 use crate::capability::Registry;
-use crate::http::Role;
+use crate::http::{Caller, Role};
 use crate::run::RunId;
 use crate::run::inbox;
 use crate::run::view::RunView;
@@ -83,20 +83,26 @@ struct InboxPage {
     box_height: u32,
 }
 
+impl page::Page for InboxPage {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 /// The most items shown with what their run says (a plan, a step, a budget): each reads its run.
 const CONTEXTS_SHOWN: usize = 20;
 
 /// Reads, for the first [`CONTEXTS_SHOWN`] items that need it, what the decision needs in view: a
 /// plan approval's plan (`versions`), a question's step, a budget's limits and spending. A run
 /// that cannot be read leaves its item as it is.
-async fn with_context(services: &Services, items: &mut [Item], versions: &[Option<u32>]) {
+async fn with_context(services: &Services, caller: &Caller, items: &mut [Item], versions: &[Option<u32>]) {
     let needing = items
         .iter_mut()
         .zip(versions)
         .filter(|(item, version)| version.is_some() || matches!(item.answer, "question" | "budget"));
     for (item, version) in needing.take(CONTEXTS_SHOWN) {
         let Ok(run_id) = RunId::parse(&item.run_id) else { continue };
-        let Ok(view) = RunView::read(services, &run_id).await else { continue };
+        let Ok(view) = RunView::read(services, &run_id, caller).await else { continue };
         if let Some(version) = version {
             item.plan = PlanSection::of(&view, Some(*version), &FrameFacts::default(), &services.redaction);
         } else if item.answer == "budget" {
@@ -142,7 +148,7 @@ pub async fn show(viewer: Viewer, services: web::Data<Services>) -> HttpResponse
                 .map(|p| (p.subject == "plan").then(|| u32::try_from(p.plan_version).ok()).flatten())
                 .collect();
             let mut items: Vec<Item> = pending.into_iter().map(|p| Item::of(p, &services.registry)).collect();
-            with_context(&services, &mut items, &versions).await;
+            with_context(&services, &viewer.caller, &mut items, &versions).await;
             page::html(&InboxPage {
                 chrome: Chrome::new("inbox", Some(&viewer)),
                 operator: viewer.caller.role == Role::Operator,

@@ -10,6 +10,7 @@ use super::viewer::Viewer;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What the frame around every page shows: which section is open, and who is signed in.
+#[derive(Clone)]
 pub struct Chrome {
     pub version: &'static str,
     pub section: &'static str,
@@ -27,13 +28,21 @@ impl Chrome {
     }
 }
 
-/// A rendered page, or the error page if the template could not be rendered.
-pub fn html(page: &impl Template) -> HttpResponse {
+/// A console page: a template in the frame every page has, which [`html`] keeps for the error
+/// page it shows instead when the template cannot be rendered.
+pub trait Page: Template {
+    fn chrome(&self) -> &Chrome;
+}
+
+/// A rendered page, or the error page if the template could not be rendered — in the page's own
+/// frame, so it still says who is signed in.
+pub fn html(page: &impl Page) -> HttpResponse {
     match page.render() {
         Ok(body) => HttpResponse::Ok().content_type("text/html; charset=utf-8").body(body),
         Err(error) => {
             tracing::error!(error = %crate::excerpt::log(&error), "console page failed to render");
-            message(None, 500, "Something went wrong", "The page could not be shown; the server log says why.")
+            let text = "The page could not be shown; the server log says why.";
+            framed(page.chrome().clone(), 500, "Something went wrong", text)
         }
     }
 }
@@ -46,6 +55,12 @@ struct Message<'a> {
     text: &'a str,
 }
 
+impl Page for Message<'_> {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 /// `/ui/…` with no page: a console page saying so (and how to go on), not the API's JSON answer;
 /// in the frame every page has, with who is signed in, when someone is. A visitor who is not is
 /// told the same without it (not sent to sign in first: there is nothing here to come back to).
@@ -55,20 +70,68 @@ pub async fn not_found(viewer: Option<Viewer>) -> HttpResponse {
 
 /// A console address whose query a page cannot read (`?version=two`): a page saying what is
 /// wrong with it, not the API's JSON answer.
-pub fn bad_query(error: QueryPayloadError, _request: &HttpRequest) -> actix_web::Error {
+pub fn bad_query(error: QueryPayloadError, request: &HttpRequest) -> actix_web::Error {
     // The parser's message may quote the query: bounded, as every answer is.
     let reason = crate::excerpt::excerpt(&error.to_string(), 300).into_owned();
     let text = format!("This address asks for something the page cannot read: {reason}.");
-    // An error handler cannot wait for the viewer to be read: the page has no signed-in header.
-    InternalError::from_response(error, message(None, 400, "Not a page address", &text)).into()
+    // Who is looking is read from the request alone (its key or session), as the page would have.
+    let viewer = Viewer::of(request).ok();
+    InternalError::from_response(error, message(viewer.as_ref(), 400, "Not a page address", &text)).into()
 }
 
 /// A page that only says what happened (a run not found, an error), in the frame every page has:
 /// with who is signed in when `viewer` is known, as the page the viewer asked for would have had.
 pub fn message(viewer: Option<&Viewer>, status: u16, title: &str, text: &str) -> HttpResponse {
-    let page = Message { chrome: Chrome::new("", viewer), title, text };
+    framed(Chrome::new("", viewer), status, title, text)
+}
+
+/// [`message`] in the frame `chrome`.
+fn framed(chrome: Chrome, status: u16, title: &str, text: &str) -> HttpResponse {
+    let page = Message { chrome, title, text };
     let body = page.render().unwrap_or_else(|_| text.to_string());
     let status =
         actix_web::http::StatusCode::from_u16(status).unwrap_or(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR);
     HttpResponse::build(status).content_type("text/html; charset=utf-8").body(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt;
+
+    use super::*;
+    use crate::http::{Caller, Role};
+
+    /// A page whose template cannot be rendered: a value in it refuses to be shown.
+    #[derive(Template)]
+    #[template(source = "{{ value }}", ext = "html")]
+    struct Broken {
+        chrome: Chrome,
+        value: Refuses,
+    }
+
+    struct Refuses;
+
+    impl fmt::Display for Refuses {
+        fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+            Err(fmt::Error)
+        }
+    }
+
+    impl Page for Broken {
+        fn chrome(&self) -> &Chrome {
+            &self.chrome
+        }
+    }
+
+    #[test]
+    fn a_page_that_cannot_be_rendered_says_so_with_who_is_signed_in() {
+        let viewer = Viewer { caller: Caller { role: Role::Operator, principal: "ops".into() }, signed_in: true };
+        let response = html(&Broken { chrome: Chrome::new("runs", Some(&viewer)), value: Refuses });
+        assert_eq!(response.status(), 500);
+        let body = futures::executor::block_on(actix_web::body::to_bytes(response.into_body())).unwrap();
+        let page = String::from_utf8(body.to_vec()).unwrap();
+        assert!(page.contains("<h1>Something went wrong</h1>"), "{page}");
+        assert!(page.contains(r#"Signed in as <strong data-testid="principal">ops</strong>"#), "{page}");
+        assert!(page.contains(r#"<form class="sign-out""#), "{page}");
+    }
 }

@@ -24,9 +24,6 @@ use crate::run::{RunId, RunStatus};
 use crate::services::Services;
 use crate::store::{StoreError, runs};
 
-/// Re-runs a page links to (a run started again more often than this is rare).
-const RERUNS_SHOWN: i64 = 50;
-
 /// Characters of the objective the run page's heading shows (the run list shows as many).
 const HEADING_CHARS: usize = 300;
 
@@ -83,6 +80,12 @@ struct RunPage {
     box_height: u32,
 }
 
+impl page::Page for RunPage {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub struct RunQuery {
     version: Option<u32>,
@@ -111,7 +114,7 @@ pub async fn show(
     let not_found =
         || page::message(Some(&viewer), 404, "Run not found", "There is no run with this id that you may see.");
     let Ok(run_id) = RunId::parse(&id) else { return not_found() };
-    let view = match RunView::read(&services, &run_id).await {
+    let view = match RunView::read(&services, &run_id, caller).await {
         Ok(view) => view,
         Err(ViewError::Store(StoreError::NotFound(_))) => return not_found(),
         Err(error) => return unavailable(&viewer, &error),
@@ -131,10 +134,10 @@ pub async fn show(
         let rendered = Seq::new(view.run.last_seq).unwrap_or(Seq::MAX).next();
         let events = events::page_before(&services, &run_id, rendered).await?;
         let facts = events::facts(&services, &run_id).await?;
-        let (parent, reruns) = relatives(&services, caller, &view).await?;
-        Ok::<_, StoreError>((events, facts, parent, reruns))
+        let parent = parent_run(&services, caller, &view).await?;
+        Ok::<_, StoreError>((events, facts, parent))
     };
-    let (events, facts, parent, reruns) = match read.await {
+    let (events, facts, parent) = match read.await {
         Ok(read) => read,
         Err(error) => return unavailable(&viewer, &error),
     };
@@ -176,7 +179,7 @@ pub async fn show(
             None => format!("plan version {}", from.version),
         }),
         parent,
-        reruns,
+        reruns: view.run.forks.clone(),
         earlier: events.first().map(|e| e.seq).filter(|&seq| seq > 1),
         events,
         kinds: events::kinds(),
@@ -247,30 +250,17 @@ fn replan_refused(view: &RunView) -> Option<String> {
     (budget.limits.replans_left(&budget.used) == 0).then(|| format!("No replans left: {used} of {max} used"))
 }
 
-/// The run this one was started again from and the runs started again from it, those the
-/// viewer may see.
-async fn relatives(
-    services: &Services,
-    caller: &Caller,
-    view: &RunView,
-) -> Result<(Option<String>, Vec<String>), StoreError> {
-    let id = view.run.run_id.clone();
-    let parent_id = view.run.parent_run_id.clone();
-    let (parent, reruns) = services
+/// The run this one was started again from, if the viewer may see it. The runs started again
+/// from this one are the view's: read for the viewer already (`RunView::read`).
+async fn parent_run(services: &Services, caller: &Caller, view: &RunView) -> Result<Option<String>, StoreError> {
+    let Some(parent) = view.run.parent_run_id.clone() else { return Ok(None) };
+    let parent = services
         .store
-        .read(move |conn| {
-            let parent = match parent_id {
-                Some(parent) => match runs::get(conn, &parent) {
-                    Ok(row) => Some((row.run_id, row.owner)),
-                    Err(StoreError::NotFound(_)) => None,
-                    Err(error) => return Err(error),
-                },
-                None => None,
-            };
-            Ok((parent, runs::reruns_of(conn, &id, RERUNS_SHOWN)?))
+        .read(move |conn| match runs::get(conn, &parent) {
+            Ok(row) => Ok(Some((row.run_id, row.owner))),
+            Err(StoreError::NotFound(_)) => Ok(None),
+            Err(error) => Err(error),
         })
         .await?;
-    let parent = parent.filter(|(_, owner)| caller.may_see(owner.as_deref())).map(|(id, _)| id);
-    let reruns = reruns.into_iter().filter(|(_, owner)| caller.may_see(owner.as_deref())).map(|(id, _)| id).collect();
-    Ok((parent, reruns))
+    Ok(parent.filter(|(_, owner)| caller.may_see(owner.as_deref())).map(|(id, _)| id))
 }

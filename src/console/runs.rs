@@ -218,6 +218,12 @@ struct RunsPage {
     operator: bool,
 }
 
+impl page::Page for RunsPage {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 /// `GET /ui/runs?status=&q=&from=&to=&cursor=`.
 #[get("/runs")]
 pub async fn list(viewer: Viewer, query: web::Query<ListQuery>, services: web::Data<Services>) -> HttpResponse {

@@ -19,6 +19,12 @@ struct LoginPage {
     problem: Option<String>,
 }
 
+impl page::Page for LoginPage {
+    fn chrome(&self) -> &Chrome {
+        &self.chrome
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub struct NextQuery {
     #[serde(default)]

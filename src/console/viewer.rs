@@ -2,8 +2,7 @@
 //! anonymous operator when no keys are configured). A browser that is not signed in is sent to
 //! `/ui/login`, and back to the page it asked for afterwards.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::future::{Ready, ready};
 
 use actix_web::dev::Payload;
 use actix_web::error::InternalError;
@@ -24,19 +23,15 @@ pub struct Viewer {
 
 impl FromRequest for Viewer {
     type Error = actix_web::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+    type Future = Ready<Result<Self, Self::Error>>;
 
-    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let caller = Caller::from_request(req, payload);
-        let signed_in = by_session(req);
-        let next = req.uri().path_and_query().map_or("/ui/runs", |p| p.as_str()).to_string();
-        Box::pin(async move {
-            match caller.await {
-                Ok(caller) => Ok(Self { caller, signed_in }),
-                Err(ApiError::Unauthenticated | ApiError::InvalidKey) => Err(sign_in_first(&next)),
-                Err(other) => Err(other.into()),
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(Self::of(req).map_err(|error| match error {
+            ApiError::Unauthenticated | ApiError::InvalidKey => {
+                sign_in_first(req.uri().path_and_query().map_or("/ui/runs", |p| p.as_str()))
             }
-        })
+            other => other.into(),
+        }))
     }
 }
 
@@ -49,6 +44,12 @@ fn sign_in_first(next: &str) -> actix_web::Error {
 }
 
 impl Viewer {
+    /// Who is looking, read from the request alone (its key or session): also where no extractor
+    /// runs, as in an error handler.
+    pub fn of(req: &HttpRequest) -> Result<Self, ApiError> {
+        Ok(Self { caller: Caller::from_request(req, &mut Payload::None).into_inner()?, signed_in: by_session(req) })
+    }
+
     /// Run `run_id`'s row, if there is one this viewer may see (`None` is "not found" either way,
     /// as the API answers).
     pub async fn run_row(&self, services: &Services, run_id: &RunId) -> Result<Option<RunRow>, StoreError> {

@@ -15,6 +15,7 @@ use super::idempotency;
 use super::paging::{self, PageSize};
 use super::sse::frame_stream;
 use super::traceparent::CallerSpan;
+use crate::correlation::{self, InvalidCorrelationId};
 use crate::envelope::{self, TaskEnvelope};
 use crate::error_code::ErrorCode;
 use crate::events::Seq;
@@ -90,18 +91,16 @@ fn thread_id(id: &str, at: &str) -> Result<ThreadId, ApiError> {
     })
 }
 
-/// An `X-Correlation-Id` header, if sent: at most 200 visible ASCII characters.
+/// An `X-Correlation-Id` header, if sent, held to the rule of `metadata.correlationId`
+/// ([`crate::correlation`]).
 pub(super) fn correlation_id(req: &HttpRequest) -> Result<Option<String>, ApiError> {
     let Some(value) = req.headers().get("x-correlation-id") else { return Ok(None) };
-    match value.to_str() {
-        Ok(id) if !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_graphic()) => {
-            Ok(Some(id.to_string()))
-        }
-        _ => Err(ApiError::new(
-            ErrorCode::InvalidCorrelationId,
-            "X-Correlation-Id must be 1 to 200 visible ASCII characters",
-        )),
-    }
+    let refused = |error: InvalidCorrelationId| {
+        ApiError::new(ErrorCode::InvalidCorrelationId, format!("X-Correlation-Id: {error}"))
+    };
+    // A value that is not text at all (bytes above 0x7F) is refused as any other out of the rule.
+    let id = value.to_str().map_err(|_| refused(InvalidCorrelationId))?;
+    Ok(Some(correlation::check(id).map_err(refused)?.to_string()))
 }
 
 fn not_found(run_id: &RunId) -> ApiError {
@@ -161,14 +160,13 @@ pub async fn get_run(
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
-    let mut view = RunView::read(&services, &run_id).await.map_err(|error| match error {
+    let view = RunView::read(&services, &run_id, &caller).await.map_err(|error| match error {
         ViewError::Store(error) => run_error(&run_id)(error),
         ViewError::Unreadable(error) => ApiError::internal(error),
     })?;
     if !caller.may_see(view.run.owner.as_deref()) {
         return Err(not_found(&run_id));
     }
-    view.run.forks.retain(|fork| caller.may_see(fork.owner.as_deref()));
     let href = |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", query_escape(pointer));
     let body = view.document(href).map_err(ApiError::internal)?;
     Ok(HttpResponse::Ok().json(services.redaction.value(body)))
@@ -196,7 +194,7 @@ pub async fn get_value(
 ) -> Result<HttpResponse, ApiError> {
     let run_id = id.into_inner();
     visible(&services, &caller, &run_id).await?;
-    let view = RunView::read(&services, &run_id).await.map_err(|error| match error {
+    let view = RunView::read(&services, &run_id, &caller).await.map_err(|error| match error {
         ViewError::Store(error) => run_error(&run_id)(error),
         ViewError::Unreadable(error) => ApiError::internal(error),
     })?;

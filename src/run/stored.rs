@@ -84,9 +84,9 @@ impl Stored {
         Ok(state)
     }
 
-    /// The run's envelope, validated again (against today's capabilities).
+    /// The run's envelope, validated again (against today's capabilities) as a stored one.
     pub fn envelope(&self, services: &Services) -> Result<TaskEnvelope, ResumeError> {
-        Ok(envelope::from_value(serde_json::from_str(&self.row.envelope)?, &services.registry.catalog())?)
+        Ok(envelope::from_stored(serde_json::from_str(&self.row.envelope)?, &services.registry.catalog())?)
     }
 }
 

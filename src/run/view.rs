@@ -14,6 +14,7 @@ use super::nodes::{NodeRecord, NodeTable};
 use super::state::RunState;
 use super::status::RunStatus;
 use super::stored::{LegacyStart, LogReader, ResumeError};
+use crate::caller::Caller;
 use crate::condition::GoalConditionResult;
 use crate::events::Seq;
 use crate::events::payload::{ForkedFrom, HitlRequestInfo, ReplanInfo, RequestStatus, ReusedFrom, Verdict};
@@ -100,9 +101,9 @@ pub struct RunSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkedFrom>,
     /// The runs forked (or started again) from this one, oldest first, that the reader may see
-    /// ([`Self::visible_to`]).
+    /// (at most [`FORKS_SHOWN`]).
     #[serde(default)]
-    pub forks: Vec<Derived>,
+    pub forks: Vec<String>,
     /// What its model calls used and cost, with a breakdown by model.
     #[serde(default)]
     pub usage: Option<Usage>,
@@ -189,7 +190,7 @@ pub struct DecisionView {
 
 /// The rows a view needs besides the run's log.
 struct Rows {
-    forks: Vec<(String, Option<String>)>,
+    forks: Vec<String>,
     outputs: Vec<RunOutputRow>,
     requests: Vec<RequestRow>,
     decisions: Vec<DecisionRow>,
@@ -197,17 +198,7 @@ struct Rows {
 }
 
 /// The most forks a run document lists.
-const FORKS_SHOWN: i64 = 100;
-
-/// A run forked or started again from another: its id, as the document lists it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Derived {
-    pub run_id: String,
-    /// Who owns it: a caller is shown only its own.
-    #[serde(skip)]
-    pub owner: Option<String>,
-}
+pub const FORKS_SHOWN: i64 = 100;
 
 /// Why a run cannot be shown.
 #[derive(Debug, thiserror::Error)]
@@ -255,21 +246,24 @@ pub async fn state_of<R: LogReader + Send + 'static>(
 }
 
 impl RunView {
-    /// Reads run `run_id` and builds its view (`NotFound` if there is none).
-    pub async fn read(services: &Services, run_id: &RunId) -> Result<Self, ViewError> {
+    /// Reads run `run_id` and builds its view as `reader` sees it: with the runs forked or started
+    /// again from it that are the reader's to see (`NotFound` if there is no such run; whether the
+    /// reader may see the run itself is the caller's to check).
+    pub async fn read(services: &Services, run_id: &RunId, reader: &Caller) -> Result<Self, ViewError> {
         let _reading = services.run_reads.acquire().await;
         let lookup = run_id.to_string();
         let row = services.store.read(move |conn| runs::get(conn, &lookup)).await?;
         let (state, nodes) = state_of(services, &row, None, NodeTable::default()).await?;
         let id = run_id.to_string();
         let leased = services.claims.leasing().is_some();
+        let owner = reader.owner_filter().map(String::from);
         let rows = services
             .store
             .read(move |conn| {
                 let (requests, decisions) = hitl::for_run(conn, &id)?;
                 let lease = if leased { Some(leases::of(conn, &id)?) } else { None };
                 Ok(Rows {
-                    forks: runs::reruns_of(conn, &id, FORKS_SHOWN)?,
+                    forks: runs::reruns_of(conn, &id, owner.as_deref(), FORKS_SHOWN)?,
                     outputs: evaluations::of_run(conn, &id)?,
                     requests,
                     decisions,
@@ -303,11 +297,7 @@ impl RunView {
             last_seq: state.last_seq.get(),
             parent_run_id: row.parent_run_id.clone(),
             forked_from: state.forked_from.clone(),
-            forks: rows
-                .forks
-                .iter()
-                .map(|(run_id, owner)| Derived { run_id: run_id.clone(), owner: owner.clone() })
-                .collect(),
+            forks: rows.forks,
             usage: Some(state.usage.total.clone()),
             budget: state.budget.map(|limits| SpendingView { limits, spent: state.usage.spent }),
         };

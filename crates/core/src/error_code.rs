@@ -66,7 +66,7 @@ error_codes! {
     InvalidUrl => "invalid_url", 400,
         "The URL contains the NUL character (`%00`).";
     InvalidCorrelationId => "invalid_correlation_id", 400,
-        "`X-Correlation-Id` is not 1 to 200 visible ASCII characters.";
+        "`X-Correlation-Id` (or, as a detail of `invalid_envelope`, `metadata.correlationId`) is not 1 to 200 visible ASCII characters.";
     InvalidIdempotencyKey => "invalid_idempotency_key", 400,
         "`Idempotency-Key` is not 1 to 255 visible ASCII characters.";
     InvalidLastEventId => "invalid_last_event_id", 400,

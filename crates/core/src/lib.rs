@@ -4,7 +4,7 @@
 //!
 //! Its modules, from the bottom: the words shared by every layer ([`hash`],
 //! [`excerpt`], [`elide`], [`redact`], the HTTP API's [`error_code`]s); what a caller sends and a capability answers
-//! ([`envelope`], [`contract`], [`validation`], [`runtime_policy`], [`timeouts`], [`retry`],
+//! ([`envelope`] with its [`correlation`] id, [`contract`], [`validation`], [`runtime_policy`], [`timeouts`], [`retry`],
 //! [`budget`], [`facet`], and the [`settings`] that give their defaults); and [`plan`], the plan a
 //! planner drafts.
 
@@ -15,6 +15,7 @@ pub use flexrun_conditions::suggest;
 pub mod budget;
 pub mod capability;
 pub mod contract;
+pub mod correlation;
 pub mod elide;
 pub mod envelope;
 pub mod error_code;

@@ -215,14 +215,19 @@ pub struct Filter<'a> {
     pub run_id: Option<&'a str>,
 }
 
-/// The runs started again from `run_id`, oldest first (at most `limit`).
-pub fn reruns_of(conn: &mut DbConn, run_id: &str, limit: i64) -> Result<Vec<(String, Option<String>)>, StoreError> {
-    Ok(super::on_backend!(conn, |c| runs::table
-        .filter(runs::parent_run_id.eq(run_id))
-        .order(runs::run_id)
-        .limit(limit)
-        .select((runs::run_id, runs::owner))
-        .load(c))?)
+/// The runs started again (or forked) from `run_id`, oldest first, at most `limit` — with
+/// `owner`, only that principal's. The owner is filtered here, before the limit: any caller may
+/// name any run as the one its run starts again (`metadata.rerunOf`), and runs filtered after
+/// the limit could crowd the reader's own out of it.
+pub fn reruns_of(conn: &mut DbConn, run_id: &str, owner: Option<&str>, limit: i64) -> Result<Vec<String>, StoreError> {
+    Ok(super::on_backend!(conn, |c| {
+        let mut query =
+            runs::table.filter(runs::parent_run_id.eq(run_id)).order(runs::run_id).limit(limit).into_boxed();
+        if let Some(owner) = owner {
+            query = query.filter(runs::owner.eq(owner));
+        }
+        query.select(runs::run_id).load(c)
+    })?)
 }
 
 /// The objectives of the runs `ids`, by run id.

@@ -11,6 +11,7 @@ use crate::budget::BudgetPolicy;
 use crate::condition::GoalCondition;
 use crate::condition::dsl::Catalog;
 use crate::contract::OutputContract;
+use crate::error_code::ErrorCode;
 use crate::retry::RetryOverrides;
 use crate::runtime_policy::{self, RuntimePolicy};
 use crate::timeouts::TimeoutOverrides;
@@ -115,8 +116,26 @@ pub fn parse(body: &[u8], catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeErr
     from_value(raw, catalog)
 }
 
-/// Validates an envelope already read as JSON.
-pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeError> {
+/// Validates an envelope already read as JSON: a request's, held to every rule.
+pub fn from_value(raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeError> {
+    read(raw, catalog, Rules::Request)
+}
+
+/// Reads back the envelope a run was stored with (to resume or fork the run), validated again as
+/// [`from_value`] does but for the rules on how a request names its run: the run has its
+/// correlation id already, and a run stored before such a rule existed must still resume.
+pub fn from_stored(raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, EnvelopeError> {
+    read(raw, catalog, Rules::Stored)
+}
+
+/// Which rules an envelope is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    Request,
+    Stored,
+}
+
+fn read(mut raw: Value, catalog: &Catalog, rules: Rules) -> Result<TaskEnvelope, EnvelopeError> {
     validation::refuse_nul(&raw).map_err(|e| EnvelopeError::Invalid(vec![e]))?;
     let shape = SCHEMA.check(&raw);
     // Stored with `2.0` read as `2`, so every later reading of the policies agrees with this one.
@@ -124,6 +143,9 @@ pub fn from_value(mut raw: Value, catalog: &Catalog) -> Result<TaskEnvelope, Env
         *policies = validation::integral_numbers(policies.take());
     }
     let mut errors = unsupported_features(&raw);
+    if rules == Rules::Request {
+        errors.extend(correlation_id_problem(&raw));
+    }
     let output_contract =
         OutputContract::parse(&raw["outputContract"], "/outputContract").map_err(|e| errors.extend(e)).ok();
     let mut dsl_errors = Vec::new();
@@ -278,6 +300,14 @@ fn undeclared_facets(raw: &Value, contract: &OutputContract, catalog: &Catalog) 
             )
         })
         .collect()
+}
+
+/// `metadata.correlationId`, held to the rule `X-Correlation-Id` is ([`crate::correlation`]).
+fn correlation_id_problem(raw: &Value) -> Option<FieldError> {
+    const AT: &str = "/metadata/correlationId";
+    let id = raw.pointer(AT)?.as_str()?;
+    let error = crate::correlation::check(id).err()?;
+    Some(FieldError::new(AT, ErrorCode::InvalidCorrelationId.as_str(), error.to_string()))
 }
 
 /// Envelope features that later flexrun versions implement. Rejecting them keeps a caller from
