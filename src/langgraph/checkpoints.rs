@@ -99,12 +99,14 @@ pub async fn history(services: &Services, thread_id: &str, query: History, limit
             entries.truncate(at);
         }
         for entry in entries.into_iter().rev() {
+            let filter = query.metadata.as_ref();
+            // Most of a checkpoint's metadata is known before its run is folded: one that cannot
+            // match costs no fold (a filter matching nothing would fold every checkpoint).
+            if filter.is_some_and(|filter| !matches(filter, &known_metadata(thread_id, run, &entry), false)) {
+                continue;
+            }
             let state = checkpoint_state(services, thread_id, run, &entry).await?;
-            let matches = query
-                .metadata
-                .as_ref()
-                .is_none_or(|wanted| wanted.iter().all(|(key, value)| state["metadata"].get(key) == Some(value)));
-            if matches {
+            if filter.is_none_or(|filter| matches(filter, &state["metadata"], true)) {
                 states.push(state);
                 if states.len() == wanted {
                     return Ok(states);
@@ -138,6 +140,24 @@ fn entries(run: &RunRow, checkpoints: &[(Seq, String)], previous_run: Option<Str
         .collect()
 }
 
+/// The metadata of checkpoint `entry` of `run` that its state does not decide (the state adds
+/// `planVersion`, `source` and, after a step, `nodeId`).
+fn known_metadata(thread_id: &str, run: &RunRow, entry: &Entry) -> Value {
+    json!({
+        "run_id": run.run_id, "thread_id": thread_id, "graph_id": "flex", "assistant_id": "flex",
+        "step": entry.seq.get(), "frame": entry.frame,
+    })
+}
+
+/// Whether `metadata` has each value `wanted` names. With `whole` false, `metadata` is a part of
+/// a checkpoint's: a key it lacks may still match.
+fn matches(wanted: &Map<String, Value>, metadata: &Value, whole: bool) -> bool {
+    wanted.iter().all(|(key, value)| match metadata.get(key) {
+        Some(has) => has == value,
+        None => !whole,
+    })
+}
+
 fn id_of(run_id: &str, seq: Seq) -> String {
     format!("{run_id}:{}", seq.get())
 }
@@ -157,11 +177,9 @@ async fn checkpoint_state(
 ) -> Result<Value, ApiError> {
     let (chat, objective) = (chat_of(run), run.objective.clone());
     let state = state_at(services, run.clone(), Some(entry.seq)).await?;
-    let mut metadata = json!({
-        "run_id": run.run_id, "thread_id": thread_id, "graph_id": "flex", "assistant_id": "flex",
-        "step": entry.seq.get(), "frame": entry.frame, "planVersion": state.plan_version(),
-        "source": "loop",
-    });
+    let mut metadata = known_metadata(thread_id, run, entry);
+    metadata["planVersion"] = json!(state.plan_version());
+    metadata["source"] = json!("loop");
     let parent = match &state.forked_from {
         // A fork's first checkpoint hangs off the one it was forked from.
         Some(from) if entry.first => {
@@ -289,5 +307,27 @@ fn on_request(error: ForkError) -> ApiError {
             ApiError::invalid_request(details.into_iter().map(|d| FieldError { path: moved(d.path), ..d }).collect())
         }
         other => other.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_part_of_the_metadata_refuses_only_what_it_holds_otherwise() {
+        let known = json!({"run_id": "r-1", "step": 4, "frame": "node_complete"});
+        let whole = json!({"run_id": "r-1", "step": 4, "frame": "node_complete", "nodeId": "draft"});
+        let by_node = filter(json!({"frame": "node_complete", "nodeId": "draft"}));
+        assert!(matches(&by_node, &known, false), "nodeId is not known before the fold");
+        assert!(matches(&by_node, &whole, true));
+        assert!(!matches(&filter(json!({"nodeId": "other"})), &whole, true));
+        assert!(!matches(&filter(json!({"nodeId": "draft"})), &known, true), "a whole metadata lacking a key");
+        assert!(!matches(&filter(json!({"frame": "plan_generated", "nodeId": "draft"})), &known, false));
+        assert!(!matches(&filter(json!({"step": "4"})), &known, false), "values compare as JSON");
     }
 }
