@@ -70,8 +70,8 @@ struct Followed {
     /// Each stored registration's text by id, valid or not (one that is not valid here was
     /// warned of once, when it was read).
     registrations: Registrations,
-    /// The [`Summary`] of the rows last read; `None` before any.
-    summary: Option<Summary>,
+    /// The [`Summary`] of the rows last read.
+    summary: Summary,
 }
 
 impl Registry {
@@ -86,7 +86,7 @@ impl Registry {
         announce: Option<String>,
     ) -> Result<Self, RegistryError> {
         let rows = store.read(rows::all).await?;
-        let summary = Some(Summary::of(&rows));
+        let summary = Summary::of(&rows);
         let registrations = registrations(rows);
         let mut capabilities = Capabilities::new();
         let invalid =
@@ -223,7 +223,7 @@ impl Registry {
             );
         }
         followed.registrations = stored;
-        followed.summary = Some(summary);
+        followed.summary = summary;
         Ok(())
     }
 
@@ -233,7 +233,7 @@ impl Registry {
     pub async fn check_stored(&self) -> Result<(), RegistryError> {
         let now = self.store.read(rows::summary).await?;
         let last = self.stored.lock().await.summary;
-        if last != Some(now) {
+        if last != now {
             self.follow_stored().await?;
         }
         Ok(())

@@ -225,13 +225,17 @@ pub(super) fn capability_list() -> Value {
 pub(super) fn registered() -> Value {
     json!({"type": "object", "required": ["ok", "capability", "registry"],
            "properties": {"ok": {"const": true}, "capability": capability(),
-                          "registry": {"type": "object", "required": ["count"], "properties": {"count": {"type": "integer"}}}}})
+                          "registry": registry_count()}})
 }
 
 pub(super) fn unregistered() -> Value {
     json!({"type": "object", "required": ["ok", "capabilityId", "registry"],
-           "properties": {"ok": {"const": true}, "capabilityId": {"type": "string"},
-                          "registry": {"type": "object", "required": ["count"], "properties": {"count": {"type": "integer"}}}}})
+           "properties": {"ok": {"const": true}, "capabilityId": {"type": "string"}, "registry": registry_count()}})
+}
+
+/// How many capabilities the registry offers after a registration or an unregistration.
+fn registry_count() -> Value {
+    json!({"type": "object", "required": ["count"], "properties": {"count": {"type": "integer"}}})
 }
 
 pub(super) fn compiled() -> Value {
