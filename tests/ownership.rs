@@ -66,6 +66,26 @@ async fn callers_see_only_their_own_runs_and_operators_see_every_run() {
     assert_eq!(server.count(&format!("SELECT COUNT(*) AS n FROM runs WHERE run_id = '{bobs}' AND owner = 'bob'")), 1);
 }
 
+/// Whether a caller may see a run is decided from its row, before its log is read: another
+/// caller naming a run whose log cannot be read gets the same 404 as for a run that does not
+/// exist — not the 500 its owner gets, which would tell that the run is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_callers_run_is_not_found_even_when_its_log_is_unreadable() {
+    let server = server().await;
+    let alices = start_as(&server, ALICE, &envelope()).await;
+    let statement = format!("UPDATE run_events SET frame = 'not a frame' WHERE run_id = '{alices}' AND seq = 2");
+    diesel::RunQueryDsl::execute(diesel::sql_query(statement), &mut server.db()).unwrap();
+
+    let document = format!("/api/v1/flex/runs/{alices}");
+    let (status, body) = get(&server, BOB, &document).await;
+    assert_eq!((status, &body["error"]["code"]), (404, &json!("run_not_found")));
+    let (status, _) = get(&server, ALICE, &document).await;
+    assert_eq!(status, 500, "its owner is told the run cannot be read");
+    let page = |key: &str| server.http.get(server.url(&format!("/ui/runs/{alices}"))).bearer_auth(key.to_string()).send();
+    assert_eq!(page(BOB).await.unwrap().status(), 404);
+    assert_eq!(page(ALICE).await.unwrap().status(), 503, "its owner's page says it cannot be shown");
+}
+
 /// The runs a run's console page (and its document) lists as started again from it — the
 /// console's `data-testid=reruns`.
 async fn reruns_shown(server: &TestServer, key: &str, run_id: &str) -> Vec<String> {

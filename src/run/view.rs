@@ -247,12 +247,16 @@ pub async fn state_of<R: LogReader + Send + 'static>(
 
 impl RunView {
     /// Reads run `run_id` and builds its view as `reader` sees it: with the runs forked or started
-    /// again from it that are the reader's to see (`NotFound` if there is no such run; whether the
-    /// reader may see the run itself is the caller's to check).
+    /// again from it that are the reader's to see. `NotFound` if there is no such run or it is not
+    /// the reader's to see — decided from its row, before its log is folded, so a caller naming
+    /// another's run costs one read.
     pub async fn read(services: &Services, run_id: &RunId, reader: &Caller) -> Result<Self, ViewError> {
         let _reading = services.run_reads.acquire().await;
         let lookup = run_id.to_string();
         let row = services.store.read(move |conn| runs::get(conn, &lookup)).await?;
+        if !reader.may_see(row.owner.as_deref()) {
+            return Err(StoreError::NotFound(format!("run {run_id}")).into());
+        }
         let (state, nodes) = state_of(services, &row, None, NodeTable::default()).await?;
         let id = run_id.to_string();
         let leased = services.claims.leasing().is_some();
