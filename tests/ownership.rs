@@ -81,7 +81,8 @@ async fn another_callers_run_is_not_found_even_when_its_log_is_unreadable() {
     assert_eq!((status, &body["error"]["code"]), (404, &json!("run_not_found")));
     let (status, _) = get(&server, ALICE, &document).await;
     assert_eq!(status, 500, "its owner is told the run cannot be read");
-    let page = |key: &str| server.http.get(server.url(&format!("/ui/runs/{alices}"))).bearer_auth(key.to_string()).send();
+    let page =
+        |key: &str| server.http.get(server.url(&format!("/ui/runs/{alices}"))).bearer_auth(key.to_string()).send();
     assert_eq!(page(BOB).await.unwrap().status(), 404);
     assert_eq!(page(ALICE).await.unwrap().status(), 503, "its owner's page says it cannot be shown");
 }

@@ -11,7 +11,7 @@
 //! at once.
 //!
 //! The stored capability registrations are the truth in the same way: every write or delete of
-//! one notifies in its transaction ([`REGISTRATIONS`], the registry's channel), and the listener
+//! one notifies in its transaction ([`REGISTRATIONS`](crate::capability::REGISTRATIONS), the registry's channel), and the listener
 //! asks the registry to read them again ([`crate::capability::Registry::reread`]) — and so it does
 //! each time it is listening again, since notifications sent meanwhile are lost.
 //! `capability::follow` does the reading (and says why it also checks the registrations every
@@ -19,7 +19,6 @@
 
 use std::sync::Arc;
 
-use crate::capability::REGISTRATIONS;
 use crate::run::id::RunId;
 use crate::run::operator::Actor;
 use crate::services::Services;
@@ -83,7 +82,8 @@ mod listener {
     use tokio::sync::mpsc;
     use tokio_postgres::AsyncMessage;
 
-    use super::{CHANGED, REGISTRATIONS, STOP, StopNotice};
+    use super::{CHANGED, STOP, StopNotice};
+    use crate::capability::REGISTRATIONS;
     use crate::events::BusMessage;
     use crate::run::id::RunId;
     use crate::services::Services;
