@@ -13,7 +13,7 @@ use crate::config::Settings;
 use crate::events::Bus;
 use crate::facet::{FacetCatalog, FacetCatalogError};
 use crate::llm::pool::ModelPool;
-use crate::mcp::{McpRegistryError, McpServers, Publish};
+use crate::mcp::{McpPolicy, McpRegistryError, McpServers, Publish};
 use crate::planner::Planner;
 use crate::redact::Redaction;
 use crate::run::backlog::Backlogs;
@@ -151,6 +151,7 @@ impl Services {
             Arc::new(move |server: &str, tools| registry.set_tools(server, tools))
         };
         let http = executors.http_client();
+        let policy = McpPolicy { endpoints: policy, token_variables: settings.mcp.token_variables.clone() };
         let mcp = McpServers::load(store.clone(), policy, http, limits.max_response_bytes, publish, files.mcp_servers)
             .await?;
         let executors = executors.with_mcp(mcp.clone());

@@ -17,9 +17,13 @@ use support::{Options, Reply, TestServer, frame_of, kinds, script};
 const TOKEN_VARIABLE: &str = "PATH";
 const HEADER_SECRET: &str = "hdr-secret-0815";
 
+/// The setting that lets registrations name [`TOKEN_VARIABLE`] (and the default `*_MCP_TOKEN`).
+const TOKEN_VARIABLES: (&str, &str) = ("FLEXRUN_MCP_TOKEN_VARIABLES", "PATH, *_MCP_TOKEN");
+
 /// A flexrun server with no capability of its own, whose planner always answers `plan`.
 async fn flexrun(plan: Value) -> TestServer {
-    let options = Options { capabilities: Vec::new(), ..Options::default() };
+    let env = vec![(TOKEN_VARIABLES.0, TOKEN_VARIABLES.1.to_string())];
+    let options = Options { capabilities: Vec::new(), env, ..Options::default() };
     TestServer::start_with(script(move |_| Reply::json(plan.clone())), options).await
 }
 
@@ -141,7 +145,8 @@ async fn a_plan_calls_two_tools_one_reading_the_others_output_and_the_goal_holds
 
 /// The planner answers `first` until a node's failure is in its prompt, then `repaired`.
 async fn flexrun_repairing(first: Value, repaired: Value) -> TestServer {
-    let options = Options { capabilities: Vec::new(), ..Options::default() };
+    let env = vec![(TOKEN_VARIABLES.0, TOKEN_VARIABLES.1.to_string())];
+    let options = Options { capabilities: Vec::new(), env, ..Options::default() };
     let planner = script(move |call| {
         Reply::json(if call.user.contains("### NODE ERROR REPAIR") { repaired.clone() } else { first.clone() })
     });
@@ -370,6 +375,10 @@ async fn bad_registrations_are_refused_with_their_pointer_and_nothing_is_stored(
         (json!({"id": "x", "url": "not a url"}), "/url"),
         (json!({"id": "x", "url": "http://127.0.0.1:1/mcp", "extra": true}), "/extra"),
         (json!({"id": "x y", "url": "http://127.0.0.1:1/mcp"}), "/id"),
+        // The token is read from flexrun's environment and sent to the URL: only a variable the
+        // configuration lists may be named, never the one holding the callers' keys.
+        (json!({"id": "x", "url": "http://127.0.0.1:1/mcp", "bearerTokenEnv": "FLEXRUN_API_KEYS"}), "/bearerTokenEnv"),
+        (json!({"id": "x", "url": "http://127.0.0.1:1/mcp", "bearerTokenEnv": "OPENAI_API_KEY"}), "/bearerTokenEnv"),
     ] {
         let (status, body) = register(&server, registration.clone()).await;
         assert_eq!(
@@ -449,7 +458,7 @@ async fn killed_mid_call_the_run_finishes_without_calling_completed_steps_again(
     ]});
     let model = flexrun::llm::standin::StandIn::start(script(move |_| Reply::json(plan.clone()))).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut server = support::process::ServerProcess::start(dir.path(), &model.base_url, &[], &[]).await;
+    let mut server = support::process::ServerProcess::start(dir.path(), &model.base_url, &[], &[TOKEN_VARIABLES]).await;
     let mut registration = python_registration(&py);
     registration["tools"] = json!({});
     let registered =
@@ -500,7 +509,11 @@ async fn a_server_registered_through_one_node_is_offered_by_the_others() {
     let database = support::database::fresh_postgres();
     let node = |id: &'static str| Options {
         capabilities: Vec::new(),
-        env: vec![("FLEXRUN_DATABASE_URL", database.clone()), ("FLEXRUN_NODE_ID", id.to_string())],
+        env: vec![
+            ("FLEXRUN_DATABASE_URL", database.clone()),
+            ("FLEXRUN_NODE_ID", id.to_string()),
+            (TOKEN_VARIABLES.0, TOKEN_VARIABLES.1.to_string()),
+        ],
         ..Options::default()
     };
     let first = TestServer::start_with(script(|_| Reply::json(json!({"nodes": []}))), node("node-a")).await;

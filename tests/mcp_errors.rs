@@ -31,7 +31,8 @@ async fn a_tools_error_quoting_the_callers_credentials_shows_them_nowhere() {
     let planner = script(move |call| {
         Reply::json(if call.user.contains("### NODE ERROR REPAIR") { repaired.clone() } else { first.clone() })
     });
-    let server = TestServer::start_with(planner, Options { capabilities: Vec::new(), ..Options::default() }).await;
+    let env = vec![("FLEXRUN_MCP_TOKEN_VARIABLES", TOKEN_VARIABLE.to_string())];
+    let server = TestServer::start_with(planner, Options { capabilities: Vec::new(), env, ..Options::default() }).await;
     let registration = json!({"id": "py", "url": py.url(), "bearerTokenEnv": TOKEN_VARIABLE,
                               "headers": {"X-Team": HEADER_SECRET}, "outputFacets": {"add": "sum"}});
     let response =

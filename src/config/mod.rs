@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::capability::UrlPrefix;
+use crate::mcp::TokenVariables;
 use crate::timeouts::Timeouts;
 use budget::BudgetSettings;
 use flexrun_core::run::decide::RunLimits;
@@ -45,6 +46,7 @@ pub struct Settings {
     pub http: HttpSettings,
     pub sessions: SessionSettings,
     pub http_capabilities: HttpCapabilitySettings,
+    pub mcp: McpSettings,
     pub redaction: RedactionSettings,
     pub cluster: ClusterSettings,
     pub telemetry: TelemetrySettings,
@@ -158,6 +160,15 @@ pub struct HttpCapabilitySettings {
     pub max_concurrent_calls: usize,
 }
 
+/// MCP servers (`docs/mcp.md`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSettings {
+    /// The environment variables a registration's `bearerTokenEnv` may name; parsed when the
+    /// settings load, so a bad entry stops the server.
+    pub token_variables: TokenVariables,
+}
+
 /// Environment variables that override a setting, in order of preference.
 const ENV_OVERRIDES: &[(&str, &[&str])] = &[
     ("bind", &["FLEXRUN_BIND"]),
@@ -195,6 +206,7 @@ const ENV_LIST_OVERRIDES: &[(&str, &str)] = &[
     ("auth.api_keys", "FLEXRUN_API_KEYS"),
     ("auth.operator_keys", "FLEXRUN_OPERATOR_KEYS"),
     ("http.allowed_hosts", "FLEXRUN_ALLOWED_HOSTS"),
+    ("mcp.token_variables", "FLEXRUN_MCP_TOKEN_VARIABLES"),
 ];
 
 impl Limits {
@@ -468,6 +480,17 @@ mod tests {
             let report = format!("{:#}", anyhow::Error::from(load_file(&toml).unwrap_err()));
             assert_eq!(report.matches(entry).count(), 1, "said once: {report}");
         }
+    }
+
+    #[test]
+    fn mcp_token_variables_are_parsed_when_the_settings_load() {
+        let defaults = load(&[]).unwrap().mcp.token_variables;
+        assert!(defaults.allows("CALC_MCP_TOKEN") && !defaults.allows("FLEXRUN_API_KEYS"), "{defaults}");
+        let listed = load(&[("FLEXRUN_MCP_TOKEN_VARIABLES", "GITHUB_TOKEN, SEARCH_*")]).unwrap().mcp.token_variables;
+        assert_eq!(listed.to_string(), "GITHUB_TOKEN, SEARCH_*");
+        assert!(!listed.allows("CALC_MCP_TOKEN"), "the list replaces the default");
+        let err = load_file("[mcp]\ntoken_variables = [\"*_MCP_TOKEN\", \"A*B\"]\n").unwrap_err().to_string();
+        assert!(err.contains("mcp.token_variables") && err.contains("\"A*B\""), "{err}");
     }
 
     #[test]

@@ -10,4 +10,5 @@ mod servers;
 mod sse;
 mod too_large;
 
+pub use flexrun_core::mcp::{McpPolicy, TokenVariables};
 pub use servers::{McpRegistryError, McpServers, Publish, ServerState};

@@ -21,9 +21,9 @@ use super::client::{Called, McpError, Round, Session};
 use crate::store::Store;
 use crate::store::mcp_servers::{self as rows, McpServerRow};
 use crate::validation::FieldError;
-use flexrun_core::capability::{Capability, CapabilityError, ContextBundle, EndpointAllowlist, Reply, Signal};
+use flexrun_core::capability::{Capability, CapabilityError, ContextBundle, Reply, Signal};
 use flexrun_core::mcp::question::{self, InputRequired};
-use flexrun_core::mcp::{McpServer, McpTool, ToolDescription, arguments, tool};
+use flexrun_core::mcp::{McpPolicy, McpServer, McpTool, ToolDescription, arguments, tool};
 
 /// Receives a server's tools as capabilities, whenever they are listed (the capability registry).
 pub type Publish = Arc<dyn Fn(&str, Vec<Arc<Capability>>) + Send + Sync>;
@@ -85,7 +85,7 @@ struct Entry {
 
 struct Inner {
     store: Store,
-    policy: EndpointAllowlist,
+    policy: McpPolicy,
     http: reqwest::Client,
     max_response_bytes: usize,
     publish: Publish,
@@ -105,7 +105,7 @@ impl McpServers {
     /// directory), each watched from now on; none is waited for.
     pub async fn load(
         store: Store,
-        policy: EndpointAllowlist,
+        policy: McpPolicy,
         http: reqwest::Client,
         max_response_bytes: usize,
         publish: Publish,

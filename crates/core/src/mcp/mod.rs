@@ -6,9 +6,11 @@
 
 pub mod arguments;
 pub mod question;
+pub mod token;
 pub mod tool;
 
 pub use crate::capability::{McpTool, ToolHints};
+pub use token::{InvalidTokenVariables, TokenVariables};
 pub use tool::{ToolDescription, ToolRefused};
 
 use std::collections::BTreeMap;
@@ -28,6 +30,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often a server's tool list is read again when the registration does not say.
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(300);
+
+/// What a registration is held to beyond its shape: where its server may be (the allowlist and
+/// address guard of `http` capabilities) and which environment variable may hold its token.
+#[derive(Debug, Clone, Default)]
+pub struct McpPolicy {
+    pub endpoints: EndpointAllowlist,
+    pub token_variables: TokenVariables,
+}
 
 /// A registered MCP server, validated.
 #[derive(Clone, PartialEq)]
@@ -82,7 +92,7 @@ struct Raw {
 
 impl McpServer {
     /// Validates a registration; every problem is reported with its JSON Pointer.
-    pub fn parse(registration: &serde_json::Value, policy: &EndpointAllowlist) -> Result<Self, Vec<FieldError>> {
+    pub fn parse(registration: &serde_json::Value, policy: &McpPolicy) -> Result<Self, Vec<FieldError>> {
         validation::refuse_nul(registration).map_err(|e| vec![e])?;
         let errors = SCHEMA.check(registration);
         if !errors.is_empty() {
@@ -100,7 +110,15 @@ impl McpServer {
         if !unsendable.is_empty() {
             return Err(unsendable);
         }
-        let url = allowed_url(&raw.url, "/url", policy).map_err(|e| vec![e])?;
+        let url = allowed_url(&raw.url, "/url", &policy.endpoints).map_err(|e| vec![e])?;
+        if let Some(variable) = raw.bearer_token_env.as_deref().filter(|v| !policy.token_variables.allows(v)) {
+            let message = format!(
+                "{variable} is not a variable a registration may name: the configuration's mcp.token_variables \
+                 allows {}",
+                crate::excerpt::excerpt(&policy.token_variables.to_string(), 200)
+            );
+            return Err(vec![FieldError::new("/bearerTokenEnv", "token_variable_not_allowed", message)]);
+        }
         if raw.headers.keys().any(|name| name.eq_ignore_ascii_case("authorization")) && raw.bearer_token_env.is_some() {
             let message = "send the token either as `bearerTokenEnv` or as an `Authorization` header, not both";
             return Err(vec![FieldError::new("/headers", "conflict", message)]);
@@ -177,8 +195,12 @@ mod tests {
     use crate::capability::UrlPrefix;
     use serde_json::json;
 
+    fn policy() -> McpPolicy {
+        McpPolicy { token_variables: TokenVariables::parse(&["*_MCP_TOKEN", "TOKEN"]).unwrap(), ..Default::default() }
+    }
+
     fn parse(registration: serde_json::Value) -> Result<McpServer, Vec<FieldError>> {
-        McpServer::parse(&registration, &EndpointAllowlist::default())
+        McpServer::parse(&registration, &policy())
     }
 
     fn refused_at(registration: serde_json::Value) -> Vec<String> {
@@ -232,14 +254,35 @@ mod tests {
 
     #[test]
     fn a_url_outside_the_allowlist_is_refused() {
-        let policy = EndpointAllowlist {
+        let endpoints = EndpointAllowlist {
             allowed_url_prefixes: vec![UrlPrefix::parse("http://tools.internal/").unwrap()],
             ..EndpointAllowlist::default()
         };
+        let policy = McpPolicy { endpoints, ..policy() };
         let outside = json!({"id": "s", "url": "http://elsewhere.example/mcp"});
         let errors = McpServer::parse(&outside, &policy).unwrap_err();
         assert_eq!((errors[0].path.as_str(), errors[0].code.as_str()), ("/url", "invalid_endpoint"));
         assert!(McpServer::parse(&json!({"id": "s", "url": "http://tools.internal/mcp"}), &policy).is_ok());
+    }
+
+    /// The token is read from the server's environment and sent to the registered URL: a
+    /// registration may name only a variable the configuration allows, never, say, the variable
+    /// holding the callers' keys.
+    #[test]
+    fn a_token_variable_the_configuration_does_not_allow_is_refused() {
+        let with = |variable: &str| json!({"id": "s", "url": "http://127.0.0.1/mcp", "bearerTokenEnv": variable});
+        assert_eq!(parse(with("CALC_MCP_TOKEN")).unwrap().bearer_token_env.as_deref(), Some("CALC_MCP_TOKEN"));
+        for variable in ["FLEXRUN_API_KEYS", "FLEXRUN_LLM_API_KEY", "AWS_SECRET_ACCESS_KEY"] {
+            let errors = parse(with(variable)).unwrap_err();
+            assert_eq!(
+                (errors[0].path.as_str(), errors[0].code.as_str()),
+                ("/bearerTokenEnv", "token_variable_not_allowed")
+            );
+            assert!(errors[0].message.contains("*_MCP_TOKEN, TOKEN"), "{}", errors[0].message);
+        }
+        let none = McpServer::parse(&with("CALC_MCP_TOKEN"), &McpPolicy::default()).unwrap_err();
+        assert!(none[0].message.ends_with("allows none"), "{}", none[0].message);
+        assert!(McpServer::parse(&json!({"id": "s", "url": "http://127.0.0.1/mcp"}), &McpPolicy::default()).is_ok());
     }
 
     #[test]

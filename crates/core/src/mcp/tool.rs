@@ -143,10 +143,9 @@ pub fn output(tool: &McpTool, facet: &str, result: &Value) -> Result<Value, Capa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capability::EndpointAllowlist;
 
     fn server(registration: Value) -> McpServer {
-        McpServer::parse(&registration, &EndpointAllowlist::default()).unwrap()
+        McpServer::parse(&registration, &Default::default()).unwrap()
     }
 
     fn described(tool: Value) -> ToolDescription {

@@ -477,7 +477,7 @@ mod tests {
     fn with_tool(mut fixture: Fixture) -> Fixture {
         let server = crate::mcp::McpServer::parse(
             &json!({"id": "calc", "url": "http://127.0.0.1:1/mcp", "outputFacets": {"add": "post_copy"}}),
-            &EndpointAllowlist::default(),
+            &Default::default(),
         )
         .unwrap();
         let tool: crate::mcp::ToolDescription = serde_json::from_value(json!({"name": "add", "inputSchema": {

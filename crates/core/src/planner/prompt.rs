@@ -419,11 +419,9 @@ mod tests {
     fn mcp_tools_come_with_how_to_give_their_arguments_and_their_schemas() {
         let envelope = envelope();
         assert!(!build(&initial(&envelope)).1.contains("TOOL ARGUMENTS"), "no tool, no section");
-        let server = crate::mcp::McpServer::parse(
-            &json!({"id": "calc", "url": "http://127.0.0.1:1/mcp"}),
-            &crate::capability::EndpointAllowlist::default(),
-        )
-        .unwrap();
+        let server =
+            crate::mcp::McpServer::parse(&json!({"id": "calc", "url": "http://127.0.0.1:1/mcp"}), &Default::default())
+                .unwrap();
         let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
         let tool = serde_json::from_value(json!({"name": "add", "inputSchema": schema})).unwrap();
         let capabilities = [Arc::new(crate::mcp::tool::capability(&server, tool).unwrap())];

@@ -350,7 +350,7 @@ mod tests {
         let mut fixture = Fixture::new(json!({"policies": {"approval": {"destructiveTools": destructive_tools}}}));
         let server = crate::mcp::McpServer::parse(
             &json!({"id": "calc", "url": "http://127.0.0.1:1/mcp", "outputFacets": {"wipe": "post_copy", "add": "post_copy"}}),
-            &crate::capability::EndpointAllowlist::default(),
+            &Default::default(),
         )
         .unwrap();
         for tool in [json!({"name": "wipe"}), json!({"name": "add", "annotations": {"readOnlyHint": true}})] {
