@@ -295,3 +295,68 @@ async fn a_draft_of_ten_thousand_nodes_is_rejected_without_a_single_node_run() {
     assert_eq!(calls.len(), 2, "two planner calls and no capability call");
     assert!(calls[1].user.contains("PLAN_TOO_LARGE"), "the second draft is told why the first was refused");
 }
+
+/// The `data-seq` of every frame an event list of `page` shows, and its earlier and later links.
+fn listed_frames(page: &str) -> (Vec<u64>, Option<String>, Option<String>) {
+    let seqs = page.split("<li data-seq=\"").skip(1).map(|s| s.split('"').next().unwrap().parse().unwrap()).collect();
+    let link = |testid: &str| {
+        let (before, _) = page.split_once(&format!("\" data-testid=\"{testid}\""))?;
+        Some(before.rsplit_once("href=\"").unwrap().1.replace("&amp;", "&"))
+    };
+    (seqs, link("earlier"), link("later"))
+}
+
+/// The console reads a run's frames a page at a time, and a page holds at most
+/// `limits.stream_page_bytes` of frame text (its first frame always): a run of large frames is
+/// listed a few frames a page, every frame on exactly one page going back, and forward again.
+#[tokio::test]
+async fn the_consoles_event_pages_hold_a_page_of_frame_text_at_most() {
+    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let config = dir.path().join("pages.toml");
+    std::fs::write(&config, "[limits]\nstream_page_bytes = 50000\n").unwrap();
+    let big = Reply::json(json!({"text": "x".repeat(30_000), "quality_score": 0.9}));
+    let options = support::Options {
+        env: vec![("FLEXRUN_CONFIG", config.display().to_string())],
+        dir: Some(dir),
+        ..Default::default()
+    };
+    let stages: &[(&str, &str)] = &[("draft", "writer"), ("again", "writer"), ("more", "writer")];
+    let server = TestServer::start_with(support::planner_then(stages, big), options).await;
+    let frames = server.run(&envelope()).await;
+    let run_id = &frames[0].run_id;
+    let server = &server;
+    let get = move |path: String| async move {
+        let response = server.http.get(server.url(&path)).bearer_auth(support::OPERATOR_KEY).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        response.text().await.unwrap()
+    };
+
+    // Back from the tail: no page reads more than one large frame beyond the first.
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    let mut next = Some(format!("/ui/runs/{run_id}/events"));
+    while let Some(path) = next {
+        let (seqs, earlier, _) = listed_frames(&get(path).await);
+        assert!(!seqs.is_empty() && seqs.len() < frames.len(), "a page of {} frames of {}", seqs.len(), frames.len());
+        seen.splice(0..0, seqs);
+        pages += 1;
+        next = earlier;
+    }
+    let every: Vec<u64> = (1..=frames.len() as u64).collect();
+    assert_eq!(seen, every, "each frame once, in order, over {pages} pages");
+    assert!(pages >= 3, "{pages} pages");
+
+    // Forward from the first page: the same frames again.
+    let (mut seen, _, mut next) = listed_frames(&get(format!("/ui/runs/{run_id}/events?before=3")).await);
+    while let Some(path) = next {
+        let (seqs, earlier, later) = listed_frames(&get(path).await);
+        assert_eq!(earlier, Some(format!("/ui/runs/{run_id}/events?before={}", seqs[0])));
+        seen.extend(seqs);
+        next = later;
+    }
+    assert_eq!(seen, every);
+
+    // The run page lists the tail as a page does.
+    let (seqs, earlier, _) = listed_frames(&get(format!("/ui/runs/{run_id}")).await);
+    assert!(seqs.len() < frames.len() && earlier.is_some(), "{seqs:?}");
+}

@@ -1,7 +1,7 @@
 //! A run's frames as pages show them: the run page renders the tail of the log (the newest
-//! [`TAIL`] frames) and follows the rest live; `/ui/runs/{id}/events?before=N` pages back
-//! through older ones. Each frame is one line (seq, type, node, time) that opens to its JSON,
-//! redacted like every read path.
+//! [`TAIL`] frames, within `limits.stream_page_bytes` of frame text) and follows the rest live;
+//! `/ui/runs/{id}/events?before=N` pages back through older ones, `?after=N` forward. Each frame
+//! is one line (seq, type, node, time) that opens to its JSON, redacted like every read path.
 
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
@@ -17,12 +17,13 @@ use crate::redact::Redaction;
 use crate::run::RunId;
 use crate::services::Services;
 use crate::store::StoreError;
-use crate::store::events::{self as log, LoggedFrame};
+use crate::store::events::{self as log, LogPage, LoggedFrame};
 
 /// Frames a page shows at once.
 pub const TAIL: i64 = 200;
 
 /// The most frames of each kind [`facts`] reads (retries, node starts): far more than a run has.
+/// Their text is bounded too, as a page's.
 const FACTS_READ: i64 = 10_000;
 
 /// One frame, as a line of the event list.
@@ -48,11 +49,43 @@ impl EventItem {
     }
 }
 
-/// The newest frames before `before` (all of the log's tail when `before` is past its end).
-pub async fn page_before(services: &Services, run_id: &RunId, before: Seq) -> Result<Vec<EventItem>, StoreError> {
+/// Frames as a page lists them, and whether the log has more beyond them.
+pub struct EventList {
+    pub items: Vec<EventItem>,
+    pub more: bool,
+}
+
+impl EventList {
+    fn of(page: LogPage, redaction: &Redaction) -> Self {
+        Self { items: page.frames.iter().map(|f| EventItem::of(f, redaction)).collect(), more: page.more }
+    }
+
+    /// The seq of the oldest frame listed, when older ones exist (of a list read backwards).
+    pub fn earlier(&self) -> Option<u64> {
+        self.items.first().map(|e| e.seq).filter(|_| self.more)
+    }
+}
+
+/// A page of frames: at most [`TAIL`] of them and `limits.stream_page_bytes` of their text.
+fn page(services: &Services, frames: i64) -> log::Page {
+    log::Page { frames, bytes: services.settings.limits.stream_page_bytes }
+}
+
+/// The newest frames before `before` (the log's tail when `before` is past its end), as many as
+/// a page holds.
+pub async fn page_before(services: &Services, run_id: &RunId, before: Seq) -> Result<EventList, StoreError> {
     let id = run_id.to_string();
-    let frames = services.store.read(move |conn| log::before(conn, &id, before, TAIL)).await?;
-    Ok(frames.iter().map(|f| EventItem::of(f, &services.redaction)).collect())
+    let page = page(services, TAIL);
+    let frames = services.store.read(move |conn| log::page_before(conn, &id, before, None, page)).await?;
+    Ok(EventList::of(frames, &services.redaction))
+}
+
+/// The frames after `after`, as many as a page holds (`more`: newer ones exist).
+async fn page_after(services: &Services, run_id: &RunId, after: Seq) -> Result<EventList, StoreError> {
+    let id = run_id.to_string();
+    let page = page(services, TAIL);
+    let frames = services.store.read(move |conn| log::page_after(conn, &id, after, page)).await?;
+    Ok(EventList::of(frames, &services.redaction))
 }
 
 /// What a run's frames say that its view does not: how often each node's call was retried, and
@@ -66,11 +99,11 @@ pub struct FrameFacts {
 /// The [`FrameFacts`] of `run_id`.
 pub async fn facts(services: &Services, run_id: &RunId) -> Result<FrameFacts, StoreError> {
     let id = run_id.to_string();
+    let page = page(services, FACTS_READ);
+    let of_kind = move |conn: &mut crate::store::DbConn, kind| log::page_before(conn, &id, Seq::MAX, Some(kind), page);
     let (retries, starts) = services
         .store
-        .read(move |conn| {
-            Ok((log::of_type(conn, &id, "retry", FACTS_READ)?, log::of_type(conn, &id, "node_start", FACTS_READ)?))
-        })
+        .read(move |conn| Ok((of_kind(conn, "retry")?.frames, of_kind(conn, "node_start")?.frames)))
         .await?;
     let mut facts = FrameFacts::default();
     for frame in retries {
@@ -104,7 +137,7 @@ struct EventsPage {
     objective: String,
     events: Vec<EventItem>,
     kinds: Vec<&'static str>,
-    /// The link to older frames, and to newer ones.
+    /// The links to older frames (`before` the first listed) and to newer ones (`after` the last).
     earlier: Option<u64>,
     later: Option<u64>,
 }
@@ -115,17 +148,21 @@ impl page::Page for EventsPage {
     }
 }
 
+/// Where in the log a page of frames is: before seq N, or after it (the log's tail without
+/// either; `before` when both are given).
 #[derive(Debug, Deserialize)]
-pub struct Before {
+pub struct Position {
     before: Option<String>,
+    after: Option<String>,
 }
 
-/// `GET /ui/runs/{id}/events?before=N`: the [`TAIL`] frames before seq N.
+/// `GET /ui/runs/{id}/events?before=N` (`?after=N`): the frames before (after) seq N, as many as
+/// a page holds.
 #[get("/runs/{id}/events")]
 pub async fn history(
     viewer: Viewer,
     id: web::Path<String>,
-    query: web::Query<Before>,
+    query: web::Query<Position>,
     services: web::Data<Services>,
 ) -> HttpResponse {
     let not_found =
@@ -136,19 +173,30 @@ pub async fn history(
         Ok(None) => return not_found(),
         Err(error) => return super::runs::unavailable(&viewer, &error),
     };
-    let before = query.before.as_deref().and_then(|b| Seq::parse(b).ok()).unwrap_or(Seq::MAX);
-    let events = match page_before(&services, &run_id, before).await {
-        Ok(events) => events,
+    let seq = |text: &Option<String>| text.as_deref().and_then(|t| Seq::parse(t).ok());
+    let (before, after) = (seq(&query.before), seq(&query.after));
+    let read = match (before, after) {
+        (None, Some(after)) => page_after(&services, &run_id, after).await,
+        (before, _) => page_before(&services, &run_id, before.unwrap_or(Seq::MAX)).await,
+    };
+    let list = match read {
+        Ok(list) => list,
         Err(error) => return super::runs::unavailable(&viewer, &error),
     };
-    let first = events.first().map(|e| e.seq);
+    let (first, last) = (list.items.first().map(|e| e.seq), list.items.last().map(|e| e.seq));
+    let (earlier, later) = match (before, after) {
+        // Read forwards: newer frames are the page's `more`; every seq before the first is older.
+        (None, Some(_)) => (first.filter(|&seq| seq > 1), last.filter(|_| list.more)),
+        // Read backwards: older frames are the page's `more`; newer ones those from `before`.
+        (before, _) => (list.earlier(), last.filter(|_| before.is_some())),
+    };
     page::html(&EventsPage {
         chrome: Chrome::new("runs", Some(&viewer)),
         run_id: run_id.to_string(),
         objective: crate::excerpt::excerpt(&row.objective, 200).into_owned(),
-        earlier: first.filter(|&seq| seq > 1),
-        later: (before != Seq::MAX).then(|| before.get().saturating_add(TAIL.unsigned_abs())),
-        events,
+        earlier,
+        later,
+        events: list.items,
         kinds: kinds(),
     })
 }

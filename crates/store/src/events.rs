@@ -92,6 +92,25 @@ pub struct Page {
     pub bytes: u64,
 }
 
+impl Page {
+    /// Of frames' `(seq, size)` in the order a page takes them (up to one more than it holds):
+    /// the seq of the last one it takes, and whether any is left out.
+    fn fitting(self, sizes: &[(i64, i32)]) -> (Option<i64>, bool) {
+        let mut total = 0u64;
+        let taken = sizes
+            .iter()
+            .take(usize::try_from(self.frames).unwrap_or_default())
+            .enumerate()
+            .take_while(|(index, (_, size))| {
+                total = total.saturating_add(u64::try_from(*size).unwrap_or_default());
+                *index == 0 || total <= self.bytes
+            })
+            .count();
+        let last = taken.checked_sub(1).and_then(|i| sizes.get(i)).map(|(seq, _)| *seq);
+        (last, sizes.len() > taken)
+    }
+}
+
 diesel::define_sql_function! {
     /// The size of a text in bytes, read from the stored value's header where the database can
     /// (PostgreSQL does not detoast it; SQLite does not load it).
@@ -117,19 +136,9 @@ pub fn page_after(conn: &mut DbConn, run_id: &str, after: Seq, page: Page) -> Re
         .limit(page.frames.saturating_add(1))
         .select((run_events::seq, octet_length(run_events::frame)))
         .load(c))?;
-    let mut total = 0u64;
-    let fitting = sizes
-        .iter()
-        .take(usize::try_from(page.frames).unwrap_or_default())
-        .enumerate()
-        .take_while(|(index, (_, size))| {
-            total = total.saturating_add(u64::try_from(*size).unwrap_or_default());
-            *index == 0 || total <= page.bytes
-        })
-        .count();
-    let more = sizes.len() > fitting;
-    let Some((last, _)) = fitting.checked_sub(1).and_then(|i| sizes.get(i)) else {
-        return Ok(LogPage { frames: Vec::new(), more });
+    let (last, more) = match page.fitting(&sizes) {
+        (Some(last), more) => (last, more),
+        (None, more) => return Ok(LogPage { frames: Vec::new(), more }),
     };
     let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| run_events::table
         .filter(run_events::run_id.eq(run_id))
@@ -142,28 +151,48 @@ pub fn page_after(conn: &mut DbConn, run_id: &str, after: Seq, page: Page) -> Re
     Ok(LogPage { frames, more })
 }
 
-/// Up to `limit` frames before `before`, in order: the tail of a log, or the page before one.
-pub fn before(conn: &mut DbConn, run_id: &str, before: Seq, limit: i64) -> Result<Vec<LoggedFrame>, StoreError> {
-    let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| run_events::table
-        .filter(run_events::run_id.eq(run_id))
-        .filter(run_events::seq.lt(before.stored()))
-        .order(run_events::seq.desc())
-        .limit(limit)
-        .select((run_events::seq, run_events::event_type, run_events::frame))
-        .load(c))?;
-    rows.into_iter().rev().map(|row| logged(run_id, row)).collect()
-}
-
-/// Up to `limit` frames of one type, in order (`retry` frames, to count a node's retries).
-pub fn of_type(conn: &mut DbConn, run_id: &str, event_type: &str, limit: i64) -> Result<Vec<LoggedFrame>, StoreError> {
-    let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| run_events::table
-        .filter(run_events::run_id.eq(run_id))
-        .filter(run_events::event_type.eq(event_type))
-        .order(run_events::seq)
-        .limit(limit)
-        .select((run_events::seq, run_events::event_type, run_events::frame))
-        .load(c))?;
-    rows.into_iter().map(|row| logged(run_id, row)).collect()
+/// The newest frames before `before` — only those of type `kind`, when given — in order, as many
+/// as fit in `page` (`more`: older ones exist), read as [`page_after`] reads: the tail of a log or
+/// the page before one, a run's `retry` frames or its `node_start` ones. (Read by pages, not by
+/// runs' streams: the queries are built per call, where [`page_after`]'s are prepared once.)
+pub fn page_before(
+    conn: &mut DbConn,
+    run_id: &str,
+    before: Seq,
+    kind: Option<&str>,
+    page: Page,
+) -> Result<LogPage, StoreError> {
+    let sizes: Vec<(i64, i32)> = super::on_backend!(conn, |c| {
+        let mut query = run_events::table
+            .filter(run_events::run_id.eq(run_id))
+            .filter(run_events::seq.lt(before.stored()))
+            .into_boxed();
+        if let Some(kind) = kind {
+            query = query.filter(run_events::event_type.eq(kind));
+        }
+        query
+            .order(run_events::seq.desc())
+            .limit(page.frames.saturating_add(1))
+            .select((run_events::seq, octet_length(run_events::frame)))
+            .load(c)
+    })?;
+    let (first, more) = match page.fitting(&sizes) {
+        (Some(first), more) => (first, more),
+        (None, more) => return Ok(LogPage { frames: Vec::new(), more }),
+    };
+    let rows: Vec<(i64, String, String)> = super::on_backend!(conn, |c| {
+        let mut query = run_events::table
+            .filter(run_events::run_id.eq(run_id))
+            .filter(run_events::seq.lt(before.stored()))
+            .filter(run_events::seq.ge(first))
+            .into_boxed();
+        if let Some(kind) = kind {
+            query = query.filter(run_events::event_type.eq(kind));
+        }
+        query.order(run_events::seq).select((run_events::seq, run_events::event_type, run_events::frame)).load(c)
+    })?;
+    let frames = rows.into_iter().map(|row| logged(run_id, row)).collect::<Result<_, _>>()?;
+    Ok(LogPage { frames, more })
 }
 
 /// The seq and type of each `plan_generated` and `node_complete` of a run, in order, then of its
