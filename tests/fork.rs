@@ -96,6 +96,8 @@ async fn a_replaced_output_reaches_the_steps_that_run_again_and_a_bad_one_create
     assert!(pointers.contains(&"/outputs/draft/text") || pointers.contains(&"/outputs/draft"), "{body}");
     for (request, pointer) in [
         (json!({"fromVersion": 3}), "/fromVersion"),
+        // Written as a float, the version is still read (it was taken as no version: the newest).
+        (json!({"fromVersion": 3.0}), "/fromVersion"),
         (json!({"fromNode": "nope"}), "/fromNode"),
         (json!({"outputs": {"nope": {}}}), "/outputs/nope"),
         (json!({"envelope": {"objective": ""}}), "/envelope"),

@@ -86,20 +86,20 @@ async fn approval_lifecycle_with_an_operator_replan() {
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM hitl_requests WHERE status = 'pending'"), 1);
     assert_eq!(server.capability_calls("writer"), 0, "nothing ran before the approval");
 
-    // The stale version and the superseded request are refused; nothing changes.
-    let (status, _, body) = resume(
-        &server,
-        json!({"runId": run_id, "expectedPlanVersion": 1,
-        "decision": {"approved": true}}),
-    )
-    .await;
-    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("stale_plan_version")));
+    // The stale version — however the number is written — and the superseded request are
+    // refused; nothing changes.
+    for stale in [json!(1), json!(1.0), json!(3.0), json!(1e30)] {
+        let (status, _, body) =
+            resume(&server, json!({"runId": run_id, "expectedPlanVersion": stale, "decision": {"approved": true}}))
+                .await;
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("stale_plan_version")), "{stale}");
+    }
     let (status, _, body) = resume(&server, approve(&run_id, &first_request)).await;
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("stale_request")));
 
     // Approving the new plan runs it to the end.
     let mut body = approve(&run_id, &second_request);
-    body["expectedPlanVersion"] = json!(2);
+    body["expectedPlanVersion"] = json!(2.0);
     let (status, resumed, _) = resume(&server, body).await;
     assert_eq!(status, 200);
     assert_eq!(

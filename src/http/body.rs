@@ -31,7 +31,7 @@ use super::error::ApiError;
 use crate::config::Limits;
 use crate::error_code::ErrorCode;
 use crate::excerpt;
-use crate::validation;
+use crate::validation::{self, BodySchema};
 
 /// Sign-in forms read at once; more wait for none of callers' permits but get 503.
 const SIGN_IN_READS: usize = 8;
@@ -155,6 +155,18 @@ impl Body {
         validation::refuse_nul(&value).map_err(|e| ApiError::invalid_request(vec![e]))?;
         serde_json::from_value(value)
             .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("invalid request body: {e}")))
+    }
+
+    /// The body as JSON its `schema` accepts (an empty body is `{}`), problems answered as
+    /// [`Body::json`]'s and the schema's pointers; whole numbers written as `2.0` read as `2`, so
+    /// a handler reading an integer the schema let through gets it ([`validation::integral_numbers`]).
+    pub fn checked(&self, schema: &BodySchema) -> Result<Value, ApiError> {
+        let value: Value = if self.is_blank() { Value::Object(Default::default()) } else { self.json()? };
+        let details = schema.check(&value);
+        if !details.is_empty() {
+            return Err(ApiError::invalid_request(details));
+        }
+        Ok(validation::integral_numbers(value))
     }
 
     /// The fields of a form (`application/x-www-form-urlencoded`): 415 for another type.

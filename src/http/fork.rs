@@ -34,11 +34,7 @@ pub async fn fork_run(
     body: Body,
     services: web::Data<Services>,
 ) -> Result<impl Responder, ApiError> {
-    let request: Value = if body.is_blank() { Value::Object(Default::default()) } else { body.json()? };
-    let details = FORK.check(&request);
-    if !details.is_empty() {
-        return Err(ApiError::invalid_request(details));
-    }
+    let request = body.checked(&FORK)?;
     let parent_id = id.into_inner();
     visible(&services, &caller, &parent_id).await?;
     let order = order(&request, &services)?;

@@ -41,16 +41,6 @@ fn action_schema(fields: &[&str], required: &[&str]) -> BodySchema {
     BodySchema::builtin(&schema.to_string())
 }
 
-/// Reads a JSON body (an empty body is `{}`) and checks it against `schema`.
-fn json_body(body: &Body, schema: &BodySchema) -> Result<Value, ApiError> {
-    let value: Value = if body.is_blank() { json!({}) } else { body.json()? };
-    let details = schema.check(&value);
-    if details.is_empty() {
-        return Ok(value);
-    }
-    Err(ApiError::invalid_request(details))
-}
-
 fn text(body: &Value, pointer: &str) -> Option<String> {
     body.pointer(pointer).and_then(Value::as_str).map(String::from)
 }
@@ -106,15 +96,14 @@ pub fn raise(budget: Option<&Value>) -> Result<Option<BudgetRaise>, ApiError> {
 /// follows, from the `hitl_resolved` frame until the run ends or pauses again.
 #[post("/run.resume")]
 pub async fn resume(operator: Operator, body: Body, services: web::Data<Services>) -> Result<impl Responder, ApiError> {
-    let body = json_body(&body, &RESUME)?;
+    let body = body.checked(&RESUME)?;
     let run_id = text(&body, "/runId").unwrap_or_default();
     let run_id =
         RunId::parse(&run_id).map_err(|_| ApiError::not_found(ErrorCode::RunNotFound, format!("run {run_id}")))?;
-    let expected_plan_version = body
-        .get("expectedPlanVersion")
-        .and_then(Value::as_u64)
-        // A version beyond any a run reaches is stale, like any other wrong one.
-        .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
+    // A version beyond any a run reaches (`1e30` too, which no integer type holds) is stale, like
+    // any other wrong one.
+    let expected_plan_version =
+        body.get("expectedPlanVersion").map(|v| v.as_u64().and_then(|v| u32::try_from(v).ok()).unwrap_or(u32::MAX));
     let command = Command::Resume { expected_plan_version, answer: answer(&body)?, actor: actor(&operator, &body) };
     let services: Arc<Services> = services.into_inner();
     let applied = run::apply(&services, &run_id, command).await?;
@@ -132,7 +121,7 @@ pub async fn replan(
     body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = json_body(&body, &REPLAN)?;
+    let body = body.checked(&REPLAN)?;
     let command = Command::Replan { feedback: text(&body, "/feedback"), actor: actor(&operator, &body) };
     let run_id = id.into_inner();
     let applied = run::apply(&services.into_inner(), &run_id, command).await?;
@@ -148,7 +137,7 @@ pub async fn cancel(
     body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = json_body(&body, &CANCEL)?;
+    let body = body.checked(&CANCEL)?;
     let run_id = id.into_inner();
     let command = Command::Cancel { stopped: false, actor: actor(&operator, &body) };
     let applied = run::apply(&services.into_inner(), &run_id, command).await?;
@@ -196,7 +185,7 @@ pub async fn decline(
     body: Body,
     services: web::Data<Services>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = json_body(&body, &DECLINE)?;
+    let body = body.checked(&DECLINE)?;
     let task_id = id.into_inner();
     let lookup = task_id.clone();
     let task = services.store.read(move |conn| hitl::get(conn, &lookup)).await.map_err(|e| match e {
