@@ -235,6 +235,12 @@ async fn thread_search_finds_every_match_of_its_metadata() {
     assert_eq!(found.as_array().map(Vec::len), Some(1));
     let (_, found) = search(json!({"metadata": {"team": "red"}, "limit": 100, "offset": 1_050})).await;
     assert_eq!(found.as_array().map(Vec::len), Some(50), "paged through all 1,100");
+    // Skipped threads are counted, with a status filter too, and a page is the one after them.
+    let page = |found: &Value| found.as_array().unwrap().iter().map(|t| t["metadata"]["n"].clone()).collect::<Vec<_>>();
+    let (_, all) = search(json!({"limit": 100, "offset": 1_098})).await;
+    let (_, idle) = search(json!({"limit": 100, "offset": 1_098, "status": "idle"})).await;
+    assert_eq!((page(&all).len(), page(&all)), (page(&idle).len(), page(&idle)));
+    assert_eq!(page(&all).len(), 3, "1,101 threads, 1,098 skipped");
     let (_, found) = search(json!({"metadata": {"team": "blue"}, "status": "idle"})).await;
     assert_eq!(found.as_array().map(Vec::len), Some(1));
     let (_, found) = send(&server, BOB, Method::POST, "/threads/search", json!({"metadata": {"team": "blue"}})).await;
@@ -257,8 +263,9 @@ async fn health_says_when_no_capability_is_registered() {
 
 /// Search filters with more keys or ids than a client sends are refused at once (400
 /// `invalid_request`), before a query is built: 30,000 metadata keys overflowed the server's stack
-/// (the process aborted), a thousand broke the database's limits (500), and so did 40,000 ids. At
-/// the bounds (64 keys, 1,000 ids) a search runs as any other; a history's filter is bounded alike.
+/// (the process aborted), a thousand broke the database's limits (500), and so did 40,000 ids; an
+/// offset of billions read every thread there is to skip them. At the bounds (64 keys, 1,000 ids,
+/// an offset of 10,000) a search runs as any other; a history's filter is bounded alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thread_search_filters_past_their_bounds_are_refused() {
     use reqwest::Method;
@@ -275,6 +282,8 @@ async fn thread_search_filters_past_their_bounds_are_refused() {
         (json!({"metadata": keys(65)}), "65 keys"),
         (json!({"ids": ids(40_000)}), "40,000 ids"),
         (json!({"ids": ids(1_001)}), "1,001 ids"),
+        (json!({"offset": 4_000_000_000u32}), "an offset of 4 billion"),
+        (json!({"offset": 10_001}), "an offset of 10,001"),
     ] {
         let (status, body) = search(body).await;
         assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")), "{what}: {body}");
@@ -283,6 +292,9 @@ async fn thread_search_filters_past_their_bounds_are_refused() {
     assert!(body["error"]["message"].as_str().unwrap().contains("at most 64 keys"), "{body}");
     let (_, body) = search(json!({"ids": ids(1_001)})).await;
     assert!(body["error"]["message"].as_str().unwrap().contains("at most 1000 threads"), "{body}");
+    let (_, body) = search(json!({"offset": 10_001})).await;
+    assert!(body["error"]["message"].as_str().unwrap().contains("at most 10000"), "{body}");
+    assert_eq!(search(json!({"offset": 10_000})).await, (200, json!([])), "at the bound");
 
     let (status, found) = search(json!({"metadata": keys(64)})).await;
     assert_eq!((status, found.as_array().map(Vec::len)), (200, Some(1)), "{found}");

@@ -22,6 +22,9 @@ const MAX_SEARCH: i64 = 100;
 /// database limits (SQLite to 32,766); a client lists a page of threads it knows, far fewer.
 const MAX_SEARCH_IDS: usize = 1_000;
 
+/// The most threads a search skips (`offset`): each is read to be skipped, so an offset is a scan.
+const MAX_SEARCH_OFFSET: u32 = 10_000;
+
 /// `GET /info`: what this server is (clients use it as a health check).
 #[get("/info")]
 pub async fn info() -> HttpResponse {
@@ -172,16 +175,19 @@ struct SearchThreads {
 impl SearchThreads {
     /// Refuses (400) filters past their bounds ([`super::MAX_METADATA_KEYS`] keys of `metadata`,
     /// [`MAX_SEARCH_IDS`] `ids`) before any query is built: a query of such size would fail in the
-    /// database, or overflow the stack as it is built.
+    /// database, or overflow the stack as it is built. An `offset` beyond [`MAX_SEARCH_OFFSET`]
+    /// is refused too: the threads it skips are read.
     fn bounded(&self) -> Result<(), ApiError> {
         bounded_metadata(self.metadata.as_ref())?;
-        match self.ids.as_ref().map(Vec::len) {
-            Some(ids) if ids > MAX_SEARCH_IDS => Err(ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!("`ids` lists at most {MAX_SEARCH_IDS} threads, not {ids}"),
-            )),
-            _ => Ok(()),
+        if let Some(ids) = self.ids.as_ref().map(Vec::len).filter(|&ids| ids > MAX_SEARCH_IDS) {
+            let message = format!("`ids` lists at most {MAX_SEARCH_IDS} threads, not {ids}");
+            return Err(ApiError::new(ErrorCode::InvalidRequest, message));
         }
+        if let Some(offset) = self.offset.filter(|&offset| offset > MAX_SEARCH_OFFSET) {
+            let message = format!("`offset` is at most {MAX_SEARCH_OFFSET}, not {offset}: narrow the search instead");
+            return Err(ApiError::new(ErrorCode::InvalidRequest, message));
+        }
+        Ok(())
     }
 }
 
@@ -212,8 +218,8 @@ pub async fn search_threads(
     {
         return Err(ApiError::new(ErrorCode::InvalidRequest, "status must be idle, busy, interrupted or error"));
     }
-    let wanted =
-        usize::try_from(limit).unwrap_or_default() + usize::try_from(query.offset.unwrap_or(0)).unwrap_or_default();
+    let wanted = usize::try_from(limit).unwrap_or_default();
+    let mut skip = query.offset.unwrap_or(0);
     let owner = caller.owner_filter().map(String::from);
     let metadata: Vec<(String, String)> =
         query.metadata.iter().flatten().map(|(key, value)| thread_rows::metadata_entry(key, value)).collect();
@@ -234,9 +240,19 @@ pub async fn search_threads(
                 let done = i64::try_from(batch.len()).unwrap_or_default() < SEARCH_BATCH;
                 after = batch.last().map(|t| (t.updated_at, t.thread_id.clone()));
                 for thread in batch {
+                    // Without a status filter a thread skipped needs no more reading.
+                    if status.is_none() && skip > 0 {
+                        skip -= 1;
+                        continue;
+                    }
                     let newest = thread_rows::newest_run(conn, &thread.thread_id)?;
                     let status_now = project::thread_status(newest.as_ref().map(|r| r.status));
-                    if status.as_deref().is_none_or(|wanted| wanted == status_now) {
+                    if status.as_deref().is_some_and(|wanted| wanted != status_now) {
+                        continue;
+                    }
+                    if skip > 0 {
+                        skip -= 1;
+                    } else if found.len() < wanted {
                         found.push((thread, newest));
                     }
                 }
@@ -247,9 +263,8 @@ pub async fn search_threads(
             Ok(found)
         })
         .await?;
-    let offset = usize::try_from(query.offset.unwrap_or(0)).unwrap_or_default();
     let mut page = Vec::new();
-    for (thread, newest) in found.into_iter().skip(offset).take(usize::try_from(limit).unwrap_or_default()) {
+    for (thread, newest) in found {
         page.push(thread_json(&services, &thread, newest).await?);
     }
     Ok(HttpResponse::Ok().json(page))
