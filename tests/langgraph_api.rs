@@ -294,6 +294,27 @@ async fn a_refused_start_leaves_no_thread() {
     assert_eq!(server.count(continued), 1, "the second chat goes on from the first");
 }
 
+/// A chat thread's runs carry the conversation so far, and each turn's envelope holds at most
+/// `limits.max_body_bytes` of it (the newest messages, whole): turns of 400 KB messages do not make
+/// each run's stored envelope larger than the last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_threads_history_is_bounded_as_a_posted_envelope_is() {
+    use reqwest::Method;
+    let server = keyed_server(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let path = "/threads/long-chat/runs/wait";
+    for turn in 1..=5 {
+        let text = format!("turn {turn} {}", "x".repeat(400_000));
+        let body = json!({"assistant_id": "flex", "if_not_exists": "create",
+                          "input": {"messages": [{"role": "user", "content": text}]}});
+        assert_eq!(call(&server, Method::POST, path, "alice-key", Some(body)).await.status(), 200, "turn {turn}");
+    }
+    let largest = server.count("SELECT MAX(LENGTH(envelope)) AS n FROM runs");
+    assert!(largest < 1_048_576 + 450_000, "an envelope of {largest} bytes");
+    let last = "SELECT COUNT(*) AS n FROM runs WHERE envelope LIKE '%turn 5 %' AND envelope LIKE '%turn 4 %' \
+                AND envelope LIKE '%turn 3 %' AND envelope NOT LIKE '%turn 1 %'";
+    assert_eq!(server.count(last), 1, "the last turn keeps the newest of the conversation, not the oldest");
+}
+
 /// Cancel takes the SDK's query parameters, `wait` and `action`: `action=interrupt` (the default)
 /// cancels the run, and the answer comes once the run has ended, whatever `wait` says. `rollback`,
 /// another key, a `wait` that is no boolean and a body are refused (400), the run left running.

@@ -233,6 +233,7 @@ async fn start(
     {
         history = messages;
         history.extend(project::answer(&state_at(services, row.clone(), None).await?, &services.redaction));
+        history = chat::bounded_history(history, services.settings.limits.max_body_bytes);
     }
     let envelope = request::envelope(input, thread.id, &history).map_err(refused)?;
     let chat = chat::stored_messages(&envelope);

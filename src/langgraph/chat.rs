@@ -91,6 +91,25 @@ pub fn envelope(messages: &[Value], thread_id: &str, history: &[Value]) -> Resul
     }))
 }
 
+/// The newest of a thread's `history` whose JSON together stays within `max_bytes` (a whole
+/// message or none). A chat run's envelope carries the conversation so far, each answer included,
+/// and so would grow with every turn — an answer may be as long as a model's response limit —
+/// while an envelope's size is bounded when it is posted (`limits.max_body_bytes`): the history
+/// is held to that bound, the request's own messages to the body's.
+pub fn bounded_history(mut history: Vec<Value>, max_bytes: usize) -> Vec<Value> {
+    let mut total = 0usize;
+    let kept = history
+        .iter()
+        .rev()
+        .take_while(|message| {
+            total = total.saturating_add(serde_json::to_string(message).map_or(usize::MAX, |text| text.len()));
+            total <= max_bytes
+        })
+        .count();
+    history.drain(..history.len() - kept);
+    history
+}
+
 /// The chat messages a run was started with (the `messages` input of a chat run's envelope).
 pub fn stored_messages(envelope: &Value) -> Option<Vec<Value>> {
     if envelope.pointer("/metadata/chat") != Some(&Value::Bool(true)) {
@@ -102,6 +121,18 @@ pub fn stored_messages(envelope: &Value) -> Option<Vec<Value>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_history_keeps_its_newest_messages_within_its_bound() {
+        let message = |n: usize| json!({"type": "human", "content": "x".repeat(n)});
+        let history = vec![message(500), message(300), message(100)];
+        let size = |m: &Value| m.to_string().len();
+        let (newest, middle) = (size(&history[2]), size(&history[1]));
+        assert_eq!(bounded_history(history.clone(), newest + middle), history[1..]);
+        assert_eq!(bounded_history(history.clone(), newest + middle - 1), history[2..]);
+        assert_eq!(bounded_history(history.clone(), usize::MAX), history);
+        assert!(bounded_history(history, newest - 1).is_empty(), "a message is kept whole or not at all");
+    }
 
     #[test]
     fn a_long_message_is_the_objective_as_far_as_an_objective_goes() {
