@@ -46,8 +46,12 @@ pub async fn fork_run(
     };
     let correlation_id = correlation_id(&req)?;
     let services: Arc<Services> = services.into_inner();
+    // A fork reads its parent's whole log, decoded: a permit of the whole-run reads bounds how
+    // many are held at once.
+    let reading = services.run_reads.acquire().await;
     let parent = Stored::read(&services, &parent_id).await?;
     let (plan, envelope) = fork::prepare(&services, &parent, order)?;
+    drop((parent, reading));
     // The fork's thread — its envelope's, or the parent's it inherits — is taken as `run.stream`
     // takes one: forking a run of one's own must not put a run on another caller's thread.
     let owner = run_owner(&services, &caller, &envelope, "/envelope").await?;

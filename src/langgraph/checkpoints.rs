@@ -279,10 +279,13 @@ pub async fn fork(
         outputs: from.outputs.clone().into_iter().collect(),
     };
     let run_id = RunId::parse(&row.run_id).map_err(|_| not_found())?;
+    // The parent's whole log is read, decoded, under a permit of the whole-run reads (as a fork's).
+    let reading = services.run_reads.acquire().await;
     let parent = Stored::read(services, &run_id).await?;
     // The fork is on this thread (a given envelope's thread id is set to it, the parent's is it):
     // its first commit checks that the thread is still its owner's, as any LangGraph run's does.
     let prepared = fork::prepare(services, &parent, order).map_err(on_request)?;
+    drop((parent, reading));
     let owner = thread::run_owner(thread.owner.as_deref(), caller);
     let origin = Origin {
         correlation_id: Some(correlation_id.clone()),
