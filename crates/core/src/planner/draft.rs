@@ -335,7 +335,10 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
         if !depends_on.is_empty() {
             for dependency in depends_on {
                 let from = NodeId::from_stage(dependency);
-                if ids.contains(&from) && from != node.id {
+                if from == node.id {
+                    let message = format!("stage \"{}\" depends on itself: a step cannot wait for itself", node.stage);
+                    diagnostics.push(Diagnostic::error("SELF_DEPENDENCY", message).stage(&node.stage));
+                } else if ids.contains(&from) {
                     edges.push(Edge { from, to: node.id.clone(), reason: "depends_on".into() });
                 } else {
                     diagnostics.push(
@@ -523,6 +526,19 @@ mod tests {
                                         "arguments": {"a": 1, "b": {"$facet": "nowhere"}}}]}))
             .unwrap_err();
         assert_eq!(codes(&unknown), ["MISSING_INPUT_FACET"]);
+    }
+
+    #[test]
+    fn a_dependency_on_no_stage_or_on_itself_is_told_as_what_it_is() {
+        let diagnostics = Fixture::new()
+            .compile(json!({"nodes": [
+                {"stage": "draft", "capabilityId": "writer", "dependsOn": ["draft"]},
+                {"stage": "polish", "capabilityId": "editor", "dependsOn": ["nowhere"]},
+            ]}))
+            .unwrap_err();
+        assert_eq!(codes(&diagnostics), ["SELF_DEPENDENCY", "UNKNOWN_DEPENDENCY"]);
+        assert!(diagnostics[0].message.contains("\"draft\" depends on itself"), "{}", diagnostics[0].message);
+        assert!(diagnostics[1].message.contains("not a stage of this plan"), "{}", diagnostics[1].message);
     }
 
     #[test]
