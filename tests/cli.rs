@@ -462,6 +462,21 @@ async fn the_demo_server_answers_a_chat_and_stops_on_sigterm() {
         content.starts_with("This is flexrun's demo stand-in model") && content.contains("Hello flexrun"),
         "{content}"
     );
+    // A second turn on a thread, its message in content parts (as Agent Chat UI sends it): the
+    // answer quotes it, not the thread's earlier answer.
+    let answer = |text: &'static str| {
+        let turn = json!({"assistant_id": "flex", "if_not_exists": "create",
+                          "input": {"messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}});
+        let url = format!("http://{bind}/threads/demo-chat/runs/wait");
+        async move {
+            let values: Value =
+                reqwest::Client::new().post(url).json(&turn).send().await.unwrap().json().await.unwrap();
+            values["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_string()
+        }
+    };
+    assert!(answer("First turn").await.contains("(\"First turn\")"));
+    let second = answer("Second turn").await;
+    assert!(second.contains("(\"Second turn\")"), "{second}");
     let pid = demo.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let status = tokio::time::timeout(Duration::from_secs(20), demo.wait()).await.expect("it stops").unwrap();

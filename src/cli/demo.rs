@@ -134,8 +134,8 @@ fn chat(call: &ChatCall) -> bool {
 /// The stand-in's answer to a chat: it says what it is, and what flexrun did with the message.
 fn chat_answer(call: &ChatCall) -> String {
     let messages = inputs(call)["messages"].as_array().cloned().unwrap_or_default();
-    let last = messages.iter().rev().find_map(|m| m["content"].as_str()).unwrap_or_default();
-    let shown = crate::excerpt::excerpt(last, 200);
+    let last = crate::langgraph::last_human_text(&messages).unwrap_or_default();
+    let shown = crate::excerpt::excerpt(&last, 200);
     format!(
         "This is flexrun's demo stand-in model, not a real one. flexrun planned one step for your message \
          (\"{shown}\") and ran it; point FLEXRUN_LLM_BASE_URL at a real model for real answers."

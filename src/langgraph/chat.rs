@@ -52,6 +52,12 @@ fn role(name: &str) -> String {
     .to_string()
 }
 
+/// The text of the last human message of `messages` (LangChain message dicts), if it has any.
+pub fn last_human_text(messages: &[Value]) -> Option<String> {
+    let last = messages.iter().rev().find(|m| m["type"] == "human")?;
+    Some(text_of(&last["content"])).filter(|text| !text.trim().is_empty())
+}
+
 /// The text of a message's content: a string, or the text blocks of a list.
 fn text_of(content: &Value) -> String {
     match content {
@@ -69,13 +75,8 @@ fn text_of(content: &Value) -> String {
 /// [`MAX_MESSAGES`] of them), its objective the last human message's text (its first
 /// [`MAX_OBJECTIVE_CHARS`] characters).
 pub fn envelope(messages: &[Value], thread_id: &str, history: &[Value]) -> Result<Value, ChatError> {
-    let objective = messages
-        .iter()
-        .rev()
-        .find(|m| m["type"] == "human")
-        .map(|m| text_of(&m["content"]))
-        .filter(|text| !text.trim().is_empty())
-        .ok_or_else(|| ChatError("the chat input has no human message with text".into()))?;
+    let objective =
+        last_human_text(messages).ok_or_else(|| ChatError("the chat input has no human message with text".into()))?;
     // The whole message is in `messages`; the objective, which lists show, is its beginning.
     let objective: String = objective.chars().take(MAX_OBJECTIVE_CHARS).collect();
     let mut all: Vec<Value> = history.iter().chain(messages).cloned().collect();

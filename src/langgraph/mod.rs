@@ -23,6 +23,8 @@ mod stream;
 mod threads;
 mod values;
 
+pub use chat::last_human_text;
+
 use actix_web::web;
 use chrono::NaiveDateTime;
 use serde_json::{Map, Value};
