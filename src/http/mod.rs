@@ -78,13 +78,30 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .default_service(web::to(no_route));
 }
 
+/// The routes of a surface served beside the API (the LangGraph one), registered by it as app
+/// data ([`SurfaceRoutes::register`]): a request no handler took whose path is one of them is
+/// answered 405 as the API's own are. (The surface's handlers are registered by the surface; this
+/// is the list of what they take, which its test checks against them.)
+pub struct SurfaceRoutes(Vec<(&'static Method, ResourceDef)>);
+
+impl SurfaceRoutes {
+    pub fn register(cfg: &mut web::ServiceConfig, routes: &'static [(Method, &'static str)]) {
+        cfg.app_data(Self(routes.iter().map(|(method, path)| (method, ResourceDef::new(*path))).collect()));
+    }
+}
+
 /// The methods the endpoints at `path` take (none: no endpoint has that path): those
-/// [`ENDPOINTS`] lists, and `HEAD` wherever `GET` is one ([`head`] answers it).
-fn allowed_methods(path: &str) -> Vec<&'static Method> {
+/// [`ENDPOINTS`] and the `surface` list, and `HEAD` wherever `GET` is one ([`head`] answers it).
+fn allowed_methods(path: &str, surface: Option<&SurfaceRoutes>) -> Vec<&'static Method> {
     static PATTERNS: LazyLock<Vec<(&'static Method, ResourceDef)>> =
         LazyLock::new(|| ENDPOINTS.iter().map(|e| (&e.method, ResourceDef::new(e.path))).collect());
-    let mut methods: Vec<&'static Method> =
-        PATTERNS.iter().filter(|(_, pattern)| pattern.is_match(path)).map(|(method, _)| *method).collect();
+    let surface = surface.map_or(&[][..], |routes| &routes.0[..]);
+    let mut methods: Vec<&'static Method> = PATTERNS
+        .iter()
+        .chain(surface)
+        .filter(|(_, pattern)| pattern.is_match(path))
+        .map(|(method, _)| *method)
+        .collect();
     if methods.contains(&&Method::GET) {
         methods.push(&Method::HEAD);
     }
@@ -96,7 +113,7 @@ fn allowed_methods(path: &str) -> Vec<&'static Method> {
 /// A request no handler took: 405 with `Allow` if its path is an endpoint's, else 404. Answered
 /// as a response, not returned as an error: a probe of made-up paths is not worth a log line.
 async fn no_route(request: HttpRequest) -> HttpResponse {
-    let allowed = allowed_methods(request.path());
+    let allowed = allowed_methods(request.path(), request.app_data::<SurfaceRoutes>());
     let error = if allowed.is_empty() {
         ApiError::new(ErrorCode::NotFound, "no such endpoint")
     } else {

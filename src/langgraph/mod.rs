@@ -25,6 +25,7 @@ mod values;
 
 pub use chat::last_human_text;
 
+use actix_web::http::Method;
 use actix_web::web;
 use chrono::NaiveDateTime;
 use serde_json::{Map, Value};
@@ -42,6 +43,7 @@ use crate::store::threads::ThreadRow;
 
 /// Registers the LangGraph routes at the root, beside `/api/v1/flex` and `/ui`.
 pub fn routes(cfg: &mut web::ServiceConfig) {
+    crate::http::SurfaceRoutes::register(cfg, &ENDPOINTS);
     // The two requests of a run started on a new thread come first: actix tries routes in order,
     // and matches each route with a parameter by a regular expression.
     cfg.service(threads::create_thread)
@@ -65,6 +67,32 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         .service(runs::join)
         .service(runs::cancel);
 }
+
+/// Every route [`routes`] registers, by method and path: a request with another method on one of
+/// these paths is answered 405 with `Allow` (as the API's are), not 404 — which the SDK reads as
+/// "no such thread".
+const ENDPOINTS: [(Method, &str); 20] = [
+    (Method::POST, "/threads"),
+    (Method::POST, "/threads/{tid}/runs/stream"),
+    (Method::GET, "/info"),
+    (Method::POST, "/assistants/search"),
+    (Method::GET, "/assistants/{id}"),
+    (Method::POST, "/threads/search"),
+    (Method::GET, "/threads/{tid}"),
+    (Method::GET, "/threads/{tid}/state"),
+    (Method::POST, "/threads/{tid}/history"),
+    (Method::GET, "/threads/{tid}/history"),
+    (Method::POST, "/runs/stream"),
+    (Method::POST, "/threads/{tid}/runs/wait"),
+    (Method::POST, "/runs/wait"),
+    (Method::POST, "/threads/{tid}/runs"),
+    (Method::POST, "/runs"),
+    (Method::GET, "/threads/{tid}/runs"),
+    (Method::GET, "/threads/{tid}/runs/{rid}"),
+    (Method::GET, "/threads/{tid}/runs/{rid}/stream"),
+    (Method::GET, "/threads/{tid}/runs/{rid}/join"),
+    (Method::POST, "/threads/{tid}/runs/{rid}/cancel"),
+];
 
 /// The most keys a thread's metadata, or a metadata filter (of a thread search or a history),
 /// may have. A search's query holds a condition per key, nested: tens of thousands of them
@@ -134,4 +162,42 @@ async fn state_at(services: &Services, row: RunRow, upto: Option<Seq>) -> Result
 /// The chat messages a run was started with, if it was started from a chat input.
 fn chat_of(row: &RunRow) -> Option<Vec<Value>> {
     serde_json::from_str::<Value>(&row.envelope).ok().and_then(|e| chat::stored_messages(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::http::header;
+    use actix_web::test::{TestRequest, call_service, init_service, read_body};
+    use actix_web::{App, body::MessageBody};
+    use serde_json::Value;
+
+    use super::*;
+
+    #[actix_web::test]
+    async fn every_route_is_listed_and_other_methods_on_its_path_are_405() {
+        // No app data: the handlers fail, but after routing, which is what this checks.
+        let app = init_service(App::new().configure(crate::http::routes).configure(routes)).await;
+        let call = |method: &Method, path: &str| {
+            call_service(&app, TestRequest::default().method(method.clone()).uri(path).to_request())
+        };
+        let unrouted = |body: &[u8]| {
+            let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+            ["not_found", "method_not_allowed"].contains(&body["error"]["code"].as_str().unwrap_or_default())
+        };
+        for (method, pattern) in &ENDPOINTS {
+            let path = pattern.replace("{tid}", "t-1").replace("{rid}", "r-1").replace("{id}", "flex");
+            let routed = call(method, &path).await;
+            assert!(!unrouted(&read_body(routed).await), "{method} {path} reaches no handler");
+            let answer = call(&Method::DELETE, &path).await;
+            let allow = answer.headers().get(header::ALLOW).and_then(|v| v.to_str().ok()).map(String::from);
+            assert_eq!(answer.status().as_u16(), 405, "DELETE {path}");
+            assert!(allow.is_some_and(|allow| allow.contains(method.as_str())), "DELETE {path}");
+        }
+        let answer = call(&Method::PATCH, "/threads/t-1").await;
+        let allow = answer.headers().get(header::ALLOW).cloned();
+        assert_eq!((answer.status().as_u16(), allow), (405, Some(header::HeaderValue::from_static("GET, HEAD"))));
+        let missing = call(&Method::GET, "/threads/t-1/nope").await;
+        assert_eq!(missing.status().as_u16(), 404);
+        assert!(unrouted(&missing.into_body().try_into_bytes().unwrap_or_default()));
+    }
 }
