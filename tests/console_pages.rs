@@ -119,8 +119,9 @@ async fn unbroken_long_text_wraps_instead_of_widening_the_page() {
 }
 
 /// A console address that is wrong answers with a console page saying so, as a run that is not
-/// there does, not with the API's JSON: a path with no page is a 404 page, and a query a page
-/// cannot read (`?version=two`) a 400 page; both with the console's headers.
+/// there does, not with the API's JSON: a path with no page is a 404 page, a query a page cannot
+/// read (`?version=two`, `?before=abc`) a 400 page, a plan version or step the run does not have a
+/// 404 page; all with the console's headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_console_address_answers_with_a_page() {
     let server = TestServer::start(repair_script(0.5, 0.9)).await;
@@ -129,7 +130,18 @@ async fn a_wrong_console_address_answers_with_a_page() {
         ("/ui/no-such-page".to_string(), 404, "Page not found"),
         (format!("/ui/runs/{run}?version=two"), 400, "Not a page address"),
         (format!("/ui/new?fork={run}&version=-"), 400, "Not a page address"),
+        (format!("/ui/runs/{run}/events?before=abc"), 400, "Not a page address"),
+        (format!("/ui/runs/{run}/events?before=-5"), 400, "Not a page address"),
+        (format!("/ui/runs/{run}/events?after=99999999999999999999"), 400, "Not a page address"),
+        // Readable, but naming what the run does not have: not the page of what it has.
+        (format!("/ui/runs/{run}?version=3"), 404, "No such plan version"),
+        (format!("/ui/runs/{run}?version=0"), 404, "No such plan version"),
+        (format!("/ui/new?fork={run}&version=3"), 404, "Nothing to fork from"),
+        (format!("/ui/new?fork={run}&version=2&node=nope"), 404, "Nothing to fork from"),
     ];
+    for path in [format!("/ui/runs/{run}?version=1"), format!("/ui/new?fork={run}&version=2&node=polish")] {
+        assert_eq!(server.http.get(server.url(&path)).send().await.unwrap().status(), 200, "{path}");
+    }
     for (path, status, title) in wrong {
         let response = server.http.get(server.url(&path)).send().await.unwrap();
         assert_eq!(response.status(), status, "{path}");

@@ -123,11 +123,20 @@ async fn fork(
         Ok(None) => return not_found(&viewer),
         Err(error) => return unavailable(&viewer, &error),
     };
-    let version = version.unwrap_or(u32::try_from(row.plan_version).unwrap_or_default());
+    let newest = u32::try_from(row.plan_version).unwrap_or_default();
+    let version = version.unwrap_or(newest);
+    let missing = |what: String| page::message(Some(&viewer), 404, "Nothing to fork from", &what);
+    if version == 0 || version > newest {
+        return missing(format!("Run {run_id} has no plan version {version}: it is at version {newest}."));
+    }
     let output = match &node {
         Some(node) => match step_output(services, &row, version, node).await {
-            Ok(output) => {
+            Ok(Some(output)) => {
                 output.map(|output| serde_json::to_string_pretty(&services.redaction.value(output)).unwrap_or_default())
+            }
+            Ok(None) => {
+                let node = crate::excerpt::excerpt(node, 100);
+                return missing(format!("Plan version {version} of run {run_id} has no step {node:?}."));
             }
             Err(error) => return unavailable(&viewer, &error),
         },
@@ -140,18 +149,18 @@ async fn fork(
     render(&viewer, services, started_from, envelope, None, Some(source))
 }
 
-/// The output step `node` of plan version `version` of the run of `row` recorded, if it
-/// completed.
+/// Step `node` of plan version `version` of the run of `row`, if there is one: with the output it
+/// recorded, if it completed.
 async fn step_output(
     services: &Services,
     row: &RunRow,
     version: u32,
     node: &str,
-) -> Result<Option<Value>, crate::run::view::ViewError> {
+) -> Result<Option<Option<Value>>, crate::run::view::ViewError> {
     let _reading = services.run_reads.acquire().await;
     let (_, nodes) = state_of(services, row, None, NodeTable::default()).await?;
     let step = nodes.into_nodes().into_iter().find(|n| n.plan_version == version && n.node_id == node);
-    Ok(step.and_then(|n| n.output))
+    Ok(step.map(|n| n.output))
 }
 
 fn render(

@@ -149,11 +149,12 @@ impl page::Page for EventsPage {
 }
 
 /// Where in the log a page of frames is: before seq N, or after it (the log's tail without
-/// either; `before` when both are given).
+/// either; `before` when both are given). A value that is no seq is refused (400, as any query a
+/// page cannot read).
 #[derive(Debug, Deserialize)]
 pub struct Position {
-    before: Option<String>,
-    after: Option<String>,
+    before: Option<Seq>,
+    after: Option<Seq>,
 }
 
 /// `GET /ui/runs/{id}/events?before=N` (`?after=N`): the frames before (after) seq N, as many as
@@ -173,8 +174,7 @@ pub async fn history(
         Ok(None) => return not_found(),
         Err(error) => return super::runs::unavailable(&viewer, &error),
     };
-    let seq = |text: &Option<String>| text.as_deref().and_then(|t| Seq::parse(t).ok());
-    let (before, after) = (seq(&query.before), seq(&query.after));
+    let (before, after) = (query.before, query.after);
     let read = match (before, after) {
         (None, Some(after)) => page_after(&services, &run_id, after).await,
         (before, _) => page_before(&services, &run_id, before.unwrap_or(Seq::MAX)).await,

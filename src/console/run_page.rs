@@ -119,6 +119,10 @@ pub async fn show(
         Err(ViewError::Store(StoreError::NotFound(_))) => return not_found(),
         Err(error) => return unavailable(&viewer, &error),
     };
+    if let Some(version) = query.version.filter(|&n| !view.plan_versions.iter().any(|v| v.version == n)) {
+        let text = format!("Run {run_id} has no plan version {version}: it is at version {}.", view.run.plan_version);
+        return page::message(Some(&viewer), 404, "No such plan version", &text);
+    }
     // Large values are left out of the page as of the API's document, and linked to whole.
     let href =
         |pointer: &str| format!("/api/v1/flex/runs/{run_id}/value?pointer={}", crate::http::query_escape(pointer));
