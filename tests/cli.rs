@@ -228,6 +228,28 @@ async fn help_lists_the_run_statuses() {
     assert!(text(&wrong.stderr).contains("invalid value 'paused' for '--status <STATUS>'"), "{wrong:?}");
 }
 
+/// A run id is checked as the server checks one before it goes into a URL's path: `../runs` was
+/// sent as `GET /api/v1/flex/runs` (and its answer misread), `<id>/../<id>` reached the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_id_that_is_no_run_id_is_refused_before_anything_is_sent() {
+    let cases: [&[&str]; 5] = [
+        &["runs", "show", "../runs"],
+        &["runs", "show", "0190b2d4-0000-7000-8000-000000000000/events"],
+        &["cancel", "a/../b"],
+        &["replan", "é"],
+        &["resume", "x y", "--approve"],
+    ];
+    for args in cases {
+        // Nothing listens at the address: a request sent would fail otherwise.
+        let mut all = args.to_vec();
+        all.extend(["--server", "http://127.0.0.1:9"]);
+        let out = flexrun(&all).output().await.unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("not a run id: a run id is 1 to"), "{args:?}: {stderr}");
+    }
+}
+
 /// A server address reqwest will not send to fails the command at once: it is not posted again
 /// as an unreachable server is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

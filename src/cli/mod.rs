@@ -24,6 +24,7 @@ use tracing_subscriber::EnvFilter;
 use crate::budget::BudgetRaise;
 use crate::config::Settings;
 use crate::events::payload::CompleteStatus;
+use crate::run::RunId;
 use crate::services::Services;
 use crate::store::Store;
 use client::{Client, Outcome};
@@ -72,7 +73,8 @@ enum Command {
     #[command(group = clap::ArgGroup::new("verdict").required(true).multiple(false))]
     Resume {
         /// The paused run's id.
-        run: String,
+        #[arg(value_parser = RunId::parse)]
+        run: RunId,
         /// Approve the pending request.
         #[arg(long, group = "verdict")]
         approve: bool,
@@ -106,7 +108,8 @@ enum Command {
     /// Drop the plan a paused run waits with and plan again (counts as a replan).
     Replan {
         /// The paused run's id.
-        run: String,
+        #[arg(value_parser = RunId::parse)]
+        run: RunId,
         /// What the planner should do differently.
         #[arg(long)]
         feedback: Option<String>,
@@ -118,7 +121,8 @@ enum Command {
     /// Cancel a run: in-flight work is dropped and the run ends `cancelled`.
     Cancel {
         /// The run's id.
-        run: String,
+        #[arg(value_parser = RunId::parse)]
+        run: RunId,
         #[command(flatten)]
         acting: operate::Acting,
         #[command(flatten)]
@@ -204,12 +208,14 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 None if approve => Verdict::Approve,
                 None => Verdict::Reject { feedback },
             };
-            operate::resume(&run, &verdict, &acting, &connection, json).await
+            operate::resume(run.as_str(), &verdict, &acting, &connection, json).await
         }
         Command::Replan { run, feedback, acting, connection } => {
-            operate::act(&run, "replan", feedback, &acting, &connection).await
+            operate::act(run.as_str(), "replan", feedback, &acting, &connection).await
         }
-        Command::Cancel { run, acting, connection } => operate::act(&run, "cancel", None, &acting, &connection).await,
+        Command::Cancel { run, acting, connection } => {
+            operate::act(run.as_str(), "cancel", None, &acting, &connection).await
+        }
         Command::Dsl { command } => dsl::run(command),
         Command::Migrate => {
             init_tracing("info", false)?;

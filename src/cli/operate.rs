@@ -14,9 +14,9 @@ use super::progress::Progress;
 use super::terminal::{print_line, safe, safe_json};
 use crate::budget::BudgetRaise;
 use crate::events::payload::{HitlKind, HitlRequestInfo, HitlSubject, RequestStatus};
-use crate::run::RunStatus;
 use crate::run::list::RunList;
 use crate::run::view::RunView;
+use crate::run::{RunId, RunStatus};
 
 /// Where the server is and how to authenticate.
 #[derive(Debug, Args)]
@@ -79,7 +79,8 @@ pub enum RunsCommand {
     /// Show one run: status, plan versions, nodes, operator requests.
     Show {
         /// The run's id.
-        run: String,
+        #[arg(value_parser = RunId::parse)]
+        run: RunId,
         /// Print the API's JSON.
         #[arg(long)]
         json: bool,
