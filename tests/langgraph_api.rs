@@ -555,6 +555,15 @@ async fn values_events_read_as_the_json_they_write() {
     assert_eq!(failed["goalConditionResults"][0]["satisfied"], false, "{failed}");
     assert_eq!(failed["outputs"]["draft"]["quality_score"], 0.5, "{failed}");
     assert_eq!(values[1]["plan"]["nodes"][0]["status"], "pending", "{}", values[1]);
+
+    // A run with no goal condition has a list of none, while it runs and once it ended.
+    let mut unconditioned = envelope();
+    unconditioned.as_object_mut().unwrap().remove("goal_condition");
+    let thread = new_thread(&server, "alice-key").await;
+    let (values, text) = streamed_values(&server, &thread, unconditioned).await;
+    let results: Vec<&Value> = values.iter().map(|v| &v["goalConditionResults"]).collect();
+    assert!(results.iter().all(|r| **r == json!([])), "{text}");
+    assert_eq!(state_values(&server, &thread).await["goalConditionResults"], json!([]));
 }
 
 /// The parts of `values` a run has only while it waits (`__interrupt__`) or once it failed

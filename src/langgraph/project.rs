@@ -156,6 +156,18 @@ enum Output<'a> {
     LeftOut(Value),
 }
 
+/// A state's `goalConditionResults`: those of the run's last round while it runs (the ones that
+/// failed), those its end recorded once it ended — a list either way (empty when no round was
+/// evaluated: the end records none then).
+pub fn goal_results(state: &RunState) -> &Vec<GoalConditionResult> {
+    /// An end that recorded no results.
+    static NONE: Vec<GoalConditionResult> = Vec::new();
+    match &state.end {
+        Some(end) => end.goal_condition_results.as_ref().unwrap_or(&NONE),
+        None => &state.repair,
+    }
+}
+
 impl<'a> Values<'a> {
     pub fn of(state: &'a RunState, objective: &str, chat: Option<&[Value]>, redaction: &Redaction) -> Self {
         let mut rest = Map::new();
@@ -164,11 +176,7 @@ impl<'a> Values<'a> {
         rest.insert("objective".into(), json!(objective));
         rest.insert("planVersion".into(), json!(state.plan_version()));
         rest.insert("plan".into(), plan(state));
-        let goal_results = match &state.end {
-            Some(end) => json!(end.goal_condition_results),
-            None => json!(state.repair),
-        };
-        rest.insert("goalConditionResults".into(), goal_results);
+        rest.insert("goalConditionResults".into(), json!(goal_results(state)));
         rest.insert("usage".into(), json!(state.usage.total));
         if let Some(end) = &state.end {
             rest.insert("output".into(), end.output.clone());

@@ -81,12 +81,8 @@ impl ValuesWriter {
                 self.outputs.insert(work.node_id.clone(), piece);
             }
         }
-        let goal_results = match &state.end {
-            Some(end) => end.goal_condition_results.as_ref(),
-            None => Some(&state.repair),
-        };
         let kept = Kept {
-            goal_results: goal_results.map(|results| self.goal_results.of(results, redaction)),
+            goal_results: self.goal_results.of(super::project::goal_results(state), redaction),
             plan: state.plan().map(|indexed| {
                 let plan: &Plan = indexed;
                 (plan, self.plan.of(indexed, redaction))
@@ -112,7 +108,7 @@ fn json_string(text: &str) -> String {
 
 /// What a `values` event holds of what the writer keeps.
 struct Kept<'a> {
-    goal_results: Option<&'a Piece>,
+    goal_results: &'a Piece,
     plan: Option<(&'a Plan, &'a PlanText)>,
     usage: &'a Piece,
     outputs: Outputs<'a>,
@@ -122,7 +118,7 @@ struct Kept<'a> {
 
 impl Kept<'_> {
     fn secret_keys(&self) -> bool {
-        let pieces = [self.goal_results, self.plan.map(|(_, text)| &text.edges), Some(self.usage)];
+        let pieces = [Some(self.goal_results), self.plan.map(|(_, text)| &text.edges), Some(self.usage)];
         self.outputs.secret_keys || pieces.iter().flatten().any(|piece| piece.secret_keys)
     }
 }
@@ -169,7 +165,7 @@ fn compose(state: &RunState, kept: &Kept<'_>, fresh: &Fresh) -> Vec<u8> {
     if let Some(error) = &fresh.error {
         doc.raw(Key::Error, &error.text);
     }
-    doc.raw(Key::GoalConditionResults, kept.goal_results.map_or("null", |piece| &piece.text));
+    doc.raw(Key::GoalConditionResults, &kept.goal_results.text);
     if let Some(messages) = &fresh.messages {
         doc.raw(Key::Messages, &messages.text);
     }
