@@ -431,7 +431,15 @@ pub fn resume_answer(
             decide_raising(approved, feedback, object.get("budget"))
         }
         Value::Array(responses) => {
-            let response = responses.first().ok_or_else(|| RequestError("the list of responses is empty".into()))?;
+            // One response per interrupt, and a run waits on one: a second would be dropped unread.
+            let [response] = responses.as_slice() else {
+                let message = format!("the list holds {} responses: a run waits on one interrupt", responses.len());
+                return Err(RequestError(if responses.is_empty() {
+                    "the list of responses is empty".into()
+                } else {
+                    message
+                }));
+            };
             let args = response.get("args").cloned().unwrap_or(Value::Null);
             let text = args.as_str().map(String::from);
             match (response.get("type").and_then(Value::as_str).unwrap_or_default(), kind) {
@@ -590,5 +598,8 @@ mod tests {
         );
         assert!(answer(json!("text"), HitlKind::Approval).is_err());
         assert!(answer(json!([{"type": "accept"}]), HitlKind::HumanTask).is_err());
+        assert!(answer(json!([]), HitlKind::Approval).unwrap_err().0.contains("empty"));
+        let two = answer(json!([{"type": "accept"}, {"type": "ignore"}]), HitlKind::Approval).unwrap_err();
+        assert!(two.0.contains("holds 2 responses"), "{two}");
     }
 }
