@@ -40,6 +40,9 @@ async fn compile_endpoint_uses_the_registered_capabilities_catalog() {
     assert_eq!((status, body["jsonLogic"].clone()), (200, json!({"==": [{"var": "status"}, "approved"]})));
     let (status, body) = compile(&server, json!({"expr": "x"})).await;
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")));
+    // A body of the wrong shape says which field is wrong.
+    let (status, body) = compile(&server, json!({"dsl": 5})).await;
+    assert_eq!((status, body["error"]["details"][0]["path"].as_str()), (400, Some("/dsl")), "{body}");
     let variables: Value =
         server.http.get(server.url("/api/v1/flex/conditions/variables")).send().await.unwrap().json().await.unwrap();
     let names: Vec<&str> =

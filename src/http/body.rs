@@ -147,14 +147,16 @@ impl Body {
     }
 
     /// The body as `T`: 415 if it was not sent as JSON, 400 `invalid_json` if it is not JSON,
-    /// `invalid_request` if it is JSON of the wrong shape or holds U+0000
-    /// ([`validation::refuse_nul`]).
+    /// `invalid_request` if it is JSON of the wrong shape — with the pointer of the field at fault
+    /// ([`validation::decode`]) — or holds U+0000 ([`validation::refuse_nul`]).
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
         let value: Value = serde_json::from_slice(self.json_bytes()?)
             .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("request body is not valid JSON: {e}")))?;
         validation::refuse_nul(&value).map_err(|e| ApiError::invalid_request(vec![e]))?;
-        serde_json::from_value(value)
-            .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, format!("invalid request body: {e}")))
+        // Most bodies read at once; one that does not is read again the way that names the field
+        // at fault (and takes `2.0` for an integer, as the schemas do).
+        T::deserialize(&value)
+            .or_else(|_| validation::decode(&value, "").map_err(|e| ApiError::invalid_request(vec![e])))
     }
 
     /// The body as JSON its `schema` accepts (an empty body is `{}`), problems answered as
