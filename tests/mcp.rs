@@ -593,6 +593,36 @@ async fn a_tool_that_asks_for_input_pauses_the_run_until_an_operator_answers_it(
     assert_eq!(stages(shop.calls().await), ["entered", "entered", "finished"], "one more call, with the answer");
 }
 
+/// A tool's question quoting what flexrun sent its server (here a header's value, which the
+/// planner happened to pass as an argument the question repeats) shows it nowhere: not in the
+/// operator's request, nor in the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_question_quoting_the_registrations_secret_shows_it_nowhere() {
+    let shop = McpProcess::python_modern().await;
+    let plan = json!({"nodes": [{"stage": "confirm", "capabilityId": "shop.confirm_order",
+                                 "arguments": {"item": format!("crate {HEADER_SECRET}"), "quantity": 3}}]});
+    let server = flexrun(plan).await;
+    let registration = json!({"id": "shop", "url": shop.url(), "headers": {"X-Team": HEADER_SECRET}});
+    assert_eq!(register(&server, registration).await.0, 201);
+    let envelope = json!({"objective": "Ship an order", "inputs": {},
+                          "outputContract": {"mode": "facets", "facets": ["confirm_order"]}});
+
+    let frames = server.run(&envelope).await;
+    let asked = &frame_of(&frames, "hitl_request").payload;
+    assert_eq!(asked["request"]["question"], "Ship 3 x crate [redacted]? Which warehouse?");
+    assert!(!asked.to_string().contains(HEADER_SECRET), "{asked}");
+    // As stored (the plan's arguments hold it: the planner wrote it there, not the server).
+    let stored = format!(
+        "SELECT COUNT(*) AS n FROM run_events WHERE event_type = 'hitl_request' AND frame LIKE '%{HEADER_SECRET}%'"
+    );
+    assert_eq!(server.count(&stored), 0);
+    let request = format!(
+        "SELECT COUNT(*) AS n FROM hitl_requests WHERE question LIKE '%[redacted]%' \
+         AND details NOT LIKE '%{HEADER_SECRET}%'"
+    );
+    assert_eq!(server.count(&request), 1);
+}
+
 /// Under 2025-11-25 a tool asks in the middle of its call, which cannot wait for an operator across
 /// restarts: flexrun declares no elicitation there, and such a tool's step fails saying so.
 #[tokio::test]

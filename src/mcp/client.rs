@@ -217,7 +217,11 @@ impl Session {
                 Ok(Called::Result(result))
             }
             ServerResult::InputRequiredResult(asked) if self.is_modern() => {
-                serde_json::to_value(asked).map(Called::InputRequired).map_err(unreadable)
+                let mut asked = serde_json::to_value(asked).map_err(unreadable)?;
+                // The question becomes an operator request (frames, pages, the log), and its state
+                // is stored with it: neither may show what flexrun sent the server.
+                cut_everywhere(&mut asked, &self.secrets);
+                Ok(Called::InputRequired(asked))
             }
             _ => Err(McpError::Refused("the answer to tools/call is not a tool result".into())),
         }
@@ -259,6 +263,17 @@ impl Session {
     /// Ends the session (an HTTP DELETE), without waiting long for a server that is gone.
     pub async fn close(self) {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.service.cancel()).await;
+    }
+}
+
+/// Every text in `value` with the registration's secrets cut out (not bounded: what bounds it is
+/// the reader's).
+fn cut_everywhere(value: &mut Value, secrets: &[String]) {
+    match value {
+        Value::String(text) => *text = flexrun_core::redact::cut_secrets(text, secrets, usize::MAX),
+        Value::Array(items) => items.iter_mut().for_each(|item| cut_everywhere(item, secrets)),
+        Value::Object(fields) => fields.values_mut().for_each(|field| cut_everywhere(field, secrets)),
+        _ => {}
     }
 }
 
