@@ -67,6 +67,9 @@ async fn a_list_filter_value_it_cannot_read_is_refused_with_a_page_saying_why() 
         ("/ui/runs?status=bogus".to_string(), "status “bogus” is not a run status (one of pending, planning,"),
         ("/ui/runs?status=completed&from=yesterday".into(), "from “yesterday” is not a day (YYYY-MM-DD)"),
         ("/ui/runs?to=2026-13-40".into(), "to “2026-13-40” is not a day (YYYY-MM-DD)"),
+        // Days no run was made in, which the databases keep and compare each their own way.
+        ("/ui/runs?from=-5000-01-01".into(), "from “-5000-01-01” is not a day (YYYY-MM-DD)"),
+        ("/ui/runs?to=%2B10000-01-01".into(), "to “+10000-01-01” is not a day (YYYY-MM-DD)"),
         (format!("/ui/runs?status={long}"), "more characters)” is not a run status"),
     ];
     for (path, reason) in refused {

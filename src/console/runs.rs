@@ -4,7 +4,7 @@
 
 use actix_web::{HttpResponse, get, web};
 use askama::Template;
-use chrono::{DateTime, Days, NaiveDate, Utc};
+use chrono::{DateTime, Datelike, Days, NaiveDate, Utc};
 use serde::Deserialize;
 
 use super::page::{self, Chrome};
@@ -81,9 +81,13 @@ fn day(name: &str, value: &str) -> Result<Option<NaiveDate>, BadFilter> {
     if value.trim().is_empty() {
         return Ok(None);
     }
+    // Years of four digits: `%Y` also reads `-5000` and `+10000`, which no run was made in and
+    // which the databases store or compare in ways of their own (PostgreSQL refuses some).
     NaiveDate::parse_from_str(value.trim(), "%Y-%m-%d")
+        .ok()
+        .filter(|day| (1..=9999).contains(&day.year()))
         .map(Some)
-        .map_err(|_| BadFilter(format!("{name} “{}” is not a day (YYYY-MM-DD)", quoted(value))))
+        .ok_or_else(|| BadFilter(format!("{name} “{}” is not a day (YYYY-MM-DD)", quoted(value))))
 }
 
 fn quoted(value: &str) -> std::borrow::Cow<'_, str> {
