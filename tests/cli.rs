@@ -223,6 +223,8 @@ async fn help_lists_the_run_statuses() {
     assert!(help.status.success(), "{help:?}");
     let statuses = flexrun::run::RunStatus::ALL.map(|s| s.as_str()).join(", ");
     assert!(shown.contains(&format!("[possible values: {statuses}]")), "{shown}");
+    // The variable is named, not its value (a URL may hold credentials; unset it read as set empty).
+    assert!(shown.contains("[env: FLEXRUN_SERVER]") && shown.contains("[env: FLEXRUN_API_KEY]"), "{shown}");
     let wrong = flexrun(&["runs", "list", "--status", "paused"]).output().await.unwrap();
     assert_eq!(wrong.status.code(), Some(2));
     assert!(text(&wrong.stderr).contains("invalid value 'paused' for '--status <STATUS>'"), "{wrong:?}");

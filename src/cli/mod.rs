@@ -52,7 +52,7 @@ enum Command {
         /// The task envelope (JSON file).
         envelope: PathBuf,
         /// The flexrun server.
-        #[arg(long, env = "FLEXRUN_SERVER", default_value = "http://127.0.0.1:8080")]
+        #[arg(long, env = "FLEXRUN_SERVER", hide_env_values = true, default_value = "http://127.0.0.1:8080")]
         server: String,
         /// API key for the server.
         #[arg(long, env = "FLEXRUN_API_KEY", hide_env_values = true)]

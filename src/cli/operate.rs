@@ -22,7 +22,13 @@ use crate::run::{RunId, RunStatus};
 #[derive(Debug, Args)]
 pub struct Connection {
     /// The flexrun server.
-    #[arg(long, env = "FLEXRUN_SERVER", default_value = "http://127.0.0.1:8080", global = true)]
+    #[arg(
+        long,
+        env = "FLEXRUN_SERVER",
+        hide_env_values = true,
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
     server: String,
     /// API key for the server (an operator key for resume, replan and cancel).
     #[arg(long, env = "FLEXRUN_API_KEY", hide_env_values = true, global = true)]
