@@ -85,9 +85,12 @@ impl Backoff {
     }
 }
 
-/// A `Retry-After` header value in seconds (the HTTP-date form is not used by model APIs).
+/// A `Retry-After` header value in seconds (the HTTP-date form is not used by model APIs), at
+/// most [`MAX_DELAY`] — what a retry waits at most anyway. The value is a server's: `1e20` seconds
+/// is more than a `Duration` holds, and converting it unbounded panicked the run's coordinator.
 pub fn parse_retry_after(value: &str) -> Option<Duration> {
-    value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64)
+    let seconds = value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0)?;
+    Some(Duration::from_secs_f64(seconds.min(MAX_DELAY.as_secs_f64())))
 }
 
 #[cfg(test)]
@@ -96,6 +99,17 @@ mod tests {
 
     fn policy(max_retries: u32, base: f64) -> RetrySchedule {
         RetrySchedule { max_retries, base_delay: Duration::from_secs_f64(base) }
+    }
+
+    #[test]
+    fn a_retry_after_is_read_in_seconds_and_at_most_the_longest_delay() {
+        assert_eq!(parse_retry_after(" 2.5 "), Some(Duration::from_millis(2500)));
+        for huge in ["1e20", "99999999999999999999", "1.8e308", "600"] {
+            assert_eq!(parse_retry_after(huge), Some(MAX_DELAY), "{huge}");
+        }
+        for refused in ["-1", "inf", "NaN", "soon", "", "Wed, 21 Oct 2026 07:28:00 GMT"] {
+            assert_eq!(parse_retry_after(refused), None, "{refused}");
+        }
     }
 
     #[test]
