@@ -211,8 +211,15 @@ impl ModelPool {
             if admission == Admission::Skip {
                 continue;
             }
-            let probe = Probe { endpoint, pending: admission == Admission::Probe };
             let slot = endpoint.client.slot().await;
+            // The wait for a slot may be long (calls queue there when many runs are open) and the
+            // breaker may have opened meanwhile: a call admitted before is asked again, so the
+            // queue behind a dead endpoint falls over instead of waiting out its timeouts.
+            let admission = if admission == Admission::Call { endpoint.admit() } else { admission };
+            if admission == Admission::Skip {
+                continue;
+            }
+            let probe = Probe { endpoint, pending: admission == Admission::Probe };
             let mut call = request(endpoint, &entry.model);
             call.timeout = call.timeout.min(endpoint.timeout);
             let called = slot.complete(call).await;

@@ -127,13 +127,17 @@ impl Breaker {
     }
 
     /// A call that went through ended: a success closes the breaker; a failure counts, and the
-    /// `failures`-th in a row (or a failed probe) opens it for the cool-down.
+    /// `failures`-th in a row (or a failed probe) opens it for the cool-down. A failure of a call
+    /// let through before the breaker opened leaves the cool-down as it is: calls that were
+    /// already on their way to a dead endpoint say nothing new, and each would otherwise put the
+    /// probe off by another cool-down.
     pub fn record(&mut self, succeeded: bool, now: Instant, settings: BreakerSettings) {
         *self = match (*self, succeeded) {
             (_, true) => Self::Closed { failures: 0 },
             (Self::Closed { failures }, false) if failures + 1 < settings.failures => {
                 Self::Closed { failures: failures + 1 }
             }
+            (Self::Open { until }, false) => Self::Open { until },
             (_, false) => Self::Open { until: now + settings.cool_down },
         };
     }
@@ -217,6 +221,13 @@ mod tests {
         assert_eq!(breaker.admit(much_later), Admission::Probe);
         breaker.record(true, much_later, settings);
         assert_eq!((breaker.admit(much_later), breaker.state(much_later)), (Admission::Call, "closed"));
+
+        // Calls let through before it opened fail afterwards: the cool-down is not put off.
+        let mut opened = Breaker::default();
+        opened.record(false, now, settings);
+        opened.record(false, now, settings);
+        opened.record(false, now + Duration::from_secs(9), settings);
+        assert_eq!(opened.admit(later), Admission::Probe, "the probe comes a cool-down after it opened");
 
         let mut abandoned = Breaker::Probing;
         abandoned.abandon_probe(much_later);
