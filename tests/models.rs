@@ -118,6 +118,32 @@ async fn a_timeout_or_a_dropped_connection_falls_over() {
     assert_eq!((slow.calls().len(), planner_calls(&backup)), (2, 2));
 }
 
+/// Calls queued for an endpoint's slots when its breaker opens do not go to it: each is asked
+/// again once it holds a slot, and falls over at once, instead of each waiting out the endpoint's
+/// timeout in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_queued_for_a_dead_endpoint_fall_over_once_its_breaker_opens() {
+    let backup = backup();
+    let hanging = StandIn::start(script(|_| plan(&[("draft", "writer")]).after(Duration::from_secs(30)))).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("flexrun.toml");
+    let toml = format!(
+        "[llm.endpoints.hanging]\nbase_url = \"{}\"\ntimeout_secs = 1\nmax_concurrent_calls = 1\n\n\
+         [llm.endpoints.backup]\nbase_url = \"{}\"\n\n\
+         [llm.routes]\nplanner = [\"hanging/test-model\", \"backup/backup-model\"]\n\n\
+         [llm.breaker]\nfailures = 1\ncool_down_secs = 60\n",
+        hanging.base_url, backup.base_url
+    );
+    std::fs::write(&config, toml).unwrap();
+    let options = Options { env: vec![("FLEXRUN_CONFIG", config.display().to_string())], ..Options::default() };
+    let server = TestServer::start_with(script(|_| post(0.9)), options).await;
+    let runs = (0..3).map(|_| server.run(&envelope()));
+    for frames in futures::future::join_all(runs).await {
+        assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
+    }
+    assert_eq!((hanging.calls().len(), planner_calls(&backup)), (1, 3), "one call timed out; the queued two fell over");
+}
+
 /// A model whose planner calls get `replies` in turn (the last one from then on); other calls
 /// are answered with a post.
 fn planner_replies(replies: Vec<Reply>) -> Script {
