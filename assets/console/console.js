@@ -205,9 +205,9 @@ function request(form, runId) {
       return ["/api/v1/flex/run.resume", { runId, decision }];
     }
     case "submit":
-      return ["/api/v1/flex/run.resume", { runId, payload: { nodeId, output: taskOutput(form) } }];
+      return ["/api/v1/flex/run.resume", { runId, payload: { requestId: form.dataset.requestId, nodeId, output: taskOutput(form) } }];
     case "decline":
-      return ["/api/v1/flex/run.resume", { runId, payload: { nodeId, decline: { reason: form.querySelector("[name=reason]").value.trim() } } }];
+      return ["/api/v1/flex/run.resume", { runId, payload: { requestId: form.dataset.requestId, nodeId, decline: { reason: form.querySelector("[name=reason]").value.trim() } } }];
     case "replan":
       return [`/api/v1/flex/runs/${runId}/replan`, { feedback }];
     default:

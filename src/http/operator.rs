@@ -69,9 +69,11 @@ pub fn answer(body: &Value) -> Result<Answer, ApiError> {
         }),
         (None, Some(payload)) => {
             let node_id = text(payload, "/nodeId").unwrap_or_default();
+            let request_id = text(payload, "/requestId");
             match (payload.get("output"), payload.get("decline")) {
-                (Some(output), None) => Ok(Answer::Submit { node_id, output: output.clone() }),
+                (Some(output), None) => Ok(Answer::Submit { request_id, node_id, output: output.clone() }),
                 (None, Some(declined)) => Ok(Answer::Decline {
+                    request_id,
                     node_id,
                     reason: text(declined, "/reason").unwrap_or_default(),
                     note: text(declined, "/note"),
@@ -202,7 +204,9 @@ pub async fn decline(
         ));
     }
     let node_id = task.node_id.clone().unwrap_or_default();
+    // The task read above: if the run has moved on to another request since, it is refused.
     let answer = Answer::Decline {
+        request_id: Some(task.request_id.clone()),
         node_id: node_id.clone(),
         reason: text(&body, "/reason").unwrap_or_default(),
         note: text(&body, "/note"),

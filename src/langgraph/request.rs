@@ -456,10 +456,15 @@ pub fn resume_answer(
                 ("response", HitlKind::Clarify) => Ok(decide(true, text)),
                 ("edit", HitlKind::HumanTask) => {
                     let output = args.get("args").cloned().unwrap_or(args);
-                    Ok(Answer::Submit { node_id: node(), output })
+                    Ok(Answer::Submit { request_id: Some(request.id.clone()), node_id: node(), output })
                 }
                 ("ignore", HitlKind::HumanTask) => {
-                    Ok(Answer::Decline { node_id: node(), reason: "declined from a chat client".into(), note: None })
+                    Ok(Answer::Decline {
+                        request_id: Some(request.id.clone()),
+                        node_id: node(),
+                        reason: "declined from a chat client".into(),
+                        note: None,
+                    })
                 }
                 (other, _) => Err(wrong(&format!("a {:?} response", crate::excerpt::excerpt(other, 40)))),
             }
@@ -594,7 +599,7 @@ mod tests {
                 HitlKind::HumanTask
             )
             .unwrap(),
-            Answer::Submit { node_id: "n".into(), output: json!({"ok": true}) }
+            Answer::Submit { request_id: Some("r".into()), node_id: "n".into(), output: json!({"ok": true}) }
         );
         assert!(answer(json!("text"), HitlKind::Approval).is_err());
         assert!(answer(json!([{"type": "accept"}]), HitlKind::HumanTask).is_err());

@@ -54,8 +54,10 @@ pub enum Answer {
     /// `feedback` asks for another plan when replans are left.
     /// Approving a budget request takes `budget`, the raised limits.
     Decide { request_id: Option<String>, approved: bool, feedback: Option<String>, budget: Option<BudgetRaise> },
-    /// A human node's output.
-    Submit { node_id: String, output: Value },
-    /// A human node's task refused.
-    Decline { node_id: String, reason: String, note: Option<String> },
+    /// A human node's output. With `request_id`, only if the run still waits on that request:
+    /// after a replan a new plan's node of the same id opens another (a page open on the old one
+    /// must not answer the new).
+    Submit { request_id: Option<String>, node_id: String, output: Value },
+    /// A human node's task refused (`request_id` as for `Submit`).
+    Decline { request_id: Option<String>, node_id: String, reason: String, note: Option<String> },
 }

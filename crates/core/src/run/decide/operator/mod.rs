@@ -185,11 +185,13 @@ fn resume(
             }
             Ok(decision)
         }
-        (HitlKind::HumanTask, Answer::Submit { node_id, output }) => {
+        (HitlKind::HumanTask, Answer::Submit { request_id, node_id, output }) => {
+            same_request(pending, request_id)?;
             same_node(pending, &node_id)?;
             Ok(submission(pending, output, actor, now, violations))
         }
-        (HitlKind::HumanTask, Answer::Decline { node_id, reason, note }) => {
+        (HitlKind::HumanTask, Answer::Decline { request_id, node_id, reason, note }) => {
+            same_request(pending, request_id)?;
             same_node(pending, &node_id)?;
             Ok(decline(pending, reason, note, actor))
         }

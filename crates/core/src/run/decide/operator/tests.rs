@@ -92,7 +92,7 @@ fn resume_checks_state_version_and_request() {
     assert_eq!(decide_now(&state, stale).unwrap_err(), Refusal::StalePlanVersion { expected: 2, actual: 1 });
     let other = Answer::Decide { request_id: Some("q0".into()), approved: true, feedback: None, budget: None };
     assert!(matches!(decide_now(&state, resume(other)), Err(Refusal::StaleRequest { .. })));
-    let output = Answer::Submit { node_id: "review".into(), output: json!({}) };
+    let output = Answer::Submit { request_id: None, node_id: "review".into(), output: json!({}) };
     assert!(matches!(
         decide_now(&state, resume(output)),
         Err(Refusal::Mismatch { code: ErrorCode::DecisionRequired, .. })
@@ -103,21 +103,28 @@ fn resume_checks_state_version_and_request() {
 fn human_output_is_checked_then_completes_the_node() {
     let state = waiting(HitlKind::HumanTask);
     assert_eq!(state.status, RunStatus::AwaitingHuman);
-    let bad = decide_now(&state, resume(Answer::Submit { node_id: "review".into(), output: json!({}) })).unwrap();
+    let bad = decide_now(&state, resume(Answer::Submit { request_id: None, node_id: "review".into(), output: json!({}) })).unwrap();
     assert_eq!(kinds(&bad), [FrameKind::ValidationError, FrameKind::NodeError]);
     assert_eq!(after(&state, &bad).status, RunStatus::AwaitingHuman, "the run keeps waiting");
     assert_eq!(bad.record, None);
 
     let ok = json!({"ok": true});
-    let good = decide_now(&state, resume(Answer::Submit { node_id: "review".into(), output: ok.clone() })).unwrap();
+    let good = decide_now(&state, resume(Answer::Submit { request_id: None, node_id: "review".into(), output: ok.clone() })).unwrap();
     assert_eq!(kinds(&good), [FrameKind::HitlResolved, FrameKind::NodeComplete]);
     let done = after(&state, &good);
     assert_eq!(done.status, RunStatus::Running);
     assert_eq!(done.nodes["review"], crate::plan::NodeStatus::Completed);
     assert_eq!(done.output_of("review"), Some(&ok));
 
-    let wrong = Answer::Submit { node_id: "other".into(), output: json!({"ok": 1}) };
+    let wrong = Answer::Submit { request_id: None, node_id: "other".into(), output: json!({"ok": 1}) };
     assert!(matches!(decide_now(&state, resume(wrong)), Err(Refusal::Mismatch { code: ErrorCode::WrongNode, .. })));
+    // An answer naming a request the run no longer waits on (a replan's node of the same id
+    // opened another): refused, whether it submits or declines.
+    let earlier = || Some("q0".to_string());
+    let stale = Answer::Submit { request_id: earlier(), node_id: "review".into(), output: ok.clone() };
+    assert!(matches!(decide_now(&state, resume(stale)), Err(Refusal::StaleRequest { .. })));
+    let stale = Answer::Decline { request_id: earlier(), node_id: "review".into(), reason: "no".into(), note: None };
+    assert!(matches!(decide_now(&state, resume(stale)), Err(Refusal::StaleRequest { .. })));
     let approve = decide_now(&state, resume(decide_answer(true, None)));
     assert!(matches!(approve, Err(Refusal::Mismatch { code: ErrorCode::HumanPayloadRequired, .. })));
 }
@@ -165,7 +172,7 @@ fn clarify_answer_runs_on_and_declining_fails_the_node() {
 
     let empty = decide_now(&state, resume(decide_answer(true, Some("  "))));
     assert!(matches!(empty, Err(Refusal::Mismatch { code: ErrorCode::AnswerRequired, .. })));
-    let submit = Answer::Submit { node_id: "review".into(), output: json!({"ok": 1}) };
+    let submit = Answer::Submit { request_id: None, node_id: "review".into(), output: json!({"ok": 1}) };
     assert!(matches!(
         decide_now(&state, resume(submit)),
         Err(Refusal::Mismatch { code: ErrorCode::DecisionRequired, .. })
@@ -183,7 +190,7 @@ fn clarify_answer_runs_on_and_declining_fails_the_node() {
 #[test]
 fn decline_fails_the_run() {
     let state = waiting(HitlKind::HumanTask);
-    let answer = Answer::Decline { node_id: "review".into(), reason: "no time".into(), note: None };
+    let answer = Answer::Decline { request_id: None, node_id: "review".into(), reason: "no time".into(), note: None };
     let d = decide_now(&state, resume(answer)).unwrap();
     assert_eq!(kinds(&d), [FrameKind::HitlResolved, FrameKind::NodeError, FrameKind::Complete]);
     let failed = after(&state, &d);
