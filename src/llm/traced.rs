@@ -50,15 +50,17 @@ impl ChatSpan {
         self.span.id().header()
     }
 
-    /// What the endpoint answered, as far as the span shows it.
+    /// What the endpoint answered, as far as the span shows it. Its id and finish reason are the
+    /// endpoint's text, set whether or not content is captured: kept only when they are short
+    /// identifiers (one of megabytes would make the whole export batch too large to send).
     pub fn answered(&mut self, id: Option<&str>, model: Option<&str>, finish: Option<&str>, content: Option<&str>) {
-        if let Some(id) = id {
+        if let Some(id) = id.and_then(crate::excerpt::identifier) {
             self.span.set(spans::RESPONSE_ID, id.to_string());
         }
         if let Some(model) = model {
             self.span.set(spans::RESPONSE_MODEL, model.to_string());
         }
-        if let Some(finish) = finish {
+        if let Some(finish) = finish.and_then(crate::excerpt::identifier) {
             let reasons: Vec<opentelemetry::StringValue> = vec![finish.to_string().into()];
             self.span.set(spans::FINISH_REASONS, opentelemetry::Value::Array(reasons.into()));
         }

@@ -30,6 +30,17 @@ pub fn excerpt(text: &str, max: usize) -> Cow<'_, str> {
     }
 }
 
+/// The longest [`identifier`], in bytes.
+pub const IDENTIFIER: usize = 200;
+
+/// `text` if it is a name another system chose that is fit to keep as it is — 1 to
+/// [`IDENTIFIER`] bytes, no control character — else nothing: a model's name, a response's id or
+/// finish reason. Such a value is copied as a whole (into frames, lists, trace attributes), so one
+/// of megabytes, or one that breaks a log line, is not taken rather than cut.
+pub fn identifier(text: &str) -> Option<&str> {
+    Some(text).filter(|text| !text.is_empty() && text.len() <= IDENTIFIER && !text.chars().any(char::is_control))
+}
+
 /// Shows `value` as [`excerpt`] would, without formatting more of it than it shows.
 pub struct Excerpt<T>(pub T, pub usize);
 
@@ -79,6 +90,16 @@ impl fmt::Write for Bounded {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_identifier_is_short_and_one_line_or_not_kept() {
+        for kept in ["chatcmpl-123", "stop", &"x".repeat(IDENTIFIER)] {
+            assert_eq!(identifier(kept), Some(kept));
+        }
+        for dropped in ["", &"x".repeat(IDENTIFIER + 1), "stop\nforged line", "a\u{1b}[2Jb", &"x".repeat(3_000_000)] {
+            assert_eq!(identifier(dropped), None, "{} bytes", dropped.len());
+        }
+    }
 
     #[test]
     fn long_text_is_cut_and_says_how_much_is_missing() {

@@ -158,16 +158,13 @@ impl CallUsage {
     }
 }
 
-/// The longest model name a response may report that is kept (a route's model names are at most
-/// 200 characters too).
-const MAX_REPORTED_MODEL: usize = 200;
-
-/// The model a response names, when it is a name to keep: 1 to 200 bytes, no control character.
-/// The name is copied into every frame, document, list and trace that shows the call, so a
-/// server naming its model with megabytes of text (or with characters that break a log line)
-/// is not taken at its word: the call is recorded under the model asked for.
+/// The model a response names, when it is a name to keep ([`crate::excerpt::identifier`]; a
+/// route's model names are at most 200 characters too). The name is copied into every frame,
+/// document, list and trace that shows the call, so a server naming its model with megabytes of
+/// text (or with characters that break a log line) is not taken at its word: the call is
+/// recorded under the model asked for.
 pub fn reported_model(reported: Option<&str>) -> Option<&str> {
-    reported.filter(|name| !name.is_empty() && name.len() <= MAX_REPORTED_MODEL && !name.chars().any(char::is_control))
+    reported.and_then(crate::excerpt::identifier)
 }
 
 /// A model call's result with the usage it reported: `None` when no model answered (the call
