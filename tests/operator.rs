@@ -289,7 +289,15 @@ async fn human_task_output_is_checked_then_accepted() {
     let (status, _, body) = resume(&server, json!({"runId": run_id, "decision": {"approved": true}})).await;
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("human_payload_required")));
 
-    let valid = json!({"runId": run_id, "payload": {"nodeId": "review", "output": {"approved": true}}});
+    // An output for another request (a page open on a task a replan replaced) is refused.
+    let task_id = tasks[0]["taskId"].as_str().unwrap();
+    let elsewhere = json!({"runId": run_id,
+                           "payload": {"requestId": "an-earlier-task", "nodeId": "review", "output": {"approved": true}}});
+    let (status, _, body) = resume(&server, elsewhere).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("stale_request")), "{body}");
+
+    let valid =
+        json!({"runId": run_id, "payload": {"requestId": task_id, "nodeId": "review", "output": {"approved": true}}});
     let (_, frames, _) = resume(&server, valid).await;
     assert_eq!(kinds(&frames), ["hitl_resolved", "node_complete", "complete"]);
     assert_eq!(frames[1].payload["executorType"], "human");
