@@ -308,7 +308,7 @@ async fn a_chat_threads_history_is_bounded_as_a_posted_envelope_is() {
                           "input": {"messages": [{"role": "user", "content": text}]}});
         assert_eq!(call(&server, Method::POST, path, "alice-key", Some(body)).await.status(), 200, "turn {turn}");
     }
-    let largest = server.count("SELECT MAX(LENGTH(envelope)) AS n FROM runs");
+    let largest = server.count("SELECT CAST(MAX(LENGTH(envelope)) AS BIGINT) AS n FROM runs");
     assert!(largest < 1_048_576 + 450_000, "an envelope of {largest} bytes");
     let last = "SELECT COUNT(*) AS n FROM runs WHERE envelope LIKE '%turn 5 %' AND envelope LIKE '%turn 4 %' \
                 AND envelope LIKE '%turn 3 %' AND envelope NOT LIKE '%turn 1 %'";
