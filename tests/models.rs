@@ -137,7 +137,8 @@ async fn calls_queued_for_a_dead_endpoint_fall_over_once_its_breaker_opens() {
     std::fs::write(&config, toml).unwrap();
     let options = Options { env: vec![("FLEXRUN_CONFIG", config.display().to_string())], ..Options::default() };
     let server = TestServer::start_with(script(|_| post(0.9)), options).await;
-    let runs = (0..3).map(|_| server.run(&envelope()));
+    let envelope = envelope();
+    let runs = (0..3).map(|_| server.run(&envelope));
     for frames in futures::future::join_all(runs).await {
         assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
     }

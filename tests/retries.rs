@@ -88,8 +88,10 @@ async fn retry_after_replaces_the_computed_delay() {
 /// the run's coordinator, leaving the run planning (and recovery drove it into the panic again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_beyond_any_duration_is_the_longest_wait_not_a_panic() {
-    let server = TestServer::start(planner_faults(usize::MAX, Reply::error_retry_after(429, "slow down", "1e20"))).await;
-    let run = server.run(&envelope_with_retry(0, 0.1));
+    let server =
+        TestServer::start(planner_faults(usize::MAX, Reply::error_retry_after(429, "slow down", "1e20"))).await;
+    let envelope = envelope_with_retry(0, 0.1);
+    let run = server.run(&envelope);
     let frames = tokio::time::timeout(std::time::Duration::from_secs(30), run).await.expect("the run ends");
     assert_eq!(kinds(&frames), ["start", "plan_requested", "complete"]);
     assert_eq!(frames[2].payload["error"]["code"], "planner_error", "{}", frames[2].payload);

@@ -458,14 +458,12 @@ pub fn resume_answer(
                     let output = args.get("args").cloned().unwrap_or(args);
                     Ok(Answer::Submit { request_id: Some(request.id.clone()), node_id: node(), output })
                 }
-                ("ignore", HitlKind::HumanTask) => {
-                    Ok(Answer::Decline {
-                        request_id: Some(request.id.clone()),
-                        node_id: node(),
-                        reason: "declined from a chat client".into(),
-                        note: None,
-                    })
-                }
+                ("ignore", HitlKind::HumanTask) => Ok(Answer::Decline {
+                    request_id: Some(request.id.clone()),
+                    node_id: node(),
+                    reason: "declined from a chat client".into(),
+                    note: None,
+                }),
                 (other, _) => Err(wrong(&format!("a {:?} response", crate::excerpt::excerpt(other, 40)))),
             }
         }

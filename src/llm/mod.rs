@@ -237,10 +237,15 @@ impl LlmClient {
         if status.is_success() {
             // serde's message quotes the value it could not read: cut as a failure's message is.
             let unreadable = |e: serde_json::Error| {
-                LlmError::Protocol(flexrun_core::redact::cut_secrets(&e.to_string(), &self.secrets, crate::excerpt::MESSAGE))
+                LlmError::Protocol(flexrun_core::redact::cut_secrets(
+                    &e.to_string(),
+                    &self.secrets,
+                    crate::excerpt::MESSAGE,
+                ))
             };
-            let completion =
-                read_limited(response, self.limit).await.and_then(|body| serde_json::from_slice(&body).map_err(unreadable));
+            let completion = read_limited(response, self.limit)
+                .await
+                .and_then(|body| serde_json::from_slice(&body).map_err(unreadable));
             return Ok(completion.map_or_else(Answered::Unreadable, Answered::Completion));
         }
         let retry_after = response

@@ -103,13 +103,17 @@ fn resume_checks_state_version_and_request() {
 fn human_output_is_checked_then_completes_the_node() {
     let state = waiting(HitlKind::HumanTask);
     assert_eq!(state.status, RunStatus::AwaitingHuman);
-    let bad = decide_now(&state, resume(Answer::Submit { request_id: None, node_id: "review".into(), output: json!({}) })).unwrap();
+    let bad =
+        decide_now(&state, resume(Answer::Submit { request_id: None, node_id: "review".into(), output: json!({}) }))
+            .unwrap();
     assert_eq!(kinds(&bad), [FrameKind::ValidationError, FrameKind::NodeError]);
     assert_eq!(after(&state, &bad).status, RunStatus::AwaitingHuman, "the run keeps waiting");
     assert_eq!(bad.record, None);
 
     let ok = json!({"ok": true});
-    let good = decide_now(&state, resume(Answer::Submit { request_id: None, node_id: "review".into(), output: ok.clone() })).unwrap();
+    let good =
+        decide_now(&state, resume(Answer::Submit { request_id: None, node_id: "review".into(), output: ok.clone() }))
+            .unwrap();
     assert_eq!(kinds(&good), [FrameKind::HitlResolved, FrameKind::NodeComplete]);
     let done = after(&state, &good);
     assert_eq!(done.status, RunStatus::Running);
