@@ -66,7 +66,7 @@ impl EventList {
     }
 }
 
-/// A page of frames: at most [`TAIL`] of them and `limits.stream_page_bytes` of their text.
+/// A page of at most `frames` frames and `limits.stream_page_bytes` of their text.
 fn page(services: &Services, frames: i64) -> log::Page {
     log::Page { frames, bytes: services.settings.limits.stream_page_bytes }
 }
