@@ -153,10 +153,12 @@ impl Body {
         let value: Value = serde_json::from_slice(self.json_bytes()?)
             .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("request body is not valid JSON: {e}")))?;
         validation::refuse_nul(&value).map_err(|e| ApiError::invalid_request(vec![e]))?;
-        // Most bodies read at once; one that does not is read again the way that names the field
-        // at fault (and takes `2.0` for an integer, as the schemas do).
-        T::deserialize(&value)
-            .or_else(|_| validation::decode(&value, "").map_err(|e| ApiError::invalid_request(vec![e])))
+        serde_json::from_value(value).or_else(|_| {
+            // Read again — it is JSON, read above — the way that names the field at fault (and takes
+            // `2.0` for an integer, as the schemas do); a body that reads at once is read once.
+            let value: Value = serde_json::from_slice(&self.bytes).unwrap_or_default();
+            validation::decode(&value, "").map_err(|e| ApiError::invalid_request(vec![e]))
+        })
     }
 
     /// The body as JSON its `schema` accepts (an empty body is `{}`), problems answered as
