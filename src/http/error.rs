@@ -208,6 +208,7 @@ impl From<ForkError> for ApiError {
             ForkError::Refused(details) => Self::invalid_request(details),
             ForkError::Start(error) => error.into(),
             ForkError::Unreadable(error) => Self::internal(error),
+            ForkError::Store(error) => error.into(),
         }
     }
 }

@@ -13,7 +13,7 @@ use super::idempotency;
 use super::runs::{correlation_id, run_owner, started, visible};
 use crate::envelope::{self, EnvelopeError};
 use crate::run::fork::{self, ForkOrder};
-use crate::run::{Origin, RunId, Stored};
+use crate::run::{Origin, RunId};
 use crate::services::Services;
 use crate::thread::ThreadRule;
 use crate::validation::{BodySchema, FieldError};
@@ -46,10 +46,10 @@ pub async fn fork_run(
     };
     let correlation_id = correlation_id(&req)?;
     let services: Arc<Services> = services.into_inner();
-    // A fork reads its parent's whole log, decoded: a permit of the whole-run reads bounds how
-    // many are held at once.
+    // A fork folds its parent's whole log (a page at a time), keeping its plans and completed
+    // nodes: a permit of the whole-run reads bounds how many are read at once.
     let reading = services.run_reads.acquire().await;
-    let parent = Stored::read(&services, &parent_id).await?;
+    let parent = fork::read_parent(&services, &parent_id).await?;
     let (plan, envelope) = fork::prepare(&services, &parent, order)?;
     drop((parent, reading));
     // The fork's thread — its envelope's, or the parent's it inherits — is taken as `run.stream`

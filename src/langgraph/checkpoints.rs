@@ -18,7 +18,7 @@ use crate::events::Seq;
 use crate::http::{ApiError, Caller};
 use crate::run::fork::{self, ForkError, ForkOrder};
 use crate::run::state::RunState;
-use crate::run::{Origin, RunId, Stored};
+use crate::run::{Origin, RunId};
 use crate::services::Services;
 use crate::store::events;
 use crate::store::runs::RunRow;
@@ -279,9 +279,9 @@ pub async fn fork(
         outputs: from.outputs.clone().into_iter().collect(),
     };
     let run_id = RunId::parse(&row.run_id).map_err(|_| not_found())?;
-    // The parent's whole log is read, decoded, under a permit of the whole-run reads (as a fork's).
+    // The parent's log is folded under a permit of the whole-run reads (as a fork's).
     let reading = services.run_reads.acquire().await;
-    let parent = Stored::read(services, &run_id).await?;
+    let parent = fork::read_parent(services, &run_id).await.map_err(on_request)?;
     // The fork is on this thread (a given envelope's thread id is set to it, the parent's is it):
     // its first commit checks that the thread is still its owner's, as any LangGraph run's does.
     let prepared = fork::prepare(services, &parent, order).map_err(on_request)?;

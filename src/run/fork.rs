@@ -13,11 +13,12 @@ use super::lifecycle::{self, Origin, StartError, StartedRun};
 use super::stored::{ResumeError, Stored};
 use crate::capability::check_output;
 use crate::envelope::TaskEnvelope;
-use crate::events::{DecodedFrame, Frame};
 use crate::services::Services;
 use crate::validation::FieldError;
 use flexrun_core::capability::CapabilityError;
-use flexrun_core::run::fork::{self, ForkChanges, ForkPlan, ForkPoint};
+use crate::run::RunId;
+use crate::store::StoreError;
+use flexrun_core::run::fork::{self, ForkChanges, ForkPlan, ForkPoint, ParentLog};
 
 /// What a fork asks for.
 #[derive(Debug)]
@@ -41,6 +42,8 @@ pub enum ForkError {
     /// The parent's log or envelope cannot be read back.
     #[error(transparent)]
     Unreadable(#[from] ResumeError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Starts the fork [`prepare`] made, as `origin` says. The fork's envelope may name a thread
@@ -55,14 +58,24 @@ pub async fn start(
     Ok(lifecycle::start_fork(services, envelope, plan, origin).await?)
 }
 
+/// Reads run `run_id` back to fork it: its row, and what a fork needs of its log.
+pub async fn read_parent(services: &Services, run_id: &RunId) -> Result<(Stored, ParentLog), ForkError> {
+    match Stored::read_with(services, run_id, ParentLog::default()).await? {
+        (parent, Some(log)) => Ok((parent, log)),
+        (parent, None) => Err(parent.state().err().unwrap_or(ResumeError::NotStarted).into()),
+    }
+}
+
 /// The fork's plan and envelope, every check done: nothing is created before this succeeds.
-pub fn prepare(services: &Services, parent: &Stored, order: ForkOrder) -> Result<(ForkPlan, TaskEnvelope), ForkError> {
-    let frames = parent.log.iter().map(|f| Frame::decode(&f.json)).collect::<Result<Vec<DecodedFrame>, _>>();
-    let frames = frames.map_err(ResumeError::from)?;
+pub fn prepare(
+    services: &Services,
+    (parent, log): &(Stored, ParentLog),
+    order: ForkOrder,
+) -> Result<(ForkPlan, TaskEnvelope), ForkError> {
     let inherited = parent.envelope(services)?;
     let envelope = order.envelope.unwrap_or_else(|| inherited.clone());
     let changes = ForkChanges { changed_inputs: changed(&inherited.inputs, &envelope.inputs), outputs: order.outputs };
-    let plan = fork::resolve(parent.id.as_str(), &frames, &order.point, &changes)
+    let plan = fork::resolve(parent.id.as_str(), log, &order.point, &changes)
         .map_err(|e| ForkError::Refused(vec![FieldError::new(e.pointer(), "invalid_fork", e.to_string())]))?;
     let problems: Vec<FieldError> = plan
         .reused

@@ -292,8 +292,7 @@ pub(super) async fn fail_stored(
     failure: decide::Failure,
 ) -> Result<(), StoreError> {
     let state = stored.state().unwrap_or_else(|_| {
-        let last_seq = stored.log.last().map_or(Seq::ZERO, |f| f.seq);
-        RunState::unreadable(&stored.id, &stored.row.correlation_id, stored.row.status, last_seq)
+        RunState::unreadable(&stored.id, &stored.row.correlation_id, stored.row.status, stored.last_seq)
     });
     let mut log = RunLog::resume(services, claim, state, &stored.row);
     let events = decide::ending::stopped(log.state(), failure);

@@ -13,7 +13,7 @@ use super::id::RunId;
 use super::nodes::{NodeRecord, NodeTable};
 use super::state::RunState;
 use super::status::RunStatus;
-use super::stored::{LegacyStart, LogReader, ResumeError};
+use super::stored::{self, LegacyStart, LogReader, ResumeError};
 use crate::caller::Caller;
 use crate::condition::GoalConditionResult;
 use crate::events::Seq;
@@ -24,7 +24,7 @@ use crate::services::Services;
 use crate::store::evaluations::{self, RunOutputRow};
 use crate::store::hitl::{self, DecisionRow, RequestRow};
 use crate::store::runs::{self, RunRow};
-use crate::store::{StoreError, events, leases};
+use crate::store::{StoreError, leases};
 use flexrun_core::budget::{BudgetLimits, Spent};
 use flexrun_core::usage::Usage;
 
@@ -211,36 +211,22 @@ pub enum ViewError {
 
 /// The state of the run of `row` after its frame `upto` (all of its log with `None`), each event
 /// read by `reader` first (which is handed back with the state). The log is folded a page at a
-/// time as it is read, so a reader holds the state and one page of the log, never the whole log.
-/// Callers hold a permit of `Services::run_reads` meanwhile.
+/// time as it is read ([`stored::fold_pages`]), so a reader holds the state and one page of the
+/// log, never the whole log. Callers hold a permit of `Services::run_reads` meanwhile.
 pub async fn state_of<R: LogReader + Send + 'static>(
     services: &Services,
     row: &RunRow,
     upto: Option<Seq>,
-    mut reader: R,
+    reader: R,
 ) -> Result<(RunState, R), ViewError> {
     let id = RunId::parse(&row.run_id).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let mut state = RunState::new(&id, &row.correlation_id);
+    let correlation_id = row.correlation_id.clone();
     let legacy = LegacyStart::of(row, &services.settings.replan);
-    let size = events::Page { frames: 500, bytes: services.settings.limits.stream_page_bytes };
+    let page = stored::fold_page(services);
     let upto = upto.unwrap_or(Seq::MAX);
-    let lookup = row.run_id.clone();
     let folded = services
         .store
-        .read(move |conn| {
-            while state.last_seq < upto {
-                let mut page = events::page_after(conn, &lookup, state.last_seq, size)?;
-                page.frames.retain(|frame| frame.seq <= upto);
-                let done = !page.more || page.frames.is_empty();
-                if let Err(error) = super::stored::fold(&mut state, &page.frames, legacy.as_ref(), &mut reader) {
-                    return Ok(Err(error));
-                }
-                if done {
-                    break;
-                }
-            }
-            Ok(Ok((state, reader)))
-        })
+        .read(move |conn| stored::fold_pages(conn, (&id, &correlation_id), upto, (page, legacy.as_ref()), reader))
         .await?;
     Ok(folded?)
 }

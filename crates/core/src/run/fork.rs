@@ -16,12 +16,13 @@
 //! changed input facet for the nodes that read it (and the nodes after them).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::events::payload::{NodeComplete, PlanGenerated, PlanView};
-use crate::events::{DecodedFrame, Event, Seq};
+use crate::events::{Event, Seq};
 use crate::plan::{IndexedPlan, NodeId, NodeStatus, Phase, Plan, PlanMetadata};
 
 /// Where a fork starts, as its request gives it.
@@ -119,40 +120,37 @@ impl ForkError {
     }
 }
 
-/// The plan versions and node completions of a parent's log.
-struct Parent<'a> {
-    run_id: &'a str,
+/// What a fork needs of its parent's log — its plan versions and node completions — gathered
+/// frame by frame as the log is read ([`ParentLog::push`]), so a reader of the parent keeps
+/// these and not the rest of the log (retries, starts, requests, usage).
+#[derive(Debug, Default)]
+pub struct ParentLog {
     /// Each version with the seq of the frame that installed it, oldest first.
-    versions: Vec<(Seq, &'a Plan)>,
+    versions: Vec<(Seq, Arc<IndexedPlan>)>,
     /// Every `node_complete` with its seq, in log order.
-    completions: Vec<(Seq, &'a str, &'a NodeComplete)>,
+    completions: Vec<(Seq, NodeComplete)>,
     last: Seq,
 }
 
-impl<'a> Parent<'a> {
-    fn read(run_id: &'a str, frames: &'a [DecodedFrame]) -> Self {
-        let mut versions = Vec::new();
-        let mut completions = Vec::new();
-        for frame in frames {
-            match &frame.event {
-                Event::PlanGenerated(generated) => versions.push((frame.seq, &**generated.plan.plan)),
-                Event::NodeComplete(complete) => completions.push((frame.seq, complete.node_id.as_str(), complete)),
-                _ => {}
-            }
+impl ParentLog {
+    /// Takes in the parent's frame `seq`, `event`; frames come in log order.
+    pub fn push(&mut self, seq: Seq, event: &Event) {
+        match event {
+            Event::PlanGenerated(generated) => self.versions.push((seq, generated.plan.plan.clone())),
+            Event::NodeComplete(complete) => self.completions.push((seq, complete.clone())),
+            _ => {}
         }
-        let last = frames.last().map_or(Seq::ZERO, |f| f.seq);
-        Self { run_id, versions, completions, last }
+        self.last = seq;
     }
 }
 
-/// Works out what a fork of the run logged as `frames` starts with.
+/// Works out what a fork of run `run_id`, logged as `parent`, starts with.
 pub fn resolve(
     run_id: &str,
-    frames: &[DecodedFrame],
+    parent: &ParentLog,
     point: &ForkPoint,
     changes: &ForkChanges,
 ) -> Result<ForkPlan, ForkError> {
-    let parent = Parent::read(run_id, frames);
     let latest = u32::try_from(parent.versions.len()).unwrap_or(u32::MAX);
     if latest == 0 {
         return Err(ForkError::NoPlan);
@@ -168,8 +166,7 @@ pub fn resolve(
     }
     let index = usize::try_from(version).ok().filter(|v| (1..=parent.versions.len()).contains(v)).map(|v| v - 1);
     let index = index.ok_or(ForkError::UnknownVersion { version, latest })?;
-    let (installed_at, source) = parent.versions[index];
-    let plan = IndexedPlan::from(source.clone());
+    let (installed_at, plan) = (parent.versions[index].0, &*parent.versions[index].1);
     // Completions up to the cut count as done: those of the version's own execution, and earlier
     // ones of the nodes the version kept (`completed` in it; a node it marked `pending` was to run
     // again).
@@ -182,8 +179,8 @@ pub fn resolve(
     let done: BTreeMap<&str, (Seq, &NodeComplete)> = parent
         .completions
         .iter()
-        .filter(|(seq, id, _)| *seq < cut && (*seq > installed_at || kept(id)))
-        .map(|(seq, id, c)| (*id, (*seq, *c)))
+        .filter(|(seq, c)| *seq < cut && (*seq > installed_at || kept(&c.node_id)))
+        .map(|(seq, c)| (c.node_id.as_str(), (*seq, c)))
         .collect();
 
     let mut again: BTreeSet<NodeId> = BTreeSet::new();
@@ -225,7 +222,7 @@ pub fn resolve(
             label: complete.label.clone(),
             output: replaced.cloned().unwrap_or_else(|| complete.output.clone()),
             from: ReusedFrom {
-                run_id: parent.run_id.to_string(),
+                run_id: run_id.to_string(),
                 node_id: node.id.to_string(),
                 seq: seq.get(),
                 replaced: replaced.is_some(),
@@ -233,10 +230,10 @@ pub fn resolve(
         });
     }
     let metadata = PlanMetadata {
-        planner_model: source.metadata.planner_model.clone(),
+        planner_model: plan.metadata.planner_model.clone(),
         planner_attempt: 0,
         phase: Phase::Fork,
-        draft_node_count: source.metadata.draft_node_count,
+        draft_node_count: plan.metadata.draft_node_count,
     };
     Ok(ForkPlan {
         forked_from: ForkedFrom {
@@ -245,7 +242,7 @@ pub fn resolve(
             node_id: point.from_node.clone(),
             as_of: point.as_of.map(Seq::get),
         },
-        plan: Plan { version: 1, nodes, edges: source.edges.clone(), metadata },
+        plan: Plan { version: 1, nodes, edges: plan.edges.clone(), metadata },
         reused,
     })
 }

@@ -1,28 +1,19 @@
-use chrono::Utc;
 use serde_json::json;
 
 use super::*;
 use crate::run::decide::testing::*;
 
 /// A parent log: frames numbered from 1.
-fn log(events: Vec<Event>) -> Vec<DecodedFrame> {
-    events
-        .into_iter()
-        .enumerate()
-        .map(|(i, event)| DecodedFrame {
-            seq: Seq::new(u64::try_from(i).unwrap() + 1).unwrap(),
-            run_id: "p".into(),
-            timestamp: Utc::now(),
-            correlation_id: "c".into(),
-            plan_version: None,
-            node_id: None,
-            event,
-        })
-        .collect()
+fn log(events: Vec<Event>) -> ParentLog {
+    let mut parent = ParentLog::default();
+    for (i, event) in events.iter().enumerate() {
+        parent.push(Seq::new(u64::try_from(i).unwrap() + 1).unwrap(), event);
+    }
+    parent
 }
 
 /// v1: draft → polish; the goal failed; v2 kept draft (completed) and added review after polish.
-fn repaired() -> Vec<DecodedFrame> {
+fn repaired() -> ParentLog {
     let mut v2 = plan(
         2,
         vec![
