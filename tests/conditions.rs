@@ -91,3 +91,34 @@ async fn a_bad_dsl_goal_condition_gets_400_with_its_range_and_no_run() {
     assert_eq!(details[1]["code"], "operator_not_allowed");
     assert_eq!(server.count("SELECT COUNT(*) AS n FROM runs"), 0);
 }
+
+/// A goal condition whose evaluation over the run's data could take more than a bounded number
+/// of steps is reported as failed to evaluate, not evaluated: four `some`s nested over arrays of
+/// a thousand elements would evaluate their predicate 10¹² times, holding a worker of the
+/// coordinators' runtime for hours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_goal_condition_that_would_take_too_long_is_refused_not_evaluated() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let a = Value::Array(vec![json!(1); 1000]);
+    let rule = json!({"some": [a, {"some": [a, {"some": [a, {"some": [a, false]}]}]}]});
+    let mut envelope = envelope();
+    envelope["goal_condition"] = json!([{"facet": "post_copy", "path": "", "condition": {"jsonLogic": rule}}]);
+    // Evaluated, the condition would hold the runtime's workers, this test's timers with them: a
+    // thread of its own ends the test if the run has not ended in time.
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watched = ended.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(120));
+        if !watched.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("the run did not end in 120 s: its goal condition is being evaluated");
+            std::process::exit(101);
+        }
+    });
+    let frames = server.run(&envelope).await;
+    ended.store(true, std::sync::atomic::Ordering::SeqCst);
+    let failed = frames.iter().find(|f| f.kind == "goal_condition_failed").expect("the goal fails");
+    let error = failed.payload["failedGoalConditions"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("more than 20000000 steps"), "{error}");
+    let health = server.http.get(server.url("/api/v1/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+}

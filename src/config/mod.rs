@@ -306,10 +306,16 @@ impl Settings {
             ("sessions.max_per_principal", as_u64(self.sessions.max_per_principal)),
             ("sessions.sign_in_attempts_per_minute", self.sessions.sign_in_attempts_per_minute.into()),
         ];
-        match positive.into_iter().find(|(_, value)| *value == 0) {
-            Some((key, _)) => invalid(key, "must be at least 1"),
-            None => Ok(()),
+        if let Some((key, _)) = positive.into_iter().find(|(_, value)| *value == 0) {
+            return invalid(key, "must be at least 1");
         }
+        // NaN reads as valid TOML (`nan`) and from the environment; a delay made of it would stop
+        // the run that waits on it.
+        let delay = self.retry.base_delay_secs;
+        if !(delay.is_finite() && delay >= 0.0) {
+            return invalid("retry.base_delay_secs", &format!("= {delay} is not a number of seconds (0 or more)"));
+        }
+        Ok(())
     }
 
     /// This node's name on a shared PostgreSQL database (leases, health, metrics; held by
@@ -557,6 +563,13 @@ mod tests {
         std::fs::write(&path, "[limits]\nmax_concurrent_body_reads = 0\n").unwrap();
         let message = shown(load(&[("FLEXRUN_CONFIG", &path.display().to_string())]).unwrap_err());
         assert_eq!(message, "configuration: `limits.max_concurrent_body_reads` must be at least 1");
+        for delay in ["nan", "inf", "-1.5"] {
+            std::fs::write(&path, format!("[retry]\nbase_delay_secs = {delay}\n")).unwrap();
+            let message = shown(load(&[("FLEXRUN_CONFIG", &path.display().to_string())]).unwrap_err());
+            assert!(message.starts_with("configuration: `retry.base_delay_secs` = "), "{delay}: {message}");
+        }
+        std::fs::write(&path, "[retry]\nbase_delay_secs = 0.5\n").unwrap();
+        assert!(load(&[("FLEXRUN_CONFIG", &path.display().to_string())]).is_ok());
     }
 
     /// The keys of the integer settings the documented defaults set (`llm.breaker.failures`), and

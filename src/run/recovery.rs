@@ -55,15 +55,36 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
 async fn pick_up(services: &Arc<Services>, run_id: &RunId, crash_attempts: Option<i32>) -> Result<bool, StoreError> {
     let Some(claim) = services.claims.try_claim(run_id) else { return Ok(false) };
     let stored = Stored::read(services, run_id).await?;
-    match crash_attempts {
-        // Ended since the list was read: HTTP is served meanwhile, and an operator may have
-        // cancelled a run no coordinator drove.
-        _ if stored.row.status.is_terminal() => Ok(false),
-        Some(attempts) if attempts >= CRASH_LIMIT => {
+    match PickUp::of(stored.row.status, crash_attempts) {
+        PickUp::Leave => Ok(false),
+        PickUp::Fail(attempts) => {
             tracing::error!(%run_id, crashes = attempts, "the process died driving this run too often; failing it");
             fail_stored(services, claim, &stored, crashed(attempts)).await.map(|()| false)
         }
-        _ => drive_claimed(services, claim, &stored, true).await,
+        PickUp::Drive => drive_claimed(services, claim, &stored, true).await,
+    }
+}
+
+/// What [`pick_up`] does with a run it could claim, as its row stands once claimed.
+#[derive(Debug, PartialEq, Eq)]
+enum PickUp {
+    /// No coordinator is to drive it: it ended, or it waits for an operator — since the list of
+    /// active runs was read, HTTP is served meanwhile: its coordinator may have paused it (and
+    /// let go of it), or an operator cancelled it. Driving a paused run would go on past its
+    /// approval, human task or budget without an answer.
+    Leave,
+    /// Active each of the last [`CRASH_LIMIT`] times the process died (the count it had).
+    Fail(i32),
+    Drive,
+}
+
+impl PickUp {
+    fn of(status: RunStatus, crash_attempts: Option<i32>) -> Self {
+        match crash_attempts {
+            _ if !status.is_active() => Self::Leave,
+            Some(attempts) if attempts >= CRASH_LIMIT => Self::Fail(attempts),
+            _ => Self::Drive,
+        }
     }
 }
 
@@ -143,4 +164,22 @@ fn parse(run_id: &str) -> Result<RunId, ()> {
     RunId::parse(run_id).map_err(|_| {
         tracing::error!(%run_id, "a stored run has an id flexrun does not make; it is left alone");
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_that_paused_or_ended_since_it_was_listed_is_left_as_it_is() {
+        for status in [RunStatus::AwaitingHitl, RunStatus::AwaitingHuman, RunStatus::Completed, RunStatus::Cancelled] {
+            assert_eq!(PickUp::of(status, None), PickUp::Leave, "{status}");
+            assert_eq!(PickUp::of(status, Some(CRASH_LIMIT)), PickUp::Leave, "{status}");
+        }
+        for status in RunStatus::ACTIVE {
+            assert_eq!(PickUp::of(status, None), PickUp::Drive, "{status}");
+            assert_eq!(PickUp::of(status, Some(CRASH_LIMIT - 1)), PickUp::Drive, "{status}");
+            assert_eq!(PickUp::of(status, Some(CRASH_LIMIT)), PickUp::Fail(CRASH_LIMIT), "{status}");
+        }
+    }
 }

@@ -11,6 +11,7 @@ pub mod dsl;
 mod logic;
 mod path;
 pub mod suggest;
+pub mod work;
 
 pub use logic::{RUN_CONTEXT_VAR, RUN_VAR, Rule};
 pub use path::FacetPath;

@@ -8,7 +8,9 @@ use std::cell::RefCell;
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-use datalogic_rs::{DataValue, Engine, Logic, ParsedData, bumpalo::Bump};
+use datalogic_rs::{DataValue, Engine, Logic, bumpalo::Bump};
+
+use crate::work;
 use serde::{Serialize, Serializer};
 use serde_json::{Value, json};
 
@@ -32,6 +34,9 @@ pub struct Rule {
     /// quantifier variables).
     source: Value,
     compiled: Arc<Logic>,
+    /// The form evaluated, kept when an evaluation's work is to be estimated first
+    /// ([`crate::work`]: the rule iterates or builds values).
+    estimated: Option<Arc<Value>>,
     reads_run_context: bool,
     reads_run: bool,
 }
@@ -51,7 +56,8 @@ impl Rule {
         read_paths(&eval, &mut paths);
         let reads_run_context = paths.iter().any(|p| p.starts_with(RUN_CONTEXT_VAR));
         let reads_run = paths.iter().any(|p| p == RUN_VAR || p.starts_with(&format!("{RUN_VAR}.")));
-        Ok(Self { source, compiled: Arc::new(compiled), reads_run_context, reads_run })
+        let estimated = work::needs_estimate(&eval).then(|| Arc::new(eval));
+        Ok(Self { source, compiled: Arc::new(compiled), estimated, reads_run_context, reads_run })
     }
 
     pub fn source(&self) -> &Value {
@@ -69,21 +75,24 @@ impl Rule {
         self.reads_run
     }
 
-    /// Evaluates the rule against `data` and returns the result as JSON.
+    /// Evaluates the rule against `data` and returns the result as JSON. An evaluation that could
+    /// take more than [`work::MOST_WORK`] steps over `data` is refused before it starts.
     pub fn evaluate(&self, data: &Value) -> Result<Value, String> {
+        self.within_bounds(data)?;
         let arena = Bump::new();
         let result = ENGINE.evaluate(&self.compiled, data, &arena).map_err(|e| message(&e))?;
         serde_json::to_value(result.to_owned()).map_err(|e| e.to_string())
     }
 
-    /// Evaluates the rule against `data` and applies JSON-Logic truthiness to the result.
+    /// Evaluates the rule against `data` and applies JSON-Logic truthiness to the result (refused
+    /// as [`Self::evaluate`] is).
     pub fn holds(&self, data: &Value) -> Result<bool, String> {
+        self.within_bounds(data)?;
         with_arena(|arena| truth(ENGINE.evaluate(&self.compiled, data, arena)))
     }
 
-    /// [`Self::holds`] for data parsed once for many evaluations (no conversion per call).
-    pub fn holds_parsed(&self, data: &ParsedData) -> Result<bool, String> {
-        with_arena(|arena| truth(ENGINE.evaluate(&self.compiled, data, arena)))
+    fn within_bounds(&self, data: &Value) -> Result<(), String> {
+        self.estimated.as_deref().map_or(Ok(()), |rule| work::check(rule, data))
     }
 }
 

@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::usage::{CallUsage, Micros, Usage};
+use crate::usage::{CallUsage, Known, Micros, Usage};
 use crate::validation::FieldError;
 
 /// `policies.budget` as an envelope sets it (the schema checked its shape and ranges).
@@ -145,21 +145,20 @@ pub struct Spent {
 impl Spent {
     /// Adds what a frame's (or a run's) usage records.
     pub fn add_usage(&mut self, usage: &Usage) {
-        let counts = &usage.tally.counts;
         self.model_calls = self.model_calls.saturating_add(u64::from(usage.tally.calls));
-        self.add(counts.input_tokens, counts.output_tokens, usage.tally.cost_usd);
+        self.add(usage.tally.known());
     }
 
     /// Adds one call not yet recorded on a frame.
     pub fn add_call(&mut self, call: &CallUsage) {
         self.model_calls = self.model_calls.saturating_add(1);
-        self.add(call.counts.input_tokens, call.counts.output_tokens, call.cost);
+        let tokens = call.counts.input_tokens.unwrap_or_default().saturating_add(call.counts.output_tokens.unwrap_or_default());
+        self.add(Known { tokens, cost_usd: call.cost.unwrap_or_default() });
     }
 
-    fn add(&mut self, input: Option<u64>, output: Option<u64>, cost: Option<Micros>) {
-        let tokens = input.unwrap_or_default().saturating_add(output.unwrap_or_default());
-        self.tokens = self.tokens.saturating_add(tokens);
-        self.cost_usd = self.cost_usd.saturating_add(cost.unwrap_or_default());
+    fn add(&mut self, known: Known) {
+        self.tokens = self.tokens.saturating_add(known.tokens);
+        self.cost_usd = self.cost_usd.saturating_add(known.cost_usd);
     }
 
     /// What was spent against `limit`.
@@ -350,6 +349,28 @@ mod tests {
         );
         spent.add_call(&call(Some(1), Some(1), Some(40)));
         assert_eq!(limits.reached(&spent).unwrap().limit, Limit::CostUsd, "cost is looked at first");
+    }
+
+    #[test]
+    fn a_frame_with_an_unpriced_call_counts_what_its_other_calls_spent() {
+        let calls = [call(Some(60), Some(30), Some(20)), call(None, Some(10), None), call(Some(5), Some(5), Some(7))];
+        let mut one_by_one = Spent::default();
+        calls.iter().for_each(|c| one_by_one.add_call(c));
+        let usage = Usage::of_calls(&calls).unwrap();
+        assert_eq!((usage.tally.cost_usd, usage.tally.counts.input_tokens), (None, None), "the sums are unknown");
+        let mut recorded = Spent::default();
+        recorded.add_usage(&usage);
+        assert_eq!((recorded.tokens, recorded.cost_usd, recorded.model_calls), (110, Micros(27), 3));
+        assert_eq!(recorded, one_by_one, "a frame counts as its calls did before it was recorded");
+
+        let read_back: Usage = serde_json::from_value(serde_json::to_value(&usage).unwrap()).unwrap();
+        let mut again = Spent::default();
+        again.add_usage(&read_back);
+        assert_eq!(again, recorded, "what a budget counts is in the frame");
+        let known = serde_json::to_value(&usage).unwrap()["known"].clone();
+        assert_eq!(known, serde_json::json!({"totalTokens": 110, "costUsd": 0.000027}));
+        let all_known = Usage::of_calls(&calls[..1]).unwrap();
+        assert!(serde_json::to_value(&all_known).unwrap().get("known").is_none(), "only where a sum is unknown");
     }
 
     #[test]

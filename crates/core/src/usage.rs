@@ -217,6 +217,21 @@ pub struct Tally {
     pub counts: Counts,
     /// `None` when any call's model has no price (or its tokens are unknown).
     pub cost_usd: Option<Micros>,
+    /// What the calls add up to counting only what is known, where a sum above is unknown: a
+    /// budget counts this, so one unpriced call does not take the priced ones' cost off what a
+    /// run spent. Absent when the sums above are all known (they are then what it would say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known: Option<Known>,
+}
+
+/// Tokens and cost counting only the calls that reported them, or were priced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Known {
+    /// Input and output tokens (`totalTokens`: a key redaction lets through).
+    #[serde(rename = "totalTokens")]
+    pub tokens: u64,
+    pub cost_usd: Micros,
 }
 
 impl Default for Tally {
@@ -225,19 +240,37 @@ impl Default for Tally {
         let zero = Some(0);
         let counts =
             Counts { input_tokens: zero, output_tokens: zero, cached_input_tokens: zero, reasoning_tokens: zero };
-        Self { calls: 0, counts, cost_usd: Some(Micros(0)) }
+        Self { calls: 0, counts, cost_usd: Some(Micros(0)), known: None }
     }
 }
 
 impl Tally {
     fn add_call(&mut self, call: &CallUsage) {
-        self.add(&Self { calls: 1, counts: call.counts, cost_usd: call.cost });
+        self.add(&Self { calls: 1, counts: call.counts, cost_usd: call.cost, known: None });
     }
 
     fn add(&mut self, other: &Self) {
+        let known = self.known().plus(other.known());
         self.calls = self.calls.saturating_add(other.calls);
         self.counts.add(&other.counts);
         self.cost_usd = self.cost_usd.zip(other.cost_usd).map(|(a, b)| a.saturating_add(b));
+        let unknown = self.cost_usd.is_none() || self.counts.input_tokens.is_none() || self.counts.output_tokens.is_none();
+        self.known = unknown.then_some(known);
+    }
+
+    /// The tokens and cost a budget counts: those known. (A frame recorded before `known` was
+    /// counts an unknown sum as nothing, as it was counted then.)
+    pub fn known(&self) -> Known {
+        self.known.unwrap_or_else(|| Known {
+            tokens: self.counts.input_tokens.unwrap_or_default().saturating_add(self.counts.output_tokens.unwrap_or_default()),
+            cost_usd: self.cost_usd.unwrap_or_default(),
+        })
+    }
+}
+
+impl Known {
+    fn plus(self, other: Self) -> Self {
+        Self { tokens: self.tokens.saturating_add(other.tokens), cost_usd: self.cost_usd.saturating_add(other.cost_usd) }
     }
 }
 

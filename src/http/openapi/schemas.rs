@@ -130,7 +130,12 @@ fn usage() -> Value {
     let tally = json!({"calls": {"type": "integer", "minimum": 0}, "inputTokens": count, "outputTokens": count,
                        "cachedInputTokens": count, "reasoningTokens": count,
                        "costUsd": {"type": ["number", "null"], "minimum": 0,
-                                   "description": "US dollars, rounded to 1e-6"}});
+                                   "description": "US dollars, rounded to 1e-6"},
+                       "known": {"type": "object", "required": ["totalTokens", "costUsd"],
+                                 "description": "where a sum is null: the tokens and cost of the calls that \
+                                                 reported or were priced (what a budget counts)",
+                                 "properties": {"totalTokens": {"type": "integer", "minimum": 0},
+                                                "costUsd": {"type": "number", "minimum": 0}}}});
     let mut properties = tally.as_object().cloned().unwrap_or_default();
     properties.insert("models".into(), json!({"type": "array", "items": {"type": "string"}}));
     properties.insert(

@@ -64,7 +64,7 @@ async fn take_back(services: &Arc<Services>, leasing: &Leasing) -> Result<usize,
             .await?;
         telemetry::lease_claims("restart", taken.len());
         let more = i64::try_from(taken.len()).is_ok_and(|n| n == SWEEP_BATCH);
-        picked += drive(services, taken).await?;
+        picked += drive(services, taken).await;
         if !more {
             return Ok(picked);
         }
@@ -164,20 +164,25 @@ async fn sweep(services: &Arc<Services>, leasing: &Leasing) -> Result<usize, Sto
         .write(move |conn| leases::claim_stale(conn, &node, seconds, &RunStatus::ACTIVE, SWEEP_BATCH))
         .await?;
     telemetry::lease_claims("stale", taken.len());
-    drive(services, taken).await
+    Ok(drive(services, taken).await)
 }
 
-/// Drives each run of `taken`, just claimed here; how many it could.
-async fn drive(services: &Arc<Services>, taken: Vec<leases::Taken>) -> Result<usize, StoreError> {
+/// Drives each run of `taken`, just claimed here; how many it could. A run that fails to be
+/// driven (a store error) does not stop the others: each was claimed in the database, and one
+/// left undriven sits until its lease runs out and is then counted a crash.
+async fn drive(services: &Arc<Services>, taken: Vec<leases::Taken>) -> usize {
     let mut picked = 0;
     for lease in taken {
         let Ok(run_id) = RunId::parse(&lease.run_id) else {
             tracing::error!(run_id = %lease.run_id, "a stored run has an id flexrun does not make; it is left alone");
             continue;
         };
-        picked += usize::from(take_over(services, run_id, lease).await?);
+        match take_over(services, run_id.clone(), lease).await {
+            Ok(driven) => picked += usize::from(driven),
+            Err(error) => tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not drive a claimed run"),
+        }
     }
-    Ok(picked)
+    picked
 }
 
 /// Drives a run this node just claimed in the database; `false` when it could not.

@@ -104,8 +104,11 @@ pub enum ForkError {
     UnknownNode { node: String, version: u32, pointer: String },
     #[error("node `{node}` had not completed at the fork point: there is no output to replace")]
     NotCompleted { node: String },
-    #[error("node `{node}` runs again in this fork (it follows `{from_node}`): its output cannot be given")]
-    RunsAgain { node: String, from_node: String },
+    #[error(
+        "node `{node}` runs again in this fork (it is or follows `fromNode`, follows a node whose output is \
+         given, or reads a changed input): its output cannot be given"
+    )]
+    RunsAgain { node: String },
 }
 
 impl ForkError {
@@ -197,9 +200,6 @@ pub fn resolve(
             let pointer = format!("/outputs/{}", escape(node));
             return Err(ForkError::UnknownNode { node: node.clone(), version, pointer });
         }
-        if let Some(from_node) = point.from_node.as_ref().filter(|_| again.iter().any(|id| id.as_str() == node)) {
-            return Err(ForkError::RunsAgain { node: node.clone(), from_node: from_node.clone() });
-        }
         if !done.contains_key(node.as_str()) {
             return Err(ForkError::NotCompleted { node: node.clone() });
         }
@@ -207,6 +207,11 @@ pub fn resolve(
     }
     for node in plan.nodes.iter().filter(|n| n.input_facets.iter().any(|f| changes.changed_inputs.contains(f))) {
         again.extend(plan.downstream(&node.id));
+    }
+    // Only once every reason to run a node again is known: an output given for one of those
+    // would be dropped.
+    if let Some(node) = changes.outputs.keys().find(|node| again.iter().any(|id| id.as_str() == node.as_str())) {
+        return Err(ForkError::RunsAgain { node: node.clone() });
     }
 
     let mut reused = Vec::new();

@@ -119,6 +119,18 @@ fn a_point_or_output_the_run_does_not_have_is_refused_with_its_pointer() {
     );
     let again = refused(ForkPoint { from_version: None, from_node: Some("polish".into()), as_of: None }, early);
     assert!(matches!(again, ForkError::RunsAgain { .. }), "{again}");
+    // Without `fromNode`: a given output after another given one, or after a changed input, whichever
+    // comes first by name.
+    let both = ForkChanges {
+        outputs: [("draft".to_string(), json!({"v": "mine"})), ("polish".to_string(), json!({"v": "mine"}))].into(),
+        ..ForkChanges::default()
+    };
+    assert_eq!(refused(ForkPoint::default(), both), ForkError::RunsAgain { node: "polish".into() });
+    let after_input = ForkChanges {
+        outputs: [("polish".to_string(), json!({"v": "mine"}))].into(),
+        changed_inputs: ["brief".to_string()].into(),
+    };
+    assert_eq!(refused(ForkPoint::default(), after_input), ForkError::RunsAgain { node: "polish".into() });
     assert_eq!(
         resolve("p", &log(vec![run_started()]), &ForkPoint::default(), &ForkChanges::default()),
         Err(ForkError::NoPlan)
