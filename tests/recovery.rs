@@ -414,6 +414,13 @@ fn refuse_node_completions(dir: &std::path::Path) {
 /// its step's completion ([`refuse_node_completions`]). The model, the server's directory, the
 /// server and the run.
 async fn stopped_by_a_database_error() -> (StandIn, tempfile::TempDir, ServerProcess, String) {
+    let (model, dir, server, run_id, _stream) = stopped_by_a_database_error_streaming().await;
+    (model, dir, server, run_id)
+}
+
+/// [`stopped_by_a_database_error`], with the run's `run.stream` response still open.
+async fn stopped_by_a_database_error_streaming()
+-> (StandIn, tempfile::TempDir, ServerProcess, String, reqwest::Response) {
     let model = StandIn::start(script(|call| if call.is_planner() { plan(&[("draft", "writer")]) } else { post(0.9) }))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -421,13 +428,24 @@ async fn stopped_by_a_database_error() -> (StandIn, tempfile::TempDir, ServerPro
     let server = ServerProcess::start(dir.path(), &model.base_url, &default_capabilities(), &env).await;
     refuse_node_completions(dir.path());
     let (run_id, response) = server.post_run(&envelope()).await;
-    drop(response);
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !server.log().contains("run coordinator stopped on a database error") {
         assert!(std::time::Instant::now() < deadline, "{}", server.log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    (model, dir, server, run_id)
+    (model, dir, server, run_id, response)
+}
+
+/// A client streaming a run whose coordinator stopped on a database error is not told the run
+/// ended: its stream stays open while the run is still active, and goes on to `complete` once
+/// the run is driven again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_outlives_a_coordinator_that_stopped_with_its_run_active() {
+    let (_model, dir, _server, _run_id, stream) = stopped_by_a_database_error_streaming().await;
+    allow_node_completions(dir.path());
+    let frames = read_frames_within(stream, 1000, Duration::from_secs(30)).await;
+    let last = frames.last().expect("frames");
+    assert_eq!((last.kind.as_str(), &last.payload["status"]), ("complete", &json!("completed")), "{:?}", kinds(&frames));
 }
 
 /// A run whose coordinator stopped on a database error (its step's completion could not be

@@ -1,15 +1,17 @@
 //! The frames of one run after a given sequence number: first replayed from the event log, then
 //! live from the bus, with no gap and no duplicate between the two. The stream ends after
-//! `complete`, or once the run is no longer active and every frame has been delivered.
+//! `complete`, or once the run is no longer active (it waits for an operator) and every frame
+//! has been delivered.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::backlog::Backlog;
-use crate::events::{BusMessage, Frame, FrameKind, Seq};
+use crate::events::{Bus, BusMessage, Frame, FrameKind, Seq};
 use crate::run::status::RunStatus;
 use crate::services::Services;
 use crate::store::events::{self, LogPage, LoggedFrame, Page};
@@ -34,6 +36,7 @@ pub enum FollowError {
 
 struct Follower {
     store: Store,
+    bus: Arc<Bus>,
     run_id: String,
     live: broadcast::Receiver<BusMessage>,
     last: Seq,
@@ -61,6 +64,7 @@ pub fn follow(
     let live = services.bus.subscribe(&run_id);
     stream(Follower {
         store: services.store.clone(),
+        bus: services.bus.clone(),
         run_id,
         live,
         last: after,
@@ -83,6 +87,7 @@ pub fn follow_new(
 ) -> impl Stream<Item = Result<LoggedFrame, FollowError>> + use<> {
     stream(Follower {
         store: services.store.clone(),
+        bus: services.bus.clone(),
         run_id,
         live,
         last: Seq::ZERO,
@@ -139,7 +144,17 @@ impl Follower {
                     self.settled = None;
                     self.replay_log();
                 }
-                Ok(BusMessage::Settled) | Err(RecvError::Closed) => {
+                // The run's coordinator let go of it (and of its channel): paused or ended — or
+                // stopped with the run still active (a database error, a lost lease, a drain), to
+                // be driven again here or on another node. Its row says which: the stream ends
+                // only with the run, so a client is not told it ended when it did not. Listening
+                // again before the log is read leaves no gap.
+                Ok(BusMessage::Settled) => {
+                    self.live = self.bus.subscribe(&self.run_id);
+                    self.settled = None;
+                    self.replay_log();
+                }
+                Err(RecvError::Closed) => {
                     self.settled = Some(true);
                     self.replay_log();
                 }
