@@ -167,11 +167,21 @@ async fn take_lease(services: &Services, run_id: &RunId) -> Result<Option<i64>, 
 
 /// Asks the node driving the run to cancel it for `actor` (`NOTIFY`), then waits up to
 /// [`STOP_WAIT`] for the run's lease, which that node lets go of as it commits the cancellation.
+///
+/// The notice is sent again every [`STOP_RENOTICE`]: a node drops a notice for a run it does not
+/// hold at that moment, and the run may be changing hands — its node died and another is
+/// claiming it, or its driver's listener is reconnecting. A driver already stopping the run
+/// takes a second notice as nothing.
 async fn cancel_elsewhere(services: &Services, run_id: &RunId, actor: &Actor) -> Result<i64, ControlError> {
     let payload = StopNotice::payload(run_id, actor);
-    services.store.write(move |conn| leases::notify(conn, STOP, &payload)).await?;
     let deadline = tokio::time::Instant::now() + STOP_WAIT;
+    let mut next_notice = tokio::time::Instant::now();
     while tokio::time::Instant::now() < deadline {
+        if tokio::time::Instant::now() >= next_notice {
+            let payload = payload.clone();
+            services.store.write(move |conn| leases::notify(conn, STOP, &payload)).await?;
+            next_notice += STOP_RENOTICE;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
         if let Some(epoch) = take_lease(services, run_id).await? {
             return Ok(epoch);
@@ -179,6 +189,9 @@ async fn cancel_elsewhere(services: &Services, run_id: &RunId, actor: &Actor) ->
     }
     Err(Refusal::Busy(run_id.to_string()).into())
 }
+
+/// How often [`cancel_elsewhere`] asks again.
+const STOP_RENOTICE: Duration = Duration::from_secs(1);
 
 /// Takes the run's claim in this process for `command`. A cancel first stops the run's
 /// coordinator (here) and waits for it; another command waits only for a coordinator letting go

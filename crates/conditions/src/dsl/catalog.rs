@@ -133,8 +133,12 @@ impl Catalog {
         self.facet_schemas.contains_key(facet) || self.produced.contains(facet)
     }
 
+    /// Adds `variable` unless one of the same DSL name is there. Its DSL name takes the place of
+    /// another variable's alias: an array's legacy alias (`facets.recs.value`) yields to a field
+    /// of its items named `value`, whose own name it is.
     fn add(&mut self, variable: Variable) {
-        if self.names.contains_key(&variable.dsl_path) {
+        let taken = self.names.get(&variable.dsl_path).is_some_and(|&i| self.variables[i].dsl_path == variable.dsl_path);
+        if taken {
             return;
         }
         let index = self.variables.len();
@@ -318,6 +322,16 @@ mod tests {
         assert_eq!(c.get("facets.post_copy").unwrap().var_type, VarType::String);
         assert!(c.get("facets.planKnobs").is_none(), "objects themselves are not variables");
         assert_eq!(c.get("run.latencyMs").unwrap().var_type, VarType::Number);
+    }
+
+    #[test]
+    fn a_field_named_value_of_an_arrays_items_is_that_field() {
+        let recs = json!({"type": "array", "items": {"type": "object", "properties": {"value": {"type": "number"}}}});
+        let c = Catalog::with_facets([("recs", &recs)]);
+        assert_eq!(c.get("facets.recs.value").unwrap().var_type, VarType::Number, "not the array's legacy alias");
+        assert_eq!(c.get("facets.recs").unwrap().var_type, VarType::Array);
+        let compiled = crate::dsl::compile("some(facets.recs, item.value > 1)", &c, crate::dsl::Scope::Catalog);
+        assert!(compiled.is_ok(), "{compiled:?}");
     }
 
     #[test]
