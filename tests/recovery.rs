@@ -445,7 +445,12 @@ async fn a_stream_outlives_a_coordinator_that_stopped_with_its_run_active() {
     allow_node_completions(dir.path());
     let frames = read_frames_within(stream, 1000, Duration::from_secs(30)).await;
     let last = frames.last().expect("frames");
-    assert_eq!((last.kind.as_str(), &last.payload["status"]), ("complete", &json!("completed")), "{:?}", kinds(&frames));
+    assert_eq!(
+        (last.kind.as_str(), &last.payload["status"]),
+        ("complete", &json!("completed")),
+        "{:?}",
+        kinds(&frames)
+    );
 }
 
 /// A run whose coordinator stopped on a database error (its step's completion could not be

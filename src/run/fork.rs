@@ -13,11 +13,11 @@ use super::lifecycle::{self, Origin, StartError, StartedRun};
 use super::stored::{ResumeError, Stored};
 use crate::capability::check_output;
 use crate::envelope::TaskEnvelope;
+use crate::run::RunId;
 use crate::services::Services;
+use crate::store::StoreError;
 use crate::validation::FieldError;
 use flexrun_core::capability::CapabilityError;
-use crate::run::RunId;
-use crate::store::StoreError;
 use flexrun_core::run::fork::{self, ForkChanges, ForkPlan, ForkPoint, ParentLog};
 
 /// What a fork asks for.

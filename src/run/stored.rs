@@ -7,9 +7,9 @@ use crate::config::ReplanSettings;
 use crate::envelope::{self, EnvelopeError, TaskEnvelope};
 use crate::events::{Event, Frame, Seq};
 use crate::services::Services;
-use crate::store::{DbConn, StoreError};
 use crate::store::events::{self, LoggedFrame};
 use crate::store::runs::{self, RunRow};
+use crate::store::{DbConn, StoreError};
 use flexrun_core::run::fork::ParentLog;
 
 /// Why a stored run cannot be picked up again.
@@ -94,7 +94,8 @@ impl Stored {
             .read(move |conn| {
                 let row = runs::get(conn, &id)?;
                 let legacy = LegacyStart::of(&row, &settings);
-                let folded = fold_pages(conn, (&run_id, &row.correlation_id), Seq::MAX, (page, legacy.as_ref()), reader)?;
+                let folded =
+                    fold_pages(conn, (&run_id, &row.correlation_id), Seq::MAX, (page, legacy.as_ref()), reader)?;
                 let (folded, reader, last_seq) = match folded {
                     Ok((state, reader)) => {
                         let last_seq = state.last_seq;

@@ -152,7 +152,8 @@ impl Spent {
     /// Adds one call not yet recorded on a frame.
     pub fn add_call(&mut self, call: &CallUsage) {
         self.model_calls = self.model_calls.saturating_add(1);
-        let tokens = call.counts.input_tokens.unwrap_or_default().saturating_add(call.counts.output_tokens.unwrap_or_default());
+        let tokens =
+            call.counts.input_tokens.unwrap_or_default().saturating_add(call.counts.output_tokens.unwrap_or_default());
         self.add(Known { tokens, cost_usd: call.cost.unwrap_or_default() });
     }
 
@@ -371,6 +372,9 @@ mod tests {
         assert_eq!(known, serde_json::json!({"totalTokens": 110, "costUsd": 0.000027}));
         let all_known = Usage::of_calls(&calls[..1]).unwrap();
         assert!(serde_json::to_value(&all_known).unwrap().get("known").is_none(), "only where a sum is unknown");
+        let unpriced = Usage::of_calls(&[call(Some(1), Some(2), None), call(Some(3), Some(4), None)]).unwrap();
+        assert_eq!(unpriced.tally.cost_usd, None);
+        assert!(serde_json::to_value(&unpriced).unwrap().get("known").is_none(), "nothing known beyond the sums");
     }
 
     #[test]

@@ -217,9 +217,10 @@ pub struct Tally {
     pub counts: Counts,
     /// `None` when any call's model has no price (or its tokens are unknown).
     pub cost_usd: Option<Micros>,
-    /// What the calls add up to counting only what is known, where a sum above is unknown: a
-    /// budget counts this, so one unpriced call does not take the priced ones' cost off what a
-    /// run spent. Absent when the sums above are all known (they are then what it would say).
+    /// What the calls add up to counting only what is known, where that is more than the sums
+    /// above say with an unknown one read as 0 — some calls were priced and another was not, or
+    /// reported tokens another did not. A budget counts this, so one unpriced call does not take
+    /// the priced ones' cost off what a run spent. Absent otherwise (all known, or all unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub known: Option<Known>,
 }
@@ -254,23 +255,34 @@ impl Tally {
         self.calls = self.calls.saturating_add(other.calls);
         self.counts.add(&other.counts);
         self.cost_usd = self.cost_usd.zip(other.cost_usd).map(|(a, b)| a.saturating_add(b));
-        let unknown = self.cost_usd.is_none() || self.counts.input_tokens.is_none() || self.counts.output_tokens.is_none();
-        self.known = unknown.then_some(known);
+        self.known = (known != self.read_as_zero()).then_some(known);
     }
 
     /// The tokens and cost a budget counts: those known. (A frame recorded before `known` was
     /// counts an unknown sum as nothing, as it was counted then.)
     pub fn known(&self) -> Known {
-        self.known.unwrap_or_else(|| Known {
-            tokens: self.counts.input_tokens.unwrap_or_default().saturating_add(self.counts.output_tokens.unwrap_or_default()),
+        self.known.unwrap_or_else(|| self.read_as_zero())
+    }
+
+    /// The sums with an unknown one read as 0.
+    fn read_as_zero(&self) -> Known {
+        Known {
+            tokens: self
+                .counts
+                .input_tokens
+                .unwrap_or_default()
+                .saturating_add(self.counts.output_tokens.unwrap_or_default()),
             cost_usd: self.cost_usd.unwrap_or_default(),
-        })
+        }
     }
 }
 
 impl Known {
     fn plus(self, other: Self) -> Self {
-        Self { tokens: self.tokens.saturating_add(other.tokens), cost_usd: self.cost_usd.saturating_add(other.cost_usd) }
+        Self {
+            tokens: self.tokens.saturating_add(other.tokens),
+            cost_usd: self.cost_usd.saturating_add(other.cost_usd),
+        }
     }
 }
 

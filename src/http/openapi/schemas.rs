@@ -132,8 +132,8 @@ fn usage() -> Value {
                        "costUsd": {"type": ["number", "null"], "minimum": 0,
                                    "description": "US dollars, rounded to 1e-6"},
                        "known": {"type": "object", "required": ["totalTokens", "costUsd"],
-                                 "description": "where a sum is null: the tokens and cost of the calls that \
-                                                 reported or were priced (what a budget counts)",
+                                 "description": "where a sum mixes known and null figures: the tokens and cost \
+                                                 of the calls that reported or were priced (what a budget counts)",
                                  "properties": {"totalTokens": {"type": "integer", "minimum": 0},
                                                 "costUsd": {"type": "number", "minimum": 0}}}});
     let mut properties = tally.as_object().cloned().unwrap_or_default();

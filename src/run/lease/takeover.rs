@@ -179,7 +179,9 @@ async fn drive(services: &Arc<Services>, taken: Vec<leases::Taken>) -> usize {
         };
         match take_over(services, run_id.clone(), lease).await {
             Ok(driven) => picked += usize::from(driven),
-            Err(error) => tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not drive a claimed run"),
+            Err(error) => {
+                tracing::error!(%run_id, error = %crate::excerpt::log(error), "could not drive a claimed run")
+            }
         }
     }
     picked

@@ -137,7 +137,8 @@ impl Catalog {
     /// another variable's alias: an array's legacy alias (`facets.recs.value`) yields to a field
     /// of its items named `value`, whose own name it is.
     fn add(&mut self, variable: Variable) {
-        let taken = self.names.get(&variable.dsl_path).is_some_and(|&i| self.variables[i].dsl_path == variable.dsl_path);
+        let taken =
+            self.names.get(&variable.dsl_path).is_some_and(|&i| self.variables[i].dsl_path == variable.dsl_path);
         if taken {
             return;
         }
