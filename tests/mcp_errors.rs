@@ -84,6 +84,75 @@ async fn a_server_listing_a_thousand_tools_too_many_has_a_bounded_listing() {
     assert_eq!(listed["servers"][0]["refusedTools"].as_array().unwrap().len(), 21);
 }
 
+/// Opening a session has one deadline, the subscription a 2026-07-28 session holds included: a
+/// server that answers `subscriptions/listen` with an event stream and then says nothing is
+/// `unreachable` after it, not `connecting` for ever.
+#[tokio::test]
+async fn a_server_that_never_acknowledges_its_subscription_is_unreachable_within_the_deadline() {
+    let py = McpProcess::python_modern().await;
+    py.silence_listen().await;
+    let server = TestServer::start_with(
+        script(|_| Reply::json(json!({"nodes": []}))),
+        Options { capabilities: Vec::new(), ..Options::default() },
+    )
+    .await;
+    let registration = json!({"id": "silent", "url": py.url()});
+    let response =
+        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["server"]["state"], "unreachable", "{body}");
+    assert_eq!(body["server"]["error"], "no answer within 15s", "{body}");
+}
+
+/// A call that has to open a session counts the opening against its own timeout: with a server
+/// that never acknowledges the subscription, the call fails as a timeout after `timeoutSecs` (and
+/// is retried), not never. The tools are offered from the list stored while the server answered.
+#[tokio::test]
+async fn a_call_whose_session_never_opens_times_out_within_its_timeout() {
+    let py = McpProcess::python_modern().await;
+    let plan = json!({"nodes": [{"stage": "add", "capabilityId": "modern.add", "arguments": {"a": 2, "b": 3}}]});
+    let options = || Options { capabilities: Vec::new(), ..Options::default() };
+    let planner = move || {
+        let plan = plan.clone();
+        script(move |_| Reply::json(plan.clone()))
+    };
+    let first = TestServer::start_with(planner(), options()).await;
+    let registration = json!({"id": "modern", "url": py.url(), "outputFacets": {"add": "sum"}, "timeoutSecs": 2});
+    let response =
+        first.http.post(first.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    let mut stored = 0;
+    for _ in 0..100 {
+        stored = first.count("SELECT COUNT(*) AS n FROM mcp_servers WHERE tools IS NOT NULL");
+        if stored == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(stored, 1, "the tool list is stored");
+    first.stop().await;
+
+    py.silence_listen().await;
+    let second = TestServer::start_with(planner(), Options { dir: Some(first.dir.clone()), ..options() }).await;
+    let response = second.post_run(&add_envelope()).await;
+    let frames = support::try_read_frames_within(response, usize::MAX, std::time::Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|frames| panic!("the run hangs: {:?}", kinds(&frames)));
+    let retry = frame_of(&frames, "retry");
+    assert!(retry.payload["error"].as_str().unwrap().contains("timed out after 2s"), "{}", retry.payload);
+    assert_eq!(frame_of(&frames, "node_error").payload["error"]["code"], "capability_timeout");
+}
+
+/// A run whose goal is `sum.total` = 5.
+fn add_envelope() -> Value {
+    json!({
+        "objective": "Add numbers with a tool", "inputs": {},
+        "outputContract": {"mode": "facets", "facets": ["sum"]},
+        "goal_condition": [{"facet": "sum", "path": "/total", "condition": {"jsonLogic": {"==": [{"var": "total"}, 5]}}}]
+    })
+}
+
 /// Header values are secrets: a registration refused for its headers says what is wrong and where
 /// without quoting a value (a refused request's message is in the access log too), and a value no
 /// HTTP request can carry — a line break — is refused when registered, not stored to fail later.

@@ -377,14 +377,18 @@ impl McpServers {
         if let Some(scope) = crate::traces::SpanScope::current() {
             meta.insert("traceparent".to_string(), json!(scope.traceparent()));
         }
-        let session = self.session(&server, changed).await.map_err(|e| self.unreachable(&server.id, e))?;
+        // One deadline for the whole call: opening a session counts against it too.
+        let timeout = server.timeout.min(timeout);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let opening = by(deadline, timeout, self.session(&server, changed)).await;
+        let session = opening.map_err(|error| self.unreachable(&server.id, error))?;
         let mut round = bundle.tool_answer.as_ref().map_or_else(Round::default, |answer| Round {
             input_responses: Some(answer.input_responses()),
             request_state: answer.request_state.clone(),
         });
         for _ in 0..MAX_STATE_ROUNDS {
-            let called = session.call(&tool.name, arguments.clone(), meta.clone(), round, server.timeout.min(timeout));
-            let asked = match called.await {
+            let called = session.call(&tool.name, arguments.clone(), meta.clone(), round, timeout);
+            let asked = match by(deadline, timeout, called).await {
                 Ok(Called::Result(result)) => return tool::output(tool, facet, &result).map(Reply::Output),
                 Ok(Called::InputRequired(asked)) => asked,
                 Err(McpError::Refused(message)) => return Err(CapabilityError::Protocol(message)),
@@ -415,6 +419,15 @@ impl McpServers {
             other => CapabilityError::Connection(other.to_string()),
         }
     }
+}
+
+/// `work`, failed as a timeout after `timeout` once `deadline` has passed.
+async fn by<T>(
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    work: impl Future<Output = Result<T, McpError>>,
+) -> Result<T, McpError> {
+    tokio::time::timeout_at(deadline, work).await.unwrap_or(Err(McpError::Timeout(timeout)))
 }
 
 /// How many reasons for tools not offered a server's listing shows; the rest are counted. A
