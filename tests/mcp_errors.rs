@@ -18,6 +18,10 @@ use support::{Options, Reply, TestServer, frame_of, kinds, read_frames, script};
 /// one would race with other threads reading the environment), its value the token.
 const TOKEN_VARIABLE: &str = "PATH";
 const HEADER_SECRET: &str = "hdr-secret-4711";
+/// A credential in the query string of a registration's URL.
+const QUERY_SECRET: &str = "LEAKME-1234";
+/// A caller's (not an operator's) API key.
+const CALLER_KEY: &str = "caller-test-key";
 
 #[tokio::test]
 async fn a_tools_error_quoting_the_callers_credentials_shows_them_nowhere() {
@@ -82,6 +86,68 @@ async fn a_server_listing_a_thousand_tools_too_many_has_a_bounded_listing() {
     assert_eq!(refused[20], "… and 493 more tools not offered");
     let listed = server.get_json("/api/v1/flex/mcp-servers").await;
     assert_eq!(listed["servers"][0]["refusedTools"].as_array().unwrap().len(), 21);
+}
+
+/// A query string of a server's URL may hold a credential (registrations allow one; the listing's
+/// `url` hides it): a server that cannot be reached shows why in its listing — to any caller —
+/// without it.
+#[tokio::test]
+async fn an_unreachable_servers_error_shows_no_query_string_of_its_url() {
+    let env = vec![
+        ("FLEXRUN_API_KEYS", format!("caller:{CALLER_KEY}")),
+        ("FLEXRUN_OPERATOR_KEYS", format!("ops:{}", support::OPERATOR_KEY)),
+    ];
+    let server = TestServer::start_with(
+        script(|_| Reply::json(json!({"nodes": []}))),
+        Options { capabilities: Vec::new(), env, ..Options::default() },
+    )
+    .await;
+    let url = format!("http://127.0.0.1:{}/mcp?token={QUERY_SECRET}", support::process::free_port());
+    let registration = json!({"id": "gone", "url": url});
+    let response = server
+        .http
+        .post(server.url("/api/v1/flex/mcp-servers/register"))
+        .bearer_auth(support::OPERATOR_KEY)
+        .json(&registration)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    let registered = response.text().await.unwrap();
+    assert!(!registered.contains(QUERY_SECRET), "{registered}");
+
+    let response =
+        server.http.get(server.url("/api/v1/flex/mcp-servers")).bearer_auth(CALLER_KEY).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let listed: Value = response.json().await.unwrap();
+    assert_eq!(listed["servers"][0]["state"], "unreachable", "{listed}");
+    assert!(listed["servers"][0]["error"].as_str().is_some_and(|e| !e.is_empty()), "{listed}");
+    assert!(!listed.to_string().contains(QUERY_SECRET), "{listed}");
+}
+
+/// A call that cannot reach its server says why in `retry` and `node_error` frames, which the
+/// run's caller reads: without the URL's query string.
+#[tokio::test]
+async fn a_call_that_cannot_reach_its_server_shows_no_query_string_of_its_url() {
+    let mut py = McpProcess::python().await;
+    let plan = json!({"nodes": [{"stage": "add", "capabilityId": "py.add", "arguments": {"a": 2, "b": 3}}]});
+    let server = TestServer::start_with(
+        script(move |_| Reply::json(plan.clone())),
+        Options { capabilities: Vec::new(), ..Options::default() },
+    )
+    .await;
+    let registration = json!({"id": "py", "url": format!("{}?token={QUERY_SECRET}", py.url()),
+                              "outputFacets": {"add": "sum"}});
+    let response =
+        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    py.kill();
+
+    let frames = server.run(&add_envelope()).await;
+    assert!(kinds(&frames).contains(&"retry"), "{:?}", kinds(&frames));
+    let streamed: Vec<Value> = frames.iter().map(|f| f.payload.clone()).collect();
+    let streamed = json!(streamed).to_string();
+    assert!(!streamed.contains(QUERY_SECRET), "{streamed}");
 }
 
 /// Opening a session has one deadline, the subscription a 2026-07-28 session holds included: a

@@ -261,13 +261,15 @@ impl Session {
     }
 }
 
-/// The transport's settings for `server`, and the secrets they hold — header values, the token —
-/// to cut out of every error text.
+/// The transport's settings for `server`, and the secrets they hold — header values, the token,
+/// what the URL carries beyond its path — to cut out of every error text.
 fn transport_config(
     server: &McpServer,
     max_response_bytes: usize,
 ) -> Result<(StreamableHttpClientTransportConfig, Vec<String>), McpError> {
     let mut secrets: Vec<String> = server.headers().values().cloned().collect();
+    // A query string or fragment may carry a credential (the listing's `url` hides them too).
+    secrets.extend([server.url.query(), server.url.fragment()].into_iter().flatten().map(str::to_string));
     let mut headers = HashMap::new();
     for (name, value) in server.headers() {
         let header =
