@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams,
-    ElicitResult, Implementation, MetaObject, ProtocolVersion, RequestMetaObject, ServerResult, SubscriptionFilter,
+    ElicitResult, Implementation, MetaObject, PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ServerResult,
+    SubscriptionFilter,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RequestContext, RoleClient,
@@ -170,11 +171,14 @@ impl Session {
         self.service.peer_info().map(|info| info.protocol_version.to_string())
     }
 
-    /// Every tool the server lists, as JSON (the core reads them).
-    pub async fn tools(&self, timeout: Duration) -> Result<Vec<Value>, McpError> {
-        let listed = tokio::time::timeout(timeout, self.service.list_all_tools()).await;
-        let tools = listed.map_err(|_| McpError::Timeout(timeout))?.map_err(|e| self.failed(e))?;
-        Ok(tools.into_iter().filter_map(|tool| serde_json::to_value(tool).ok()).collect())
+    /// One page of the server's tools, as JSON (the core reads them): the first, or the one
+    /// `cursor` names; and the cursor of the next page, if there is one. One page at a time: what
+    /// follows of a list is read only while its reader's bounds allow ([`super::listing`]).
+    pub async fn tools_page(&self, cursor: Option<String>) -> Result<(Vec<Value>, Option<String>), McpError> {
+        let params = cursor.map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
+        let page = self.service.list_tools(params).await.map_err(|e| self.failed(e))?;
+        let tools = page.tools.into_iter().filter_map(|tool| serde_json::to_value(tool).ok()).collect();
+        Ok((tools, page.next_cursor))
     }
 
     /// Calls `tool` with `arguments`, `meta` as the request's `_meta`, and what answers an earlier

@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, watch};
 
 use super::client::{Called, McpError, Round, Session};
+use super::listing;
 use crate::store::Store;
 use crate::store::mcp_servers::{self as rows, McpServerRow};
 use crate::validation::FieldError;
@@ -285,9 +286,12 @@ impl McpServers {
 
     async fn refresh(&self, server: &McpServer, changed: &Arc<Notify>) -> Result<(), McpError> {
         let session = self.session(server, changed.clone()).await?;
-        let listed = session.tools(LIST_TIMEOUT).await?;
-        let text = serde_json::to_string(&listed).unwrap_or_default();
-        let (tools, refused) = offered(server, listed);
+        let listing = tokio::time::timeout(LIST_TIMEOUT, listing::read(&session, server)).await;
+        let listing = listing.map_err(|_| McpError::Timeout(LIST_TIMEOUT))??;
+        let text = serde_json::to_string(&listing.tools).unwrap_or_default();
+        let (tools, mut refused) = offered(server, listing.tools);
+        // First: the reasons after it may be cut short, this one never.
+        refused.splice(0..0, listing.stopped);
         let offered: Vec<Arc<Capability>> = tools.values().cloned().collect();
         let changed_list = {
             let mut entries = self.entries();
@@ -444,6 +448,7 @@ fn offered(server: &McpServer, listed: Vec<Value>) -> (BTreeMap<String, Arc<Capa
         let description: ToolDescription = match serde_json::from_value(value) {
             Ok(description) => description,
             Err(error) => {
+                let error = crate::excerpt::excerpt(&error.to_string(), crate::excerpt::MESSAGE).into_owned();
                 refused.push(format!("a tool the server describes unreadably: {error}"));
                 continue;
             }
@@ -452,7 +457,8 @@ fn offered(server: &McpServer, listed: Vec<Value>) -> (BTreeMap<String, Arc<Capa
             continue;
         }
         if tools.len() == tool::MAX_TOOLS {
-            refused.push(format!("`{}`: more than {} tools", description.name, tool::MAX_TOOLS));
+            let name = crate::excerpt::excerpt(&description.name, tool::NAME_SHOWN);
+            refused.push(format!("`{name}`: more than {} tools", tool::MAX_TOOLS));
             continue;
         }
         let name = description.name.clone();
