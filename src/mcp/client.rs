@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, ElicitRequestParams,
-    ElicitResult, Implementation, MetaObject, ProtocolVersion, RequestMetaObject, ServerResult, SubscriptionFilter,
+    ElicitResult, Implementation, MetaObject, PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ServerResult,
+    SubscriptionFilter,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RequestContext, RoleClient,
@@ -109,42 +110,37 @@ pub struct Session {
 
 impl Session {
     /// Opens a session with `server`; `changed` is notified whenever it says its tools changed.
+    /// Within [`CONNECT_TIMEOUT`] in all, the subscription of a 2026-07-28 session included: a
+    /// server that never acknowledges it would otherwise hold the opening — and whoever waits on
+    /// it, a refresh or a call — for ever.
     pub async fn open(
         server: &McpServer,
         http: reqwest::Client,
         max_response_bytes: usize,
         changed: Arc<Notify>,
     ) -> Result<Self, McpError> {
-        let mut secrets: Vec<String> = server.headers().values().cloned().collect();
-        let mut headers = HashMap::new();
-        for (name, value) in server.headers() {
-            let header =
-                http::HeaderName::try_from(name.as_str()).ok().zip(http::HeaderValue::try_from(value.as_str()).ok());
-            let (name, value) = header.ok_or_else(|| McpError::BadHeader(name.clone()))?;
-            headers.insert(name, value);
-        }
-        let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str())
-            .custom_headers(headers)
-            .max_json_response_size(max_response_bytes)
-            .max_sse_event_size(max_response_bytes)
-            .reinit_on_expired_session(true);
-        if let Some(variable) = &server.bearer_token_env {
-            let token = std::env::var(variable).map_err(|_| McpError::TokenMissing(variable.clone()))?;
-            secrets.push(token.clone());
-            config = config.auth_header(token);
-        }
+        let opening = Self::connect(server, http, max_response_bytes, changed);
+        tokio::time::timeout(CONNECT_TIMEOUT, opening).await.map_err(|_| McpError::Timeout(CONNECT_TIMEOUT))?
+    }
+
+    /// Opens the session and, on a 2026-07-28 one, its subscription, without a deadline.
+    async fn connect(
+        server: &McpServer,
+        http: reqwest::Client,
+        max_response_bytes: usize,
+        changed: Arc<Notify>,
+    ) -> Result<Self, McpError> {
+        let (config, secrets) = transport_config(server, max_response_bytes)?;
         let transport = StreamableHttpClientTransport::with_client(McpHttp::new(http), config);
         let handler = Handler { changed: changed.clone() };
         let mode = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             legacy_version: Some(ProtocolVersion::V_2025_11_25),
         };
-        let opened = tokio::time::timeout(CONNECT_TIMEOUT, handler.serve_with_lifecycle(transport, mode)).await;
-        let service = match opened {
-            Err(_) => return Err(McpError::Timeout(CONNECT_TIMEOUT)),
-            Ok(Err(error)) => return Err(McpError::Unreachable(clean(&error.to_string(), &secrets))),
-            Ok(Ok(service)) => service,
-        };
+        let service = handler
+            .serve_with_lifecycle(transport, mode)
+            .await
+            .map_err(|error| McpError::Unreachable(clean(&error.to_string(), &secrets)))?;
         let session = Self { service, secrets, max_response_bytes };
         session.listen_for_changes(changed).await;
         Ok(session)
@@ -175,11 +171,14 @@ impl Session {
         self.service.peer_info().map(|info| info.protocol_version.to_string())
     }
 
-    /// Every tool the server lists, as JSON (the core reads them).
-    pub async fn tools(&self, timeout: Duration) -> Result<Vec<Value>, McpError> {
-        let listed = tokio::time::timeout(timeout, self.service.list_all_tools()).await;
-        let tools = listed.map_err(|_| McpError::Timeout(timeout))?.map_err(|e| self.failed(e))?;
-        Ok(tools.into_iter().filter_map(|tool| serde_json::to_value(tool).ok()).collect())
+    /// One page of the server's tools, as JSON (the core reads them): the first, or the one
+    /// `cursor` names; and the cursor of the next page, if there is one. One page at a time: what
+    /// follows of a list is read only while its reader's bounds allow ([`super::listing`]).
+    pub async fn tools_page(&self, cursor: Option<String>) -> Result<(Vec<Value>, Option<String>), McpError> {
+        let params = cursor.map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
+        let page = self.service.list_tools(params).await.map_err(|e| self.failed(e))?;
+        let tools = page.tools.into_iter().filter_map(|tool| serde_json::to_value(tool).ok()).collect();
+        Ok((tools, page.next_cursor))
     }
 
     /// Calls `tool` with `arguments`, `meta` as the request's `_meta`, and what answers an earlier
@@ -264,6 +263,35 @@ impl Session {
     pub async fn close(self) {
         let _ = tokio::time::timeout(Duration::from_secs(2), self.service.cancel()).await;
     }
+}
+
+/// The transport's settings for `server`, and the secrets they hold — header values, the token,
+/// what the URL carries beyond its path — to cut out of every error text.
+fn transport_config(
+    server: &McpServer,
+    max_response_bytes: usize,
+) -> Result<(StreamableHttpClientTransportConfig, Vec<String>), McpError> {
+    let mut secrets: Vec<String> = server.headers().values().cloned().collect();
+    // A query string or fragment may carry a credential (the listing's `url` hides them too).
+    secrets.extend([server.url.query(), server.url.fragment()].into_iter().flatten().map(str::to_string));
+    let mut headers = HashMap::new();
+    for (name, value) in server.headers() {
+        let header =
+            http::HeaderName::try_from(name.as_str()).ok().zip(http::HeaderValue::try_from(value.as_str()).ok());
+        let (name, value) = header.ok_or_else(|| McpError::BadHeader(name.clone()))?;
+        headers.insert(name, value);
+    }
+    let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str())
+        .custom_headers(headers)
+        .max_json_response_size(max_response_bytes)
+        .max_sse_event_size(max_response_bytes)
+        .reinit_on_expired_session(true);
+    if let Some(variable) = &server.bearer_token_env {
+        let token = std::env::var(variable).map_err(|_| McpError::TokenMissing(variable.clone()))?;
+        secrets.push(token.clone());
+        config = config.auth_header(token);
+    }
+    Ok((config, secrets))
 }
 
 /// Every text in `value` with the registration's secrets cut out (not bounded: what bounds it is

@@ -106,7 +106,7 @@ impl StreamableHttpClient for McpHttp {
         if let Some(session_id) = session_id {
             request = request.header(HEADER_SESSION_ID, session_id.as_ref());
         }
-        let response = request.json(&message).send().await.map_err(StreamableHttpError::Client)?;
+        let response = request.json(&message).send().await.map_err(client_error)?;
         let answer = Answer { message: &message, session_was_attached, limits };
         answer.read(response).await
     }
@@ -118,7 +118,7 @@ impl StreamableHttpClient for McpHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), Failed> {
-        self.http.delete_session(uri, session_id, auth_header, custom_headers).await
+        self.http.delete_session(uri, session_id, auth_header, custom_headers).await.map_err(without_url)
     }
 
     async fn get_stream(
@@ -129,7 +129,7 @@ impl StreamableHttpClient for McpHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Failed> {
-        self.http.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+        self.http.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await.map_err(without_url)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -151,6 +151,7 @@ impl StreamableHttpClient for McpHttp {
             max_sse_event_size,
         )
         .await
+        .map_err(without_url)
     }
 }
 
@@ -309,6 +310,21 @@ impl Answer<'_> {
     }
 }
 
+/// A failure of the HTTP client, without the URL its text would name: a registration's URL may
+/// carry a credential in its query string, and these texts reach callers (a server's state, a
+/// step's error). The `http` capability's and the model client's errors leave it out too.
+fn client_error(error: reqwest::Error) -> Failed {
+    StreamableHttpError::Client(error.without_url())
+}
+
+/// A failure of the SDK's own requests (a `GET` stream, a `DELETE`), without the URL.
+fn without_url(error: Failed) -> Failed {
+    match error {
+        StreamableHttpError::Client(error) => client_error(error),
+        other => other,
+    }
+}
+
 /// The body of `response`, or `None` when it is longer than `limit` bytes: then it is read no
 /// further (not at all when its length says so).
 async fn within(mut response: reqwest::Response, limit: usize) -> Result<Option<Vec<u8>>, Failed> {
@@ -316,7 +332,7 @@ async fn within(mut response: reqwest::Response, limit: usize) -> Result<Option<
         return Ok(None);
     }
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(StreamableHttpError::Client)? {
+    while let Some(chunk) = response.chunk().await.map_err(client_error)? {
         if chunk.len() > limit.saturating_sub(body.len()) {
             return Ok(None);
         }

@@ -6,6 +6,7 @@
 
 mod client;
 mod http;
+mod listing;
 mod servers;
 mod sse;
 mod too_large;

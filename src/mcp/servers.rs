@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, watch};
 
 use super::client::{Called, McpError, Round, Session};
+use super::listing;
 use crate::store::Store;
 use crate::store::mcp_servers::{self as rows, McpServerRow};
 use crate::validation::FieldError;
@@ -285,9 +286,12 @@ impl McpServers {
 
     async fn refresh(&self, server: &McpServer, changed: &Arc<Notify>) -> Result<(), McpError> {
         let session = self.session(server, changed.clone()).await?;
-        let listed = session.tools(LIST_TIMEOUT).await?;
-        let text = serde_json::to_string(&listed).unwrap_or_default();
-        let (tools, refused) = offered(server, listed);
+        let listing = tokio::time::timeout(LIST_TIMEOUT, listing::read(&session, server)).await;
+        let listing = listing.map_err(|_| McpError::Timeout(LIST_TIMEOUT))??;
+        let text = serde_json::to_string(&listing.tools).unwrap_or_default();
+        let (tools, mut refused) = offered(server, listing.tools);
+        // First: the reasons after it may be cut short, this one never.
+        refused.splice(0..0, listing.stopped);
         let offered: Vec<Arc<Capability>> = tools.values().cloned().collect();
         let changed_list = {
             let mut entries = self.entries();
@@ -377,14 +381,18 @@ impl McpServers {
         if let Some(scope) = crate::traces::SpanScope::current() {
             meta.insert("traceparent".to_string(), json!(scope.traceparent()));
         }
-        let session = self.session(&server, changed).await.map_err(|e| self.unreachable(&server.id, e))?;
+        // One deadline for the whole call: opening a session counts against it too.
+        let timeout = server.timeout.min(timeout);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let opening = by(deadline, timeout, self.session(&server, changed)).await;
+        let session = opening.map_err(|error| self.unreachable(&server.id, error))?;
         let mut round = bundle.tool_answer.as_ref().map_or_else(Round::default, |answer| Round {
             input_responses: Some(answer.input_responses()),
             request_state: answer.request_state.clone(),
         });
         for _ in 0..MAX_STATE_ROUNDS {
-            let called = session.call(&tool.name, arguments.clone(), meta.clone(), round, server.timeout.min(timeout));
-            let asked = match called.await {
+            let called = session.call(&tool.name, arguments.clone(), meta.clone(), round, timeout);
+            let asked = match by(deadline, timeout, called).await {
                 Ok(Called::Result(result)) => return tool::output(tool, facet, &result).map(Reply::Output),
                 Ok(Called::InputRequired(asked)) => asked,
                 Err(McpError::Refused(message)) => return Err(CapabilityError::Protocol(message)),
@@ -417,6 +425,15 @@ impl McpServers {
     }
 }
 
+/// `work`, failed as a timeout after `timeout` once `deadline` has passed.
+async fn by<T>(
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    work: impl Future<Output = Result<T, McpError>>,
+) -> Result<T, McpError> {
+    tokio::time::timeout_at(deadline, work).await.unwrap_or(Err(McpError::Timeout(timeout)))
+}
+
 /// How many reasons for tools not offered a server's listing shows; the rest are counted. A
 /// server may list thousands of tools: every listing (the API, the console) would carry a line
 /// for each.
@@ -431,6 +448,7 @@ fn offered(server: &McpServer, listed: Vec<Value>) -> (BTreeMap<String, Arc<Capa
         let description: ToolDescription = match serde_json::from_value(value) {
             Ok(description) => description,
             Err(error) => {
+                let error = crate::excerpt::excerpt(&error.to_string(), crate::excerpt::MESSAGE).into_owned();
                 refused.push(format!("a tool the server describes unreadably: {error}"));
                 continue;
             }
@@ -439,7 +457,8 @@ fn offered(server: &McpServer, listed: Vec<Value>) -> (BTreeMap<String, Arc<Capa
             continue;
         }
         if tools.len() == tool::MAX_TOOLS {
-            refused.push(format!("`{}`: more than {} tools", description.name, tool::MAX_TOOLS));
+            let name = crate::excerpt::excerpt(&description.name, tool::NAME_SHOWN);
+            refused.push(format!("`{name}`: more than {} tools", tool::MAX_TOOLS));
             continue;
         }
         let name = description.name.clone();

@@ -59,7 +59,8 @@ where
     stream::unfold(State::Reading(Box::pin(body), EventSize::new(limit)), move |state| async move {
         match state {
             State::Reading(mut body, mut size) => match body.next().await? {
-                Err(error) => Some((Err(BodyError::Read(error)), State::Done)),
+                // Without the URL, which may carry a credential in its query string.
+                Err(error) => Some((Err(BodyError::Read(error.without_url())), State::Done)),
                 Ok(chunk) => match size.fits(&chunk) {
                     None => Some((Ok(chunk), State::Reading(body, size))),
                     Some(0) => Some((Err(BodyError::EventTooLarge(limit)), State::Done)),

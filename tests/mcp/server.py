@@ -20,6 +20,11 @@ Besides /mcp, plain HTTP routes for the test itself:
 
 State (calls, tools added or removed, keys seen) lives in this process: a test that needs a clean
 server starts one. MCP_JSON_RESPONSE=1 answers requests with one JSON body instead of an SSE stream.
+
+MCP_TOOL_PAGES=N (or `forever`) answers `tools/list` itself instead (tests/mcp/intercept.py): N
+pages of 50 generated tools (`page{p}_{i}`, no arguments; they cannot be called), each but the
+last with a `nextCursor`, or pages without end. The 501st tool listed is named `huge_` and
+300,000 `x`: a name far beyond any bound flexrun has.
 """
 
 import asyncio
@@ -31,6 +36,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from intercept import intercepting, send_json
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -195,9 +201,45 @@ async def release(request: Request) -> Response:
     return PlainTextResponse(f"released {key}")
 
 
+TOOL_PAGE_SIZE = 50
+HUGE_TOOL_AT = 500
+
+
+def generated_tool(number: int) -> dict[str, Any]:
+    page, index = divmod(number, TOOL_PAGE_SIZE)
+    name = "huge_" + "x" * 300_000 if number == HUGE_TOOL_AT else f"page{page}_{index}"
+    return {"name": name, "description": f"generated tool {number}", "inputSchema": {"type": "object"}}
+
+
+def paged_tools(pages: str):
+    """Answers `tools/list` with page after page of generated tools: `pages` of them, or without end
+    (`forever`). The cursor is the number of the page it asks for."""
+
+    async def answer(request: dict[str, Any], send) -> bool:
+        if request.get("method") != "tools/list":
+            return False
+        cursor = (request.get("params") or {}).get("cursor")
+        page = int(cursor) if cursor else 0
+        first = page * TOOL_PAGE_SIZE
+        result: dict[str, Any] = {"tools": [generated_tool(n) for n in range(first, first + TOOL_PAGE_SIZE)]}
+        if pages == "forever" or page + 1 < int(pages):
+            result["nextCursor"] = str(page + 1)
+        await send_json(send, {"jsonrpc": "2.0", "id": request.get("id"), "result": result})
+        return True
+
+    return answer
+
+
 if __name__ == "__main__":
     # MCP_EXTRA_TOOLS=N lists N more tools, `extra_0` … (a server with more than flexrun offers).
     for i in range(int(os.environ.get("MCP_EXTRA_TOOLS") or 0)):
         mcp.add_tool(lambda i=i: f"extra {i}", name=f"extra_{i}", description=f"extra tool {i}", structured_output=False)
     mcp.settings.json_response = os.environ.get("MCP_JSON_RESPONSE") == "1"
-    mcp.run(transport="streamable-http")
+    pages = os.environ.get("MCP_TOOL_PAGES")
+    if pages:
+        import uvicorn
+
+        app = intercepting(mcp.streamable_http_app(), paged_tools(pages))
+        uvicorn.run(app, host=mcp.settings.host, port=mcp.settings.port, log_level=mcp.settings.log_level.lower())
+    else:
+        mcp.run(transport="streamable-http")

@@ -14,15 +14,19 @@ http://127.0.0.1:PORT/mcp and GET /healthz (readiness). Tools:
 GET /calls lists the confirm_order calls: {"tool", "stage": "entered"} for each tools/call that
 reached it (each MRTR round), {"tool", "stage": "finished"} when one finished with an answer; and
 the big calls: {"tool": "big", "stage": "entered"}.
+POST /listen/silence: from then on the server answers `subscriptions/listen` with 200 and an
+event stream that never says anything — no acknowledgement — and stays open (tests/mcp/intercept.py).
 """
 
+import asyncio
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from intercept import intercepting
 from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -96,5 +100,30 @@ async def healthz(_request: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+SILENT_LISTEN = asyncio.Event()
+
+
+@mcp.custom_route("/listen/silence", methods=["POST"])
+async def silence(_request: Request) -> Response:
+    SILENT_LISTEN.set()
+    return PlainTextResponse("silenced")
+
+
+async def silent_listen(request: dict[str, Any], send) -> bool:
+    """Once silenced, answers `subscriptions/listen` with an event stream that stays open and
+    silent (a comment first, so that the client has the answer's headers)."""
+    if request.get("method") != "subscriptions/listen" or not SILENT_LISTEN.is_set():
+        return False
+    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b": listening\n\n", "more_body": True})
+    await asyncio.Event().wait()
+    return True
+
+
 if __name__ == "__main__":
-    mcp.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    import uvicorn
+
+    host = "127.0.0.1"
+    app = intercepting(mcp.streamable_http_app(host=host), silent_listen)
+    uvicorn.run(app, host=host, port=int(sys.argv[1]), log_level=mcp.settings.log_level.lower())

@@ -121,8 +121,19 @@ impl McpProcess {
 
     /// Ends the Python server's `hold` calls on `key` (and any later one at once).
     pub async fn release(&self, key: &str) {
-        let response = self.http.post(self.plain_url(&format!("/release/{key}"))).send().await.expect("POST /release");
-        assert_eq!(response.status(), 200, "POST /release/{key}");
+        self.post(&format!("/release/{key}")).await;
+    }
+
+    /// Makes tests/mcp/server_modern.py answer `subscriptions/listen` from now on with an event
+    /// stream that stays open and never acknowledges the subscription.
+    pub async fn silence_listen(&self) {
+        self.post("/listen/silence").await;
+    }
+
+    /// `POST path` to a plain route of a Python server, which answers 200.
+    async fn post(&self, path: &str) {
+        let response = self.http.post(self.plain_url(path)).send().await.unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        assert_eq!(response.status(), 200, "POST {path}");
     }
 
     /// Kills the process with SIGKILL (no shutdown code runs) and reaps it.

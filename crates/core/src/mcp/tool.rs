@@ -21,6 +21,10 @@ pub const MAX_SCHEMA_BYTES: usize = 16 * 1024;
 /// state says so).
 pub const MAX_TOOLS: usize = 500;
 
+/// Characters of a tool's name quoted where it is not offered (a server may name a tool at any
+/// length; the name is in every listing of the server).
+pub const NAME_SHOWN: usize = 60;
+
 /// A tool as the server describes it in `tools/list` (the fields flexrun reads).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -55,7 +59,7 @@ pub fn capability(server: &McpServer, tool: ToolDescription) -> Result<Capabilit
     let name_ok = (1..=128).contains(&tool.name.len())
         && tool.name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
     if !name_ok {
-        return Err(ToolRefused::Name(excerpt::excerpt(&tool.name, 60).into_owned()));
+        return Err(ToolRefused::Name(excerpt::excerpt(&tool.name, NAME_SHOWN).into_owned()));
     }
     let arguments = schema(&tool.name, "inputSchema", Some(&tool.input_schema).filter(|s| !s.is_null()))?
         .unwrap_or_else(any_object);
