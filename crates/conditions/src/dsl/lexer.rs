@@ -184,6 +184,17 @@ fn string(chars: &[char], i: usize) -> Result<(String, usize), usize> {
     Err(chars.len() - i)
 }
 
+/// Whether `word` lexes as one variable name: what an identifier token takes, and no literal.
+pub fn is_name(word: &str) -> bool {
+    let mut chars = word.chars();
+    let first = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    first
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        && !word.ends_with('.')
+        && !word.contains("..")
+        && !matches!(word, "true" | "false" | "null")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -152,6 +152,8 @@ impl Reverse<'_> {
             single => vec![single],
         };
         match op {
+            // The DSL has no default: shown without it, the condition would read otherwise.
+            "var" if list.len() > 1 => Err(invalid("`var` with a default is not expressible in the DSL.")),
             "var" => self.var(list.first().copied()),
             "and" | "or" => {
                 let mut operands = list.iter().map(|a| self.expr(a, depth + 1)).collect::<Result<Vec<_>, _>>()?;
@@ -171,7 +173,7 @@ impl Reverse<'_> {
                         _ => None,
                     };
                     let path = path.ok_or_else(|| invalid("`missing` inside `!` must name one path."))?;
-                    return Ok(Expr::Exists { argument: Box::new(self.var_named(path)), span });
+                    return Ok(Expr::Exists { argument: Box::new(self.var_named(path)?), span });
                 }
                 Ok(Expr::Not { operand: Box::new(self.expr(operand, depth + 1)?), span })
             }
@@ -214,22 +216,28 @@ impl Reverse<'_> {
             Some(Value::Array(items)) => items.first().and_then(Value::as_str).unwrap_or_default(),
             _ => return Err(invalid("`var` needs a path.")),
         };
-        Ok(self.var_named(path))
+        self.var_named(path)
     }
 
-    /// A variable by path: alias-relative inside quantifiers, else the catalog's shortest name.
-    fn var_named(&self, path: &str) -> Expr {
+    /// A variable by path: alias-relative inside quantifiers, else the catalog's shortest name;
+    /// refused when that is not a name the DSL reads back as a variable (`first-name`, `null`,
+    /// the whole data).
+    fn var_named(&self, path: &str) -> Result<Expr, DslError> {
         let span = Span::default();
+        let mut name = self.catalog.get(path).map_or_else(|| path.to_string(), |v| v.dsl_path.clone());
         if let Some(scope) = self.aliases.last().filter(|s| s.plain) {
             let prefixed = self.aliases.iter().any(|s| path == s.alias || path.starts_with(&format!("{}.", s.alias)));
             if !prefixed && self.catalog.get(path).is_none() {
                 let alias = &scope.alias;
-                let name = if path.is_empty() { alias.clone() } else { format!("{alias}.{path}") };
-                return Expr::Var { name, span };
+                name = if path.is_empty() { alias.clone() } else { format!("{alias}.{path}") };
             }
         }
-        let name = self.catalog.get(path).map_or_else(|| path.to_string(), |v| v.dsl_path.clone());
-        Expr::Var { name, span }
+        if !super::lexer::is_name(&name) {
+            return Err(invalid(
+                "A `var` path is not a name the DSL can read (a letter or `_` first, then letters, digits, `_` or `.`).",
+            ));
+        }
+        Ok(Expr::Var { name, span })
     }
 }
 

@@ -305,9 +305,14 @@ fn json_logic_outside_the_dsl_is_refused_by_the_renderer() {
         (json!({"+": [1, 2]}), "Operator `+` is not supported by the DSL renderer."),
         (json!({"==": [1, 2], "!=": [1, 2]}), "JSON-Logic object must have exactly one operator."),
         (json!([1, 2]), "Unexpected array at root level in JSON-Logic expression."),
+        (json!({"var": ["score", 0.5]}), "`var` with a default is not expressible in the DSL."),
     ] {
         let error = from_json_logic(&logic, &c).unwrap_err();
         assert_eq!((error.code, error.message.as_str()), (ErrorCode::InvalidJsonLogic, message));
+    }
+    for not_a_name in ["", "first-name", "null", "true", "a..b"] {
+        let error = from_json_logic(&json!({"==": [{"var": not_a_name}, 1]}), &c).unwrap_err();
+        assert_eq!(error.code, ErrorCode::InvalidJsonLogic, "{not_a_name:?}");
     }
     assert_eq!(
         from_json_logic(&json!({"some": [{"var": RECS}, {"==": [{"var": "score"}, 1]}]}), &c).unwrap(),
