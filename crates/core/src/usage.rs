@@ -448,7 +448,8 @@ mod tests {
         assert_eq!(
             wire,
             json!({"calls": 2, "inputTokens": 1_201, "outputTokens": 301, "cachedInputTokens": null,
-                   "reasoningTokens": null, "costUsd": null, "models": ["m", "x"],
+                   "reasoningTokens": null, "costUsd": null, "known": {"totalTokens": 1_502, "costUsd": 0.0017},
+                   "models": ["m", "x"],
                    "byModel": {
                        "m": {"calls": 1, "inputTokens": 1_200, "outputTokens": 300, "cachedInputTokens": 200,
                              "reasoningTokens": 40, "costUsd": 0.0017},

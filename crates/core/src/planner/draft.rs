@@ -331,8 +331,11 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
     // The latest node so far writing each facet: one pass, whatever the plan's size.
     let mut producer: HashMap<&str, &NodeId> = HashMap::default();
     let mut edges = Vec::new();
+    // Inputs of nodes whose dependencies are explicit, with the node that writes them before.
+    let mut awaited: Vec<(&NodeId, &NodeId, &str, &str)> = Vec::new();
     for (node, depends_on) in nodes {
         if !depends_on.is_empty() {
+            let told = diagnostics.len();
             for dependency in depends_on {
                 let from = NodeId::from_stage(dependency);
                 if from == node.id {
@@ -353,6 +356,13 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
                     );
                 }
             }
+            // Dependencies that are all stages of the plan: whether they wait for what the node
+            // reads is checked once every edge is known.
+            if diagnostics.len() == told {
+                let written_before = node.input_facets.iter().filter_map(|f| producer.get(f.as_str()).map(|p| (*p, f)));
+                awaited
+                    .extend(written_before.map(|(from, facet)| (from, &node.id, facet.as_str(), node.stage.as_str())));
+            }
         } else {
             let mut froms = BTreeSet::new();
             for facet in node.input_facets.iter().chain(&node.output_facets) {
@@ -367,7 +377,31 @@ fn edges(nodes: &[(PlanNode, Vec<String>)], diagnostics: &mut Vec<Diagnostic>) -
             producer.insert(facet, &node.id);
         }
     }
+    for (from, to, facet, stage) in awaited {
+        if !reaches(&edges, from, to) {
+            let message = format!(
+                "stage \"{stage}\" reads facet \"{facet}\", which stage \"{from}\" writes before it, but its dependsOn \
+                 does not wait for that stage: add it (or a stage that waits for it)"
+            );
+            diagnostics.push(Diagnostic::error("INPUT_NOT_AWAITED", message).stage(stage).facet(facet));
+        }
+    }
     edges
+}
+
+/// Whether `edges` lead from `from` to `to`.
+fn reaches(edges: &[Edge], from: &NodeId, to: &NodeId) -> bool {
+    let mut seen: HashSet<&NodeId> = HashSet::default();
+    let mut next = vec![from];
+    while let Some(at) = next.pop() {
+        if at == to {
+            return true;
+        }
+        if seen.insert(at) {
+            next.extend(edges.iter().filter(|e| &e.from == at).map(|e| &e.to));
+        }
+    }
+    false
 }
 
 /// Every input facet must be available before the plan runs or produced by an earlier-ordered node.
@@ -603,6 +637,27 @@ mod tests {
             ]}))
             .unwrap();
         assert_eq!(plan.edges, [Edge { from: "a".into(), to: "b".into(), reason: "depends_on".into() }]);
+    }
+
+    #[test]
+    fn explicit_dependencies_must_wait_for_the_writer_of_what_a_node_reads() {
+        // `polish` reads `post_copy`, which `draft` writes; it waits for `visual` only.
+        let unordered = Fixture::new()
+            .compile(json!({"nodes": [
+                {"stage": "draft", "capabilityId": "writer"},
+                {"stage": "visual", "capabilityId": "designer"},
+                {"stage": "polish", "capabilityId": "editor", "dependsOn": ["visual"]}
+            ]}))
+            .unwrap_err();
+        assert_eq!(codes(&unordered), ["INPUT_NOT_AWAITED"]);
+        assert!(unordered[0].message.contains("\"post_copy\"") && unordered[0].message.contains("\"draft\""));
+        // Waiting for it through another stage is waiting for it.
+        let through = Fixture::new().compile(json!({"nodes": [
+            {"stage": "draft", "capabilityId": "writer"},
+            {"stage": "visual", "capabilityId": "designer", "dependsOn": ["draft"]},
+            {"stage": "polish", "capabilityId": "editor", "dependsOn": ["visual"]}
+        ]}));
+        assert!(through.is_ok(), "{through:?}");
     }
 
     #[test]
