@@ -116,18 +116,15 @@ impl Estimate<'_> {
                 Some((op, args)) => self.operator(op, args, scope),
                 None => Cost { work: 1, size: 1 },
             },
-            Value::Object(map) => {
-                let parts: Vec<Value> = map.values().cloned().collect();
-                self.all(&parts, scope)
-            }
+            Value::Object(map) => self.all(map.values(), scope),
             Value::String(text) => Cost { work: 1, size: count(text.len()).saturating_add(1) },
             _ => Cost { work: 1, size: 1 },
         }
     }
 
     /// A list of values, each evaluated.
-    fn all(&self, items: &[Value], scope: Scope) -> Cost {
-        items.iter().fold(Cost { work: 1, size: 1 }, |sum, item| {
+    fn all<'v>(&self, items: impl IntoIterator<Item = &'v Value>, scope: Scope) -> Cost {
+        items.into_iter().fold(Cost { work: 1, size: 1 }, |sum, item| {
             let cost = self.cost(item, scope);
             Cost { work: sum.work.saturating_add(cost.work), size: sum.size.saturating_add(cost.size) }
         })
