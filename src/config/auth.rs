@@ -54,7 +54,8 @@ impl AuthSettings {
 
 impl AuthSettings {
     /// Key lists flexrun would read otherwise than meant: a key with white space in it (a list
-    /// written `"al ice:k1"`), a name with no key, the same key twice, or one key or name with
+    /// written `"al ice:k1"`), a name with no key, a name flexrun does not take (`a@b:k1`, which
+    /// would be read as a nameless key), the same key twice, or one key or name with
     /// both roles (it would silently be an operator). Messages name entries by position, never
     /// by value.
     pub(super) fn check(&self) -> Result<(), ConfigError> {
@@ -69,6 +70,17 @@ impl AuthSettings {
                 }
                 if text.ends_with(':') {
                     return invalid(key, format!("entry {position} has a name but no key (`name:key`)"));
+                }
+                // `alice@corp.com:k1` would be one nameless key, `alice@corp.com:k1` itself.
+                if text.split_once(':').is_some_and(|(name, _)| !NamedKey::is_name(name)) {
+                    return invalid(
+                        key,
+                        format!(
+                            "entry {position} names its key with other than letters, digits, `.`, `_`, `-` (at most {} \
+                             characters); a key with `:` in it is written `name:key`",
+                            NamedKey::MAX_NAME
+                        ),
+                    );
                 }
             }
         }

@@ -679,6 +679,13 @@ mod tests {
             assert!(!message.contains("k1"), "a key is never shown: {message}");
         }
         assert!(load(&[("FLEXRUN_API_KEYS", "alice:k1,alice:k2"), ("FLEXRUN_OPERATOR_KEYS", "ops:k3")]).is_ok());
+        let long = format!("{}:k1", "a".repeat(65));
+        for entry in ["alice@corp.com:k1", long.as_str()] {
+            let message = refused(&[("FLEXRUN_API_KEYS", entry)]);
+            assert!(message.starts_with("configuration: `auth.api_keys` entry 1 names its key with other"), "{message}");
+            assert!(!message.contains("k1") && !message.contains("alice"), "an entry is never shown: {message}");
+        }
+        assert!(load(&[("FLEXRUN_API_KEYS", "alice:k1:with:colons,nameless")]).is_ok());
     }
 
     #[test]

@@ -163,7 +163,9 @@ impl Estimate<'_> {
         let (collection, body) = (args.first().unwrap_or(&Value::Null), args.get(1).unwrap_or(&Value::Null));
         let over = self.cost(collection, scope);
         let elements = self.elements(collection, over, scope);
-        let inner = if let Scope::Reduced { .. } = scope { scope } else { Scope::Iterated };
+        // The DSL's quantifier over the data itself (`dsl::ROOT_FRAME`) reads the data as the top.
+        let framed = collection == &*crate::dsl::ROOT_FRAME;
+        let inner = if framed || matches!(scope, Scope::Reduced { .. }) { scope } else { Scope::Iterated };
         let body = self.cost(body, inner);
         let work = over.work.saturating_add(elements.saturating_mul(body.work)).saturating_add(1);
         let size = match op {

@@ -309,10 +309,11 @@ fn condition(value: &Value, at: &str, catalog: &Catalog) -> Result<PolicyConditi
         Some(logic) => (logic.clone(), format!("{at}/jsonLogic")),
         None => (value.clone(), at.to_string()),
     };
-    let rule = Rule::compile(logic.clone()).map_err(|message| {
+    let expression = logic.to_string();
+    let (rule, _) = dsl::json_logic_rule(logic, catalog, Scope::Relative { schema: None }).map_err(|message| {
         vec![FieldError::new(at, "invalid_json_logic", format!("not a valid JSON-Logic rule: {message}"))]
     })?;
-    Ok(PolicyCondition { expression: logic.to_string(), rule })
+    Ok(PolicyCondition { expression, rule })
 }
 
 fn action(value: &Value, at: &str) -> Result<Action, Vec<FieldError>> {

@@ -50,6 +50,10 @@ pub struct Checker<'a> {
     scope: Scope<'a>,
     map: &'a SourceMap,
     aliases: Vec<Alias>,
+    /// An alias of an outer quantifier is read from inside an inner one ([`Self::emit_for_engine`]).
+    reads_outer_item: bool,
+    /// The evaluation form is wrapped in a quantifier over the data itself ([`ROOT_FRAME`]).
+    framed: bool,
     pub errors: Vec<DslError>,
     /// Canonical paths of the catalog variables used, in order of first use.
     pub variables: Vec<String>,
@@ -63,6 +67,8 @@ impl<'a> Checker<'a> {
             scope,
             map,
             aliases: Vec::new(),
+            reads_outer_item: false,
+            framed: false,
             errors: Vec::new(),
             variables: Vec::new(),
             seen: BTreeSet::new(),
@@ -163,9 +169,10 @@ impl<'a> Checker<'a> {
             }
             Some(_) => name.to_string(),
             None => {
+                let shown = super::error::shown(name);
                 let message = match self.suggest(name) {
-                    Some(close) => format!("Variable `{name}` is not registered (did you mean `{close}`?)."),
-                    None => format!("Variable `{name}` is not registered."),
+                    Some(close) => format!("Variable `{shown}` is not registered (did you mean `{close}`?)."),
+                    None => format!("Variable `{shown}` is not registered."),
                 };
                 self.error(ErrorCode::UnknownVariable, span, message);
                 name.to_string()
@@ -173,7 +180,12 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// A registered name close to `name` — not looked for past the problems reported
+    /// ([`super::error::MAX_ERRORS`]): each look compares it with every name of the catalog.
     fn suggest(&self, name: &str) -> Option<String> {
+        if self.errors.len() >= super::error::MAX_ERRORS {
+            return None;
+        }
         match self.scope {
             Scope::Relative { schema: Some(schema) } if !name.starts_with("facets.") && !name.starts_with("run.") => {
                 let fields = schema.get("properties").and_then(Value::as_object)?;
@@ -270,7 +282,24 @@ impl<'a> Checker<'a> {
     }
 
     /// The two JSON-Logic forms of a checked expression: (shown, evaluation).
-    pub fn emit(&mut self, expr: &Expr) -> (Value, Value) {
+    ///
+    /// datalogic-rs 5.4 reads `{"val": [[n], …]}` one scope too low, and never reaches the scope
+    /// just above the data: from inside two quantifiers, `[[1]]` is the current item again and
+    /// `[[2]]` the data, so the outer quantifier's item cannot be read. An expression that reads an
+    /// outer alias is therefore evaluated inside one more quantifier, over a list holding the data
+    /// itself ([`ROOT_FRAME`]): every real quantifier's item is then a scope the engine reaches,
+    /// `n` scopes up read as `[[n + 1]]`.
+    pub fn emit_for_engine(&mut self, expr: &Expr) -> (Value, Value) {
+        let (shown, eval) = self.emit(expr);
+        if !self.reads_outer_item {
+            return (shown, eval);
+        }
+        self.framed = true;
+        let (_, eval) = self.emit(expr);
+        (shown, json!({"some": [ROOT_FRAME.clone(), eval]}))
+    }
+
+    fn emit(&mut self, expr: &Expr) -> (Value, Value) {
         match expr {
             Expr::Literal { value, .. } => (value.to_json(), value.to_json()),
             Expr::Var { name, .. } => self.emit_var(name),
@@ -320,22 +349,31 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn emit_var(&self, name: &str) -> (Value, Value) {
+    fn emit_var(&mut self, name: &str) -> (Value, Value) {
         let depth = self.aliases.len();
+        // One more scope under the quantifiers when framed: the data's copy of `ROOT_FRAME`.
+        let extra = usize::from(self.framed);
         match self.resolve(name) {
             Some(Resolved::Alias { depth: 0, rest, .. }) => (json!({"var": name}), json!({"var": rest})),
-            Some(Resolved::Alias { depth: up, rest, .. }) => (json!({"var": name}), scoped(up, &rest)),
+            Some(Resolved::Alias { depth: up, rest, .. }) => {
+                self.reads_outer_item = true;
+                (json!({"var": name}), scoped(up + extra, &rest))
+            }
             resolved => {
                 let path = match resolved {
                     Some(Resolved::Catalog(variable)) => variable.path.clone(),
                     _ => name.to_string(),
                 };
-                let eval = if depth == 0 { json!({"var": path}) } else { scoped(depth, &path) };
+                // The data: any level at least the number of scopes reaches it.
+                let eval = if depth == 0 { json!({"var": path}) } else { scoped(depth + extra, &path) };
                 (json!({"var": path}), eval)
             }
         }
     }
 }
+
+/// The list a framed evaluation form quantifies over ([`Checker::emit_for_engine`]): the data.
+pub static ROOT_FRAME: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| json!([{"var": ""}]));
 
 /// `{"val": [[levels], …segments]}`: a path read `levels` scopes above the current item.
 fn scoped(levels: usize, path: &str) -> Value {

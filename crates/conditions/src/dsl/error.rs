@@ -55,6 +55,34 @@ pub struct DslError {
     pub range: Range,
 }
 
+/// The most problems reported of one expression: a long one with thousands of unknown names (or
+/// stray characters) gets these and one more saying how many were left out — the answer does not
+/// grow with the input, nor does the time spent suggesting names.
+pub const MAX_ERRORS: usize = 20;
+
+/// `errors`, at most [`MAX_ERRORS`] of them and one saying how many more there were.
+pub fn bounded(mut errors: Vec<DslError>) -> Vec<DslError> {
+    if errors.len() > MAX_ERRORS {
+        let left = errors.len() - MAX_ERRORS;
+        let first_left = errors.swap_remove(MAX_ERRORS);
+        errors.truncate(MAX_ERRORS);
+        let message = format!("and {left} more problem{} like these", if left == 1 { "" } else { "s" });
+        errors.push(DslError { message, ..first_left });
+    }
+    errors
+}
+
+/// A name of the expression as a message quotes it: at most [`NAME_SHOWN`] characters.
+pub fn shown(name: &str) -> String {
+    match name.char_indices().nth(NAME_SHOWN) {
+        Some((cut, _)) => format!("{}…", &name[..cut]),
+        None => name.to_string(),
+    }
+}
+
+/// The most characters of a name a message quotes.
+pub const NAME_SHOWN: usize = 80;
+
 /// A warning about an expression that compiled (same shape as an error).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Warning {

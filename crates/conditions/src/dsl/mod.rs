@@ -15,13 +15,14 @@ mod render;
 
 pub use ast::{CompareOp, DEFAULT_ALIAS, Expr, Literal, Quantifier};
 pub use catalog::{Catalog, SNAPSHOT_FACETS, VarType, Variable};
-pub use compile::Scope;
+pub use compile::{ROOT_FRAME, Scope};
 pub use error::{DslError, ErrorCode, Position, Range, Span, Warning};
 pub use parser::MAX_DEPTH;
 pub use render::{from_json_logic, render};
 
 use serde::Serialize;
 use serde_json::Value;
+use crate::Rule;
 
 /// A compiled condition.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -48,7 +49,7 @@ pub fn parse(source: &str) -> Result<Expr, Vec<DslError>> {
     }
     // After a lexical error the token stream has holes; parsing it would only add echoes.
     if !errors.is_empty() {
-        return Err(errors);
+        return Err(error::bounded(errors));
     }
     let expr = parser::parse(&tokens, source.chars().count(), &map).map_err(|error| vec![error])?;
     if render::nesting(&expr) > MAX_DEPTH {
@@ -65,9 +66,9 @@ pub fn compile(source: &str, catalog: &Catalog, scope: Scope<'_>) -> Result<Comp
     let mut checker = compile::Checker::new(catalog, scope, &map);
     let canonical = checker.check(&expr);
     if !checker.errors.is_empty() {
-        return Err(checker.errors);
+        return Err(error::bounded(checker.errors));
     }
-    let (json_logic, eval_logic) = checker.emit(&canonical);
+    let (json_logic, eval_logic) = checker.emit_for_engine(&canonical);
     let canonical_dsl = render(&canonical);
     let warnings = if canonical_dsl == "true" {
         vec![Warning { code: "noop_true", message: "Expression always resolves to true.".into() }]
@@ -75,6 +76,23 @@ pub fn compile(source: &str, catalog: &Catalog, scope: Scope<'_>) -> Result<Comp
         Vec::new()
     };
     Ok(Compiled { json_logic, eval_logic, canonical_dsl, variables: checker.variables, warnings })
+}
+
+/// A rule given as JSON-Logic, and its canonical DSL when it has one. flexrun's own shown form of
+/// a DSL condition (`docs/dsl.md`, "JSON-Logic": an alias as a prefix, `item.score`, and as a
+/// third `some`/`all` operand) is not what the engine evaluates: JSON-Logic that is exactly what
+/// the DSL it renders compiles to is evaluated as that DSL, so a condition read back from a run
+/// and posted again holds as it did. Other JSON-Logic is evaluated as written.
+pub fn json_logic_rule(logic: Value, catalog: &Catalog, scope: Scope<'_>) -> Result<(Rule, Option<String>), String> {
+    let Ok(shown) = from_json_logic(&logic, catalog) else {
+        return Ok((Rule::compile(logic)?, None));
+    };
+    match compile(&shown, catalog, scope) {
+        Ok(compiled) if compiled.json_logic == logic => {
+            Ok((Rule::from_dsl(compiled.json_logic, compiled.eval_logic)?, Some(compiled.canonical_dsl)))
+        }
+        _ => Ok((Rule::compile(logic)?, Some(shown))),
+    }
 }
 
 #[cfg(test)]

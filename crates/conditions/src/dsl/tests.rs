@@ -376,3 +376,62 @@ fn relative_quantifiers_read_outer_relative_values() {
     assert!(holds("some(variants as v, v.score >= threshold)", scope, data.clone()));
     assert!(!holds("all(variants, item.score >= threshold)", scope, data));
 }
+
+/// An inner quantifier's predicate reads an outer quantifier's item, and the data, at any depth.
+#[test]
+fn nested_quantifiers_read_their_outer_items() {
+    let scope = Scope::Relative { schema: None };
+    let orders = |have: i64| {
+        json!({"items": [{"sku": "A", "qty": 5}], "stock": [{"sku": "B", "have": 9}, {"sku": "A", "have": have}],
+               "floor": 2})
+    };
+    let enough = "all(items as i, some(stock as s, s.sku == i.sku && s.have >= i.qty))";
+    assert!(holds(enough, scope, orders(5)));
+    assert!(!holds(enough, scope, orders(4)), "no stock line of sku A has 5");
+    let above_floor = "some(items as i, some(stock as s, s.sku == i.sku && s.have > floor))";
+    assert!(holds(above_floor, scope, orders(3)));
+    assert!(!holds(above_floor, scope, orders(1)));
+    let three = "some(xs as a, some(ys as b, some(zs as c, c.z == a.v && b.w < a.v && c.z > floor)))";
+    let data = |z: i64| json!({"xs": [{"v": 5}], "ys": [{"w": 1}], "zs": [{"z": z}], "floor": 2});
+    assert!(holds(three, scope, data(5)));
+    assert!(!holds(three, scope, data(4)));
+    // One level, no outer item read: evaluated as before, without the frame.
+    let compiled = compile("some(items as i, i.qty > floor)", &catalog(), scope).unwrap();
+    assert_eq!(compiled.eval_logic["some"][0], json!({"var": "items"}));
+}
+
+/// The JSON-Logic flexrun shows for a DSL condition, posted back as `jsonLogic`, holds as the DSL
+/// does; standard JSON-Logic holds as written.
+#[test]
+fn shown_json_logic_posted_back_is_evaluated_as_its_dsl() {
+    let scope = Scope::Relative { schema: None };
+    let data = json!({"xs": [{"v": 5}], "items": [{"sku": "A"}]});
+    for source in ["some(xs as a, a.v > 1)", "some(items, item.sku == \"A\")"] {
+        let shown = compile(source, &catalog(), scope).unwrap().json_logic;
+        let (rule, expression) = json_logic_rule(shown.clone(), &catalog(), scope).unwrap();
+        assert_eq!(rule.holds(&data), Ok(true), "{shown}");
+        assert_eq!(expression.as_deref(), Some(source));
+        assert_eq!(rule.source(), &shown, "shown as given");
+    }
+    let standard = json!({"some": [{"var": "items"}, {"==": [{"var": "sku"}, "A"]}]});
+    let (rule, expression) = json_logic_rule(standard, &catalog(), scope).unwrap();
+    assert_eq!(rule.holds(&data), Ok(true));
+    assert_eq!(expression.as_deref(), Some("some(items, item.sku == \"A\")"));
+    assert!(json_logic_rule(json!({"nope": [1]}), &catalog(), scope).is_err());
+}
+
+/// An expression with thousands of unknown names gets a bounded answer (and suggestions are
+/// looked for only for the problems reported).
+#[test]
+fn thousands_of_problems_are_reported_as_a_bounded_list() {
+    let long_name = "z".repeat(10_000);
+    let source: Vec<String> = (0..5_000).map(|i| format!("facets.zz{i}.q > 1")).collect();
+    let source = format!("{} && {long_name} > 1", source.join(" && "));
+    let errors = compile(&source, &catalog(), Scope::Catalog).unwrap_err();
+    assert_eq!(errors.len(), super::error::MAX_ERRORS + 1);
+    assert_eq!(errors[super::error::MAX_ERRORS].message, "and 4981 more problems like these");
+    let errors = compile(&format!("{long_name} > 1"), &catalog(), Scope::Catalog).unwrap_err();
+    assert!(errors[0].message.len() < 200, "{}", errors[0].message);
+    let stray = compile(&"#".repeat(10_000), &catalog(), Scope::Catalog).unwrap_err();
+    assert_eq!(stray.len(), super::error::MAX_ERRORS + 1);
+}

@@ -151,9 +151,15 @@ fn read(mut raw: Value, catalog: &Catalog, rules: Rules) -> Result<TaskEnvelope,
     let mut dsl_errors = Vec::new();
     let goal_conditions = goal_conditions(&raw, catalog, &mut errors, &mut dsl_errors);
     let runtime_policies = match raw.pointer("/policies/runtime") {
-        Some(value) => {
-            runtime_policy::parse(value, "/policies/runtime", catalog).map_err(|e| errors.extend(e)).unwrap_or_default()
-        }
+        // A condition's DSL problems (those with a range) are answered as a goal condition's are.
+        Some(value) => runtime_policy::parse(value, "/policies/runtime", catalog)
+            .map_err(|problems| {
+                let (dsl, other): (Vec<FieldError>, Vec<FieldError>) =
+                    problems.into_iter().partition(|problem| problem.range.is_some());
+                dsl_errors.extend(dsl);
+                errors.extend(other);
+            })
+            .unwrap_or_default(),
         None => Vec::new(),
     };
     if let Some(contract) = &output_contract {
@@ -522,6 +528,16 @@ mod tests {
         assert_eq!(errors[0].path, "/goal_condition/1/condition/dsl");
         assert_eq!(errors[0].code, "syntax_error");
         assert_eq!(errors[0].range.as_ref().unwrap().start.offset, 8);
+    }
+
+    #[test]
+    fn a_runtime_policys_bad_dsl_is_answered_as_a_goal_conditions_is() {
+        let mut body = valid();
+        body["policies"] = json!({"runtime": [{"id": "p", "trigger": {"kind": "onNodeComplete",
+            "condition": {"dsl": "quality_score >"}}, "action": {"type": "fail"}}]});
+        let errors = dsl_problems(body);
+        assert_eq!((errors[0].path.as_str(), errors[0].code.as_str()), ("/policies/runtime/0/trigger/condition/dsl", "syntax_error"));
+        assert!(errors[0].range.is_some());
     }
 
     #[test]

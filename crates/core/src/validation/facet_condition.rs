@@ -45,13 +45,16 @@ pub fn parse_facet_condition(entry: &Value, at: &str, catalog: &Catalog) -> Resu
         });
     }
     let json_logic = condition.get("jsonLogic").cloned().unwrap_or(Value::Null);
-    let expression = dsl::from_json_logic(&json_logic, catalog).unwrap_or_else(|_| json_logic.to_string());
-    let rule = Rule::compile(json_logic).map_err(|message| {
-        ConditionProblems::Shape(vec![FieldError::new(
-            format!("{at}/condition/jsonLogic"),
-            "invalid_json_logic",
-            format!("not a valid JSON-Logic rule: {message}"),
-        )])
-    })?;
+    let text = json_logic.to_string();
+    let schema = catalog.schema_at(&facet, &path.segments());
+    let (rule, shown) = dsl::json_logic_rule(json_logic, catalog, Scope::Relative { schema: schema.as_ref() })
+        .map_err(|message| {
+            ConditionProblems::Shape(vec![FieldError::new(
+                format!("{at}/condition/jsonLogic"),
+                "invalid_json_logic",
+                format!("not a valid JSON-Logic rule: {message}"),
+            )])
+        })?;
+    let expression = shown.unwrap_or(text);
     Ok(GoalCondition { facet, path, dsl: None, expression, rule, variables: Vec::new() })
 }
