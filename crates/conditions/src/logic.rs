@@ -148,7 +148,8 @@ fn read_paths(rule: &Value, out: &mut Vec<String>) {
 }
 
 /// Rejects single-key objects whose key is not an operator: datalogic would accept them and only
-/// fail at evaluation, long after the caller could have fixed the rule.
+/// fail at evaluation, long after the caller could have fixed the rule. An object of several keys
+/// one of which is an operator is told as such (the engine says "Unknown Operator").
 fn check_operators(rule: &Value) -> Result<(), String> {
     match rule {
         Value::Array(items) => items.iter().try_for_each(check_operators),
@@ -162,6 +163,12 @@ fn check_operators(rule: &Value) -> Result<(), String> {
                     return Err(message);
                 }
                 return check_operators(arguments);
+            }
+            if map.len() > 1 && map.keys().any(|key| ENGINE.builtin_operator_names().any(|known| known == key)) {
+                return Err(format!(
+                    "an operation is an object of one key, its operator; this one has {} keys",
+                    map.len()
+                ));
             }
             map.values().try_for_each(check_operators)
         }
@@ -215,6 +222,8 @@ mod tests {
         assert!(err.contains("frobnicate"), "{err}");
         let err = Rule::compile(json!({"and": [{"vr": "x"}, true]})).unwrap_err();
         assert!(err.contains("did you mean `var`"), "{err}");
+        let err = Rule::compile(json!({"==": [1, 1], "!=": [1, 2]})).unwrap_err();
+        assert_eq!(err, "an operation is an object of one key, its operator; this one has 2 keys");
     }
 
     #[test]
