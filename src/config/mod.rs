@@ -682,7 +682,10 @@ mod tests {
         let long = format!("{}:k1", "a".repeat(65));
         for entry in ["alice@corp.com:k1", long.as_str()] {
             let message = refused(&[("FLEXRUN_API_KEYS", entry)]);
-            assert!(message.starts_with("configuration: `auth.api_keys` entry 1 names its key with other"), "{message}");
+            assert!(
+                message.starts_with("configuration: `auth.api_keys` entry 1 names its key with other"),
+                "{message}"
+            );
             assert!(!message.contains("k1") && !message.contains("alice"), "an entry is never shown: {message}");
         }
         assert!(load(&[("FLEXRUN_API_KEYS", "alice:k1:with:colons,nameless")]).is_ok());

@@ -20,9 +20,9 @@ pub use error::{DslError, ErrorCode, Position, Range, Span, Warning};
 pub use parser::MAX_DEPTH;
 pub use render::{from_json_logic, render};
 
+use crate::Rule;
 use serde::Serialize;
 use serde_json::Value;
-use crate::Rule;
 
 /// A compiled condition.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -536,7 +536,10 @@ mod tests {
         body["policies"] = json!({"runtime": [{"id": "p", "trigger": {"kind": "onNodeComplete",
             "condition": {"dsl": "quality_score >"}}, "action": {"type": "fail"}}]});
         let errors = dsl_problems(body);
-        assert_eq!((errors[0].path.as_str(), errors[0].code.as_str()), ("/policies/runtime/0/trigger/condition/dsl", "syntax_error"));
+        assert_eq!(
+            (errors[0].path.as_str(), errors[0].code.as_str()),
+            ("/policies/runtime/0/trigger/condition/dsl", "syntax_error")
+        );
         assert!(errors[0].range.is_some());
     }
 
