@@ -41,9 +41,7 @@ async fn a_tools_error_quoting_the_callers_credentials_shows_them_nowhere() {
     let server = TestServer::start_with(planner, Options { capabilities: Vec::new(), env, ..Options::default() }).await;
     let registration = json!({"id": "py", "url": py.url(), "bearerTokenEnv": TOKEN_VARIABLE,
                               "headers": {"X-Team": HEADER_SECRET}, "outputFacets": {"add": "sum"}});
-    let response =
-        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
-    assert_eq!(response.status(), 201);
+    register(&server, &registration).await;
 
     let envelope = json!({
         "objective": "Add numbers with a tool", "inputs": {},
@@ -70,15 +68,9 @@ async fn a_tools_error_quoting_the_callers_credentials_shows_them_nowhere() {
 #[tokio::test]
 async fn a_server_listing_a_thousand_tools_too_many_has_a_bounded_listing() {
     let py = McpProcess::python_with_env(&[("MCP_EXTRA_TOOLS", "1000")]).await;
-    let server = TestServer::start_with(
-        script(|_| Reply::json(json!({"nodes": []}))),
-        Options { capabilities: Vec::new(), ..Options::default() },
-    )
-    .await;
+    let server = bare_server().await;
     let registration = json!({"id": "many", "url": py.url()});
-    let response =
-        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
-    assert_eq!(response.status(), 201);
+    let response = register(&server, &registration).await;
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["server"]["toolCount"], 500, "at most 500 tools are offered");
     // 1,013 listed (server.py's 13, then the 1,000 extra): the first 500 are read and offered,
@@ -113,15 +105,9 @@ const HUGE_NAME_PIECE: &str =
 
 async fn a_long_tool_list_is_read_within_bounds(pages: &str) {
     let py = McpProcess::python_with_env(&[("MCP_TOOL_PAGES", pages)]).await;
-    let server = TestServer::start_with(
-        script(|_| Reply::json(json!({"nodes": []}))),
-        Options { capabilities: Vec::new(), ..Options::default() },
-    )
-    .await;
+    let server = bare_server().await;
     let registration = json!({"id": "paged", "url": py.url()});
-    let response =
-        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
-    assert_eq!(response.status(), 201);
+    let response = register(&server, &registration).await;
     let text = response.text().await.unwrap();
     let shown = &text[..text.len().min(2000)];
     assert!(
@@ -200,9 +186,7 @@ async fn a_call_that_cannot_reach_its_server_shows_no_query_string_of_its_url() 
     .await;
     let registration = json!({"id": "py", "url": format!("{}?token={QUERY_SECRET}", py.url()),
                               "outputFacets": {"add": "sum"}});
-    let response =
-        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
-    assert_eq!(response.status(), 201);
+    register(&server, &registration).await;
     py.kill();
 
     let frames = server.run(&add_envelope()).await;
@@ -219,15 +203,9 @@ async fn a_call_that_cannot_reach_its_server_shows_no_query_string_of_its_url() 
 async fn a_server_that_never_acknowledges_its_subscription_is_unreachable_within_the_deadline() {
     let py = McpProcess::python_modern().await;
     py.silence_listen().await;
-    let server = TestServer::start_with(
-        script(|_| Reply::json(json!({"nodes": []}))),
-        Options { capabilities: Vec::new(), ..Options::default() },
-    )
-    .await;
+    let server = bare_server().await;
     let registration = json!({"id": "silent", "url": py.url()});
-    let response =
-        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
-    assert_eq!(response.status(), 201);
+    let response = register(&server, &registration).await;
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["server"]["state"], "unreachable", "{body}");
     assert_eq!(body["server"]["error"], "no answer within 15s", "{body}");
@@ -247,9 +225,7 @@ async fn a_call_whose_session_never_opens_times_out_within_its_timeout() {
     };
     let first = TestServer::start_with(planner(), options()).await;
     let registration = json!({"id": "modern", "url": py.url(), "outputFacets": {"add": "sum"}, "timeoutSecs": 2});
-    let response =
-        first.http.post(first.url("/api/v1/flex/mcp-servers/register")).json(&registration).send().await.unwrap();
-    assert_eq!(response.status(), 201);
+    register(&first, &registration).await;
     let mut stored = 0;
     for _ in 0..100 {
         stored = first.count("SELECT COUNT(*) AS n FROM mcp_servers WHERE tools IS NOT NULL");
@@ -286,11 +262,7 @@ fn add_envelope() -> Value {
 /// HTTP request can carry — a line break — is refused when registered, not stored to fail later.
 #[tokio::test]
 async fn a_registration_refused_for_its_headers_quotes_no_value() {
-    let server = TestServer::start_with(
-        script(|_| Reply::json(json!({"nodes": []}))),
-        Options { capabilities: Vec::new(), ..Options::default() },
-    )
-    .await;
+    let server = bare_server().await;
     let secret = "sk-mcp-secret-31337";
     let many: serde_json::Map<String, Value> = (0..40).map(|i| (format!("X-H{i}"), json!(secret))).collect();
     for (headers, at) in [
@@ -385,4 +357,21 @@ async fn a_result_over_the_limit_fails_once(py: McpProcess) {
     assert_eq!(frame_of(&frames, "complete").payload["status"], "completed", "{:?}", kinds(&frames));
     let calls = py.calls().await;
     assert_eq!(calls.iter().filter(|c| c["tool"] == "big").count(), 1, "still called once: {calls:?}");
+}
+
+/// A server with no capabilities of its own, whose model plans nothing.
+async fn bare_server() -> TestServer {
+    TestServer::start_with(
+        script(|_| Reply::json(json!({"nodes": []}))),
+        Options { capabilities: Vec::new(), ..Options::default() },
+    )
+    .await
+}
+
+/// Registers an MCP server (the tests' client is an operator) and checks that it was taken.
+async fn register(server: &TestServer, registration: &Value) -> reqwest::Response {
+    let response =
+        server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(registration).send().await.unwrap();
+    assert_eq!(response.status(), 201);
+    response
 }
