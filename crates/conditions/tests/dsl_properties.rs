@@ -1,6 +1,6 @@
 //! Properties of the condition DSL over generated syntax trees:
 //! `parse(render(ast)) == ast`, and the compiled JSON-Logic, evaluated by the engine, agrees with a
-//! direct evaluation of the tree.
+//! direct evaluation of the tree — also for a quantifier nested in another, reading both items.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::as_conversions)] // Test code states what it expects.
 
 use proptest::prelude::*;
@@ -91,6 +91,60 @@ fn quantifier() -> BoxedStrategy<Expr> {
         .boxed()
 }
 
+/// Comparisons inside a quantifier (alias `inner`) nested in another (`outer`): of either item's
+/// fields, a catalog variable and literals.
+fn across(outer: &'static str, inner: &'static str) -> BoxedStrategy<Expr> {
+    let names = vec![format!("{outer}.n"), format!("{inner}.n"), "facets.m.a".to_string()];
+    let pick = proptest::sample::select(names);
+    prop_oneof![
+        (op(), pick.clone(), pick.clone()).prop_map(|(o, l, r)| cmp(o, var(&l), var(&r))),
+        (op(), pick, number()).prop_map(|(o, l, n)| cmp(o, var(&l), lit(Literal::Number(n)))),
+        equality().prop_map(move |o| cmp(o, var(&format!("{outer}.t")), var(&format!("{inner}.t")))),
+    ]
+    .boxed()
+}
+
+/// A quantifier over `facets.list` (alias `row`) whose predicate quantifies over it again and
+/// reads both items.
+fn nested() -> BoxedStrategy<Expr> {
+    let kind = || prop_oneof![Just(Quantifier::Some), Just(Quantifier::All)];
+    (kind(), kind(), prop_oneof![Just(None), Just(Some("col"))])
+        .prop_flat_map(|(outer, inner, alias)| {
+            let name = alias.unwrap_or("item");
+            // The DSL asks a quantifier's predicate to read its own item; the outer one's is read
+            // from inside the inner one.
+            let reads_both = move |p: &Expr| mentions(p, name) && mentions(p, "row");
+            tree(across("row", name), 1).prop_filter("reads both items", reads_both).prop_map(move |predicate| {
+                let inner = Expr::Quantify {
+                    quantifier: inner,
+                    collection: Box::new(var("facets.list")),
+                    alias: alias.map(String::from),
+                    predicate: Box::new(predicate),
+                    span: Span::default(),
+                };
+                Expr::Quantify {
+                    quantifier: outer,
+                    collection: Box::new(var("facets.list")),
+                    alias: Some("row".into()),
+                    predicate: Box::new(inner),
+                    span: Span::default(),
+                }
+            })
+        })
+        .boxed()
+}
+
+/// Whether `expr` reads a field of `alias`.
+fn mentions(expr: &Expr, alias: &str) -> bool {
+    match expr {
+        Expr::Var { name, .. } => name.starts_with(&format!("{alias}.")),
+        Expr::Not { operand, .. } => mentions(operand, alias),
+        Expr::And { operands, .. } | Expr::Or { operands, .. } => operands.iter().any(|e| mentions(e, alias)),
+        Expr::Compare { left, right, .. } => mentions(left, alias) || mentions(right, alias),
+        _ => false,
+    }
+}
+
 /// Trees over `leaves`, in the canonical shape the parser builds (flat `&&`/`||` chains).
 fn tree(leaves: BoxedStrategy<Expr>, depth: u32) -> BoxedStrategy<Expr> {
     leaves
@@ -136,16 +190,17 @@ fn data() -> impl Strategy<Value = Value> {
         })
 }
 
-/// The meaning of a tree, computed directly (JSON-Logic semantics for the DSL's operators).
-fn eval(expr: &Expr, data: &Value, item: Option<(&str, &Value)>) -> Value {
+/// The meaning of a tree, computed directly (JSON-Logic semantics for the DSL's operators), with
+/// the items of the quantifiers it is inside (innermost last).
+fn eval(expr: &Expr, data: &Value, items: &[(&str, &Value)]) -> Value {
     match expr {
         Expr::Literal { value, .. } => value.to_json(),
-        Expr::Var { name, .. } => lookup(name, data, item).cloned().unwrap_or(Value::Null),
-        Expr::Not { operand, .. } => Value::Bool(!truthy(&eval(operand, data, item))),
-        Expr::And { operands, .. } => Value::Bool(operands.iter().all(|e| truthy(&eval(e, data, item)))),
-        Expr::Or { operands, .. } => Value::Bool(operands.iter().any(|e| truthy(&eval(e, data, item)))),
+        Expr::Var { name, .. } => lookup(name, data, items).cloned().unwrap_or(Value::Null),
+        Expr::Not { operand, .. } => Value::Bool(!truthy(&eval(operand, data, items))),
+        Expr::And { operands, .. } => Value::Bool(operands.iter().all(|e| truthy(&eval(e, data, items)))),
+        Expr::Or { operands, .. } => Value::Bool(operands.iter().any(|e| truthy(&eval(e, data, items)))),
         Expr::Compare { op, left, right, .. } => {
-            let (l, r) = (eval(left, data, item), eval(right, data, item));
+            let (l, r) = (eval(left, data, items), eval(right, data, items));
             Value::Bool(match op {
                 CompareOp::Eq => equal(&l, &r),
                 CompareOp::Ne => !equal(&l, &r),
@@ -162,13 +217,16 @@ fn eval(expr: &Expr, data: &Value, item: Option<(&str, &Value)>) -> Value {
         }
         Expr::Exists { argument, .. } => {
             let Expr::Var { name, .. } = argument.as_ref() else { unreachable!() };
-            Value::Bool(lookup(name, data, item).is_some())
+            Value::Bool(lookup(name, data, items).is_some())
         }
         Expr::Quantify { quantifier, alias, predicate, .. } => {
             let rows =
                 data.pointer("/metadata/runContextSnapshot/facets/list/value").and_then(Value::as_array).unwrap();
             let alias = alias.as_deref().unwrap_or("item");
-            let holds = |row: &Value| truthy(&eval(predicate, data, Some((alias, row))));
+            let holds = |row: &Value| {
+                let inside: Vec<(&str, &Value)> = items.iter().copied().chain([(alias, row)]).collect();
+                truthy(&eval(predicate, data, &inside))
+            };
             Value::Bool(match quantifier {
                 Quantifier::Some => rows.iter().any(holds),
                 Quantifier::All => !rows.is_empty() && rows.iter().all(holds),
@@ -177,11 +235,11 @@ fn eval(expr: &Expr, data: &Value, item: Option<(&str, &Value)>) -> Value {
     }
 }
 
-fn lookup<'a>(name: &str, data: &'a Value, item: Option<(&str, &'a Value)>) -> Option<&'a Value> {
-    if let Some((alias, row)) = item
-        && let Some(field) = name.strip_prefix(&format!("{alias}."))
-    {
-        return row.get(field);
+fn lookup<'a>(name: &str, data: &'a Value, items: &[(&str, &'a Value)]) -> Option<&'a Value> {
+    for (alias, row) in items.iter().rev() {
+        if let Some(field) = name.strip_prefix(&format!("{alias}.")) {
+            return row.get(field);
+        }
     }
     let (facet, field) = name.strip_prefix("facets.")?.split_once('.')?;
     data.pointer(&format!("/metadata/runContextSnapshot/facets/{facet}/value/{field}"))
@@ -216,6 +274,17 @@ proptest! {
     }
 
     #[test]
+    fn nested_quantifiers_agree_with_the_tree(expr in nested(), data in data()) {
+        let text = dsl::render(&expr);
+        let compiled = dsl::compile(&text, &catalog(), Scope::Catalog)
+            .map_err(|e| TestCaseError::fail(format!("{text}: {e:?}")))?;
+        let rule = Rule::from_dsl(compiled.json_logic, compiled.eval_logic).unwrap();
+        let engine = rule.holds(&data).map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
+        let direct = truthy(&eval(&expr, &data, &[]));
+        prop_assert_eq!(engine, direct, "{} on {}", text, data);
+    }
+
+    #[test]
     fn compiled_json_logic_agrees_with_the_tree(expr in condition(), data in data()) {
         let text = dsl::render(&expr);
         let compiled = dsl::compile(&text, &catalog(), Scope::Catalog)
@@ -223,7 +292,7 @@ proptest! {
         prop_assert_eq!(&compiled.canonical_dsl, &text);
         let rule = Rule::from_dsl(compiled.json_logic, compiled.eval_logic).unwrap();
         let engine = rule.holds(&data).map_err(|e| TestCaseError::fail(format!("{text}: {e}")))?;
-        let direct = truthy(&eval(&expr, &data, None));
+        let direct = truthy(&eval(&expr, &data, &[]));
         prop_assert_eq!(engine, direct, "{} on {}", text, data);
     }
 }
