@@ -122,3 +122,46 @@ async fn a_goal_condition_that_would_take_too_long_is_refused_not_evaluated() {
     let health = server.http.get(server.url("/api/v1/health")).send().await.unwrap();
     assert_eq!(health.status(), 200);
 }
+
+/// A goal condition with a quantifier nested in another reads the outer item from inside the
+/// inner one: the run completes when every ordered line is in stock, and its goal fails when one
+/// is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_quantifier_goal_condition_reads_the_outer_item() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let run = |have: i64| {
+        let mut envelope = envelope();
+        envelope["inputs"]["orders"] = json!({"items": [{"sku": "A", "qty": 5}],
+                                              "stock": [{"sku": "B", "have": 9}, {"sku": "A", "have": have}]});
+        envelope["goal_condition"] = json!([{"facet": "orders", "path": "", "condition": {
+            "dsl": "all(items as i, some(stock as s, s.sku == i.sku && s.have >= i.qty))"}}]);
+        envelope
+    };
+    let frames = server.run(&run(5)).await;
+    let complete = &frames.last().unwrap().payload;
+    assert_eq!(complete["status"], "completed", "{:?}", kinds(&frames));
+    assert_eq!(complete["goal_condition_results"][0]["satisfied"], true);
+    let frames = server.run(&run(4)).await;
+    let failed = frames.iter().find(|f| f.kind == "goal_condition_failed").expect("the goal fails: 4 of 5 in stock");
+    assert_eq!(failed.payload["failedGoalConditions"][0]["satisfied"], false);
+    assert!(failed.payload["failedGoalConditions"][0]["error"].is_null(), "{}", failed.payload);
+}
+
+/// The JSON-Logic the compile endpoint (and a run's document) shows for a DSL condition, posted
+/// back as `jsonLogic`, holds as the DSL does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shown_json_logic_posted_back_holds_as_its_dsl() {
+    let server = TestServer::start(planner_then(&[("draft", "writer")], post(0.9))).await;
+    let dsl = "some(items as i, i.qty > 1)";
+    let (status, compiled) = compile(&server, json!({"dsl": dsl, "relative": true})).await;
+    assert_eq!(status, 200, "{compiled}");
+    let mut envelope = envelope();
+    envelope["inputs"]["orders"] = json!({"items": [{"qty": 5}]});
+    envelope["goal_condition"] =
+        json!([{"facet": "orders", "path": "", "condition": {"jsonLogic": compiled["jsonLogic"].clone()}}]);
+    let frames = server.run(&envelope).await;
+    let complete = &frames.last().unwrap().payload;
+    assert_eq!(complete["status"], "completed", "{:?}", kinds(&frames));
+    let result = &complete["goal_condition_results"][0];
+    assert_eq!((result["satisfied"].clone(), result["expression"].clone()), (json!(true), json!(dsl)), "{result}");
+}
