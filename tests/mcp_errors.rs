@@ -123,15 +123,7 @@ async fn a_long_tool_list_is_read_within_bounds(pages: &str) {
 
     let listed = server.http.get(server.url("/api/v1/flex/mcp-servers")).send().await.unwrap().text().await.unwrap();
     assert!(listed.len() < 64 * 1024 && !listed.contains(HUGE_NAME_PIECE), "{} bytes", listed.len());
-    let mut stored = 0;
-    for _ in 0..100 {
-        stored = server.count("SELECT COUNT(*) AS n FROM mcp_servers WHERE tools IS NOT NULL");
-        if stored == 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(stored, 1, "the tool list is stored");
+    tools_stored(&server).await;
     let small = server.count("SELECT COUNT(*) AS n FROM mcp_servers WHERE LENGTH(tools) < 200000");
     assert_eq!(small, 1, "the stored list holds no more than the tools offered");
 }
@@ -226,15 +218,7 @@ async fn a_call_whose_session_never_opens_times_out_within_its_timeout() {
     let first = TestServer::start_with(planner(), options()).await;
     let registration = json!({"id": "modern", "url": py.url(), "outputFacets": {"add": "sum"}, "timeoutSecs": 2});
     register(&first, &registration).await;
-    let mut stored = 0;
-    for _ in 0..100 {
-        stored = first.count("SELECT COUNT(*) AS n FROM mcp_servers WHERE tools IS NOT NULL");
-        if stored == 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(stored, 1, "the tool list is stored");
+    tools_stored(&first).await;
     first.stop().await;
 
     py.silence_listen().await;
@@ -374,4 +358,17 @@ async fn register(server: &TestServer, registration: &Value) -> reqwest::Respons
         server.http.post(server.url("/api/v1/flex/mcp-servers/register")).json(registration).send().await.unwrap();
     assert_eq!(response.status(), 201);
     response
+}
+
+/// Waits for the server's registration to have its tool list stored (listing is in the background).
+async fn tools_stored(server: &TestServer) {
+    let mut stored = 0;
+    for _ in 0..100 {
+        stored = server.count("SELECT COUNT(*) AS n FROM mcp_servers WHERE tools IS NOT NULL");
+        if stored == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(stored, 1, "the tool list is stored");
 }

@@ -149,8 +149,7 @@ async fn claim(services: &Arc<Services>, run_id: &RunId, command: Command) -> Re
     // The run was live when asked, so a cancellation now is the driver's answer to a notice —
     // this one's, unless a cancel through another node asked at the same moment: which notice
     // the driver honoured is not recorded, and both are told they stopped it.
-    let stored = read(services, run_id).await?;
-    let stopped = stored.row.status == RunStatus::Cancelled;
+    let stopped = Stored::row(services, run_id).await?.status == RunStatus::Cancelled;
     Ok((claim.leased(epoch), Command::Cancel { stopped, actor }))
 }
 

@@ -54,14 +54,16 @@ pub async fn recover(services: &Arc<Services>) -> Result<usize, StoreError> {
 /// when it did not (held here, ended, or failed for its `crash_attempts`).
 async fn pick_up(services: &Arc<Services>, run_id: &RunId, crash_attempts: Option<i32>) -> Result<bool, StoreError> {
     let Some(claim) = services.claims.try_claim(run_id) else { return Ok(false) };
-    let stored = Stored::read(services, run_id).await?;
-    match PickUp::of(stored.row.status, crash_attempts) {
+    // Decided from the row: a run left as it is has its log not folded.
+    let status = Stored::row(services, run_id).await?.status;
+    match PickUp::of(status, crash_attempts) {
         PickUp::Leave => Ok(false),
         PickUp::Fail(attempts) => {
             tracing::error!(%run_id, crashes = attempts, "the process died driving this run too often; failing it");
+            let stored = Stored::read(services, run_id).await?;
             fail_stored(services, claim, &stored, crashed(attempts)).await.map(|()| false)
         }
-        PickUp::Drive => drive_claimed(services, claim, &stored, true).await,
+        PickUp::Drive => drive_claimed(services, claim, &Stored::read(services, run_id).await?, true).await,
     }
 }
 

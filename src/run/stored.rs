@@ -79,6 +79,13 @@ impl Stored {
         Ok(Self::read_with(services, run_id, ()).await?.0)
     }
 
+    /// Run `run_id`'s row alone (`NotFound` if there is none): for what the row says without
+    /// folding the log (its status).
+    pub async fn row(services: &Services, run_id: &RunId) -> Result<RunRow, StoreError> {
+        let id = run_id.to_string();
+        services.store.read(move |conn| runs::get(conn, &id)).await
+    }
+
     /// [`Stored::read`], each event of the log passed to `reader` first; the reader is handed
     /// back unless the log cannot be folded.
     pub async fn read_with<R: LogReader + Send + 'static>(

@@ -152,9 +152,7 @@ impl Spent {
     /// Adds one call not yet recorded on a frame.
     pub fn add_call(&mut self, call: &CallUsage) {
         self.model_calls = self.model_calls.saturating_add(1);
-        let tokens =
-            call.counts.input_tokens.unwrap_or_default().saturating_add(call.counts.output_tokens.unwrap_or_default());
-        self.add(Known { tokens, cost_usd: call.cost.unwrap_or_default() });
+        self.add(Known::read_as_zero(&call.counts, call.cost));
     }
 
     fn add(&mut self, known: Known) {

@@ -266,18 +266,17 @@ impl Tally {
 
     /// The sums with an unknown one read as 0.
     fn read_as_zero(&self) -> Known {
-        Known {
-            tokens: self
-                .counts
-                .input_tokens
-                .unwrap_or_default()
-                .saturating_add(self.counts.output_tokens.unwrap_or_default()),
-            cost_usd: self.cost_usd.unwrap_or_default(),
-        }
+        Known::read_as_zero(&self.counts, self.cost_usd)
     }
 }
 
 impl Known {
+    /// `counts` and `cost` with an unknown one read as 0 (what they add to what is known).
+    pub fn read_as_zero(counts: &Counts, cost: Option<Micros>) -> Self {
+        let tokens = counts.input_tokens.unwrap_or_default().saturating_add(counts.output_tokens.unwrap_or_default());
+        Self { tokens, cost_usd: cost.unwrap_or_default() }
+    }
+
     fn plus(self, other: Self) -> Self {
         Self {
             tokens: self.tokens.saturating_add(other.tokens),
